@@ -1,0 +1,50 @@
+# fsstate: the whole user set-up is `make demo` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+export PYSPARK_PYTHON := $(abspath $(PY))
+export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
+
+.PHONY: help venv demo test test-engine test-spark lint bench bench-quick dist clean
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*## ' Makefile | awk 'BEGIN {FS = ":.*## "}; {printf "  %-12s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+venv: $(STAMP)  ## create .venv and install fsstate with its dev extras
+
+demo: $(STAMP)  ## run the streaming demo with tiered state on local files
+	$(PY) examples/demo.py
+
+test: $(STAMP)  ## run every test (engine and Spark suites)
+	$(PY) -m pytest -q tests
+
+test-engine: $(STAMP)  ## engine tests only (fast)
+	$(PY) -m pytest -q tests -m "not spark"
+
+test-spark: $(STAMP)  ## Spark suites only
+	$(PY) -m pytest -q tests -m spark
+
+lint: $(STAMP)  ## ruff and mypy
+	$(PY) -m ruff check fsstate fsstate_spark tests examples bench
+	$(PY) -m ruff format --check fsstate fsstate_spark tests examples bench
+	$(PY) -m mypy
+
+bench: $(STAMP)  ## run the benchmarks, write bench/results/*.json, a chart and docs/benchmarks.md
+	$(PY) -m bench.run --full
+
+bench-quick: $(STAMP)  ## a smaller benchmark run
+	$(PY) -m bench.run --quick
+
+dist: $(STAMP)  ## build dist/fsstate-pyfiles.zip for spark-submit --py-files
+	$(PY) -m fsstate_spark.pyfiles dist/fsstate-pyfiles.zip
+
+clean:  ## remove the venv, caches and local state
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache demo_state
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -1,0 +1,110 @@
+"""Configuration of the engine and of partition stores: frozen, validated dataclasses.
+
+Invariants:
+
+* Every config object is immutable and validated in ``__post_init__``; an invalid value raises
+  :class:`fsstate.errors.ConfigError` naming the setting and the accepted range.
+* Units are the last part of every name (``memory_limit_bytes``, ``orphan_grace_ms``).
+* Every background loop and queue has an explicit bound here.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from fsstate.errors import ConfigError
+
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1000,
+    "kb": 1000,
+    "m": 1000**2,
+    "mb": 1000**2,
+    "g": 1000**3,
+    "gb": 1000**3,
+    "t": 1000**4,
+    "tb": 1000**4,
+    "kib": 1024,
+    "mib": 1024**2,
+    "gib": 1024**3,
+    "tib": 1024**4,
+}
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+
+
+def parse_bytes(value: int | str, setting: str = "memory_limit") -> int:
+    """Parse a byte size: an int, or a string such as ``"256MiB"``, ``"1.5GB"``, ``"4096"``.
+
+    Args:
+        value: the size.
+        setting: the name of the setting, used in the error message.
+
+    Returns:
+        The size in bytes.
+
+    Raises:
+        ConfigError: if the value is not a positive size.
+    """
+    if isinstance(value, bool):
+        raise ConfigError(f"{setting}={value!r} is not a size: give bytes or a string like '256MiB'")
+    if isinstance(value, int):
+        size = value
+    elif isinstance(value, str):
+        match = _SIZE_RE.match(value)
+        unit = match.group(2).lower() if match else None
+        if match is None or unit not in _UNITS:
+            raise ConfigError(
+                f"{setting}={value!r} is not a size: use bytes or a number with a unit "
+                "(B, KB, MB, GB, KiB, MiB, GiB), e.g. '256MiB'"
+            )
+        size = int(float(match.group(1)) * _UNITS[unit])
+    else:
+        raise ConfigError(f"{setting}={value!r} is not a size: give bytes or a string like '256MiB'")
+    if size <= 0:
+        raise ConfigError(f"{setting}={value!r} must be a positive number of bytes")
+    return size
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    """Settings of one partition store.
+
+    Attributes:
+        retain_versions: how many committed versions stay restorable (Spark's
+            ``minBatchesToRetain`` defaults to 100 too); older manifests and files no retained
+            manifest references are deleted after each commit.
+        row_group_rows: rows per Parquet row group (the unit of pruned reads).
+        compression: Parquet codec of state files.
+        orphan_grace_ms: an unreferenced file younger than this is never deleted (it may belong
+            to a commit under way in another attempt).
+        orphan_scan_every_commits: how often (in commits) the store lists its directory to
+            delete orphans left by failed attempts; the scan is bounded by the directory size.
+    """
+
+    retain_versions: int = 100
+    row_group_rows: int = 64 * 1024
+    compression: str = "zstd"
+    orphan_grace_ms: int = 10 * 60 * 1000
+    orphan_scan_every_commits: int = 50
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.retain_versions, int) or self.retain_versions < 1:
+            raise ConfigError(
+                f"retain_versions={self.retain_versions!r} must be an integer >= 1"
+            )
+        if not isinstance(self.row_group_rows, int) or self.row_group_rows < 1:
+            raise ConfigError(f"row_group_rows={self.row_group_rows!r} must be an integer >= 1")
+        if self.compression not in ("zstd", "snappy", "lz4", "gzip", "none"):
+            raise ConfigError(
+                f"compression={self.compression!r}: use one of zstd, snappy, lz4, gzip, none"
+            )
+        if not isinstance(self.orphan_grace_ms, int) or self.orphan_grace_ms < 0:
+            raise ConfigError(f"orphan_grace_ms={self.orphan_grace_ms!r} must be >= 0")
+        if not isinstance(self.orphan_scan_every_commits, int) or (
+            self.orphan_scan_every_commits < 1
+        ):
+            raise ConfigError(
+                f"orphan_scan_every_commits={self.orphan_scan_every_commits!r} must be >= 1"
+            )

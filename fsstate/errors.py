@@ -1,0 +1,77 @@
+"""The one exception root of fsstate and its typed subclasses.
+
+Invariants:
+
+* Every error the engine raises on purpose is a :class:`FsStateError`.
+* Every message names the object concerned (state name, file path, version, setting) and
+  says what to do about it.
+* Errors about bad input also derive from the matching builtin (``ValueError``, ``KeyError``,
+  ``TypeError``) so callers written against plain Python keep working.
+* Raising an input error never leaves a partial write behind: validation happens before any
+  state changes.
+"""
+
+from __future__ import annotations
+
+
+class FsStateError(Exception):
+    """Root of every error raised by fsstate."""
+
+
+class ConfigError(FsStateError, ValueError):
+    """A setting is invalid (bad memory limit, unusable state URI, bad retention...)."""
+
+
+class SchemaError(FsStateError, TypeError):
+    """A value, key or table does not match the schema of its state variable."""
+
+
+class KeyArityError(SchemaError):
+    """A grouping key or user key has the wrong number of fields."""
+
+
+class InvalidTtlError(FsStateError, ValueError):
+    """A TTL duration is negative, zero or not an integer number of milliseconds."""
+
+
+class UnknownStateError(FsStateError, KeyError):
+    """A state variable that was never declared (or was dropped) was asked for."""
+
+    def __str__(self) -> str:  # KeyError quotes its argument; keep the sentence readable
+        return str(self.args[0]) if self.args else ""
+
+
+class StateKindError(FsStateError, TypeError):
+    """A state variable was declared again with another kind (value / list / map)."""
+
+
+class StorageError(FsStateError, OSError):
+    """Storage could not be read or written (permissions, missing directory, I/O failure)."""
+
+
+class VersionNotFoundError(FsStateError, LookupError):
+    """A store was asked to open a version that has no manifest (never committed or deleted)."""
+
+
+class CorruptFileError(FsStateError):
+    """A state file exists but cannot be decoded; ``path`` names it."""
+
+    def __init__(self, message: str, path: str) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+class ManifestCorruptError(CorruptFileError):
+    """A manifest is truncated, fails its checksum, or has an unknown format version."""
+
+
+class DataFileCorruptError(CorruptFileError):
+    """A Parquet data or index file is missing, truncated or fails to decode."""
+
+
+class CommitError(FsStateError):
+    """A commit failed; the previous version is intact and the store can retry the commit."""
+
+
+class StoreClosedError(FsStateError):
+    """A closed store (or a table of it) was used."""

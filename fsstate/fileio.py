@@ -1,0 +1,199 @@
+"""FileIO: the one narrow door between fsstate and storage, over ``pyarrow.fs``.
+
+Invariants:
+
+* Nothing else in fsstate opens, lists, renames or deletes files; every path given to this
+  class is relative to its root and uses ``/`` separators.
+* A published file is complete or absent: local files are written to a unique temporary name
+  in the same directory and renamed over the final name (atomic on POSIX); on object stores a
+  single PUT is atomic, so the final name is written directly.
+* Every storage failure surfaces as :class:`fsstate.errors.StorageError` naming the path;
+  a file that exists but cannot be decoded surfaces as a ``CorruptFileError`` from the caller.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from fsstate.errors import ConfigError, StorageError
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    """A file found by :meth:`FileIO.list`: relative path, size and modification time."""
+
+    path: str
+    size_bytes: int
+    mtime_ms: int | None
+
+
+class FileIO:
+    """Storage access rooted at a URI or local path.
+
+    Args:
+        uri: a local path (``/tmp/state``, ``./state``) or any URI pyarrow understands
+            (``file:///...``, ``s3://bucket/prefix``, ``gs://...``, ``hdfs://...``).
+
+    Raises:
+        ConfigError: if the URI cannot be resolved to a filesystem.
+    """
+
+    def __init__(self, uri: str) -> None:
+        self.uri = uri
+        try:
+            if "://" in uri:
+                fs, root = pafs.FileSystem.from_uri(uri)
+            else:
+                fs, root = pafs.LocalFileSystem(), os.path.abspath(uri)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError, ValueError) as exc:
+            raise ConfigError(
+                f"state URI {uri!r} cannot be opened ({exc}); give a local path or a URI "
+                "pyarrow.fs understands (file://, s3://, gs://, hdfs://)"
+            ) from exc
+        self.fs: pafs.FileSystem = fs
+        self.root = root.rstrip("/") or "/"
+        self.is_local = isinstance(fs, pafs.LocalFileSystem)
+        self._made_dirs: set[str] = set()
+
+    # -- paths -------------------------------------------------------------------------------
+    def full(self, path: str) -> str:
+        """The filesystem path of a relative path."""
+        return f"{self.root}/{path}" if path else self.root
+
+    def describe(self, path: str) -> str:
+        """A human-readable location of ``path`` for error messages."""
+        full = self.full(path)
+        return full if self.is_local else f"{self.uri.rstrip('/')}/{path}"
+
+    # -- reads -------------------------------------------------------------------------------
+    def read_bytes(self, path: str) -> bytes:
+        """The whole content of a file."""
+        try:
+            with self.fs.open_input_stream(self.full(path)) as f:
+                data: bytes = f.read()
+                return data
+        except FileNotFoundError as exc:
+            raise StorageError(f"{self.describe(path)} does not exist") from exc
+        except OSError as exc:
+            raise StorageError(f"cannot read {self.describe(path)}: {exc}") from exc
+
+    def open_parquet(self, path: str) -> pq.ParquetFile:
+        """A Parquet reader on ``path`` (pyarrow errors pass through for the caller to type)."""
+        f = self.fs.open_input_file(self.full(path))
+        return pq.ParquetFile(f, page_checksum_verification=True)
+
+    def size(self, path: str) -> int | None:
+        """Size in bytes, or None if the file does not exist."""
+        info = self._info(path)
+        if info.type == pafs.FileType.NotFound:
+            return None
+        return int(info.size) if info.size is not None else 0
+
+    def exists(self, path: str) -> bool:
+        """Whether a file or directory exists at ``path``."""
+        return self._info(path).type != pafs.FileType.NotFound
+
+    def list(self, directory: str, recursive: bool = False) -> list[FileEntry]:
+        """Files under ``directory`` (empty if it does not exist), paths relative to the root."""
+        selector = pafs.FileSelector(self.full(directory), allow_not_found=True, recursive=recursive)
+        try:
+            infos = self.fs.get_file_info(selector)
+        except OSError as exc:
+            raise StorageError(f"cannot list {self.describe(directory)}: {exc}") from exc
+        prefix = self.root + "/"
+        out = []
+        for info in infos:
+            if info.type != pafs.FileType.File:
+                continue
+            rel = info.path[len(prefix) :] if info.path.startswith(prefix) else info.path
+            mtime = info.mtime_ns // 1_000_000 if info.mtime_ns is not None else None
+            out.append(FileEntry(rel, int(info.size or 0), mtime))
+        return out
+
+    # -- writes ------------------------------------------------------------------------------
+    def makedirs(self, directory: str) -> None:
+        """Create ``directory`` and its parents (no-op on object stores)."""
+        try:
+            self.fs.create_dir(self.full(directory), recursive=True)
+        except OSError as exc:
+            raise StorageError(f"cannot create directory {self.describe(directory)}: {exc}") from exc
+
+    def publish_bytes(self, path: str, data: bytes) -> None:
+        """Atomically write ``data`` at ``path``, replacing any previous file."""
+        target = self.full(path)
+        tmp = self._temp_name(target)
+        try:
+            self._ensure_parent(target)
+            with self.fs.open_output_stream(tmp) as f:
+                f.write(data)
+            if tmp != target:
+                self.fs.move(tmp, target)
+        except OSError as exc:
+            self._discard(tmp)
+            raise StorageError(f"cannot write {self.describe(path)}: {exc}") from exc
+
+    def write_parquet(self, path: str, table: pa.Table, **options: Any) -> int:
+        """Write ``table`` as a Parquet file published atomically at ``path``.
+
+        Returns:
+            The size of the published file in bytes.
+        """
+        target = self.full(path)
+        tmp = self._temp_name(target)
+        try:
+            self._ensure_parent(target)
+            with self.fs.open_output_stream(tmp) as sink:
+                pq.write_table(table, sink, write_page_checksum=True, **options)
+            if tmp != target:
+                self.fs.move(tmp, target)
+        except (OSError, pa.ArrowException) as exc:
+            self._discard(tmp)
+            raise StorageError(f"cannot write {self.describe(path)}: {exc}") from exc
+        size = self.size(path)
+        if size is None:
+            raise StorageError(f"{self.describe(path)} vanished right after it was written")
+        return size
+
+    def delete(self, path: str) -> bool:
+        """Delete a file; returns False if it was already gone."""
+        try:
+            self.fs.delete_file(self.full(path))
+            return True
+        except FileNotFoundError:
+            return False
+        except OSError as exc:
+            raise StorageError(f"cannot delete {self.describe(path)}: {exc}") from exc
+
+    # -- internals ---------------------------------------------------------------------------
+    def _info(self, path: str) -> pafs.FileInfo:
+        try:
+            return self.fs.get_file_info(self.full(path))
+        except OSError as exc:
+            raise StorageError(f"cannot stat {self.describe(path)}: {exc}") from exc
+
+    def _ensure_parent(self, target: str) -> None:
+        parent = target.rpartition("/")[0]
+        if self.is_local and parent not in self._made_dirs:
+            self.fs.create_dir(parent, recursive=True)
+            self._made_dirs.add(parent)
+
+    def _temp_name(self, target: str) -> str:
+        if not self.is_local:
+            return target  # a single PUT is atomic on object stores
+        head, _, tail = target.rpartition("/")
+        return f"{head}/.tmp-{uuid.uuid4().hex}-{tail}"
+
+    def _discard(self, tmp: str) -> None:
+        if not self.is_local:
+            return
+        try:
+            self.fs.delete_file(tmp)
+        except OSError:
+            pass

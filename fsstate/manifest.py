@@ -1,0 +1,253 @@
+"""Manifests: the commit point of a store version.
+
+A manifest is a JSON document at ``<store>/manifests/<version, 20 digits>.json`` listing every
+live file of the version (inherited and new), the table specs, range tombstones and the next
+sequence number. Publishing it atomically *is* the commit; data files are written before it
+under unique names, so a crash at any point leaves either the old or the new version.
+
+Format (``format_version`` 1)::
+
+    {"format": "fsstate.manifest", "format_version": 1, "version": 7,
+     "operator": "...", "partition": 0, "created_ms": ..., "next_seq": 1234,
+     "tables": [{"name": "count", "kind": "value", "ttl_ms": null,
+                 "key_schema": "<base64 Arrow IPC schema>", "value_schema": "...",
+                 "user_key_schema": null,
+                 "runs": [{"path": "data/...parquet", "rows": 10, "size_bytes": 900,
+                           "min_seq": 0, "max_seq": 9}],
+                 "ttl_runs": [...],
+                 "range_tombstones": "<base64 Arrow IPC stream: lo, hi, seq>" | null}],
+     "checksum": "<sha256 of the document without this field>"}
+
+Invariants:
+
+* A manifest that is truncated, fails its checksum, or has a newer format version raises
+  :class:`fsstate.errors.ManifestCorruptError` naming the file; it is never half-applied.
+* Readers accept every format version up to :data:`MANIFEST_FORMAT_VERSION`.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from fsstate.errors import ManifestCorruptError, StorageError, VersionNotFoundError
+from fsstate.fileio import FileIO
+from fsstate.run import FileRef
+from fsstate.schema import TableSpec
+
+MANIFEST_FORMAT_VERSION = 1
+MANIFEST_DIR = "manifests"
+
+
+def manifest_path(store_dir: str, version: int) -> str:
+    """Relative path of the manifest of ``version``."""
+    return f"{store_dir}/{MANIFEST_DIR}/{version:020d}.json"
+
+
+def encode_schema(schema: pa.Schema | None) -> str | None:
+    """Base64 Arrow IPC form of a schema (exact types, field names, nullability)."""
+    if schema is None:
+        return None
+    return base64.b64encode(schema.serialize().to_pybytes()).decode("ascii")
+
+
+def decode_schema(text: str | None) -> pa.Schema | None:
+    """Inverse of :func:`encode_schema`."""
+    if text is None:
+        return None
+    return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
+
+
+def encode_batch(batch: pa.RecordBatch | None) -> str | None:
+    """Base64 Arrow IPC stream of a small record batch (range tombstones)."""
+    if batch is None or batch.num_rows == 0:
+        return None
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as writer:
+        writer.write_batch(batch)
+    return base64.b64encode(sink.getvalue().to_pybytes()).decode("ascii")
+
+
+def decode_batch(text: str | None) -> pa.RecordBatch | None:
+    """Inverse of :func:`encode_batch`."""
+    if text is None:
+        return None
+    reader = pa.ipc.open_stream(pa.py_buffer(base64.b64decode(text)))
+    return reader.read_all().combine_chunks().to_batches()[0]
+
+
+@dataclass
+class TableEntry:
+    """What a manifest records about one state table."""
+
+    spec: TableSpec
+    runs: list[FileRef] = field(default_factory=list)
+    ttl_runs: list[FileRef] = field(default_factory=list)
+    range_tombstones: pa.RecordBatch | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON form."""
+        s = self.spec
+        return {
+            "name": s.name,
+            "kind": s.kind,
+            "ttl_ms": s.ttl_ms,
+            "key_schema": encode_schema(s.key_schema),
+            "value_schema": encode_schema(s.value_schema),
+            "user_key_schema": encode_schema(s.user_key_schema),
+            "runs": [r.to_json() for r in self.runs],
+            "ttl_runs": [r.to_json() for r in self.ttl_runs],
+            "range_tombstones": encode_batch(self.range_tombstones),
+        }
+
+    @staticmethod
+    def from_json(obj: dict[str, Any]) -> TableEntry:
+        """Inverse of :meth:`to_json`."""
+        value_schema = decode_schema(obj["value_schema"])
+        assert value_schema is not None
+        spec = TableSpec(
+            name=obj["name"],
+            kind=obj["kind"],
+            value_schema=value_schema,
+            key_schema=decode_schema(obj.get("key_schema")),
+            user_key_schema=decode_schema(obj.get("user_key_schema")),
+            ttl_ms=obj.get("ttl_ms"),
+        )
+        return TableEntry(
+            spec=spec,
+            runs=[FileRef.from_json(r) for r in obj.get("runs", [])],
+            ttl_runs=[FileRef.from_json(r) for r in obj.get("ttl_runs", [])],
+            range_tombstones=decode_batch(obj.get("range_tombstones")),
+        )
+
+
+@dataclass
+class Manifest:
+    """One committed version of a partition store."""
+
+    version: int
+    operator: str
+    partition: int
+    next_seq: int
+    tables: dict[str, TableEntry]
+    created_ms: int = 0
+
+    def files(self) -> set[str]:
+        """Every file path (relative to the store directory) the version needs."""
+        out: set[str] = set()
+        for t in self.tables.values():
+            out.update(r.path for r in t.runs)
+            out.update(r.path for r in t.ttl_runs)
+        return out
+
+    def to_bytes(self) -> bytes:
+        """Serialized manifest with its checksum."""
+        body = {
+            "format": "fsstate.manifest",
+            "format_version": MANIFEST_FORMAT_VERSION,
+            "version": self.version,
+            "operator": self.operator,
+            "partition": self.partition,
+            "created_ms": self.created_ms or int(time.time() * 1000),
+            "next_seq": self.next_seq,
+            "tables": [t.to_json() for t in self.tables.values()],
+        }
+        canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
+        body["checksum"] = hashlib.sha256(canonical.encode()).hexdigest()
+        return json.dumps(body, sort_keys=True, indent=1).encode()
+
+    @staticmethod
+    def from_bytes(data: bytes, where: str) -> Manifest:
+        """Parse and verify a manifest; ``where`` names the file in errors."""
+        try:
+            body = json.loads(data.decode("utf-8"))
+            if not isinstance(body, dict):
+                raise ValueError("not a JSON object")
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise ManifestCorruptError(
+                f"manifest {where} is not valid JSON ({exc}): it is truncated or corrupted; "
+                "open an older version",
+                where,
+            ) from exc
+        checksum = body.pop("checksum", None)
+        canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
+        if checksum != hashlib.sha256(canonical.encode()).hexdigest():
+            raise ManifestCorruptError(
+                f"manifest {where} fails its checksum: it was modified or corrupted; "
+                "open an older version",
+                where,
+            )
+        fmt = body.get("format_version")
+        if body.get("format") != "fsstate.manifest" or not isinstance(fmt, int):
+            raise ManifestCorruptError(f"{where} is not an fsstate manifest", where)
+        if fmt > MANIFEST_FORMAT_VERSION:
+            raise ManifestCorruptError(
+                f"manifest {where} has format version {fmt}, this fsstate reads up to "
+                f"{MANIFEST_FORMAT_VERSION}: upgrade fsstate",
+                where,
+            )
+        try:
+            tables = [TableEntry.from_json(t) for t in body["tables"]]
+            return Manifest(
+                version=int(body["version"]),
+                operator=str(body["operator"]),
+                partition=int(body["partition"]),
+                next_seq=int(body["next_seq"]),
+                tables={t.spec.name: t for t in tables},
+                created_ms=int(body.get("created_ms", 0)),
+            )
+        except (KeyError, TypeError, ValueError, pa.ArrowException) as exc:
+            raise ManifestCorruptError(
+                f"manifest {where} has a bad field ({exc}); open an older version", where
+            ) from exc
+
+
+def read_manifest(fileio: FileIO, store_dir: str, version: int) -> Manifest:
+    """Read and verify the manifest of ``version``.
+
+    Raises:
+        VersionNotFoundError: no manifest for that version.
+        ManifestCorruptError: the manifest cannot be decoded.
+    """
+    path = manifest_path(store_dir, version)
+    try:
+        data = fileio.read_bytes(path)
+    except StorageError as exc:
+        if not fileio.exists(path):
+            available = list_versions(fileio, store_dir)
+            raise VersionNotFoundError(
+                f"version {version} of store {fileio.describe(store_dir)} does not exist "
+                f"(retained versions: {_summarize(available)}); open one of those, or start "
+                "from an empty store"
+            ) from exc
+        raise
+    return Manifest.from_bytes(data, fileio.describe(path))
+
+
+def write_manifest(fileio: FileIO, store_dir: str, manifest: Manifest) -> None:
+    """Publish a manifest atomically (the commit point)."""
+    fileio.publish_bytes(manifest_path(store_dir, manifest.version), manifest.to_bytes())
+
+
+def list_versions(fileio: FileIO, store_dir: str) -> list[int]:
+    """Committed versions present in the store directory, ascending."""
+    out = []
+    for entry in fileio.list(f"{store_dir}/{MANIFEST_DIR}"):
+        name = entry.path.rsplit("/", 1)[-1]
+        if name.endswith(".json") and name[:-5].isdigit():
+            out.append(int(name[:-5]))
+    return sorted(out)
+
+
+def _summarize(versions: list[int]) -> str:
+    if not versions:
+        return "none"
+    if len(versions) <= 6:
+        return ", ".join(map(str, versions))
+    return f"{versions[0]}..{versions[-1]} ({len(versions)} versions)"

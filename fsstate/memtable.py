@@ -1,0 +1,102 @@
+"""The memtable: hot per-key views plus the changes not yet sealed into a segment.
+
+Each table keeps ``views``: grouping key -> its complete current state as Python objects
+(value: ``(value, expiry, seq)`` or ABSENT; map: ``{ukey: (value, expiry, seq)}``; list:
+``[(value, expiry, elem_seq)]``). A view is loaded from the sealed tiers on the first touch of
+a key and then serves every read and write of that key at dict speed; this is the hot tier (the
+only way a Python caller gets microsecond calls).
+
+``dirty`` records what changed since the last seal: value tables map key -> seq of the last op;
+list and map tables map key -> ``[clear_seq | None, {ukey: seq of last op}]``.
+
+Invariants:
+
+* A view is complete: it reflects every sealed row and every change, so reads never consult
+  the sealed tiers for a key in ``views``.
+* Dirty keys are pinned: their views are never evicted before a seal.
+* Sealing emits, per dirty key, a clear row (if cleared since the last seal) and the last op of
+  every touched user key, each with its original sequence number, then forgets the dirt.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fsstate.schema import KIND_LIST, KIND_MAP, KIND_VALUE, OP_CLEAR, OP_DELETE, OP_PUT, TableSpec
+from fsstate.tombstones import ABSENT
+
+Key = tuple[Any, ...]
+
+
+class SealRows:
+    """Column lists of op rows produced by a seal."""
+
+    __slots__ = ("expires", "keys", "ops", "seqs", "ukeys", "values")
+
+    def __init__(self) -> None:
+        self.keys: list[Key] = []
+        self.ukeys: list[Any] = []
+        self.values: list[Any] = []
+        self.seqs: list[int] = []
+        self.ops: list[int] = []
+        self.expires: list[Any] = []
+
+    def add(self, key: Key, ukey: Any, value: Any, seq: int, op: int, exp: Any) -> None:
+        """Append one op row."""
+        self.keys.append(key)
+        self.ukeys.append(ukey)
+        self.values.append(value)
+        self.seqs.append(seq)
+        self.ops.append(op)
+        self.expires.append(exp)
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+
+def seal_rows(spec: TableSpec, views: dict[Key, Any], dirty: dict[Key, Any]) -> SealRows:
+    """The op rows that persist ``dirty`` (see the module docstring)."""
+    out = SealRows()
+    if spec.kind == KIND_VALUE:
+        for key, seq in dirty.items():
+            view = views[key]
+            if view is ABSENT:
+                out.add(key, None, None, seq, OP_CLEAR, None)
+            else:
+                out.add(key, None, view[0], view[2], OP_PUT, view[1])
+        return out
+    for key, (clear_seq, touched) in dirty.items():
+        view = views[key]
+        if clear_seq is not None:
+            out.add(key, None, None, clear_seq, OP_CLEAR, None)
+        if spec.kind == KIND_MAP:
+            for ukey, seq in touched.items():
+                e = view.get(ukey)
+                if e is not None and e[2] == seq:
+                    out.add(key, ukey, e[0], seq, OP_PUT, e[1])
+                else:
+                    out.add(key, ukey, None, seq, OP_DELETE, None)
+        else:
+            assert spec.kind == KIND_LIST
+            by_seq = {e[2]: e for e in view} if touched else {}
+            for elem, seq in touched.items():
+                e = by_seq.get(elem)
+                if e is not None and elem == seq:
+                    out.add(key, (elem,), e[0], elem, OP_PUT, e[1])
+                else:
+                    out.add(key, (elem,), None, seq, OP_DELETE, None)
+    return out
+
+
+def view_rows(kind: str, view: Any) -> int:
+    """Number of primary rows a view holds (expired rows included)."""
+    if kind == KIND_VALUE:
+        return 0 if view is ABSENT else 1
+    return len(view)
+
+
+def estimate_view_bytes(kind: str, view: Any) -> int:
+    """Rough Python-object size of a view, for memory accounting."""
+    if kind == KIND_VALUE:
+        return 120 if view is ABSENT else 260
+    return 120 + 200 * len(view)

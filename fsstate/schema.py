@@ -1,0 +1,391 @@
+"""State table specs, value checking and the row layout shared by segments and Parquet runs.
+
+Row layout (format version 1), the same in memory (Arrow segments) and on disk (Parquet runs):
+
+========================  ===================================================================
+column                    meaning
+========================  ===================================================================
+``key``                   struct of the grouping-key fields (typed, named as declared)
+``ukey``                  struct of the user-key fields: map state only; list state uses
+                          ``{elem_seq: int64}`` (the sequence number that appended the element)
+``value``                 struct of the value fields; null on tombstone rows
+``_seq``                  int64 write sequence number; newer shadows older
+``_op``                   int8: 0 put, 1 point delete (key + ukey), 2 clear (whole key)
+``_expires_at_ms``        int64 expiry (processing time + ttl), null without TTL
+========================  ===================================================================
+
+Rows are sorted by key, then ukey, then ``_seq``, so all rows of a grouping key are contiguous.
+Value tables have no ``ukey`` column.
+
+Invariants:
+
+* ``check_*`` functions either return a normalized plain tuple (Python scalars only) or raise a
+  typed error naming the state and what to do; they never write anything.
+* A spec is immutable once the grouping-key schema is known (declared or inferred from the
+  first key written).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import decimal
+import numbers
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from fsstate.errors import InvalidTtlError, KeyArityError, SchemaError
+
+FORMAT_VERSION = 1
+
+KIND_VALUE = "value"
+KIND_LIST = "list"
+KIND_MAP = "map"
+KINDS = (KIND_VALUE, KIND_LIST, KIND_MAP)
+
+OP_PUT = 0
+OP_DELETE = 1
+OP_CLEAR = 2
+
+SEQ = "_seq"
+OP = "_op"
+EXPIRES = "_expires_at_ms"
+
+LIST_UKEY_SCHEMA = pa.schema([pa.field("elem_seq", pa.int64(), nullable=False)])
+
+Checker = Callable[[Any], tuple[Any, ...]]
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """The declaration of one state variable.
+
+    Attributes:
+        name: state name, unique within a store.
+        kind: ``value``, ``list`` or ``map``.
+        value_schema: Arrow schema of the value tuple.
+        key_schema: Arrow schema of the grouping-key tuple (None until inferred).
+        user_key_schema: Arrow schema of the map user key (map state only).
+        ttl_ms: time to live in milliseconds, or None.
+    """
+
+    name: str
+    kind: str
+    value_schema: pa.Schema
+    key_schema: pa.Schema | None = None
+    user_key_schema: pa.Schema | None = None
+    ttl_ms: int | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise SchemaError(f"state name {self.name!r} must be a non-empty string")
+        if self.kind not in KINDS:
+            raise SchemaError(f"state {self.name!r}: kind {self.kind!r} is not one of {KINDS}")
+        check_ttl(self.name, self.ttl_ms)
+        for label, schema in (("value", self.value_schema), ("user key", self.user_key_schema)):
+            if schema is not None and len(schema) == 0:
+                raise SchemaError(f"state {self.name!r}: the {label} schema has no fields")
+        if self.kind == KIND_MAP and self.user_key_schema is None:
+            raise SchemaError(f"map state {self.name!r} needs a user key schema")
+
+    @property
+    def ukey_schema(self) -> pa.Schema | None:
+        """Schema of the ``ukey`` column (map: user key; list: element sequence; value: None)."""
+        if self.kind == KIND_MAP:
+            return self.user_key_schema
+        if self.kind == KIND_LIST:
+            return LIST_UKEY_SCHEMA
+        return None
+
+    def row_schema(self) -> pa.Schema:
+        """Arrow schema of the rows of this table (see the module docstring)."""
+        if self.key_schema is None:
+            raise SchemaError(f"state {self.name!r} has no grouping key schema yet")
+        fields = [pa.field("key", pa.struct(list(self.key_schema)), nullable=False)]
+        ukey = self.ukey_schema
+        if ukey is not None:
+            fields.append(pa.field("ukey", pa.struct(list(ukey))))
+        fields += [
+            pa.field("value", pa.struct(list(self.value_schema))),
+            pa.field(SEQ, pa.int64(), nullable=False),
+            pa.field(OP, pa.int8(), nullable=False),
+            pa.field(EXPIRES, pa.int64()),
+        ]
+        return pa.schema(fields)
+
+    def same_shape(self, other: TableSpec) -> bool:
+        """Whether two declarations store compatible rows (TTL may differ)."""
+        return (
+            self.kind == other.kind
+            and self.value_schema.equals(other.value_schema)
+            and _schemas_equal(self.user_key_schema, other.user_key_schema)
+            and (
+                self.key_schema is None
+                or other.key_schema is None
+                or self.key_schema.equals(other.key_schema)
+            )
+        )
+
+
+def _schemas_equal(a: pa.Schema | None, b: pa.Schema | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    return a.equals(b)
+
+
+def check_ttl(name: str, ttl_ms: Any) -> None:
+    """Raise InvalidTtlError unless ``ttl_ms`` is None or a positive integer."""
+    if ttl_ms is None:
+        return
+    if isinstance(ttl_ms, bool) or not isinstance(ttl_ms, numbers.Integral) or ttl_ms <= 0:
+        raise InvalidTtlError(
+            f"state {name!r}: ttlDurationMs={ttl_ms!r} must be a positive integer number of "
+            "milliseconds (or None for no TTL)"
+        )
+
+
+# -- value checking -----------------------------------------------------------------------
+
+_INT_RANGES = {
+    pa.int8(): (-(2**7), 2**7 - 1),
+    pa.int16(): (-(2**15), 2**15 - 1),
+    pa.int32(): (-(2**31), 2**31 - 1),
+    pa.int64(): (-(2**63), 2**63 - 1),
+    pa.uint8(): (0, 2**8 - 1),
+    pa.uint16(): (0, 2**16 - 1),
+    pa.uint32(): (0, 2**32 - 1),
+    pa.uint64(): (0, 2**64 - 1),
+}
+
+
+def _field_normalizer(field: pa.Field) -> tuple[type | None, Callable[[Any], Any]]:
+    """(fast exact Python type or None, slow normalizer raising ValueError on mismatch)."""
+    t = field.type
+    nullable = field.nullable
+
+    def base(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        def norm(v: Any) -> Any:
+            if v is None:
+                if nullable:
+                    return None
+                raise ValueError("null in a non-nullable field")
+            return fn(v)
+
+        return norm
+
+    if pa.types.is_integer(t):
+        lo, hi = _INT_RANGES[t]
+
+        def to_int(v: Any) -> int:
+            if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+                if isinstance(v, float) and v.is_integer():
+                    v = int(v)
+                else:
+                    raise ValueError(f"expected an integer, got {type(v).__name__}")
+            iv = int(v)
+            if not lo <= iv <= hi:
+                raise ValueError(f"{iv} is out of range for {t}")
+            return iv
+
+        return int, base(to_int)
+    if pa.types.is_floating(t):
+
+        def to_float(v: Any) -> float:
+            if isinstance(v, bool) or not isinstance(v, numbers.Real):
+                raise ValueError(f"expected a number, got {type(v).__name__}")
+            return float(v)
+
+        return float, base(to_float)
+    if pa.types.is_boolean(t):
+
+        def to_bool(v: Any) -> bool:
+            if isinstance(v, bool) or type(v).__name__ == "bool_":
+                return bool(v)
+            raise ValueError(f"expected a bool, got {type(v).__name__}")
+
+        return bool, base(to_bool)
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+
+        def to_str(v: Any) -> str:
+            if isinstance(v, str):
+                return str(v)
+            raise ValueError(f"expected a string, got {type(v).__name__}")
+
+        return str, base(to_str)
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
+
+        def to_bytes(v: Any) -> bytes:
+            if isinstance(v, (bytes, bytearray, memoryview)):
+                return bytes(v)
+            raise ValueError(f"expected bytes, got {type(v).__name__}")
+
+        return bytes, base(to_bytes)
+    if pa.types.is_timestamp(t):
+        tz = t.tz
+
+        def to_ts(v: Any) -> _dt.datetime:
+            if hasattr(v, "to_pydatetime"):
+                v = v.to_pydatetime()
+            if not isinstance(v, _dt.datetime):
+                raise ValueError(f"expected a datetime, got {type(v).__name__}")
+            if tz is not None and v.tzinfo is None:
+                return v.replace(tzinfo=_dt.timezone.utc)
+            if tz is None and v.tzinfo is not None:
+                return v.astimezone(_dt.timezone.utc).replace(tzinfo=None)
+            return v
+
+        return None, base(to_ts)
+    if pa.types.is_date(t):
+
+        def to_date(v: Any) -> _dt.date:
+            if isinstance(v, _dt.datetime):
+                return v.date()
+            if isinstance(v, _dt.date):
+                return v
+            raise ValueError(f"expected a date, got {type(v).__name__}")
+
+        return _dt.date, base(to_date)
+    if pa.types.is_decimal(t):
+
+        def to_dec(v: Any) -> decimal.Decimal:
+            if isinstance(v, bool) or not isinstance(v, (decimal.Decimal, int)):
+                raise ValueError(f"expected a Decimal, got {type(v).__name__}")
+            return decimal.Decimal(v)
+
+        return None, base(to_dec)
+
+    def generic(v: Any) -> Any:
+        try:
+            return pa.scalar(v, type=t).as_py()
+        except (pa.ArrowException, TypeError, ValueError) as exc:
+            raise ValueError(str(exc)) from exc
+
+    return None, base(generic)
+
+
+def make_checker(state: str, what: str, schema: pa.Schema) -> Checker:
+    """Compile a validator for tuples of ``schema``.
+
+    The returned function takes a tuple (or a list / Row) and returns a plain tuple of Python
+    scalars, or raises :class:`SchemaError` / :class:`KeyArityError` naming ``state``.
+
+    Args:
+        state: state name for messages.
+        what: ``"value"``, ``"grouping key"`` or ``"user key"``.
+        schema: the Arrow schema the tuple must match.
+    """
+    n = len(schema)
+    fields = list(schema)
+    norms = [_field_normalizer(f) for f in fields]
+    arity_error = KeyArityError if what != "value" else SchemaError
+    expected = ", ".join(f"{f.name} {f.type}" for f in fields)
+
+    def slow(value: Any) -> tuple[Any, ...]:
+        if isinstance(value, (tuple, list)):
+            items = tuple(value)
+        else:
+            raise SchemaError(
+                f"state {state!r}: the {what} must be a tuple ({expected}), got "
+                f"{type(value).__name__} {value!r}; wrap a single field as (x,)"
+            )
+        if len(items) != n:
+            raise arity_error(
+                f"state {state!r}: the {what} {value!r} has {len(items)} field(s), the schema "
+                f"has {n} ({expected})"
+            )
+        out = []
+        for item, field, (_, norm) in zip(items, fields, norms):
+            try:
+                out.append(norm(item))
+            except ValueError as exc:
+                raise SchemaError(
+                    f"state {state!r}: field {field.name!r} ({field.type}) of the {what} "
+                    f"{value!r} does not fit: {exc}"
+                ) from None
+        return tuple(out)
+
+    fast_types = [fast for fast, _ in norms]
+    if all(ft is not None for ft in fast_types) and not any(
+        pa.types.is_integer(f.type) for f in fields
+    ):
+        # exact-type fast path, generated so a hit costs one type test per field
+        conds = " and ".join(f"type(v[{i}]) is _t{i}" for i in range(n))
+        src = (
+            "def check(v):\n"
+            f"    if type(v) is tuple and len(v) == {n} and {conds}:\n"
+            "        return v\n"
+            "    return slow(v)\n"
+        )
+        env: dict[str, Any] = {"slow": slow}
+        env.update({f"_t{i}": ft for i, ft in enumerate(fast_types)})
+        exec(src, env)
+        fast: Checker = env["check"]
+        return fast
+    if all(ft is not None for ft in fast_types):
+        conds = []
+        env = {"slow": slow}
+        for i, (field, ft) in enumerate(zip(fields, fast_types)):
+            env[f"_t{i}"] = ft
+            if pa.types.is_integer(field.type):
+                lo, hi = _INT_RANGES[field.type]
+                conds.append(f"type(v[{i}]) is int and {lo} <= v[{i}] <= {hi}")
+            else:
+                conds.append(f"type(v[{i}]) is _t{i}")
+        src = (
+            "def check(v):\n"
+            f"    if type(v) is tuple and len(v) == {n} and " + " and ".join(conds) + ":\n"
+            "        return v\n"
+            "    return slow(v)\n"
+        )
+        exec(src, env)
+        fast2: Checker = env["check"]
+        return fast2
+    return slow
+
+
+def infer_key_schema(state: str, key: Any) -> pa.Schema:
+    """Infer a grouping-key schema from the first key written (used when none was declared).
+
+    Raises:
+        SchemaError: if the key is not a tuple or holds a value whose type cannot be inferred
+            (None, nested objects): declare ``key_schema`` explicitly then.
+    """
+    if not isinstance(key, (tuple, list)) or len(key) == 0:
+        raise KeyArityError(
+            f"state {state!r}: the grouping key must be a non-empty tuple, got {key!r}"
+        )
+    fields = []
+    for i, v in enumerate(key):
+        if isinstance(v, bool) or type(v).__name__ == "bool_":
+            t = pa.bool_()
+        elif isinstance(v, numbers.Integral):
+            t = pa.int64()
+        elif isinstance(v, numbers.Real) and not isinstance(v, decimal.Decimal):
+            t = pa.float64()
+        elif isinstance(v, str):
+            t = pa.string()
+        elif isinstance(v, (bytes, bytearray)):
+            t = pa.binary()
+        elif isinstance(v, _dt.datetime) or hasattr(v, "to_pydatetime"):
+            tz = getattr(v, "tzinfo", None)
+            t = pa.timestamp("us", tz="UTC" if tz is not None else None)
+        elif isinstance(v, _dt.date):
+            t = pa.date32()
+        elif isinstance(v, decimal.Decimal):
+            t = pa.decimal128(38, 18)
+        else:
+            raise SchemaError(
+                f"state {state!r}: cannot infer the type of grouping key field {i} from "
+                f"{v!r}; declare key_schema explicitly"
+            )
+        fields.append(pa.field(f"k{i}", t))
+    return pa.schema(fields)
+
+
+def schema_to_text(schema: pa.Schema | None) -> str | None:
+    """A short human-readable form of a schema for messages."""
+    if schema is None:
+        return None
+    return ", ".join(f"{f.name} {f.type}" for f in schema)

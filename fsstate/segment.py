@@ -1,0 +1,273 @@
+"""Immutable Arrow segments of op rows, with a lazily built, compact key index.
+
+A segment is one Arrow record batch in the row layout of :mod:`fsstate.schema`, sorted by
+(key, ukey, ``_seq``). It is what the memtable seals into, what a batched write appends and what
+a Parquet run decodes to.
+
+Invariants:
+
+* A segment never changes after construction; its ``nbytes`` is exact (Arrow buffers).
+* All rows of one grouping key are contiguous; within a key, rows are ordered by ukey then seq.
+* The key index maps the process-local ``hash()`` of each distinct grouping key to its row
+  range. It holds two int64 arrays (16 bytes per distinct key), is built on the first point
+  lookup, and is verified against the stored key on every hit, so hash collisions are harmless.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from fsstate.schema import EXPIRES, OP, SEQ, TableSpec
+
+# One op row as Python objects: (seq, op, ukey | None, value | None, expires_at_ms | None)
+OpRow = tuple[int, int, Any, Any, Any]
+
+
+def _struct(fields: Sequence[pa.Field], arrays: Sequence[pa.Array], mask: pa.Array | None) -> pa.Array:
+    return pa.StructArray.from_arrays(list(arrays), fields=list(fields), mask=mask)
+
+
+def build_batch(
+    spec: TableSpec,
+    keys: Sequence[tuple[Any, ...]],
+    ukeys: Sequence[Any] | None,
+    values: Sequence[Any],
+    seqs: Sequence[int],
+    ops: Sequence[int],
+    expires: Sequence[Any],
+) -> pa.RecordBatch:
+    """Build a sorted segment batch from column lists of Python objects.
+
+    ``values[i]`` (and ``ukeys[i]``) may be None on tombstone rows; ``expires[i]`` may be None.
+    """
+    assert spec.key_schema is not None
+    n = len(keys)
+    key_cols = list(zip(*keys)) if n else [() for _ in spec.key_schema]
+    key_arrays = [pa.array(list(c), type=f.type) for c, f in zip(key_cols, spec.key_schema)]
+    value_mask = pa.array([v is None for v in values], type=pa.bool_())
+    value_cols: list[list[Any]] = [[] for _ in spec.value_schema]
+    for v in values:
+        if v is None:
+            for col in value_cols:
+                col.append(None)
+        else:
+            for col, item in zip(value_cols, v):
+                col.append(item)
+    value_arrays = [pa.array(c, type=f.type) for c, f in zip(value_cols, spec.value_schema)]
+    columns: dict[str, pa.Array] = {}
+    flat_names: list[str] = []
+    for f, a in zip(spec.key_schema, key_arrays):
+        columns[f"k.{f.name}"] = a
+        flat_names.append(f"k.{f.name}")
+    ukey_schema = spec.ukey_schema
+    ukey_arrays: list[pa.Array] = []
+    ukey_mask = None
+    if ukey_schema is not None:
+        assert ukeys is not None
+        ukey_mask = pa.array([u is None for u in ukeys], type=pa.bool_())
+        ucols: list[list[Any]] = [[] for _ in ukey_schema]
+        for u in ukeys:
+            if u is None:
+                for col in ucols:
+                    col.append(None)
+            else:
+                for col, item in zip(ucols, u):
+                    col.append(item)
+        ukey_arrays = [pa.array(c, type=f.type) for c, f in zip(ucols, ukey_schema)]
+        for f, a in zip(ukey_schema, ukey_arrays):
+            columns[f"u.{f.name}"] = a
+            flat_names.append(f"u.{f.name}")
+    seq_arr = pa.array(seqs, type=pa.int64())
+    columns[SEQ] = seq_arr
+    flat = pa.table(columns)
+    order = pc.sort_indices(flat, sort_keys=[(name, "ascending") for name in [*flat_names, SEQ]])
+    key_struct = _struct(list(spec.key_schema), [a.take(order) for a in key_arrays], None)
+    out: dict[str, pa.Array] = {"key": key_struct}
+    if ukey_schema is not None:
+        assert ukey_mask is not None
+        out["ukey"] = _struct(
+            list(ukey_schema), [a.take(order) for a in ukey_arrays], ukey_mask.take(order)
+        )
+    out["value"] = _struct(
+        list(spec.value_schema), [a.take(order) for a in value_arrays], value_mask.take(order)
+    )
+    out[SEQ] = seq_arr.take(order)
+    out[OP] = pa.array(ops, type=pa.int8()).take(order)
+    out[EXPIRES] = pa.array(expires, type=pa.int64()).take(order)
+    return pa.RecordBatch.from_pydict(out, schema=spec.row_schema())
+
+
+def sort_batch(spec: TableSpec, batch: pa.RecordBatch) -> pa.RecordBatch:
+    """Sort a batch in the row layout by (key, ukey, seq)."""
+    names: list[str] = []
+    cols: dict[str, pa.Array] = {}
+    key_struct = batch.column("key")
+    assert spec.key_schema is not None
+    for i, f in enumerate(spec.key_schema):
+        cols[f"k.{f.name}"] = key_struct.field(i)
+        names.append(f"k.{f.name}")
+    if spec.ukey_schema is not None:
+        ukey_struct = batch.column("ukey")
+        for i, f in enumerate(spec.ukey_schema):
+            cols[f"u.{f.name}"] = ukey_struct.field(i)
+            names.append(f"u.{f.name}")
+    cols[SEQ] = batch.column(SEQ)
+    order = pc.sort_indices(pa.table(cols), sort_keys=[(n, "ascending") for n in [*names, SEQ]])
+    return batch.take(order)
+
+
+class Segment:
+    """An immutable, sorted batch of op rows of one table with a lazy key index.
+
+    Args:
+        spec: the table's spec (with a known key schema).
+        batch: rows in the layout of ``spec.row_schema()``, sorted by key, ukey, seq.
+    """
+
+    __slots__ = ("_cols", "_ends", "_hashes", "_key_fields", "_starts", "batch", "spec")
+
+    def __init__(self, spec: TableSpec, batch: pa.RecordBatch) -> None:
+        self.spec = spec
+        self.batch = batch
+        self._hashes: np.ndarray | None = None
+        self._starts: np.ndarray | None = None
+        self._ends: np.ndarray | None = None
+        self._key_fields: list[pa.Array] | None = None
+        self._cols: list[pa.Array] | None = None
+
+    @property
+    def num_rows(self) -> int:
+        """Rows in the segment."""
+        return int(self.batch.num_rows)
+
+    @property
+    def nbytes(self) -> int:
+        """Exact bytes of the Arrow buffers plus the key index, if built."""
+        index = 0 if self._hashes is None else 3 * 8 * len(self._hashes)
+        return int(self.batch.nbytes) + index
+
+    def min_max_seq(self) -> tuple[int, int]:
+        """Smallest and largest sequence number in the segment."""
+        mm = pc.min_max(self.batch.column(SEQ))
+        return int(mm["min"].as_py()), int(mm["max"].as_py())
+
+    def drop_index(self) -> int:
+        """Forget the key index (rebuilt on the next lookup); returns the bytes freed."""
+        freed = 0 if self._hashes is None else 3 * 8 * len(self._hashes)
+        self._hashes = self._starts = self._ends = None
+        self._key_fields = None
+        return freed
+
+    # -- index ---------------------------------------------------------------------------------
+    def _key_columns(self) -> list[pa.Array]:
+        if self._key_fields is None:
+            self._key_fields = self.batch.column("key").flatten()
+        return self._key_fields
+
+    def _python_keys(self) -> list[tuple[Any, ...]]:
+        cols = [c.to_pylist() for c in self._key_columns()]
+        if len(cols) == 1:
+            return [(v,) for v in cols[0]]
+        return list(zip(*cols))
+
+    def _build_index(self) -> None:
+        keys = self._python_keys()
+        n = len(keys)
+        starts: list[int] = []
+        prev: object = object()
+        for i, k in enumerate(keys):
+            if k != prev:
+                starts.append(i)
+                prev = k
+        start_arr = np.asarray(starts, dtype=np.int64)
+        end_arr = np.empty_like(start_arr)
+        if len(starts):
+            end_arr[:-1] = start_arr[1:]
+            end_arr[-1] = n
+        hashes = np.fromiter((hash(keys[s]) for s in starts), dtype=np.int64, count=len(starts))
+        order = np.argsort(hashes, kind="stable")
+        self._hashes = hashes[order]
+        self._starts = start_arr[order]
+        self._ends = end_arr[order]
+
+    def key_range(self, key: tuple[Any, ...]) -> tuple[int, int] | None:
+        """Row range ``[start, end)`` of the grouping key, or None if it has no rows here."""
+        if self._hashes is None:
+            self._build_index()
+        hashes, starts, ends = self._hashes, self._starts, self._ends
+        assert hashes is not None and starts is not None and ends is not None
+        h = hash(key)
+        i = int(hashes.searchsorted(h))
+        n = len(hashes)
+        key_fields = self._key_columns()
+        while i < n and hashes[i] == h:
+            s = int(starts[i])
+            stored = tuple(col[s].as_py() for col in key_fields)
+            if stored == key:
+                return s, int(ends[i])
+            i += 1
+        return None
+
+    # -- row access ----------------------------------------------------------------------------
+    def _row_columns(self) -> list[pa.Array]:
+        if self._cols is None:
+            b = self.batch
+            cols = [b.column(SEQ), b.column(OP), b.column(EXPIRES)]
+            cols += b.column("value").flatten()
+            if self.spec.ukey_schema is not None:
+                cols += b.column("ukey").flatten()
+            self._cols = cols
+        return self._cols
+
+    def rows(self, start: int, end: int) -> list[OpRow]:
+        """Rows ``[start, end)`` as Python op rows."""
+        cols = self._row_columns()
+        n = end - start
+        lists = [c.slice(start, n).to_pylist() for c in cols]
+        nv = len(self.spec.value_schema)
+        seqs, ops, exps = lists[0], lists[1], lists[2]
+        vals = list(zip(*lists[3 : 3 + nv]))
+        if self.spec.ukey_schema is not None:
+            ukeys: list[Any] = list(zip(*lists[3 + nv :]))
+        else:
+            ukeys = [()] * n
+        return [
+            (seqs[i], ops[i], ukeys[i], vals[i] if ops[i] == 0 else None, exps[i])
+            for i in range(n)
+        ]
+
+    def rows_for(self, key: tuple[Any, ...]) -> list[OpRow]:
+        """All op rows of the grouping key (empty if none), ordered by ukey then seq."""
+        rng = self.key_range(key)
+        if rng is None:
+            return []
+        return self.rows(*rng)
+
+    def iter_key_rows(self) -> Iterator[tuple[tuple[Any, ...], list[OpRow]]]:
+        """Every grouping key with its op rows, in key order (a full scan)."""
+        keys = self._python_keys()
+        n = len(keys)
+        i = 0
+        all_rows = self.rows(0, n) if n else []
+        while i < n:
+            j = i + 1
+            k = keys[i]
+            while j < n and keys[j] == k:
+                j += 1
+            yield k, all_rows[i:j]
+            i = j
+
+    def distinct_keys(self) -> list[tuple[Any, ...]]:
+        """Distinct grouping keys, in key order."""
+        out: list[tuple[Any, ...]] = []
+        prev: object = object()
+        for k in self._python_keys():
+            if k != prev:
+                out.append(k)
+                prev = k
+        return out

@@ -1,0 +1,503 @@
+"""PartitionStore: the named state tables of one (operator, partition), with versioned commits.
+
+Directory layout under the root URI::
+
+    <operator>/<partition>/manifests/<version:020d>.json   one manifest per committed version
+    <operator>/<partition>/data/<state>-<uuid>.parquet      data runs and TTL index runs
+
+Invariants:
+
+* Opening reads one manifest and nothing else: no data file is read until a key needs it, so
+  opening costs the same for any state size.
+* ``commit(v)`` seals every changed table, writes only runs and index changes that are not yet
+  on disk (new files, unique names), then publishes the manifest of ``v`` atomically. The
+  manifest lists every live file, inherited and new. Until it is published nothing of ``v`` is
+  visible; if anything fails the previous version is intact and the commit can be retried.
+* Re-committing a version (a retried batch) overwrites its manifest; files are never reused
+  across attempts, so attempts never clobber each other.
+* After each commit the store keeps the newest ``retain_versions`` manifests and deletes files no
+  retained manifest references (plus, periodically, orphans older than ``orphan_grace_ms``).
+* Sequence numbers are per store, strictly increasing, and persisted in the manifest.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from fsstate.config import StoreConfig
+from fsstate.errors import (
+    CommitError,
+    FsStateError,
+    SchemaError,
+    StateKindError,
+    StoreClosedError,
+    UnknownStateError,
+)
+from fsstate.fileio import FileIO
+from fsstate.manifest import (
+    Manifest,
+    TableEntry,
+    list_versions,
+    manifest_path,
+    read_manifest,
+    write_manifest,
+)
+from fsstate.run import FileRef, file_metadata, new_data_path, write_table_file
+from fsstate.schema import KIND_LIST, KIND_MAP, KIND_VALUE, TableSpec, schema_to_text
+from fsstate.tables import ListTable, MapTable, TableBase, ValueTable
+from fsstate.ttl_index import encode_changes
+
+_SAFE = re.compile(r"[^A-Za-z0-9._=-]")
+
+
+def store_dir_for(operator: str, partition: int) -> str:
+    """Relative directory of a partition store (operator names are made path-safe)."""
+    safe = _SAFE.sub("_", operator) or "_"
+    if safe != operator:
+        safe += "-" + hashlib.sha1(operator.encode()).hexdigest()[:8]
+    return f"{safe}/{int(partition)}"
+
+
+def _file_prefix(name: str) -> str:
+    safe = _SAFE.sub("_", name)[:40]
+    return safe or "state"
+
+
+@dataclass
+class CommitInfo:
+    """What a commit did."""
+
+    version: int
+    files_written: int
+    bytes_written: int
+    duration_ms: float
+
+
+@dataclass
+class TableStats:
+    """Per-table figures."""
+
+    kind: str
+    hot_keys: int
+    hot_bytes_estimate: int
+    runs: int
+    runs_in_memory: int
+    segment_bytes: int
+    disk_bytes: int
+    disk_rows: int
+    ttl_entries: int | None
+
+
+@dataclass
+class StoreStats:
+    """Per-store figures for users (the Spark layer and the demo print them)."""
+
+    operator: str
+    partition: int
+    version: int | None
+    memory_bytes: int
+    disk_bytes: int
+    commits: int
+    bytes_written: int
+    tables: dict[str, TableStats] = field(default_factory=dict)
+
+
+class PartitionStore:
+    """The state of one (operator, partition): named value, list and map tables.
+
+    Use :meth:`open`; the constructor is internal.
+    """
+
+    def __init__(
+        self,
+        fileio: FileIO,
+        operator: str,
+        partition: int,
+        manifest: Manifest | None,
+        config: StoreConfig,
+    ) -> None:
+        self.fileio = fileio
+        self.operator = operator
+        self.partition = partition
+        self.config = config
+        self.store_dir = store_dir_for(operator, partition)
+        self.version: int | None = manifest.version if manifest else None
+        self.next_seq: int = manifest.next_seq if manifest else 0
+        self.now_ms: int = int(time.time() * 1000)
+        self._manifest = manifest
+        self._entries: dict[str, TableEntry] = dict(manifest.tables) if manifest else {}
+        self._tables: dict[str, TableBase] = {}
+        self._dropped = False
+        self._closed = False
+        self._versions: list[int] | None = None
+        self._file_sets: dict[int, frozenset[str]] = {}
+        self._commits = 0
+        self._bytes_written = 0
+
+    # -- opening -------------------------------------------------------------------------------
+    @classmethod
+    def open(
+        cls,
+        uri: str | FileIO,
+        operator: str,
+        partition: int,
+        version: int | None = None,
+        config: StoreConfig | None = None,
+    ) -> PartitionStore:
+        """Open the store of (operator, partition) at a committed version.
+
+        Args:
+            uri: root URI or local path of the state directory, or a FileIO.
+            operator: operator (or query/operator) name.
+            partition: partition id.
+            version: committed version to open; None starts an empty store (version -1).
+            config: store settings.
+
+        Raises:
+            VersionNotFoundError: ``version`` was never committed or is no longer retained.
+            ManifestCorruptError: the manifest of ``version`` is damaged.
+        """
+        fileio = uri if isinstance(uri, FileIO) else FileIO(uri)
+        config = config or StoreConfig()
+        manifest = None
+        if version is not None:
+            manifest = read_manifest(fileio, store_dir_for(operator, partition), version)
+        return cls(fileio, operator, partition, manifest, config)
+
+    @staticmethod
+    def committed_versions(uri: str | FileIO, operator: str, partition: int) -> list[int]:
+        """Committed versions of a store, ascending."""
+        fileio = uri if isinstance(uri, FileIO) else FileIO(uri)
+        return list_versions(fileio, store_dir_for(operator, partition))
+
+    # -- tables --------------------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosedError(
+                f"store {self.store_dir} is closed; open it again with PartitionStore.open"
+            )
+
+    def _declare(self, spec: TableSpec) -> TableBase:
+        self._check_open()
+        existing = self._tables.get(spec.name)
+        old_spec = existing.spec if existing else None
+        entry = self._entries.get(spec.name)
+        if old_spec is None and entry is not None:
+            old_spec = entry.spec
+        if old_spec is not None:
+            if old_spec.kind != spec.kind:
+                raise StateKindError(
+                    f"state {spec.name!r} exists as {old_spec.kind} state, declared now as "
+                    f"{spec.kind} state; use another name or drop it first (deleteIfExists)"
+                )
+            if not old_spec.same_shape(spec):
+                raise SchemaError(
+                    f"state {spec.name!r} was stored with value schema "
+                    f"({schema_to_text(old_spec.value_schema)}), user key "
+                    f"({schema_to_text(old_spec.user_key_schema)}), key "
+                    f"({schema_to_text(old_spec.key_schema)}); it is declared now with "
+                    f"({schema_to_text(spec.value_schema)}), "
+                    f"({schema_to_text(spec.user_key_schema)}), "
+                    f"({schema_to_text(spec.key_schema)}); use a new state name or drop the "
+                    "old one (deleteIfExists)"
+                )
+        if existing is None:
+            if entry is None:
+                entry = TableEntry(spec)
+            elif spec.key_schema is not None and entry.spec.key_schema is None:
+                entry = TableEntry(spec, entry.runs, entry.ttl_runs, entry.range_tombstones)
+            cls: type[TableBase] = {KIND_VALUE: ValueTable, KIND_LIST: ListTable, KIND_MAP: MapTable}[
+                spec.kind
+            ]
+            existing = cls(self, entry)
+            existing.now_ms = self.now_ms
+            self._tables[spec.name] = existing
+            self._entries.pop(spec.name, None)
+        if existing.ttl_ms != spec.ttl_ms:
+            existing.ttl_ms = spec.ttl_ms
+            existing.spec = dataclasses.replace(existing.spec, ttl_ms=spec.ttl_ms)
+        return existing
+
+    def value_table(
+        self,
+        name: str,
+        value_schema: pa.Schema,
+        key_schema: pa.Schema | None = None,
+        ttl_ms: int | None = None,
+    ) -> ValueTable:
+        """Declare (or get) a value state table; see :class:`fsstate.interfaces.ValueTableAPI`."""
+        t = self._declare(TableSpec(name, KIND_VALUE, value_schema, key_schema, None, ttl_ms))
+        assert isinstance(t, ValueTable)
+        return t
+
+    def list_table(
+        self,
+        name: str,
+        value_schema: pa.Schema,
+        key_schema: pa.Schema | None = None,
+        ttl_ms: int | None = None,
+    ) -> ListTable:
+        """Declare (or get) a list state table; see :class:`fsstate.interfaces.ListTableAPI`."""
+        t = self._declare(TableSpec(name, KIND_LIST, value_schema, key_schema, None, ttl_ms))
+        assert isinstance(t, ListTable)
+        return t
+
+    def map_table(
+        self,
+        name: str,
+        user_key_schema: pa.Schema,
+        value_schema: pa.Schema,
+        key_schema: pa.Schema | None = None,
+        ttl_ms: int | None = None,
+    ) -> MapTable:
+        """Declare (or get) a map state table; see :class:`fsstate.interfaces.MapTableAPI`."""
+        spec = TableSpec(name, KIND_MAP, value_schema, key_schema, user_key_schema, ttl_ms)
+        t = self._declare(spec)
+        assert isinstance(t, MapTable)
+        return t
+
+    def table(self, name: str) -> TableBase:
+        """An existing table by name.
+
+        Raises:
+            UnknownStateError: no state of that name was declared or stored.
+        """
+        self._check_open()
+        t = self._tables.get(name)
+        if t is not None:
+            return t
+        entry = self._entries.get(name)
+        if entry is None:
+            raise UnknownStateError(
+                f"state {name!r} is unknown in store {self.store_dir} (known: "
+                f"{sorted(self.table_names())}); declare it first with value_table / "
+                "list_table / map_table"
+            )
+        return self._declare(entry.spec)
+
+    def table_names(self) -> list[str]:
+        """Names of every declared or stored table."""
+        return sorted({*self._tables, *self._entries})
+
+    def drop_table(self, name: str) -> bool:
+        """Delete a state table (its files go once no retained version needs them)."""
+        self._check_open()
+        found = self._tables.pop(name, None) is not None
+        found = self._entries.pop(name, None) is not None or found
+        self._dropped = self._dropped or found
+        return found
+
+    # -- time and TTL --------------------------------------------------------------------------
+    def set_time(self, now_ms: int) -> None:
+        """Set the processing time used for TTL expiry and visibility."""
+        self.now_ms = int(now_ms)
+        for t in self._tables.values():
+            t.now_ms = self.now_ms
+
+    def expire(self) -> int:
+        """Remove every row expired at the current time, in every table; returns rows removed."""
+        self._check_open()
+        for name, entry in list(self._entries.items()):
+            if entry.ttl_runs or entry.spec.ttl_ms is not None:
+                self.table(name)
+        return sum(t.expire() for t in self._tables.values())
+
+    # -- commit --------------------------------------------------------------------------------
+    @property
+    def dirty(self) -> bool:
+        """Whether anything changed since the store was opened or last committed."""
+        if self._dropped:
+            return True
+        for t in self._tables.values():
+            if t.dirty or (t.ttl_loaded and t.ttl_index().dirty):
+                return True
+        return False
+
+    def commit(self, version: int) -> CommitInfo:
+        """Publish the current state as ``version`` (see the module docstring).
+
+        Raises:
+            CommitError: storage failed; the previous version is intact, retry is safe.
+        """
+        self._check_open()
+        if isinstance(version, bool) or not isinstance(version, int) or version < 0:
+            raise CommitError(f"version {version!r} must be a non-negative integer")
+        t0 = time.perf_counter()
+        files = 0
+        written = 0
+        ttl_updates: list[tuple[TableBase, list[FileRef]]] = []
+        try:
+            tables: dict[str, TableEntry] = dict(self._entries)
+            for name, t in self._tables.items():
+                t.seal()
+                for run in t.runs:
+                    if run.ref is None:
+                        ref = run.write(
+                            t.spec, self.fileio, self.store_dir, self.config, _file_prefix(name)
+                        )
+                        files += 1
+                        written += ref.size_bytes
+                ttl_refs = list(t.ttl_refs)
+                if t.ttl_loaded and t.ttl_index().dirty:
+                    rows = t.ttl_index().changes()
+                    if rows:
+                        ref = self._write_index(t, rows)
+                        ttl_refs.append(ref)
+                        files += 1
+                        written += ref.size_bytes
+                ttl_updates.append((t, ttl_refs))
+                ranges = None
+                if t.ranges and t.spec.key_schema is not None:
+                    ranges = t.ranges.to_batch(t.spec.key_schema)
+                refs = [r.ref for r in t.runs if r.ref is not None]
+                tables[name] = TableEntry(t.spec, refs, ttl_refs, ranges)
+            manifest = Manifest(version, self.operator, self.partition, self.next_seq, tables)
+            write_manifest(self.fileio, self.store_dir, manifest)
+        except FsStateError as exc:
+            raise CommitError(
+                f"commit of version {version} of store {self.fileio.describe(self.store_dir)} "
+                f"failed ({exc}); version {self.version} is intact and the commit can be retried"
+            ) from exc
+        for t, ttl_refs in ttl_updates:
+            t.ttl_refs = ttl_refs
+            t.ranges_dirty = False
+            if t.ttl_loaded:
+                t.ttl_index().mark_snapshotted()
+            for run in t.runs:
+                run.release()
+        self._dropped = False
+        self._manifest = manifest
+        self.version = version
+        self._commits += 1
+        self._bytes_written += written
+        self._file_sets[version] = frozenset(manifest.files())
+        self._retain(version)
+        return CommitInfo(version, files, written, (time.perf_counter() - t0) * 1000)
+
+    def _write_index(self, t: TableBase, rows: list[Any]) -> FileRef:
+        table = encode_changes(t.spec, rows).replace_schema_metadata(file_metadata(t.spec, "ttl"))
+        path = new_data_path(_file_prefix(t.name) + "-ttl")
+        size = write_table_file(self.fileio, self.store_dir, path, table, self.config)
+        return FileRef(path, table.num_rows, size)
+
+    # -- retention -----------------------------------------------------------------------------
+    def _files_of(self, version: int) -> frozenset[str]:
+        files = self._file_sets.get(version)
+        if files is None:
+            try:
+                files = frozenset(read_manifest(self.fileio, self.store_dir, version).files())
+            except FsStateError:
+                files = frozenset()  # unreadable manifests pin nothing
+            self._file_sets[version] = files
+        return files
+
+    def _retain(self, committed: int) -> None:
+        if self._versions is None:
+            self._versions = list_versions(self.fileio, self.store_dir)
+        elif committed not in self._versions:
+            self._versions.append(committed)
+            self._versions.sort()
+        keep_n = self.config.retain_versions
+        versions = self._versions
+        if len(versions) > keep_n:
+            drop, keep = versions[:-keep_n], versions[-keep_n:]
+            live: set[str] = set()
+            for v in keep:
+                live |= self._files_of(v)
+            doomed: set[str] = set()
+            for v in drop:
+                doomed |= self._files_of(v)
+            for v in drop:
+                self.fileio.delete(manifest_path(self.store_dir, v))
+                self._file_sets.pop(v, None)
+            for path in doomed - live:
+                self.fileio.delete(f"{self.store_dir}/{path}")
+            self._versions = keep
+        if self._commits % self.config.orphan_scan_every_commits == 0:
+            self._delete_orphans()
+
+    def _delete_orphans(self) -> int:
+        """Delete data files no retained manifest or live run references (after a grace time)."""
+        assert self._versions is not None
+        live: set[str] = set()
+        for v in self._versions:
+            live |= self._files_of(v)
+        for t in self._tables.values():
+            live.update(r.ref.path for r in t.runs if r.ref is not None)
+            live.update(r.path for r in t.ttl_refs)
+        cutoff = int(time.time() * 1000) - self.config.orphan_grace_ms
+        removed = 0
+        prefix = self.store_dir + "/"
+        for f in self.fileio.list(f"{self.store_dir}/data"):
+            rel = f.path[len(prefix) :] if f.path.startswith(prefix) else f.path
+            if rel in live or (f.mtime_ms is not None and f.mtime_ms > cutoff):
+                continue
+            if self.fileio.delete(f.path):
+                removed += 1
+        return removed
+
+    def retained_versions(self) -> list[int]:
+        """Committed versions currently kept on storage, ascending."""
+        if self._versions is None:
+            self._versions = list_versions(self.fileio, self.store_dir)
+        return list(self._versions)
+
+    # -- stats and lifecycle -----------------------------------------------------------------
+    def stats(self) -> StoreStats:
+        """Memory and disk figures of this store (no I/O)."""
+        tables: dict[str, TableStats] = {}
+        mem = disk = 0
+        for name, t in self._tables.items():
+            seg = sum(r.memory_bytes for r in t.runs)
+            dbytes = sum(r.ref.size_bytes for r in t.runs if r.ref is not None)
+            dbytes += sum(r.size_bytes for r in t.ttl_refs)
+            hot = t.hot_bytes_estimate()
+            ttl = len(t.ttl_index()) if t.ttl_loaded else None
+            ttl_bytes = t.ttl_index().nbytes_estimate if t.ttl_loaded else 0
+            tables[name] = TableStats(
+                t.kind,
+                t.hot_keys(),
+                hot,
+                len(t.runs),
+                sum(1 for r in t.runs if r.in_memory),
+                seg,
+                dbytes,
+                sum(r.rows for r in t.runs),
+                ttl,
+            )
+            mem += seg + hot + ttl_bytes
+            disk += dbytes
+        for name, e in self._entries.items():
+            dbytes = sum(r.size_bytes for r in e.runs) + sum(r.size_bytes for r in e.ttl_runs)
+            tables[name] = TableStats(
+                e.spec.kind, 0, 0, len(e.runs), 0, 0, dbytes, sum(r.rows for r in e.runs), None
+            )
+            disk += dbytes
+        return StoreStats(
+            self.operator,
+            self.partition,
+            self.version,
+            mem,
+            disk,
+            self._commits,
+            self._bytes_written,
+            tables,
+        )
+
+    def close(self) -> None:
+        """Release memory; uncommitted changes are discarded."""
+        self._tables.clear()
+        self._entries.clear()
+        self._closed = True
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._closed

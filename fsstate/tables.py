@@ -1,0 +1,501 @@
+"""Typed state tables: value, list and map state over the memtable, segments and runs.
+
+Invariants (besides those of :mod:`fsstate.interfaces`):
+
+* Validation comes first: a call with a bad key, user key or value raises before any view,
+  dirty set, sequence number or TTL index entry changes.
+* Keys are validated on their first touch (when the view is loaded); later calls with the same
+  key hit the view directly.
+* The TTL index is one-to-one with live rows for value and map state and holds one minimum
+  entry per grouping key for list state; every write, delete and cleanup keeps it so.
+* ``runs`` are ordered by sequence number; any batched write seals the memtable first, so the
+  order holds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from fsstate import interfaces
+from fsstate.errors import SchemaError
+from fsstate.manifest import TableEntry
+from fsstate.memtable import estimate_view_bytes, seal_rows, view_rows
+from fsstate.run import FileRef, Run, read_table_file
+from fsstate.schema import (
+    EXPIRES,
+    KIND_LIST,
+    KIND_MAP,
+    KIND_VALUE,
+    OP,
+    OP_CLEAR,
+    SEQ,
+    TableSpec,
+    infer_key_schema,
+    make_checker,
+)
+from fsstate.segment import OpRow, Segment, build_batch, sort_batch
+from fsstate.tombstones import (
+    ABSENT,
+    RangeTombstones,
+    in_range,
+    replay_list,
+    replay_map,
+    replay_value,
+)
+from fsstate.ttl_index import TtlIndex, decode_rows
+
+if TYPE_CHECKING:
+    from fsstate.store import PartitionStore
+
+Key = tuple[Any, ...]
+
+
+class TableBase:
+    """Machinery shared by the three kinds: views, dirt, runs, TTL index, range tombstones."""
+
+    kind = ""
+
+    def __init__(self, store: PartitionStore, entry: TableEntry) -> None:
+        self._store = store
+        self.spec = entry.spec
+        self.name = entry.spec.name
+        self.ttl_ms: int | None = entry.spec.ttl_ms
+        self.now_ms: int = store.now_ms
+        self._views: dict[Key, Any] = {}
+        self._dirty: dict[Key, Any] = {}
+        self.runs: list[Run] = [Run(None, ref) for ref in entry.runs]
+        self.ttl_refs: list[FileRef] = list(entry.ttl_runs)
+        self._ttl: TtlIndex | None = None if entry.ttl_runs else TtlIndex()
+        self.ranges = RangeTombstones.from_batch(entry.range_tombstones)
+        self.ranges_dirty = False
+        self._value_check = make_checker(self.name, "value", self.spec.value_schema)
+        self._key_check = (
+            make_checker(self.name, "grouping key", self.spec.key_schema)
+            if self.spec.key_schema is not None
+            else None
+        )
+
+    # -- keys and schema ---------------------------------------------------------------------
+    def _check_key(self, key: Any) -> Key:
+        check = self._key_check
+        if check is None:
+            schema = infer_key_schema(self.name, key)
+            self.spec = TableSpec(
+                self.spec.name,
+                self.spec.kind,
+                self.spec.value_schema,
+                schema,
+                self.spec.user_key_schema,
+                self.spec.ttl_ms,
+            )
+            check = self._key_check = make_checker(self.name, "grouping key", schema)
+        return check(key)
+
+    @property
+    def dirty(self) -> bool:
+        """Whether the table changed since its last seal or commit."""
+        return bool(self._dirty) or self.ranges_dirty or any(r.ref is None for r in self.runs)
+
+    def _next_seq(self) -> int:
+        st = self._store
+        seq = st.next_seq
+        st.next_seq = seq + 1
+        return seq
+
+    def _expiry(self) -> int | None:
+        ttl = self.ttl_ms
+        return None if ttl is None else self.now_ms + ttl
+
+    # -- cold reads ----------------------------------------------------------------------------
+    def _segment(self, run: Run) -> Segment:
+        return run.segment(self.spec, self._store.fileio, self._store.store_dir)
+
+    def _cold_rows(self, key: Key) -> list[OpRow]:
+        """Op rows of ``key`` from the sealed runs, newest run first, stopping when shadowed."""
+        out: list[OpRow] = []
+        stop_at_first = self.kind == KIND_VALUE
+        for run in reversed(self.runs):
+            rows = self._segment(run).rows_for(key)
+            if not rows:
+                continue
+            out.extend(rows)
+            if stop_at_first or any(r[1] == OP_CLEAR for r in rows):
+                break
+        return out
+
+    def _replay(self, key: Key, rows: list[OpRow]) -> Any:
+        floor = self.ranges.floor(key) if self.ranges else -1
+        if self.kind == KIND_VALUE:
+            return replay_value(rows, floor)
+        if self.kind == KIND_MAP:
+            return replay_map(rows, floor)
+        return replay_list(rows, floor)
+
+    def _load(self, key: Key) -> Any:
+        """Load (and cache) the complete view of a validated key from the sealed tiers."""
+        view = self._replay(key, self._cold_rows(key)) if self.runs else self._empty()
+        self._views[key] = view
+        return view
+
+    def _view(self, key: Any) -> tuple[Key, Any]:
+        view = self._views.get(key)
+        if view is None:
+            key = self._check_key(key)
+            view = self._views.get(key)
+            if view is None:
+                view = self._load(key)
+        return key, view
+
+    def _empty(self) -> Any:
+        return ABSENT if self.kind == KIND_VALUE else ({} if self.kind == KIND_MAP else [])
+
+    # -- TTL index -----------------------------------------------------------------------------
+    def ttl_index(self) -> TtlIndex:
+        """The table's TTL index, loaded from its index runs on first use."""
+        idx = self._ttl
+        if idx is None:
+            idx = TtlIndex()
+            st = self._store
+            for ref in self.ttl_refs:
+                table = read_table_file(st.fileio, st.store_dir, ref)
+                for op, exp, entry, count in decode_rows(self.spec, table):
+                    idx.apply_row(op, exp, entry, count)
+            self._ttl = idx
+        return idx
+
+    @property
+    def indexed(self) -> bool:
+        """Whether writes must maintain the TTL index (a TTL now, or entries from before)."""
+        return self.ttl_ms is not None or bool(self.ttl_refs) or bool(self._ttl)
+
+    @property
+    def ttl_loaded(self) -> bool:
+        """Whether the TTL index is in memory."""
+        return self._ttl is not None
+
+    # -- whole-table operations ----------------------------------------------------------------
+    def delete_range(self, lo: Key, hi: Key) -> None:
+        """Remove every grouping key ``k`` with ``lo <= k < hi`` (a range tombstone)."""
+        lo = self._check_key(lo)
+        hi = self._check_key(hi)
+        idx = self.ttl_index() if self.indexed else None
+        seq = self._next_seq()
+        self.ranges.add(lo, hi, seq)
+        self.ranges_dirty = True
+        empty = self._empty
+        for k in list(self._views):
+            if in_range(k, lo, hi):
+                self._views[k] = empty()
+                self._dirty.pop(k, None)
+        if idx is not None:
+            if self.kind == KIND_MAP:
+                doomed = idx.entries_where(lambda e: in_range(e[0], lo, hi))
+            else:
+                doomed = idx.entries_where(lambda e: in_range(e, lo, hi))
+            for entry in doomed:
+                idx.discard(entry)
+
+    def all_keys(self) -> list[Key]:
+        """Every grouping key with rows in any tier (live or not), in no particular order."""
+        seen: dict[Key, None] = dict.fromkeys(self._views)
+        for run in self.runs:
+            for k in self._segment(run).distinct_keys():
+                seen[k] = None
+        return list(seen)
+
+    def _view_nocache(self, key: Key) -> Any:
+        view = self._views.get(key)
+        if view is not None:
+            return view
+        return self._replay(key, self._cold_rows(key)) if self.runs else self._empty()
+
+    def keys(self) -> Iterator[Key]:
+        """Every grouping key with live state (a full scan, not a hot path)."""
+        out = []
+        for k in self.all_keys():
+            if self._live(self._view_nocache(k)):
+                out.append(k)
+        return iter(out)
+
+    def _live(self, view: Any) -> bool:
+        now = self.now_ms
+        if self.kind == KIND_VALUE:
+            return view is not ABSENT and (view[1] is None or view[1] > now)
+        entries = view.values() if self.kind == KIND_MAP else view
+        return any(e[1] is None or e[1] > now for e in entries)
+
+    def exists(self, key: Key) -> bool:
+        """Whether the key holds live state in this table."""
+        return self._live(self._view(key)[1])
+
+    # -- sealing ---------------------------------------------------------------------------------
+    def seal(self) -> Run | None:
+        """Turn the pending changes into an immutable in-memory run (None if nothing changed)."""
+        if not self._dirty:
+            return None
+        rows = seal_rows(self.spec, self._views, self._dirty)
+        has_ukey = self.spec.ukey_schema is not None
+        batch = build_batch(
+            self.spec,
+            rows.keys,
+            rows.ukeys if has_ukey else None,
+            rows.values,
+            rows.seqs,
+            rows.ops,
+            rows.expires,
+        )
+        run = Run(Segment(self.spec, batch), None)
+        self.runs.append(run)
+        self._dirty = {}
+        return run
+
+    def evict_clean(self) -> int:
+        """Drop every clean view (dirty ones stay pinned); returns the estimated bytes freed."""
+        freed = 0
+        kind = self.kind
+        dirty = self._dirty
+        keep = {}
+        for k, v in self._views.items():
+            if k in dirty:
+                keep[k] = v
+            else:
+                freed += estimate_view_bytes(kind, v)
+        self._views = keep
+        return freed
+
+    def _forget_views(self, keys: Sequence[Key]) -> None:
+        views = self._views
+        if views:
+            for k in keys:
+                views.pop(k, None)
+
+    # -- stats -----------------------------------------------------------------------------------
+    def hot_keys(self) -> int:
+        """Views held in memory."""
+        return len(self._views)
+
+    def hot_bytes_estimate(self) -> int:
+        """Estimated bytes of the views."""
+        kind = self.kind
+        return sum(estimate_view_bytes(kind, v) for v in self._views.values())
+
+    def primary_rows_with_ttl(self) -> int:
+        """Rows carrying an expiry across every live key (a full scan, for invariant checks)."""
+        total = 0
+        for k in self.all_keys():
+            view = self._view_nocache(k)
+            if self.kind == KIND_VALUE:
+                total += 0 if view is ABSENT or view[1] is None else 1
+            elif self.kind == KIND_MAP:
+                total += sum(1 for e in view.values() if e[1] is not None)
+            else:
+                total += 1 if any(e[1] is not None for e in view) else 0
+        return total
+
+    # -- batched writes helpers -----------------------------------------------------------------
+    def _keys_from_table(self, keys: pa.Table) -> tuple[pa.StructArray, list[Key]]:
+        """Validate a table of keys against the key schema; returns the struct and tuples."""
+        if not isinstance(keys, (pa.Table, pa.RecordBatch)):
+            raise SchemaError(f"state {self.name!r}: keys must be a pyarrow Table, got {type(keys)}")
+        schema = self.spec.key_schema
+        if schema is None:
+            schema = pa.schema([f.with_nullable(True) for f in keys.schema])
+            self.spec = TableSpec(
+                self.spec.name,
+                self.spec.kind,
+                self.spec.value_schema,
+                schema,
+                self.spec.user_key_schema,
+                self.spec.ttl_ms,
+            )
+            self._key_check = make_checker(self.name, "grouping key", schema)
+        struct = _struct_of(self.name, "grouping key", keys, schema)
+        cols = [c.to_pylist() for c in struct.flatten()]
+        return struct, list(zip(*cols))
+
+
+    def _append_batch(
+        self,
+        key_struct: pa.StructArray,
+        ukey_struct: pa.StructArray | None,
+        value_struct: pa.StructArray,
+        key_list: list[Key],
+    ) -> None:
+        """Append a sorted run of put rows built from Arrow arrays (no per-row Python)."""
+        self.seal()
+        n = len(key_list)
+        st = self._store
+        start = st.next_seq
+        st.next_seq = start + n
+        cols: dict[str, Any] = {"key": key_struct}
+        if ukey_struct is not None:
+            cols["ukey"] = ukey_struct
+        cols["value"] = value_struct
+        cols[SEQ] = pa.array(range(start, start + n), type=pa.int64())
+        cols[OP] = pa.nulls(n, pa.int8()).fill_null(0)
+        cols[EXPIRES] = pa.nulls(n, pa.int64())
+        batch = pa.RecordBatch.from_pydict(cols, schema=self.spec.row_schema())
+        self.runs.append(Run(Segment(self.spec, sort_batch(self.spec, batch)), None))
+        self._forget_views(key_list)
+
+
+def _struct_of(state: str, what: str, table: pa.Table | pa.RecordBatch, schema: pa.Schema) -> Any:
+    """Cast a table to ``schema`` (by position) and return it as one struct array."""
+    if not isinstance(table, (pa.Table, pa.RecordBatch)):
+        raise SchemaError(f"state {state!r}: {what}s must be a pyarrow Table, got {type(table)}")
+    if table.num_columns != len(schema):
+        raise SchemaError(
+            f"state {state!r}: the {what} table has {table.num_columns} column(s) "
+            f"{table.schema.names}, the schema has {len(schema)} ({schema.names})"
+        )
+    arrays = []
+    for col, field in zip(table.columns, schema):
+        arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+        if not arr.type.equals(field.type):
+            try:
+                arr = arr.cast(field.type, safe=True)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                raise SchemaError(
+                    f"state {state!r}: {what} column {field.name!r} has type {arr.type}, "
+                    f"expected {field.type} ({exc})"
+                ) from None
+        if not field.nullable and arr.null_count:
+            raise SchemaError(f"state {state!r}: {what} column {field.name!r} holds nulls")
+        arrays.append(arr)
+    return pa.StructArray.from_arrays(arrays, fields=list(schema))
+
+
+class ValueTable(TableBase, interfaces.ValueTableAPI):
+    """One value per grouping key (Spark's ValueState)."""
+
+    kind = KIND_VALUE
+
+    def get(self, key: Key) -> tuple[Any, ...] | None:
+        """The live value of the key, or None."""
+        e = self._views.get(key)
+        if e is None:
+            e = self._view(key)[1]
+        if e is ABSENT:
+            return None
+        exp = e[1]
+        if exp is not None and exp <= self.now_ms:
+            return None
+        v: tuple[Any, ...] = e[0]
+        return v
+
+    def exists(self, key: Key) -> bool:
+        """Whether the key holds a live value."""
+        return self.get(key) is not None
+
+    def update(self, key: Key, value: tuple[Any, ...]) -> None:
+        """Set the key's value; with a TTL its expiry becomes now + ttl."""
+        value = self._value_check(value)
+        views = self._views
+        if not self.indexed:
+            if key not in views:
+                key = self._check_key(key)
+            st = self._store
+            seq = st.next_seq
+            st.next_seq = seq + 1
+            views[key] = (value, None, seq)
+            self._dirty[key] = seq
+            return
+        key, _ = self._view(key)
+        idx = self.ttl_index()
+        seq = self._next_seq()
+        exp = self._expiry()
+        views[key] = (value, exp, seq)
+        self._dirty[key] = seq
+        if exp is None:
+            idx.discard(key)
+        else:
+            idx.set(key, exp)
+
+    def clear(self, key: Key) -> None:
+        """Remove the key's value."""
+        indexed = self.indexed
+        view = self._views.get(key)
+        if view is None:
+            if indexed:
+                key, view = self._view(key)
+            else:
+                key = self._check_key(key)
+                view = self._views.get(key)
+        if view is ABSENT:
+            return
+        seq = self._next_seq()
+        self._views[key] = ABSENT
+        self._dirty[key] = seq
+        if indexed:
+            self.ttl_index().discard(key)
+
+    def expire(self) -> int:
+        """Remove values expired at the current time; returns how many were removed."""
+        if not self.indexed:
+            return 0
+        idx = self.ttl_index()
+        now = self.now_ms
+        removed = 0
+        for exp, key in idx.pop_expired(now):
+            idx.lookups += 1
+            view = self._views.get(key)
+            if view is None:
+                view = self._load(key)  # type: ignore[arg-type]
+            if view is ABSENT:
+                continue
+            if view[1] is not None and view[1] <= now:
+                self._views[key] = ABSENT  # type: ignore[index]
+                self._dirty[key] = self._next_seq()  # type: ignore[index]
+                removed += 1
+            elif view[1] is not None:
+                idx.set(key, view[1])
+        return removed
+
+    def get_many(self, keys: pa.Table) -> pa.Table:
+        """Values for a table of keys, in input order, with a boolean ``_found`` column."""
+        _, key_list = self._keys_from_table(keys)
+        get = self.get
+        vals = [get(k) for k in key_list]
+        return _values_table(self.spec.value_schema, vals)
+
+    def put_many(self, keys: pa.Table, values: pa.Table) -> None:
+        """Set values for many keys; later rows win over earlier rows of the same key."""
+        key_struct, key_list = self._keys_from_table(keys)
+        value_struct = _struct_of(self.name, "value", values, self.spec.value_schema)
+        if len(key_list) != len(value_struct):
+            raise SchemaError(
+                f"state {self.name!r}: {len(key_list)} keys but {len(value_struct)} values"
+            )
+        if not key_list:
+            return
+        if self.indexed:
+            for k, v in zip(key_list, value_struct.to_pylist()):
+                self.update(k, tuple(v.values()))
+            return
+        self._append_batch(key_struct, None, value_struct, key_list)
+
+def _values_table(schema: pa.Schema, vals: list[Any]) -> pa.Table:
+    cols: list[list[Any]] = [[] for _ in schema]
+    found = []
+    for v in vals:
+        if v is None:
+            found.append(False)
+            for c in cols:
+                c.append(None)
+        else:
+            found.append(True)
+            for c, x in zip(cols, v):
+                c.append(x)
+    arrays = [pa.array(c, type=f.type) for c, f in zip(cols, schema)]
+    return pa.Table.from_arrays(
+        [*arrays, pa.array(found, type=pa.bool_())],
+        schema=pa.schema([*(f.with_nullable(True) for f in schema), pa.field("_found", pa.bool_())]),
+    )
+
+
+from fsstate.tables_collections import ListTable, MapTable  # noqa: E402
+
+__all__ = ["ListTable", "MapTable", "TableBase", "ValueTable"]
