@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import uuid
+import zlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -139,27 +140,22 @@ class FileIO:
             self._discard(tmp)
             raise StorageError(f"cannot write {self.describe(path)}: {exc}") from exc
 
-    def write_parquet(self, path: str, table: pa.Table, **options: Any) -> int:
+    def write_parquet(self, path: str, table: pa.Table, **options: Any) -> tuple[int, int]:
         """Write ``table`` as a Parquet file published atomically at ``path``.
 
+        The file is encoded in memory first, so its CRC-32 is known before it is published.
+
         Returns:
-            The size of the published file in bytes.
+            (size in bytes, CRC-32 of the whole file).
         """
-        target = self.full(path)
-        tmp = self._temp_name(target)
+        sink = pa.BufferOutputStream()
         try:
-            self._ensure_parent(target)
-            with self.fs.open_output_stream(tmp) as sink:
-                pq.write_table(table, sink, write_page_checksum=True, **options)
-            if tmp != target:
-                self.fs.move(tmp, target)
-        except (OSError, pa.ArrowException) as exc:
-            self._discard(tmp)
-            raise StorageError(f"cannot write {self.describe(path)}: {exc}") from exc
-        size = self.size(path)
-        if size is None:
-            raise StorageError(f"{self.describe(path)} vanished right after it was written")
-        return size
+            pq.write_table(table, sink, write_page_checksum=True, **options)
+        except (pa.ArrowException, ValueError) as exc:
+            raise StorageError(f"cannot encode {self.describe(path)}: {exc}") from exc
+        data = sink.getvalue().to_pybytes()
+        self.publish_bytes(path, data)
+        return len(data), zlib.crc32(data)
 
     def delete(self, path: str) -> bool:
         """Delete a file; returns False if it was already gone."""

@@ -17,13 +17,15 @@ Invariants:
 from __future__ import annotations
 
 import uuid
+import zlib
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from fsstate.config import StoreConfig
-from fsstate.errors import DataFileCorruptError, StorageError
+from fsstate.errors import DataFileCorruptError
 from fsstate.fileio import FileIO
 from fsstate.schema import FORMAT_VERSION, TableSpec
 from fsstate.segment import Segment
@@ -39,6 +41,7 @@ class FileRef:
         size_bytes: exact file size, checked before decoding.
         min_seq: smallest sequence number (data runs) or 0.
         max_seq: largest sequence number (data runs) or 0.
+        crc32: CRC-32 of the whole file, checked whenever the whole file is read.
     """
 
     path: str
@@ -46,6 +49,7 @@ class FileRef:
     size_bytes: int
     min_seq: int = 0
     max_seq: int = 0
+    crc32: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         """JSON form for the manifest."""
@@ -55,6 +59,7 @@ class FileRef:
             "size_bytes": self.size_bytes,
             "min_seq": self.min_seq,
             "max_seq": self.max_seq,
+            "crc32": self.crc32,
         }
 
     @staticmethod
@@ -66,6 +71,7 @@ class FileRef:
             int(obj["size_bytes"]),
             int(obj.get("min_seq", 0)),
             int(obj.get("max_seq", 0)),
+            obj.get("crc32"),
         )
 
 
@@ -90,8 +96,8 @@ def write_table_file(
     path: str,
     table: pa.Table,
     config: StoreConfig,
-) -> int:
-    """Write a Parquet file under the store directory; returns its size in bytes."""
+) -> tuple[int, int]:
+    """Write a Parquet file under the store directory; returns (size in bytes, CRC-32)."""
     compression = None if config.compression == "none" else config.compression
     return fileio.write_parquet(
         f"{store_dir}/{path}",
@@ -116,10 +122,15 @@ def read_table_file(fileio: FileIO, store_dir: str, ref: FileRef) -> pa.Table:
             "(truncated or overwritten); open an older version that does not use it",
             where,
         )
+    data = fileio.read_bytes(full)
+    if len(data) != ref.size_bytes or (ref.crc32 is not None and zlib.crc32(data) != ref.crc32):
+        raise DataFileCorruptError(
+            f"state file {where} fails its checksum (corrupted on storage); open an older "
+            "version that does not use it",
+            where,
+        )
     try:
-        table = fileio.open_parquet(full).read()
-    except StorageError:
-        raise
+        table = pq.read_table(pa.BufferReader(data))
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise DataFileCorruptError(
             f"state file {where} cannot be decoded ({exc}); open an older version", where
@@ -194,8 +205,8 @@ class Run:
             file_metadata(spec, "data")
         )
         path = new_data_path(prefix)
-        size = write_table_file(fileio, store_dir, path, table, config)
-        self.ref = FileRef(path, self.rows, size, self.min_seq, self.max_seq)
+        size, crc = write_table_file(fileio, store_dir, path, table, config)
+        self.ref = FileRef(path, self.rows, size, self.min_seq, self.max_seq, crc)
         return self.ref
 
     def release(self) -> int:

@@ -53,7 +53,7 @@ SEQ = "_seq"
 OP = "_op"
 EXPIRES = "_expires_at_ms"
 
-LIST_UKEY_SCHEMA = pa.schema([pa.field("elem_seq", pa.int64(), nullable=False)])
+LIST_UKEY_SCHEMA = pa.schema([pa.field("elem_seq", pa.int64())])
 
 Checker = Callable[[Any], tuple[Any, ...]]
 

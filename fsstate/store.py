@@ -384,8 +384,8 @@ class PartitionStore:
     def _write_index(self, t: TableBase, rows: list[Any]) -> FileRef:
         table = encode_changes(t.spec, rows).replace_schema_metadata(file_metadata(t.spec, "ttl"))
         path = new_data_path(_file_prefix(t.name) + "-ttl")
-        size = write_table_file(self.fileio, self.store_dir, path, table, self.config)
-        return FileRef(path, table.num_rows, size)
+        size, crc = write_table_file(self.fileio, self.store_dir, path, table, self.config)
+        return FileRef(path, table.num_rows, size, crc32=crc)
 
     # -- retention -----------------------------------------------------------------------------
     def _files_of(self, version: int) -> frozenset[str]:

@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from fsstate import interfaces
 from fsstate.errors import SchemaError
-from fsstate.schema import KIND_LIST, KIND_MAP, make_checker
+from fsstate.schema import KIND_LIST, KIND_MAP, LIST_UKEY_SCHEMA, make_checker
 from fsstate.tables import Key, TableBase, _struct_of, _values_table
 
 if TYPE_CHECKING:
@@ -167,7 +167,7 @@ class ListTable(TableBase, interfaces.ListTableAPI):
         self.seal()
         start = self._store.next_seq
         elems = pa.array(range(start, start + len(key_list)), type=pa.int64())
-        ukey = pa.StructArray.from_arrays([elems], fields=[pa.field("elem_seq", pa.int64(), False)])
+        ukey = pa.StructArray.from_arrays([elems], fields=list(LIST_UKEY_SCHEMA))
         self._append_batch(key_struct, ukey, value_struct, key_list)
 
 

@@ -1,0 +1,195 @@
+"""Incremental snapshots, lazy restore, re-commits and retention on real files."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from fsstate import PartitionStore, StoreConfig
+from fsstate.errors import (
+    DataFileCorruptError,
+    ManifestCorruptError,
+    VersionNotFoundError,
+)
+from tests.fsstate.conftest import KEY, VAL
+
+Factory = Callable[..., PartitionStore]
+
+
+def _data_files(root: Path) -> set[str]:
+    return {p.name for p in root.rglob("data/*.parquet")}
+
+
+def test_commit_writes_only_changes(make_store: Factory, tmp_path: Path) -> None:
+    s = make_store()
+    t = s.value_table("v", VAL, KEY)
+    for i in range(20_000):
+        t.update((f"k{i}",), (i, f"label-{i * 7919 % 10007}"))
+    first = s.commit(0)
+    t.update(("k1",), (-1, "changed"))
+    second = s.commit(1)
+    assert second.files_written == 1
+    assert second.bytes_written < first.bytes_written / 5
+    untouched = s.commit(2)
+    assert untouched.files_written == 0 and untouched.bytes_written == 0
+    s2 = PartitionStore.open(str(tmp_path / "state"), "op", 0, 2)
+    t2 = s2.value_table("v", VAL, KEY)
+    assert t2.get(("k1",)) == (-1, "changed") and t2.get(("k999",)) == (999, f"label-{999 * 7919 % 10007}")
+
+
+def test_open_is_lazy(make_store: Factory, tmp_path: Path) -> None:
+    s = make_store()
+    t = s.value_table("v", VAL, KEY)
+    t.update(("a",), (1, "x"))
+    s.commit(0)
+    for f in (tmp_path / "state").rglob("data/*.parquet"):
+        f.write_bytes(b"garbage")  # opening must not read data files
+    s2 = PartitionStore.open(str(tmp_path / "state"), "op", 0, 0)
+    t2 = s2.value_table("v", VAL, KEY)
+    with pytest.raises(DataFileCorruptError) as info:
+        t2.get(("a",))
+    assert ".parquet" in str(info.value) and info.value.path.endswith(".parquet")
+
+
+def test_state_file_is_plain_parquet(make_store: Factory, tmp_path: Path) -> None:
+    s = make_store()
+    m = s.map_table("m", pa.schema([pa.field("item", pa.string())]), VAL, KEY)
+    m.update(("alice",), ("book",), (3, "x"))
+    s.commit(0)
+    (path,) = list((tmp_path / "state").rglob("data/m-*.parquet"))
+    table = pq.read_table(path)
+    flat = table.flatten()
+    assert flat.column("key.user").to_pylist() == ["alice"]
+    assert flat.column("ukey.item").to_pylist() == ["book"]
+    assert flat.column("value.count").type == pa.int64()
+    assert flat.column("value.count").to_pylist() == [3]
+    assert table.schema.metadata[b"fsstate.state"] == b"m"
+
+
+def test_recommit_overwrites_and_attempts_do_not_clash(make_store: Factory, tmp_path: Path) -> None:
+    s = make_store()
+    t = s.value_table("v", VAL, KEY)
+    t.update(("a",), (1, "x"))
+    s.commit(0)
+    # two attempts of batch 1 from version 0
+    a1 = PartitionStore.open(str(tmp_path / "state"), "op", 0, 0)
+    a1.value_table("v", VAL, KEY).update(("a",), (2, "attempt1"))
+    a1.commit(1)
+    a2 = PartitionStore.open(str(tmp_path / "state"), "op", 0, 0)
+    a2.value_table("v", VAL, KEY).update(("a",), (2, "attempt2"))
+    a2.commit(1)
+    r = PartitionStore.open(str(tmp_path / "state"), "op", 0, 1)
+    assert r.value_table("v", VAL, KEY).get(("a",)) == (2, "attempt2")
+
+
+def test_retention_deletes_unreferenced_files(make_store: Factory, tmp_path: Path) -> None:
+    s = make_store(retain_versions=3)
+    t = s.value_table("v", VAL, KEY)
+    for version in range(10):
+        t.update(("a",), (version, "x"))
+        s.commit(version)
+    assert s.retained_versions() == [7, 8, 9]
+    with pytest.raises(VersionNotFoundError, match="retained versions: 7, 8, 9"):
+        PartitionStore.open(str(tmp_path / "state"), "op", 0, 2)
+    referenced: set[str] = set()
+    for v in (7, 8, 9):
+        r = PartitionStore.open(str(tmp_path / "state"), "op", 0, v)
+        referenced |= {os.path.basename(p) for p in r._manifest.files()}  # type: ignore[union-attr]
+    assert _data_files(tmp_path / "state") == referenced
+    assert PartitionStore.open(str(tmp_path / "state"), "op", 0, 7).value_table(
+        "v", VAL, KEY
+    ).get(("a",)) == (7, "x")
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "garbage"])
+def test_corrupt_manifest_names_file_and_previous_opens(
+    make_store: Factory, tmp_path: Path, damage: str
+) -> None:
+    s = make_store()
+    t = s.value_table("v", VAL, KEY)
+    t.update(("a",), (1, "x"))
+    s.commit(0)
+    t.update(("a",), (2, "y"))
+    s.commit(1)
+    (mpath,) = [p for p in (tmp_path / "state").rglob("manifests/*.json") if p.stem.endswith("1")]
+    data = mpath.read_bytes()
+    if damage == "truncate":
+        mpath.write_bytes(data[: len(data) // 2])
+    elif damage == "flip":
+        mpath.write_bytes(data.replace(b'"next_seq": ', b'"next_seq": 9'))
+    else:
+        mpath.write_bytes(b"\x00\xff" * 10)
+    with pytest.raises(ManifestCorruptError) as info:
+        PartitionStore.open(str(tmp_path / "state"), "op", 0, 1)
+    assert str(mpath) in str(info.value) and info.value.path == str(mpath)
+    prev = PartitionStore.open(str(tmp_path / "state"), "op", 0, 0)
+    assert prev.value_table("v", VAL, KEY).get(("a",)) == (1, "x")
+
+
+@pytest.mark.parametrize("damage", ["truncate", "bitflip", "delete"])
+def test_corrupt_data_file_names_file_and_previous_opens(
+    make_store: Factory, tmp_path: Path, damage: str
+) -> None:
+    s = make_store()
+    t = s.value_table("v", VAL, KEY)
+    t.update(("a",), (1, "x"))
+    s.commit(0)
+    before = _data_files(tmp_path / "state")
+    t.update(("a",), (2, "y" * 100))
+    s.commit(1)
+    (new_name,) = _data_files(tmp_path / "state") - before
+    (path,) = list((tmp_path / "state").rglob(new_name))
+    data = path.read_bytes()
+    if damage == "truncate":
+        path.write_bytes(data[:-20])
+    elif damage == "bitflip":
+        i = data.index(b"yyyy")
+        path.write_bytes(data[:i] + b"zzzz" + data[i + 4 :])
+    else:
+        path.unlink()
+    s1 = PartitionStore.open(str(tmp_path / "state"), "op", 0, 1)
+    with pytest.raises(DataFileCorruptError) as info:
+        s1.value_table("v", VAL, KEY).get(("a",))
+    assert new_name in str(info.value)
+    prev = PartitionStore.open(str(tmp_path / "state"), "op", 0, 0)
+    assert prev.value_table("v", VAL, KEY).get(("a",)) == (1, "x")
+
+
+def test_failed_commit_keeps_previous_version(
+    make_store: Factory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fsstate import fileio as fileio_mod
+    from fsstate.errors import CommitError, StorageError
+
+    s = make_store()
+    t = s.value_table("v", VAL, KEY)
+    t.update(("a",), (1, "x"))
+    s.commit(0)
+    t.update(("a",), (2, "y"))
+
+    def boom(self: object, path: str, data: bytes) -> None:
+        raise StorageError(f"disk full writing {path}")
+
+    monkeypatch.setattr(fileio_mod.FileIO, "publish_bytes", boom)
+    with pytest.raises(CommitError, match="version 0 is intact"):
+        s.commit(1)
+    monkeypatch.undo()
+    with pytest.raises(VersionNotFoundError):
+        PartitionStore.open(str(tmp_path / "state"), "op", 0, 1)
+    prev = PartitionStore.open(str(tmp_path / "state"), "op", 0, 0)
+    assert prev.value_table("v", VAL, KEY).get(("a",)) == (1, "x")
+    s.commit(1)  # the retry succeeds with the same in-memory state
+    again = PartitionStore.open(str(tmp_path / "state"), "op", 0, 1)
+    assert again.value_table("v", VAL, KEY).get(("a",)) == (2, "y")
+
+
+def test_config_validation() -> None:
+    from fsstate.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="retain_versions"):
+        StoreConfig(retain_versions=0)

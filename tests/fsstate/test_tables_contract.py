@@ -1,0 +1,166 @@
+"""Contract tests of value, list and map tables, run in every tier configuration."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pyarrow as pa
+
+from fsstate import PartitionStore
+from tests.fsstate.conftest import KEY, UKEY, VAL, to_tier
+
+Factory = Callable[..., PartitionStore]
+
+
+def test_value_roundtrip(make_store: Factory, tier: str) -> None:
+    s = make_store()
+    t = s.value_table("v", VAL, KEY)
+    t.update(("a",), (1, "x"))
+    t.update(("b",), (2, "y"))
+    t.update(("a",), (3, "z"))
+    t.clear(("b",))
+    s = to_tier(s, tier, 0)
+    t2 = s.table("v")
+    assert t2.get(("a",)) == (3, "z")
+    assert t2.get(("b",)) is None
+    assert t2.exists(("a",)) and not t2.exists(("b",)) and not t2.exists(("c",))
+    assert sorted(t2.keys()) == [("a",)]
+
+
+def test_delete_then_reput_same_epoch(make_store: Factory, tier: str) -> None:
+    """A delete then a re-put in one epoch stays correct after sealing and Parquet writes."""
+    s = make_store()
+    v = s.value_table("v", VAL, KEY)
+    m = s.map_table("m", UKEY, VAL, KEY)
+    lst = s.list_table("l", VAL, KEY)
+    v.update(("a",), (1, "old"))
+    m.update(("a",), ("i",), (1, "old"))
+    lst.append(("a",), (1, "old"))
+    s = to_tier(s, tier, 0)
+    v, m, lst = s.table("v"), s.table("m"), s.table("l")
+    # same epoch: delete, then put again
+    v.clear(("a",))
+    v.update(("a",), (2, "new"))
+    m.remove(("a",), ("i",))
+    m.update(("a",), ("i",), (2, "new"))
+    lst.clear(("a",))
+    lst.append(("a",), (2, "new"))
+    s = to_tier(s, tier, 1)
+    v, m, lst = s.table("v"), s.table("m"), s.table("l")
+    assert v.get(("a",)) == (2, "new")
+    assert m.get(("a",), ("i",)) == (2, "new")
+    assert lst.get(("a",)) == [(2, "new")]
+    # and the reverse order: put then delete in one epoch
+    v.update(("a",), (3, "gone"))
+    v.clear(("a",))
+    m.update(("a",), ("j",), (3, "gone"))
+    m.remove(("a",), ("j",))
+    s = to_tier(s, tier, 2)
+    assert s.table("v").get(("a",)) is None
+    assert s.table("m").get(("a",), ("j",)) is None
+    assert s.table("m").get(("a",), ("i",)) == (2, "new")
+
+
+def test_list_semantics(make_store: Factory, tier: str) -> None:
+    s = make_store()
+    lst = s.list_table("l", VAL, KEY)
+    lst.append(("a",), (1, "x"))
+    lst.extend(("a",), [(2, "y"), (3, "z")])
+    lst.put(("b",), [(9, "q")])
+    lst.put(("c",), [(1, "c")])
+    lst.clear(("c",))
+    s = to_tier(s, tier, 0)
+    lst = s.table("l")
+    assert lst.get(("a",)) == [(1, "x"), (2, "y"), (3, "z")]
+    assert lst.get(("b",)) == [(9, "q")]
+    assert lst.get(("c",)) == [] and not lst.exists(("c",))
+    lst.append(("a",), (4, "w"))
+    lst.put(("b",), [(8, "p"), (7, "o")])
+    s = to_tier(s, tier, 1)
+    lst = s.table("l")
+    assert lst.get(("a",)) == [(1, "x"), (2, "y"), (3, "z"), (4, "w")]
+    assert lst.get(("b",)) == [(8, "p"), (7, "o")]
+
+
+def test_map_semantics(make_store: Factory, tier: str) -> None:
+    s = make_store()
+    m = s.map_table("m", UKEY, VAL, KEY)
+    m.update(("a",), ("i1",), (1, "x"))
+    m.update(("a",), ("i2",), (2, "y"))
+    m.update(("a",), ("i3",), (3, "z"))
+    m.remove(("a",), ("i2",))
+    m.update(("a",), ("i1",), (4, "w"))  # moves i1 to the end (last-write order)
+    m.update(("b",), ("i1",), (5, "v"))
+    m.clear(("b",))
+    s = to_tier(s, tier, 0)
+    m = s.table("m")
+    assert list(m.items(("a",))) == [(("i3",), (3, "z")), (("i1",), (4, "w"))]
+    assert list(m.user_keys(("a",))) == [("i3",), ("i1",)]
+    assert list(m.values(("a",))) == [(3, "z"), (4, "w")]
+    assert m.contains(("a",), ("i3",)) and not m.contains(("a",), ("i2",))
+    assert not m.exists(("b",)) and list(m.items(("b",))) == []
+
+
+def test_range_delete(make_store: Factory, tier: str) -> None:
+    s = make_store()
+    key = pa.schema([pa.field("window_start", pa.int64()), pa.field("user", pa.string())])
+    v = s.value_table("w", VAL, key)
+    for w in (0, 10, 20, 30):
+        for u in ("a", "b"):
+            v.update((w, u), (w, u))
+    s = to_tier(s, tier, 0)
+    v = s.table("w")
+    v.delete_range((0, ""), (20, ""))  # windows 0 and 10 closed
+    v.update((10, "a"), (99, "late"))  # re-put after the range delete survives
+    s = to_tier(s, tier, 1)
+    v = s.table("w")
+    assert sorted(v.keys()) == [(10, "a"), (20, "a"), (20, "b"), (30, "a"), (30, "b")]
+    assert v.get((0, "a")) is None and v.get((10, "a")) == (99, "late")
+
+
+def test_batched_ops(make_store: Factory, tier: str) -> None:
+    s = make_store()
+    v = s.value_table("v", VAL, KEY)
+    m = s.map_table("m", UKEY, VAL, KEY)
+    lst = s.list_table("l", VAL, KEY)
+    v.update(("a",), (0, "hot"))  # a hot view that put_many must override
+    keys = pa.table({"user": ["a", "b", "a"]})
+    vals = pa.table({"count": [1, 2, 3], "label": ["x", "y", "z"]})
+    v.put_many(keys, vals)
+    m.put_many(keys, pa.table({"item": ["i", "i", "j"]}), vals)
+    lst.append(("a",), (0, "first"))
+    lst.append_many(keys, vals)
+    s = to_tier(s, tier, 0)
+    v, m, lst = s.table("v"), s.table("m"), s.table("l")
+    got = v.get_many(pa.table({"user": ["a", "b", "zz"]}))
+    assert got.column("count").to_pylist() == [3, 2, None]
+    assert got.column("_found").to_pylist() == [True, True, False]
+    assert v.get(("a",)) == (3, "z")
+    mg = m.get_many(pa.table({"user": ["a", "a", "b"]}), pa.table({"item": ["i", "j", "j"]}))
+    assert mg.column("label").to_pylist() == ["x", "z", None]
+    assert lst.get(("a",)) == [(0, "first"), (1, "x"), (3, "z")]
+    assert lst.get(("b",)) == [(2, "y")]
+
+
+def test_ttl_visibility(make_store: Factory, tier: str) -> None:
+    s = make_store()
+    s.set_time(100)
+    v = s.value_table("v", VAL, KEY, ttl_ms=500)
+    m = s.map_table("m", UKEY, VAL, KEY, ttl_ms=500)
+    lst = s.list_table("l", VAL, KEY, ttl_ms=500)
+    v.update(("a",), (1, "x"))
+    m.update(("a",), ("i",), (1, "x"))
+    lst.append(("a",), (1, "x"))
+    s.set_time(300)
+    m.update(("a",), ("j",), (2, "y"))
+    lst.append(("a",), (2, "y"))
+    s = to_tier(s, tier, 0)
+    s.set_time(599)
+    v, m, lst = s.table("v"), s.table("m"), s.table("l")
+    assert v.get(("a",)) == (1, "x")
+    s.set_time(600)  # expiry 600 <= now: expired, before any cleanup
+    assert v.get(("a",)) is None and not v.exists(("a",))
+    assert m.get(("a",), ("i",)) is None and list(m.user_keys(("a",))) == [("j",)]
+    assert lst.get(("a",)) == [(2, "y")]
+    s.set_time(800)
+    assert not lst.exists(("a",)) and not m.exists(("a",))

@@ -1,0 +1,113 @@
+"""TTL index behaviour of SPARK-50302 (seed 002): one-to-one and min-expiry one-to-many."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pyarrow as pa
+import pytest
+
+from fsstate import PartitionStore
+from fsstate.ttl_index import TtlIndex
+from tests.fsstate.conftest import KEY, VAL, to_tier
+
+Factory = Callable[..., PartitionStore]
+V1 = pa.schema([pa.field("v", pa.string())])
+
+
+def test_seed_value_example(make_store: Factory) -> None:
+    """foo updated at 100 and 200 with ttl 500: one index entry (700, foo); cleanup at 800."""
+    s = make_store()
+    s.set_time(100)
+    t = s.value_table("foo_state", V1, KEY, ttl_ms=500)
+    t.update(("foo",), ("v1",))
+    assert t.ttl_index().entries() == [(600, ("foo",))]
+    s.set_time(200)
+    t.update(("foo",), ("v2",))
+    assert t.ttl_index().entries() == [(700, ("foo",))]  # not [(600, foo), (700, foo)]
+    s.set_time(800)
+    before = t.ttl_index().lookups
+    assert s.expire() == 1
+    assert t.ttl_index().lookups - before == 1  # one lookup, no wasted second pass
+    assert t.ttl_index().entries() == []
+    assert t.get(("foo",)) is None
+
+
+def test_seed_list_example(make_store: Factory) -> None:
+    """list foo with expiries 600, 700, 900 indexed once at 600; cleanup at 800 leaves (900)."""
+    s = make_store()
+    t = s.list_table("foo_list", V1, KEY, ttl_ms=500)
+    for now, v in ((100, "v1"), (200, "v2"), (400, "v3")):
+        s.set_time(now)
+        t.append(("foo",), (v,))
+    assert t.ttl_index().entries() == [(600, ("foo",))]
+    assert t.ttl_index().count(("foo",)) == 3
+    s.set_time(800)
+    before = t.ttl_index().lookups
+    assert s.expire() == 2
+    assert t.ttl_index().lookups - before == 1
+    assert t.ttl_index().entries() == [(900, ("foo",))]
+    assert t.ttl_index().count(("foo",)) == 1
+    assert t.get(("foo",)) == [("v3",)]
+
+
+def test_index_never_exceeds_primary(make_store: Factory) -> None:
+    s = make_store()
+    s.set_time(0)
+    m = s.map_table("m", pa.schema([pa.field("u", pa.int64())]), VAL, KEY, ttl_ms=50)
+    for step in range(200):
+        s.set_time(step * 7)
+        m.update((f"k{step % 5}",), (step % 3,), (step, "x"))
+        if step % 11 == 0:
+            m.remove((f"k{step % 5}",), (step % 3,))
+        if step % 17 == 0:
+            s.expire()
+        assert len(m.ttl_index()) <= m.primary_rows_with_ttl()
+
+
+def test_cleanup_cost_is_proportional_to_expired(make_store: Factory) -> None:
+    s = make_store()
+    s.set_time(0)
+    t = s.value_table("v", VAL, KEY, ttl_ms=100)
+    for i in range(1000):
+        t.update((f"k{i}",), (i, "x"))
+    s.set_time(50)
+    for i in range(10):
+        t.update((f"hot{i}",), (i, "y"))  # expire at 150
+    s.set_time(120)
+    before = t.ttl_index().lookups
+    assert s.expire() == 1000
+    assert t.ttl_index().lookups - before == 1000
+    s.set_time(140)
+    before = t.ttl_index().lookups
+    assert s.expire() == 0
+    assert t.ttl_index().lookups - before == 0  # nothing expired, nothing looked up
+
+
+@pytest.mark.parametrize("tier", ["spilled", "reopened"])
+def test_index_survives_snapshots(make_store: Factory, tier: str) -> None:
+    s = make_store()
+    s.set_time(100)
+    t = s.list_table("foo_list", V1, KEY, ttl_ms=500)
+    t.append(("foo",), ("v1",))
+    s.set_time(400)
+    t.append(("foo",), ("v3",))
+    s = to_tier(s, tier, 0)
+    t = s.table("foo_list")
+    assert t.ttl_index().entries() == [(600, ("foo",))]
+    s.set_time(800)
+    assert s.expire() == 1
+    s = to_tier(s, tier, 1)
+    assert s.table("foo_list").ttl_index().entries() == [(900, ("foo",))]
+
+
+def test_ttl_index_unit() -> None:
+    idx = TtlIndex()
+    idx.set("a", 10)
+    idx.set("b", 10)
+    idx.set("a", 20)
+    idx.discard("b")
+    assert idx.entries() == [(20, "a")] and len(idx) == 1
+    assert idx.pop_expired(15) == []
+    assert idx.pop_expired(20) == [(20, "a")]
+    assert len(idx) == 0
