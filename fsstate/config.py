@@ -75,7 +75,8 @@ class StoreConfig:
         retain_versions: how many committed versions stay restorable (Spark's
             ``minBatchesToRetain`` defaults to 100 too); older manifests and files no retained
             manifest references are deleted after each commit.
-        row_group_rows: rows per Parquet row group (the unit of pruned reads).
+        row_group_rows: most rows per Parquet row group.
+        row_group_bytes: target bytes per row group (the unit of a pruned point read).
         compression: Parquet codec of state files.
         orphan_grace_ms: an unreferenced file younger than this is never deleted (it may belong
             to a commit under way in another attempt).
@@ -85,6 +86,7 @@ class StoreConfig:
 
     retain_versions: int = 100
     row_group_rows: int = 64 * 1024
+    row_group_bytes: int = 1024 * 1024
     compression: str = "zstd"
     orphan_grace_ms: int = 10 * 60 * 1000
     orphan_scan_every_commits: int = 50
@@ -96,6 +98,8 @@ class StoreConfig:
             )
         if not isinstance(self.row_group_rows, int) or self.row_group_rows < 1:
             raise ConfigError(f"row_group_rows={self.row_group_rows!r} must be an integer >= 1")
+        if not isinstance(self.row_group_bytes, int) or self.row_group_bytes < 1024:
+            raise ConfigError(f"row_group_bytes={self.row_group_bytes!r} must be >= 1024")
         if self.compression not in ("zstd", "snappy", "lz4", "gzip", "none"):
             raise ConfigError(
                 f"compression={self.compression!r}: use one of zstd, snappy, lz4, gzip, none"

@@ -27,7 +27,6 @@ Invariants:
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import time
@@ -38,7 +37,13 @@ import pyarrow as pa
 
 from fsstate.errors import ManifestCorruptError, StorageError, VersionNotFoundError
 from fsstate.fileio import FileIO
-from fsstate.run import FileRef
+from fsstate.manifest_refs import (
+    FileRef,
+    decode_batch,
+    decode_schema,
+    encode_batch,
+    encode_schema,
+)
 from fsstate.schema import TableSpec
 
 MANIFEST_FORMAT_VERSION = 1
@@ -48,38 +53,6 @@ MANIFEST_DIR = "manifests"
 def manifest_path(store_dir: str, version: int) -> str:
     """Relative path of the manifest of ``version``."""
     return f"{store_dir}/{MANIFEST_DIR}/{version:020d}.json"
-
-
-def encode_schema(schema: pa.Schema | None) -> str | None:
-    """Base64 Arrow IPC form of a schema (exact types, field names, nullability)."""
-    if schema is None:
-        return None
-    return base64.b64encode(schema.serialize().to_pybytes()).decode("ascii")
-
-
-def decode_schema(text: str | None) -> pa.Schema | None:
-    """Inverse of :func:`encode_schema`."""
-    if text is None:
-        return None
-    return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
-
-
-def encode_batch(batch: pa.RecordBatch | None) -> str | None:
-    """Base64 Arrow IPC stream of a small record batch (range tombstones)."""
-    if batch is None or batch.num_rows == 0:
-        return None
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, batch.schema) as writer:
-        writer.write_batch(batch)
-    return base64.b64encode(sink.getvalue().to_pybytes()).decode("ascii")
-
-
-def decode_batch(text: str | None) -> pa.RecordBatch | None:
-    """Inverse of :func:`encode_batch`."""
-    if text is None:
-        return None
-    reader = pa.ipc.open_stream(pa.py_buffer(base64.b64decode(text)))
-    return reader.read_all().combine_chunks().to_batches()[0]
 
 
 @dataclass

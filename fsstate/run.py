@@ -1,78 +1,65 @@
 """Runs: sealed segments of one table, in memory, on disk as Parquet, or both.
 
-A run starts as an in-memory Arrow segment (sealed memtable or batched write). A commit writes
-it once as a Parquet file with a unique name; after that the in-memory copy may be dropped and
-is decoded again from the file on demand.
+A run starts as an in-memory Arrow segment (sealed memtable or batched write). It is written
+once as a Parquet file with a unique name, by a spill or by a commit, whichever comes first;
+the commit reuses what a spill wrote. After that the in-memory copy may be released.
+
+Run file format (version 1): the row layout of :mod:`fsstate.schema`, sorted by (key, ukey,
+seq), in row groups of about ``row_group_bytes``, with footer key-value metadata:
+
+========================  ==================================================================
+key                       value
+========================  ==================================================================
+``fsstate.format_version`` ``1``
+``fsstate.state``          state name; ``fsstate.kind``: value, list or map
+``fsstate.role``           ``data`` or ``ttl``
+``fsstate.bloom``          Bloom filter of the grouping keys (:mod:`fsstate.keyfilter`)
+``fsstate.rg_bounds``      base64 Arrow IPC batch: first and last grouping key of each row group
+========================  ==================================================================
 
 Invariants:
 
-* Runs of a table form a list ordered by sequence number: every row of run ``i`` has a smaller
-  ``_seq`` than every row of run ``i + 1``. Point reads walk them newest first.
-* A run's file is written once and never modified; its recorded size is checked before the
-  file is decoded, so a truncated file is reported, not half-read.
-* Parquet files carry the table name, kind and format version as key-value metadata, and keep
-  the typed ``key`` / ``ukey`` / ``value`` struct columns of :mod:`fsstate.schema`.
+* Runs of a table are ordered by sequence number: every row of run ``i`` has a smaller
+  ``_seq`` than every row of run ``i + 1``.
+* A run file is written once and never modified. Small files are read whole and checked
+  against their CRC-32; large ones are read one row group at a time (the Bloom filter and the
+  row-group key bounds prune a point lookup to at most the row groups that can hold the key),
+  with Parquet page checksums verified.
+* Every decode failure is a :class:`fsstate.errors.DataFileCorruptError` naming the file.
 """
 
 from __future__ import annotations
 
+import bisect
 import uuid
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from fsstate.cache import BlockCache
 from fsstate.config import StoreConfig
-from fsstate.errors import DataFileCorruptError
+from fsstate.errors import DataFileCorruptError, StorageError
 from fsstate.fileio import FileIO
+from fsstate.keyfilter import BloomFilter, stable_hash
+from fsstate.manifest_refs import FileRef, decode_batch, encode_batch
 from fsstate.schema import FORMAT_VERSION, TableSpec
-from fsstate.segment import Segment
+from fsstate.segment import OpRow, Segment
+
+WHOLE_FILE_BYTES_MAX = 4 * 1024 * 1024
 
 
-@dataclass(frozen=True)
-class FileRef:
-    """A state file referenced by a manifest.
+@dataclass
+class RunContext:
+    """Where a table's runs live: storage, directory, settings and the shared block cache."""
 
-    Attributes:
-        path: path relative to the store directory.
-        rows: number of rows.
-        size_bytes: exact file size, checked before decoding.
-        min_seq: smallest sequence number (data runs) or 0.
-        max_seq: largest sequence number (data runs) or 0.
-        crc32: CRC-32 of the whole file, checked whenever the whole file is read.
-    """
-
-    path: str
-    rows: int
-    size_bytes: int
-    min_seq: int = 0
-    max_seq: int = 0
-    crc32: int | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        """JSON form for the manifest."""
-        return {
-            "path": self.path,
-            "rows": self.rows,
-            "size_bytes": self.size_bytes,
-            "min_seq": self.min_seq,
-            "max_seq": self.max_seq,
-            "crc32": self.crc32,
-        }
-
-    @staticmethod
-    def from_json(obj: dict[str, Any]) -> FileRef:
-        """Inverse of :meth:`to_json`."""
-        return FileRef(
-            str(obj["path"]),
-            int(obj["rows"]),
-            int(obj["size_bytes"]),
-            int(obj.get("min_seq", 0)),
-            int(obj.get("max_seq", 0)),
-            obj.get("crc32"),
-        )
+    fileio: FileIO
+    store_dir: str
+    config: StoreConfig
+    cache: BlockCache
 
 
 def new_data_path(prefix: str) -> str:
@@ -96,51 +83,139 @@ def write_table_file(
     path: str,
     table: pa.Table,
     config: StoreConfig,
+    row_group_rows: int | None = None,
 ) -> tuple[int, int]:
     """Write a Parquet file under the store directory; returns (size in bytes, CRC-32)."""
     compression = None if config.compression == "none" else config.compression
     return fileio.write_parquet(
         f"{store_dir}/{path}",
         table,
-        row_group_size=config.row_group_rows,
+        row_group_size=row_group_rows or config.row_group_rows,
         compression=compression,
     )
 
 
+def _corrupt(where: str, what: str) -> DataFileCorruptError:
+    return DataFileCorruptError(
+        f"state file {where} {what}; open an older version that does not use it", where
+    )
+
+
 def read_table_file(fileio: FileIO, store_dir: str, ref: FileRef) -> pa.Table:
-    """Read a whole state file after checking its size; raises DataFileCorruptError."""
+    """Read a whole state file after checking its size and CRC-32."""
     full = f"{store_dir}/{ref.path}"
     where = fileio.describe(full)
-    size = fileio.size(full)
-    if size is None:
-        raise DataFileCorruptError(
-            f"state file {where} is missing; restore an older version or the directory", where
-        )
-    if size != ref.size_bytes:
-        raise DataFileCorruptError(
-            f"state file {where} has {size} bytes, the manifest recorded {ref.size_bytes} "
-            "(truncated or overwritten); open an older version that does not use it",
-            where,
-        )
-    data = fileio.read_bytes(full)
-    if len(data) != ref.size_bytes or (ref.crc32 is not None and zlib.crc32(data) != ref.crc32):
-        raise DataFileCorruptError(
-            f"state file {where} fails its checksum (corrupted on storage); open an older "
-            "version that does not use it",
-            where,
-        )
+    try:
+        data = fileio.read_bytes(full)
+    except StorageError as exc:
+        if fileio.size(full) is None:
+            raise _corrupt(where, "is missing") from exc
+        raise
+    if len(data) != ref.size_bytes:
+        raise _corrupt(where, f"has {len(data)} bytes, the manifest recorded {ref.size_bytes}")
+    if ref.crc32 is not None and zlib.crc32(data) != ref.crc32:
+        raise _corrupt(where, "fails its checksum (corrupted on storage)")
     try:
         table = pq.read_table(pa.BufferReader(data))
     except (pa.ArrowException, OSError, ValueError) as exc:
-        raise DataFileCorruptError(
-            f"state file {where} cannot be decoded ({exc}); open an older version", where
-        ) from exc
+        raise _corrupt(where, f"cannot be decoded ({exc})") from exc
     if table.num_rows != ref.rows:
-        raise DataFileCorruptError(
-            f"state file {where} has {table.num_rows} rows, the manifest recorded {ref.rows}",
-            where,
-        )
+        raise _corrupt(where, f"has {table.num_rows} rows, the manifest recorded {ref.rows}")
     return table
+
+
+def _segment_of(spec: TableSpec, table: pa.Table, where: str) -> Segment:
+    batches = table.combine_chunks().to_batches()
+    rb = batches[0] if batches else pa.RecordBatch.from_pylist([], schema=spec.row_schema())
+    rb = rb.replace_schema_metadata(None)
+    if not rb.schema.equals(spec.row_schema()):
+        raise _corrupt(where, f"has columns {rb.schema.names} that do not match state {spec.name!r}")
+    return Segment(spec, rb)
+
+
+class DiskRun:
+    """Footer-level knowledge of a large run file: Bloom filter and row-group key bounds."""
+
+    __slots__ = ("bloom", "firsts", "lasts", "metadata", "num_row_groups", "path", "where")
+
+    def __init__(self, spec: TableSpec, ctx: RunContext, ref: FileRef) -> None:
+        self.path = f"{ctx.store_dir}/{ref.path}"
+        self.where = ctx.fileio.describe(self.path)
+        size = ctx.fileio.size(self.path)
+        if size is None:
+            raise _corrupt(self.where, "is missing")
+        if size != ref.size_bytes:
+            raise _corrupt(self.where, f"has {size} bytes, the manifest recorded {ref.size_bytes}")
+        try:
+            pf = ctx.fileio.open_parquet(self.path)
+            md = pf.metadata
+            kv = md.metadata or {}
+            self.bloom = (
+                BloomFilter.from_text(kv[b"fsstate.bloom"]) if b"fsstate.bloom" in kv else None
+            )
+            bounds = _decode_bounds(kv.get(b"fsstate.rg_bounds"))
+        except (pa.ArrowException, OSError, ValueError, KeyError) as exc:
+            raise _corrupt(self.where, f"cannot be decoded ({exc})") from exc
+        if md.num_rows != ref.rows:
+            raise _corrupt(self.where, f"has {md.num_rows} rows, the manifest recorded {ref.rows}")
+        self.metadata = md
+        self.num_row_groups = md.num_row_groups
+        self.firsts, self.lasts = bounds if bounds else ([], [])
+
+    @property
+    def nbytes(self) -> int:
+        """Memory held (filter and bounds)."""
+        return (self.bloom.nbytes if self.bloom else 0) + 160 * len(self.firsts)
+
+    def candidate_groups(self, key: tuple[Any, ...]) -> range:
+        """Row groups whose key bounds include ``key`` (all of them if keys don't compare)."""
+        if not self.firsts:
+            return range(self.num_row_groups)
+        try:
+            hi = bisect.bisect_right(self.firsts, key)
+            lo = bisect.bisect_left(self.lasts, key)
+        except TypeError:
+            return range(self.num_row_groups)
+        return range(lo, hi)
+
+    def read_group(self, spec: TableSpec, ctx: RunContext, i: int) -> Segment:
+        """Decode row group ``i`` (page checksums verified)."""
+        try:
+            pf = pq.ParquetFile(
+                ctx.fileio.fs.open_input_file(ctx.fileio.full(self.path)),
+                metadata=self.metadata,
+                page_checksum_verification=True,
+            )
+            table = pf.read_row_group(i)
+        except (pa.ArrowException, OSError, ValueError) as exc:
+            raise _corrupt(self.where, f"row group {i} cannot be decoded ({exc})") from exc
+        return _segment_of(spec, table, self.where)
+
+
+def _encode_bounds(spec: TableSpec, firsts: list[Any], lasts: list[Any]) -> bytes:
+    assert spec.key_schema is not None
+    key_type = pa.struct(list(spec.key_schema))
+    names = spec.key_schema.names
+    batch = pa.RecordBatch.from_arrays(
+        [
+            pa.array([dict(zip(names, k)) for k in firsts], type=key_type),
+            pa.array([dict(zip(names, k)) for k in lasts], type=key_type),
+        ],
+        names=["first", "last"],
+    )
+    text = encode_batch(batch)
+    return (text or "").encode()
+
+
+def _decode_bounds(raw: bytes | None) -> tuple[list[Any], list[Any]] | None:
+    if not raw:
+        return None
+    batch = decode_batch(raw.decode())
+    if batch is None:
+        return None
+    firsts = [tuple(d.values()) for d in batch.column("first").to_pylist()]
+    lasts = [tuple(d.values()) for d in batch.column("last").to_pylist()]
+    return firsts, lasts
 
 
 class Run:
@@ -151,12 +226,13 @@ class Run:
         ref: the file reference (None until written).
     """
 
-    __slots__ = ("_segment", "max_seq", "min_seq", "ref", "rows")
+    __slots__ = ("_disk", "_segment", "max_seq", "min_seq", "ref", "rows")
 
     def __init__(self, segment: Segment | None, ref: FileRef | None) -> None:
         if segment is None and ref is None:
             raise ValueError("a run needs a segment or a file")
         self._segment = segment
+        self._disk: DiskRun | None = None
         self.ref = ref
         if ref is not None:
             self.rows, self.min_seq, self.max_seq = ref.rows, ref.min_seq, ref.max_seq
@@ -167,50 +243,101 @@ class Run:
 
     @property
     def in_memory(self) -> bool:
-        """Whether the decoded segment is held in memory."""
+        """Whether the decoded segment is pinned in memory."""
         return self._segment is not None
 
     @property
     def memory_bytes(self) -> int:
-        """Bytes held in memory by this run (0 if only on disk)."""
-        return 0 if self._segment is None else self._segment.nbytes
+        """Bytes pinned by this run (segment, or filter and bounds of a large file)."""
+        if self._segment is not None:
+            return self._segment.nbytes
+        return self._disk.nbytes if self._disk is not None else 0
 
-    def segment(self, spec: TableSpec, fileio: FileIO, store_dir: str) -> Segment:
-        """The decoded segment, read from its file on first use."""
-        seg = self._segment
-        if seg is None:
+    def _disk_run(self, spec: TableSpec, ctx: RunContext) -> DiskRun:
+        disk = self._disk
+        if disk is None:
             assert self.ref is not None
-            table = read_table_file(fileio, store_dir, self.ref)
-            batch = table.combine_chunks().to_batches()
-            rb = batch[0] if batch else pa.RecordBatch.from_pylist([], schema=spec.row_schema())
-            if not rb.schema.equals(spec.row_schema()):
-                where = fileio.describe(f"{store_dir}/{self.ref.path}")
-                raise DataFileCorruptError(
-                    f"state file {where} has columns {rb.schema.names} that do not match state "
-                    f"{spec.name!r}; it belongs to another state or format",
-                    where,
-                )
-            seg = Segment(spec, rb)
-            self._segment = seg
-        return seg
+            disk = self._disk = DiskRun(spec, ctx, self.ref)
+        return disk
 
-    def write(
-        self, spec: TableSpec, fileio: FileIO, store_dir: str, config: StoreConfig, prefix: str
-    ) -> FileRef:
+    def _whole(self, spec: TableSpec, ctx: RunContext) -> Segment:
+        assert self.ref is not None
+        ref = self.ref
+        path = f"{ctx.store_dir}/{ref.path}"
+
+        def load() -> Segment:
+            table = read_table_file(ctx.fileio, ctx.store_dir, ref)
+            return _segment_of(spec, table, ctx.fileio.describe(path))
+
+        return ctx.cache.get((path, -1), load)
+
+    def lookup(self, spec: TableSpec, ctx: RunContext, key: tuple[Any, ...], h: int) -> list[OpRow]:
+        """Op rows of ``key`` (stable hash ``h``) in this run, touching as little as possible."""
+        seg = self._segment
+        if seg is not None:
+            return seg.rows_for(key)
+        assert self.ref is not None
+        if self.ref.size_bytes <= WHOLE_FILE_BYTES_MAX:
+            seg = self._whole(spec, ctx)
+            built = seg.has_index
+            rows = seg.rows_for(key)
+            if not built:
+                ctx.cache.refresh((f"{ctx.store_dir}/{self.ref.path}", -1))
+            return rows
+        disk = self._disk_run(spec, ctx)
+        if disk.bloom is not None and not disk.bloom.may_contain(h):
+            return []
+        out: list[OpRow] = []
+        for i in disk.candidate_groups(key):
+            cache_key = (disk.path, i)
+            group = ctx.cache.get(cache_key, lambda i=i: disk.read_group(spec, ctx, i))  # type: ignore[misc]
+            built = group.has_index
+            out.extend(group.rows_for(key))
+            if not built:
+                ctx.cache.refresh(cache_key)
+        return out
+
+    def segments(self, spec: TableSpec, ctx: RunContext) -> Iterator[Segment]:
+        """Every row of the run as segments in key order (a full scan; bypasses the cache)."""
+        if self._segment is not None:
+            yield self._segment
+            return
+        assert self.ref is not None
+        if self.ref.size_bytes <= WHOLE_FILE_BYTES_MAX:
+            yield self._whole(spec, ctx)
+            return
+        disk = self._disk_run(spec, ctx)
+        for i in range(disk.num_row_groups):
+            yield disk.read_group(spec, ctx, i)
+
+    def write(self, spec: TableSpec, ctx: RunContext, prefix: str) -> FileRef:
         """Write the in-memory segment as a Parquet file (once); returns its reference."""
         if self.ref is not None:
             return self.ref
-        assert self._segment is not None
-        table = pa.Table.from_batches([self._segment.batch]).replace_schema_metadata(
-            file_metadata(spec, "data")
-        )
+        seg = self._segment
+        assert seg is not None
+        n = seg.num_rows
+        row_bytes = max(1, seg.batch.nbytes // max(1, n))
+        group_rows = max(256, min(ctx.config.row_group_rows, ctx.config.row_group_bytes // row_bytes))
+        meta = file_metadata(spec, "data")
+        keys = seg.python_keys()
+        distinct = seg.distinct_keys(keys)
+        meta[b"fsstate.bloom"] = BloomFilter.for_hashes(
+            (stable_hash(k) for k in distinct), len(distinct)
+        ).to_text().encode()
+        if n:
+            starts = list(range(0, n, group_rows))
+            firsts = [keys[s] for s in starts]
+            lasts = [keys[min(s + group_rows, n) - 1] for s in starts]
+            meta[b"fsstate.rg_bounds"] = _encode_bounds(spec, firsts, lasts)
+        table = pa.Table.from_batches([seg.batch]).replace_schema_metadata(meta)
         path = new_data_path(prefix)
-        size, crc = write_table_file(fileio, store_dir, path, table, config)
+        size, crc = write_table_file(ctx.fileio, ctx.store_dir, path, table, ctx.config, group_rows)
         self.ref = FileRef(path, self.rows, size, self.min_seq, self.max_seq, crc)
         return self.ref
 
     def release(self) -> int:
-        """Drop the in-memory copy if the run is on disk; returns the bytes freed."""
+        """Drop the pinned in-memory copy if the run is on disk; returns the bytes freed."""
         if self._segment is None or self.ref is None:
             return 0
         freed = self._segment.nbytes

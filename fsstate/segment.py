@@ -169,6 +169,15 @@ class Segment:
             self._key_fields = self.batch.column("key").flatten()
         return self._key_fields
 
+    @property
+    def has_index(self) -> bool:
+        """Whether the key index is built."""
+        return self._hashes is not None
+
+    def python_keys(self) -> list[tuple[Any, ...]]:
+        """The grouping key of every row, as tuples, in row order."""
+        return self._python_keys()
+
     def _python_keys(self) -> list[tuple[Any, ...]]:
         cols = [c.to_pylist() for c in self._key_columns()]
         if len(cols) == 1:
@@ -262,11 +271,11 @@ class Segment:
             yield k, all_rows[i:j]
             i = j
 
-    def distinct_keys(self) -> list[tuple[Any, ...]]:
-        """Distinct grouping keys, in key order."""
+    def distinct_keys(self, keys: list[tuple[Any, ...]] | None = None) -> list[tuple[Any, ...]]:
+        """Distinct grouping keys, in key order (``keys``: :meth:`python_keys`, if known)."""
         out: list[tuple[Any, ...]] = []
         prev: object = object()
-        for k in self._python_keys():
+        for k in keys if keys is not None else self._python_keys():
             if k != prev:
                 out.append(k)
                 prev = k

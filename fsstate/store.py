@@ -49,7 +49,9 @@ from fsstate.manifest import (
     read_manifest,
     write_manifest,
 )
-from fsstate.run import FileRef, file_metadata, new_data_path, write_table_file
+from fsstate.controller import MemoryController, get_controller
+from fsstate.manifest_refs import FileRef
+from fsstate.run import RunContext, file_metadata, new_data_path, write_table_file
 from fsstate.schema import KIND_LIST, KIND_MAP, KIND_VALUE, TableSpec, schema_to_text
 from fsstate.tables import ListTable, MapTable, TableBase, ValueTable
 from fsstate.ttl_index import encode_changes
@@ -65,9 +67,6 @@ def store_dir_for(operator: str, partition: int) -> str:
     return f"{safe}/{int(partition)}"
 
 
-def _file_prefix(name: str) -> str:
-    safe = _SAFE.sub("_", name)[:40]
-    return safe or "state"
 
 
 @dataclass
@@ -106,6 +105,8 @@ class StoreStats:
     disk_bytes: int
     commits: int
     bytes_written: int
+    spills: int
+    compactions: int
     tables: dict[str, TableStats] = field(default_factory=dict)
 
 
@@ -122,6 +123,7 @@ class PartitionStore:
         partition: int,
         manifest: Manifest | None,
         config: StoreConfig,
+        controller: MemoryController | None = None,
     ) -> None:
         self.fileio = fileio
         self.operator = operator
@@ -140,6 +142,11 @@ class PartitionStore:
         self._file_sets: dict[int, frozenset[str]] = {}
         self._commits = 0
         self._bytes_written = 0
+        self.spills = 0
+        self.last_used = 0
+        self.controller = controller or get_controller()
+        self.ctx = RunContext(fileio, self.store_dir, config, self.controller.cache)
+        self.controller.register(self)
 
     # -- opening -------------------------------------------------------------------------------
     @classmethod
@@ -339,9 +346,7 @@ class PartitionStore:
                 t.seal()
                 for run in t.runs:
                     if run.ref is None:
-                        ref = run.write(
-                            t.spec, self.fileio, self.store_dir, self.config, _file_prefix(name)
-                        )
+                        ref = run.write(t.spec, self.ctx, t.file_prefix)
                         files += 1
                         written += ref.size_bytes
                 ttl_refs = list(t.ttl_refs)
@@ -379,11 +384,57 @@ class PartitionStore:
         self._bytes_written += written
         self._file_sets[version] = frozenset(manifest.files())
         self._retain(version)
+        self.controller.touch(self)
+        max_runs = self.controller.config.compaction_max_runs
+        for t in self._tables.values():
+            if len(t.runs) > max_runs:
+                self.controller.compactor().request(t)
         return CommitInfo(version, files, written, (time.perf_counter() - t0) * 1000)
+
+    # -- memory ----------------------------------------------------------------------------------
+    def file_prefix(self, name: str) -> str:
+        """File name prefix of a table's runs (its name made path-safe)."""
+        return _SAFE.sub("_", name)[:40] or "state"
+
+    def memory_bytes(self) -> int:
+        """Bytes this store holds in memory (see :meth:`TableBase.memory_bytes`)."""
+        return sum(t.memory_bytes() for t in list(self._tables.values()))
+
+    def release_segments(self) -> int:
+        """Release pinned segments already on disk; returns the bytes freed."""
+        return sum(t.release_segments() for t in list(self._tables.values()))
+
+    def spill(self) -> tuple[int, int]:
+        """Spill every table to Parquet (see :meth:`TableBase.spill`): (freed, written)."""
+        freed = written = 0
+        for t in list(self._tables.values()):
+            f, w = t.spill()
+            freed += f
+            written += w
+        if written:
+            self.spills += 1
+        return freed, written
+
+    def compact(self, force: bool = False) -> int:
+        """Run compaction rounds synchronously until no table needs one; returns bytes written.
+
+        Args:
+            force: merge even tables below the run-count trigger (as far as one round allows).
+        """
+        self._check_open()
+        total = 0
+        comp = self.controller.compactor()
+        for t in list(self._tables.values()):
+            while True:
+                written = comp.run_once(t, force)
+                total += written
+                if not written or force:
+                    break
+        return total
 
     def _write_index(self, t: TableBase, rows: list[Any]) -> FileRef:
         table = encode_changes(t.spec, rows).replace_schema_metadata(file_metadata(t.spec, "ttl"))
-        path = new_data_path(_file_prefix(t.name) + "-ttl")
+        path = new_data_path(t.file_prefix + "-ttl")
         size, crc = write_table_file(self.fileio, self.store_dir, path, table, self.config)
         return FileRef(path, table.num_rows, size, crc32=crc)
 
@@ -454,7 +505,7 @@ class PartitionStore:
         """Memory and disk figures of this store (no I/O)."""
         tables: dict[str, TableStats] = {}
         mem = disk = 0
-        for name, t in self._tables.items():
+        for name, t in list(self._tables.items()):
             seg = sum(r.memory_bytes for r in t.runs)
             dbytes = sum(r.ref.size_bytes for r in t.runs if r.ref is not None)
             dbytes += sum(r.size_bytes for r in t.ttl_refs)
@@ -488,14 +539,17 @@ class PartitionStore:
             disk,
             self._commits,
             self._bytes_written,
+            self.spills,
+            sum(t.compactions for t in self._tables.values()),
             tables,
         )
 
     def close(self) -> None:
         """Release memory; uncommitted changes are discarded."""
+        self._closed = True
+        self.controller.unregister(self)
         self._tables.clear()
         self._entries.clear()
-        self._closed = True
 
     @property
     def closed(self) -> bool:

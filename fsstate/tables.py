@@ -14,6 +14,9 @@ Invariants (besides those of :mod:`fsstate.interfaces`):
 
 from __future__ import annotations
 
+import itertools
+import sys
+import threading
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +26,9 @@ from fsstate import interfaces
 from fsstate.errors import SchemaError
 from fsstate.manifest import TableEntry
 from fsstate.memtable import estimate_view_bytes, seal_rows, view_rows
-from fsstate.run import FileRef, Run, read_table_file
+from fsstate.keyfilter import stable_hash
+from fsstate.manifest_refs import FileRef
+from fsstate.run import Run, read_table_file
 from fsstate.schema import (
     EXPIRES,
     KIND_LIST,
@@ -64,9 +69,14 @@ class TableBase:
         self.name = entry.spec.name
         self.ttl_ms: int | None = entry.spec.ttl_ms
         self.now_ms: int = store.now_ms
+        self.ctx = store.ctx
+        self._ctl = store.controller
+        self.lock = threading.Lock()  # guards replacing ``runs`` (seal, spill, compaction)
+        self.file_prefix = store.file_prefix(entry.spec.name)
+        self.compactions = 0
         self._views: dict[Key, Any] = {}
         self._dirty: dict[Key, Any] = {}
-        self.runs: list[Run] = [Run(None, ref) for ref in entry.runs]
+        self.runs: list[Run] = [Run(None, ref) for ref in entry.runs]  # copy-on-write
         self.ttl_refs: list[FileRef] = list(entry.ttl_runs)
         self._ttl: TtlIndex | None = None if entry.ttl_runs else TtlIndex()
         self.ranges = RangeTombstones.from_batch(entry.range_tombstones)
@@ -110,15 +120,19 @@ class TableBase:
         return None if ttl is None else self.now_ms + ttl
 
     # -- cold reads ----------------------------------------------------------------------------
-    def _segment(self, run: Run) -> Segment:
-        return run.segment(self.spec, self._store.fileio, self._store.store_dir)
+    @property
+    def closed(self) -> bool:
+        """Whether the owning store was closed."""
+        return self._store.closed
 
     def _cold_rows(self, key: Key) -> list[OpRow]:
         """Op rows of ``key`` from the sealed runs, newest run first, stopping when shadowed."""
         out: list[OpRow] = []
         stop_at_first = self.kind == KIND_VALUE
+        spec, ctx = self.spec, self.ctx
+        h = stable_hash(key)
         for run in reversed(self.runs):
-            rows = self._segment(run).rows_for(key)
+            rows = run.lookup(spec, ctx, key, h)
             if not rows:
                 continue
             out.extend(rows)
@@ -138,7 +152,14 @@ class TableBase:
         """Load (and cache) the complete view of a validated key from the sealed tiers."""
         view = self._replay(key, self._cold_rows(key)) if self.runs else self._empty()
         self._views[key] = view
+        self._ctl.growth -= 1
         return view
+
+    def _after_growth(self) -> None:
+        """A safe point (no view held by the caller): let the controller check the budget."""
+        ctl = self._ctl
+        if ctl.growth <= 0:
+            ctl.check()
 
     def _view(self, key: Any) -> tuple[Key, Any]:
         view = self._views.get(key)
@@ -202,8 +223,9 @@ class TableBase:
         """Every grouping key with rows in any tier (live or not), in no particular order."""
         seen: dict[Key, None] = dict.fromkeys(self._views)
         for run in self.runs:
-            for k in self._segment(run).distinct_keys():
-                seen[k] = None
+            for seg in run.segments(self.spec, self.ctx):
+                for k in seg.distinct_keys():
+                    seen[k] = None
         return list(seen)
 
     def _view_nocache(self, key: Key) -> Any:
@@ -248,9 +270,44 @@ class TableBase:
             rows.expires,
         )
         run = Run(Segment(self.spec, batch), None)
-        self.runs.append(run)
+        with self.lock:
+            self.runs = [*self.runs, run]
         self._dirty = {}
         return run
+
+    def release_segments(self) -> int:
+        """Release pinned segments of runs already on disk; returns the bytes freed."""
+        return sum(run.release() for run in self.runs)
+
+    def spill(self) -> tuple[int, int]:
+        """Seal, write unwritten runs to Parquet, release them and evict clean views.
+
+        Returns:
+            (estimated bytes freed, bytes written to storage).
+        """
+        before = self.memory_bytes()
+        self.seal()
+        written = 0
+        for run in self.runs:
+            if run.ref is None:
+                written += run.write(self.spec, self.ctx, self.file_prefix).size_bytes
+            run.release()
+        self.evict_clean()
+        return max(0, before - self.memory_bytes()), written
+
+    def memory_bytes(self) -> int:
+        """Bytes this table holds: views (sampled estimate), pinned runs, TTL index."""
+        views = self._views
+        n = len(views)
+        total = sum(run.memory_bytes for run in self.runs)
+        if self._ttl is not None:
+            total += self._ttl.nbytes_estimate
+        if n:
+            sample = list(itertools.islice(views.items(), 8))
+            sample += list(itertools.islice(reversed(views.items()), 8))
+            avg = sum(_deep_size(k) + _deep_size(v) for k, v in sample) / len(sample)
+            total += int(n * (avg + 100))  # + dict slot and hash table overhead
+        return total
 
     def evict_clean(self) -> int:
         """Drop every clean view (dirty ones stay pinned); returns the estimated bytes freed."""
@@ -338,8 +395,29 @@ class TableBase:
         cols[OP] = pa.nulls(n, pa.int8()).fill_null(0)
         cols[EXPIRES] = pa.nulls(n, pa.int64())
         batch = pa.RecordBatch.from_pydict(cols, schema=self.spec.row_schema())
-        self.runs.append(Run(Segment(self.spec, sort_batch(self.spec, batch)), None))
+        run = Run(Segment(self.spec, sort_batch(self.spec, batch)), None)
+        with self.lock:
+            self.runs = [*self.runs, run]
         self._forget_views(key_list)
+        ctl = self._ctl
+        ctl.growth -= max(1, run.memory_bytes // 4096)
+        self._after_growth()
+
+
+def _deep_size(obj: Any) -> int:
+    """Approximate bytes of a view or key (containers one level deep, plus their items)."""
+    size = sys.getsizeof(obj)
+    if isinstance(obj, dict):
+        for k, v in itertools.islice(obj.items(), 16):
+            size += _deep_size(k) + _deep_size(v)
+        if len(obj) > 16:
+            size = int(size * len(obj) / 16)
+    elif isinstance(obj, (list, tuple)):
+        for item in itertools.islice(obj, 16):
+            size += _deep_size(item) if isinstance(item, (list, tuple, dict)) else sys.getsizeof(item)
+        if len(obj) > 16:
+            size = int(size * len(obj) / 16)
+    return size
 
 
 def _struct_of(state: str, what: str, table: pa.Table | pa.RecordBatch, schema: pa.Schema) -> Any:
@@ -378,6 +456,7 @@ class ValueTable(TableBase, interfaces.ValueTableAPI):
         e = self._views.get(key)
         if e is None:
             e = self._view(key)[1]
+            self._after_growth()
         if e is ABSENT:
             return None
         exp = e[1]
@@ -395,9 +474,18 @@ class ValueTable(TableBase, interfaces.ValueTableAPI):
         value = self._value_check(value)
         views = self._views
         if not self.indexed:
+            st = self._store
             if key not in views:
                 key = self._check_key(key)
-            st = self._store
+                seq = st.next_seq
+                st.next_seq = seq + 1
+                views[key] = (value, None, seq)
+                self._dirty[key] = seq
+                ctl = self._ctl
+                ctl.growth -= 1
+                if ctl.growth <= 0:
+                    ctl.check()
+                return
             seq = st.next_seq
             st.next_seq = seq + 1
             views[key] = (value, None, seq)
@@ -413,6 +501,7 @@ class ValueTable(TableBase, interfaces.ValueTableAPI):
             idx.discard(key)
         else:
             idx.set(key, exp)
+        self._after_growth()
 
     def clear(self, key: Key) -> None:
         """Remove the key's value."""
@@ -431,6 +520,7 @@ class ValueTable(TableBase, interfaces.ValueTableAPI):
         self._dirty[key] = seq
         if indexed:
             self.ttl_index().discard(key)
+        self._after_growth()
 
     def expire(self) -> int:
         """Remove values expired at the current time; returns how many were removed."""
@@ -452,6 +542,7 @@ class ValueTable(TableBase, interfaces.ValueTableAPI):
                 removed += 1
             elif view[1] is not None:
                 idx.set(key, view[1])
+        self._after_growth()
         return removed
 
     def get_many(self, keys: pa.Table) -> pa.Table:

@@ -45,6 +45,7 @@ class ListTable(TableBase, interfaces.ListTableAPI):
         view = self._views.get(key)
         if view is None:
             view = self._view(key)[1]
+            self._after_growth()
         if not self.indexed:
             return [e[0] for e in view]
         now = self.now_ms
@@ -75,6 +76,8 @@ class ListTable(TableBase, interfaces.ListTableAPI):
         self._dirty[key] = [clear_seq, touched]
         if self.indexed:
             self._reindex(key, view)
+        self._ctl.growth -= len(view)
+        self._after_growth()
 
     def append(self, key: Key, value: tuple[Any, ...]) -> None:
         """Append one element."""
@@ -90,6 +93,10 @@ class ListTable(TableBase, interfaces.ListTableAPI):
         _touch(self._dirty, key)[seq] = seq
         if self.indexed:
             self._after_append(key, view, exp)
+        ctl = self._ctl
+        ctl.growth -= 1
+        if ctl.growth <= 0:
+            ctl.check()
 
     def _after_append(self, key: Key, view: list[Any], exp: int | None) -> None:
         idx = self.ttl_index()
@@ -114,6 +121,8 @@ class ListTable(TableBase, interfaces.ListTableAPI):
             touched[seq] = seq
         if self.indexed:
             self._after_append(key, view, exp)
+        self._ctl.growth -= len(checked)
+        self._after_growth()
 
     def clear(self, key: Key) -> None:
         """Remove the whole list."""
@@ -125,6 +134,7 @@ class ListTable(TableBase, interfaces.ListTableAPI):
         self._dirty[key] = [seq, {}]
         if self.indexed:
             self.ttl_index().discard(key)
+        self._after_growth()
 
     def expire(self) -> int:
         """Remove expired elements; re-index each cleaned list at its next minimum expiry."""
@@ -147,6 +157,7 @@ class ListTable(TableBase, interfaces.ListTableAPI):
                 self._views[k] = keep
                 removed += gone
             self._reindex(k, keep)
+        self._after_growth()
         return removed
 
     def append_many(self, keys: pa.Table, values: pa.Table) -> None:
@@ -185,6 +196,7 @@ class MapTable(TableBase, interfaces.MapTableAPI):
         view = self._views.get(key)
         if view is None:
             view = self._view(key)[1]
+            self._after_growth()
         e = view.get(ukey)
         if e is None:
             self._ukey_check(ukey)
@@ -214,6 +226,7 @@ class MapTable(TableBase, interfaces.MapTableAPI):
         else:
             user_key = self._ukey_check(user_key)
             view.pop(user_key, None)
+            self._ctl.growth -= 1
         st = self._store
         seq = st.next_seq
         st.next_seq = seq + 1
@@ -226,6 +239,9 @@ class MapTable(TableBase, interfaces.MapTableAPI):
                 idx.discard((key, user_key))
             else:
                 idx.set((key, user_key), exp)
+        ctl = self._ctl
+        if ctl.growth <= 0:
+            ctl.check()
 
     def remove(self, key: Key, user_key: Key) -> None:
         """Remove ``user_key`` (no-op if absent)."""
@@ -236,6 +252,7 @@ class MapTable(TableBase, interfaces.MapTableAPI):
         _touch(self._dirty, key)[user_key] = self._next_seq()
         if self.indexed:
             self.ttl_index().discard((key, user_key))
+        self._after_growth()
 
     def clear(self, key: Key) -> None:
         """Remove every entry of the key."""
@@ -249,11 +266,13 @@ class MapTable(TableBase, interfaces.MapTableAPI):
             idx = self.ttl_index()
             for u in view:
                 idx.discard((key, u))
+        self._after_growth()
 
     def _live_items(self, key: Key) -> list[tuple[Key, tuple[Any, ...]]]:
         view = self._views.get(key)
         if view is None:
             view = self._view(key)[1]
+            self._after_growth()
         if not self.indexed:
             return [(u, e[0]) for u, e in view.items()]
         now = self.now_ms
@@ -291,6 +310,7 @@ class MapTable(TableBase, interfaces.MapTableAPI):
                 removed += 1
             elif e[1] is not None:
                 idx.set(entry, e[1])
+        self._after_growth()
         return removed
 
     def get_many(self, keys: pa.Table, user_keys: pa.Table) -> pa.Table:

@@ -1,0 +1,120 @@
+"""The block cache: decoded row groups (and small whole runs) of Parquet runs, LRU by bytes.
+
+Invariants:
+
+* The cache never holds more than ``capacity_bytes`` of segments (exact Arrow bytes plus the
+  key index of each segment), except a single entry larger than the capacity, which is
+  returned to its caller but not kept.
+* It is shared by every store of the process and safe to use from the compaction thread: all
+  mutations happen under one lock, and segments themselves are immutable.
+* Keys are ``(file path, row group)``; a file is never rewritten, so an entry never goes stale.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from fsstate.segment import Segment
+
+
+@dataclass
+class CacheStats:
+    """Counters of a block cache."""
+
+    capacity_bytes: int
+    used_bytes: int
+    entries: int
+    hits: int
+    misses: int
+    evictions: int
+
+
+class BlockCache:
+    """A byte-bounded LRU cache of decoded segments."""
+
+    def __init__(self, capacity_bytes: int) -> None:
+        self.capacity_bytes = capacity_bytes
+        self._entries: OrderedDict[tuple[str, int], Segment] = OrderedDict()
+        self._sizes: dict[tuple[str, int], int] = {}
+        self._used = 0
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+        self.evictions = 0
+
+    @property
+    def used_bytes(self) -> int:
+        """Bytes currently held."""
+        return self._used
+
+    def get(self, key: tuple[str, int], load: Callable[[], Segment]) -> Segment:
+        """The cached segment for ``key``, loading (outside the lock) on a miss."""
+        with self._lock:
+            seg = self._entries.get(key)
+            if seg is not None:
+                self._entries.move_to_end(key)
+                self.hits += 1
+                return seg
+            self.misses += 1
+        seg = load()
+        self.put(key, seg)
+        return seg
+
+    def put(self, key: tuple[str, int], seg: Segment) -> None:
+        """Insert a segment, evicting least recently used ones to stay within capacity."""
+        size = seg.nbytes
+        with self._lock:
+            if key in self._entries or size > self.capacity_bytes:
+                return
+            self._entries[key] = seg
+            self._sizes[key] = size
+            self._used += size
+            self._evict_locked(self.capacity_bytes)
+
+    def refresh(self, key: tuple[str, int]) -> None:
+        """Re-account an entry whose size changed (a key index was built on it)."""
+        with self._lock:
+            seg = self._entries.get(key)
+            if seg is None:
+                return
+            new = seg.nbytes
+            self._used += new - self._sizes[key]
+            self._sizes[key] = new
+            self._evict_locked(self.capacity_bytes)
+
+    def _evict_locked(self, target: int) -> int:
+        freed = 0
+        while self._used > target and self._entries:
+            key, _ = self._entries.popitem(last=False)
+            size = self._sizes.pop(key)
+            self._used -= size
+            freed += size
+            self.evictions += 1
+        return freed
+
+    def shrink_to(self, target_bytes: int) -> int:
+        """Evict until at most ``target_bytes`` are held; returns the bytes freed."""
+        with self._lock:
+            return self._evict_locked(max(0, target_bytes))
+
+    def drop_file(self, path: str) -> None:
+        """Forget every entry of a file (it was deleted)."""
+        with self._lock:
+            for key in [k for k in self._entries if k[0] == path]:
+                del self._entries[key]
+                self._used -= self._sizes.pop(key)
+
+    def stats(self) -> CacheStats:
+        """Current counters."""
+        with self._lock:
+            return CacheStats(
+                self.capacity_bytes,
+                self._used,
+                len(self._entries),
+                self.hits,
+                self.misses,
+                self.evictions,
+            )

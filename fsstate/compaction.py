@@ -1,0 +1,219 @@
+"""Compaction: merge runs of a table, dropping shadowed and tombstoned rows, in the background.
+
+Window choice is size-tiered: starting from the newest written run, older runs join the window
+while each is at most twice the size of everything newer in it, and the window stays within
+``compaction_bytes_per_round``. That keeps the number of runs logarithmic in the state size and
+bounds the work of one round.
+
+Merging is vectorized with Arrow compute: rows are sorted by (key, ukey, seq); per grouping key
+the newest clear (or covering range tombstone) sets a floor; below it rows are shadowed; per
+(key, ukey) only the newest row survives. When the window starts at the oldest run ("bottom"),
+tombstones themselves are dropped too, since nothing older remains for them to shadow. Expired
+rows are kept: TTL cleanup removes them together with their index entries.
+
+Invariants:
+
+* A merged run answers every read exactly as the runs it replaces did.
+* Only runs already written to storage are merged; the merged run is written before it
+  replaces them, under the table's lock, and only if the window is unchanged; otherwise the
+  work is discarded (its file becomes an orphan for the store's garbage collection).
+* Compaction deletes no file: files leave when no retained manifest references them.
+* The background thread takes tables from a bounded queue, does one bounded round per table
+  and never lets an exception escape (it is counted in ``errors`` and logged).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import weakref
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from fsstate.run import Run
+from fsstate.schema import OP, OP_CLEAR, OP_DELETE, SEQ, TableSpec
+from fsstate.segment import Segment, sort_batch
+from fsstate.tombstones import RangeTombstones
+
+if TYPE_CHECKING:
+    from fsstate.controller import MemoryController
+    from fsstate.tables import TableBase
+
+log = logging.getLogger("fsstate.compaction")
+
+
+def pick_window(runs: list[Run], max_runs: int, bytes_max: int, force: bool = False) -> tuple[int, int] | None:
+    """The ``[i, j)`` range of runs to merge next, or None if the table needs no merge."""
+    w = 0
+    while w < len(runs) and runs[w].ref is not None:
+        w += 1
+    if w < 2 or (len(runs) <= max_runs and not force):
+        return None
+    sizes = [r.ref.size_bytes if r.ref is not None else 0 for r in runs[:w]]
+    i = w - 1
+    total = sizes[i]
+    while i > 0 and sizes[i - 1] <= 2 * total and total + sizes[i - 1] <= bytes_max:
+        i -= 1
+        total += sizes[i]
+    if force and i > 0 and total + sizes[i - 1] <= bytes_max:
+        while i > 0 and total + sizes[i - 1] <= bytes_max:
+            i -= 1
+            total += sizes[i]
+    if w - i < 2:
+        i = w - 2
+    return i, w
+
+
+def _same_as_prev(arrays: list[pa.Array]) -> np.ndarray:
+    """Boolean array: row r equals row r-1 on every array (nulls equal nulls); row 0 False."""
+    n = len(arrays[0]) if arrays else 0
+    same = np.ones(max(0, n - 1), dtype=bool)
+    for a in arrays:
+        if n < 2:
+            break
+        cur, prev = a.slice(1), a.slice(0, n - 1)
+        eq = pc.fill_null(pc.equal(cur, prev), False)
+        both_null = pc.and_(pc.is_null(cur), pc.is_null(prev))
+        same &= pc.or_(eq, both_null).to_numpy(zero_copy_only=False)
+    return np.concatenate([np.zeros(min(n, 1), dtype=bool), same])
+
+
+def merge_segments(
+    spec: TableSpec, segments: list[Segment], ranges: RangeTombstones, bottom: bool
+) -> pa.RecordBatch:
+    """Merge op rows of consecutive runs into one sorted batch (see the module docstring)."""
+    schema = spec.row_schema()
+    batches = [s.batch for s in segments if s.num_rows]
+    if not batches:
+        return pa.RecordBatch.from_pylist([], schema=schema)
+    table = pa.Table.from_batches(batches, schema=schema).combine_chunks()
+    batch = sort_batch(spec, table.to_batches()[0]) if table.num_rows else table.to_batches()[0]
+    n = batch.num_rows
+    key_cols = batch.column("key").flatten()
+    same_key = _same_as_prev(key_cols)
+    starts = np.flatnonzero(~same_key)
+    group = np.cumsum(~same_key) - 1
+    seq = batch.column(SEQ).to_numpy()
+    op = batch.column(OP).to_numpy()
+    clear_seq = np.where(op == OP_CLEAR, seq, -1)
+    floor = np.maximum.reduceat(clear_seq, starts)
+    if ranges:
+        key_lists = [c.take(pa.array(starts)).to_pylist() for c in key_cols]
+        for g, key in enumerate(zip(*key_lists)):
+            floor[g] = max(floor[g], ranges.floor(tuple(key)))
+    row_floor = floor[group]
+    if spec.ukey_schema is not None:
+        same_entry = same_key & _same_as_prev(batch.column("ukey").flatten())
+    else:
+        same_entry = same_key
+    last_of_entry = np.concatenate([~same_entry[1:], np.ones(min(n, 1), dtype=bool)])
+    is_clear = op == OP_CLEAR
+    keep = np.where(is_clear, seq == row_floor, last_of_entry & (seq > row_floor))
+    if bottom:
+        keep &= ~is_clear & (op != OP_DELETE)
+    return batch.filter(pa.array(keep))
+
+
+def compact_table(table: TableBase, bytes_max: int, max_runs: int, force: bool = False) -> int:
+    """One bounded compaction round of ``table``; returns the bytes written (0: nothing done)."""
+    runs = table.runs
+    window = pick_window(runs, max_runs, bytes_max, force)
+    if window is None:
+        return 0
+    i, j = window
+    chosen = runs[i:j]
+    spec, ctx = table.spec, table.ctx
+    segments = [seg for run in chosen for seg in run.segments(spec, ctx)]
+    merged = merge_segments(spec, segments, table.ranges, bottom=(i == 0))
+    new_runs: list[Run] = []
+    written = 0
+    if merged.num_rows:
+        run = Run(Segment(spec, merged), None)
+        ref = run.write(spec, ctx, table.file_prefix)
+        run.release()
+        new_runs.append(run)
+        written = ref.size_bytes
+    with table.lock:
+        current = table.runs
+        if len(current) >= j and all(a is b for a, b in zip(current[i:j], chosen)):
+            table.runs = current[:i] + new_runs + current[j:]
+            table.compactions += 1
+            return max(written, 1)
+    return 0
+
+
+class Compactor:
+    """The background compaction thread of a process (bounded queue, bounded rounds)."""
+
+    def __init__(self, controller: MemoryController) -> None:
+        self._ctl = controller
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=controller.config.compaction_queue_max)
+        self._queued: set[int] = set()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self.rounds = 0
+        self.bytes_written = 0
+        self.errors = 0
+
+    def request(self, table: TableBase) -> bool:
+        """Queue a table for a background round; False if not queued (full or disabled)."""
+        if not self._ctl.config.background_compaction:
+            return False
+        with self._lock:
+            if id(table) in self._queued:
+                return False
+            try:
+                self._queue.put_nowait(weakref.ref(table))
+            except queue.Full:
+                return False
+            self._queued.add(id(table))
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._loop, name="fsstate-compaction", daemon=True
+                )
+                self._thread.start()
+        return True
+
+    def run_once(self, table: TableBase, force: bool = False) -> int:
+        """A synchronous round (tests, explicit requests); returns the bytes written."""
+        cfg = self._ctl.config
+        written = compact_table(table, cfg.compaction_bytes_per_round, cfg.compaction_max_runs, force)
+        if written:
+            self.rounds += 1
+            self.bytes_written += written
+        return written
+
+    def wait_idle(self, timeout_s: float = 30.0) -> None:
+        """Block until the queue is drained (tests)."""
+        done = threading.Event()
+
+        def waiter() -> None:
+            self._queue.join()
+            done.set()
+
+        threading.Thread(target=waiter, daemon=True).start()
+        done.wait(timeout_s)
+
+    def _loop(self) -> None:
+        while True:
+            ref = self._queue.get()
+            table = ref()
+            try:
+                if table is not None:
+                    with self._lock:
+                        self._queued.discard(id(table))
+                if table is not None and not table.closed:
+                    cfg = self._ctl.config
+                    if len(table.runs) > cfg.compaction_max_runs:
+                        self.run_once(table)
+                        if len(table.runs) > cfg.compaction_max_runs:
+                            self.request(table)
+            except Exception:  # never let the thread die; count and log
+                self.errors += 1
+                log.exception("fsstate compaction round failed")
+            finally:
+                self._queue.task_done()

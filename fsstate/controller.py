@@ -1,0 +1,264 @@
+"""The process-wide memory controller: one byte budget for every store of the process.
+
+It counts what the engine holds: hot views (estimated from a sample of each table), pinned
+Arrow segments (exact), the block cache (exact), TTL indexes and run filters (estimated).
+Tables report growth (new views, list appends, new map entries); every
+``check_every_growth`` growth events the writer's own thread asks the controller to check.
+Above the high watermark the controller reclaims, coldest store first, until usage is below
+the low watermark:
+
+1. shrink the block cache;
+2. release pinned segments of runs already on disk;
+3. spill: seal dirty views into a segment, write every unwritten run to Parquet (a commit
+   later reuses these files), release the segments and evict the clean views.
+
+Because reclaiming runs in the writer's thread, a writer that outruns spilling is slowed by
+the spill itself and memory never grows without bound.
+
+Invariants:
+
+* One controller per process (:func:`get_controller`); :func:`configure` changes its settings
+  in place, so every store sees the same budget.
+* Reclaiming never loses data: only clean views are evicted and only written runs released.
+* Every figure in :meth:`MemoryController.stats` is cheap to compute (no I/O).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import weakref
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from fsstate.cache import BlockCache, CacheStats
+from fsstate.config import parse_bytes
+from fsstate.errors import ConfigError
+
+if TYPE_CHECKING:
+    from fsstate.compaction import Compactor
+    from fsstate.store import PartitionStore, StoreStats
+
+DEFAULT_MEMORY_LIMIT = 1024**3
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Process-wide settings.
+
+    Attributes:
+        memory_limit_bytes: the byte budget of everything the engine holds in memory.
+        high_watermark: fraction of the budget above which the controller reclaims.
+        low_watermark: fraction of the budget reclaiming brings usage down to.
+        block_cache_fraction: share of the budget the block cache may use.
+        check_every_growth: growth events between two budget checks (bounds the overshoot).
+        compaction_max_runs: a table with more runs than this is queued for compaction.
+        compaction_bytes_per_round: most run bytes one compaction round merges.
+        compaction_queue_max: bound of the compaction queue (extra requests are dropped and
+            made again at the next commit).
+        background_compaction: run compaction on a background thread (else only on request).
+    """
+
+    memory_limit_bytes: int = DEFAULT_MEMORY_LIMIT
+    high_watermark: float = 0.85
+    low_watermark: float = 0.6
+    block_cache_fraction: float = 0.25
+    check_every_growth: int = 512
+    compaction_max_runs: int = 8
+    compaction_bytes_per_round: int = 64 * 1024 * 1024
+    compaction_queue_max: int = 256
+    background_compaction: bool = True
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.memory_limit_bytes, int) or self.memory_limit_bytes < 1024 * 1024:
+            raise ConfigError(
+                f"memory_limit={self.memory_limit_bytes!r} must be at least 1 MiB (e.g. '256MiB')"
+            )
+        if not 0 < self.low_watermark < self.high_watermark <= 1:
+            raise ConfigError(
+                f"watermarks must satisfy 0 < low ({self.low_watermark}) < high "
+                f"({self.high_watermark}) <= 1"
+            )
+        if not 0 <= self.block_cache_fraction < 1:
+            raise ConfigError(f"block_cache_fraction={self.block_cache_fraction} must be in [0, 1)")
+        for name in ("check_every_growth", "compaction_max_runs", "compaction_queue_max"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{name}={value!r} must be an integer >= 1")
+        if self.compaction_max_runs < 2:
+            raise ConfigError("compaction_max_runs must be >= 2")
+        if self.compaction_bytes_per_round < 1024 * 1024:
+            raise ConfigError("compaction_bytes_per_round must be at least 1 MiB")
+
+
+@dataclass
+class ProcessStats:
+    """Process-wide figures."""
+
+    memory_limit_bytes: int
+    memory_bytes: int
+    disk_bytes: int
+    stores: int
+    spills: int
+    bytes_spilled: int
+    reclaims: int
+    compactions: int
+    compaction_bytes_written: int
+    compaction_errors: int
+    cache: CacheStats
+    store_stats: list[StoreStats] = field(default_factory=list)
+
+
+class MemoryController:
+    """The byte budget shared by every store of the process (see the module docstring)."""
+
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+        self.cache = BlockCache(int(config.memory_limit_bytes * config.block_cache_fraction))
+        self.growth = config.check_every_growth
+        self._stores: weakref.WeakSet[PartitionStore] = weakref.WeakSet()
+        self._clock = 0
+        self._lock = threading.RLock()
+        self.spills = 0
+        self.bytes_spilled = 0
+        self.reclaims = 0
+        self._compactor: Compactor | None = None
+
+    # -- configuration -----------------------------------------------------------------------
+    def reconfigure(self, config: EngineConfig) -> None:
+        """Apply new settings to this controller (the same object stays in use)."""
+        self.config = config
+        self.cache.capacity_bytes = int(config.memory_limit_bytes * config.block_cache_fraction)
+        self.cache.shrink_to(self.cache.capacity_bytes)
+        self.growth = config.check_every_growth
+
+    # -- stores --------------------------------------------------------------------------------
+    def register(self, store: PartitionStore) -> None:
+        """Count a store in the budget."""
+        with self._lock:
+            self._stores.add(store)
+        self.touch(store)
+
+    def unregister(self, store: PartitionStore) -> None:
+        """Stop counting a (closed) store."""
+        with self._lock:
+            self._stores.discard(store)
+
+    def touch(self, store: PartitionStore) -> None:
+        """Mark a store as recently used (reclaiming starts with the least recent)."""
+        self._clock += 1
+        store.last_used = self._clock
+
+    def stores(self) -> list[PartitionStore]:
+        """Registered stores, least recently used first."""
+        with self._lock:
+            return sorted(self._stores, key=lambda s: s.last_used)
+
+    # -- budget --------------------------------------------------------------------------------
+    def usage_bytes(self) -> int:
+        """Bytes the engine holds now (estimated for Python objects, exact for Arrow)."""
+        return self.cache.used_bytes + sum(s.memory_bytes() for s in self.stores())
+
+    def check(self) -> None:
+        """Reclaim memory if usage is above the high watermark (called on growth)."""
+        self.growth = self.config.check_every_growth
+        limit = self.config.memory_limit_bytes
+        if self.usage_bytes() > self.config.high_watermark * limit:
+            self.reclaim(int(self.config.low_watermark * limit))
+
+    def reclaim(self, target_bytes: int) -> int:
+        """Free memory until usage is at most ``target_bytes``; returns the bytes freed."""
+        with self._lock:
+            self.reclaims += 1
+            usage = self.usage_bytes()
+            start = usage
+            if usage <= target_bytes:
+                return 0
+            usage -= self.cache.shrink_to(max(0, self.cache.used_bytes - (usage - target_bytes)))
+            stores = self.stores()
+            for store in stores:
+                if usage <= target_bytes:
+                    break
+                usage -= store.release_segments()
+            for store in stores:
+                if usage <= target_bytes:
+                    break
+                freed, written = store.spill()
+                usage -= freed
+                if written:
+                    self.spills += 1
+                    self.bytes_spilled += written
+            return start - usage
+
+    # -- compaction ----------------------------------------------------------------------------
+    def compactor(self) -> Compactor:
+        """The background compactor (started on first use)."""
+        if self._compactor is None:
+            from fsstate.compaction import Compactor
+
+            self._compactor = Compactor(self)
+        return self._compactor
+
+    # -- stats ---------------------------------------------------------------------------------
+    def stats(self, per_store: bool = False) -> ProcessStats:
+        """Process-wide figures; ``per_store`` adds every store's stats."""
+        stores = self.stores()
+        store_stats = [s.stats() for s in stores]
+        comp = self._compactor
+        return ProcessStats(
+            memory_limit_bytes=self.config.memory_limit_bytes,
+            memory_bytes=self.cache.used_bytes + sum(s.memory_bytes for s in store_stats),
+            disk_bytes=sum(s.disk_bytes for s in store_stats),
+            stores=len(stores),
+            spills=self.spills,
+            bytes_spilled=self.bytes_spilled,
+            reclaims=self.reclaims,
+            compactions=comp.rounds if comp else 0,
+            compaction_bytes_written=comp.bytes_written if comp else 0,
+            compaction_errors=comp.errors if comp else 0,
+            cache=self.cache.stats(),
+            store_stats=store_stats if per_store else [],
+        )
+
+
+_controller: MemoryController | None = None
+_controller_lock = threading.Lock()
+
+
+def _env_config() -> EngineConfig:
+    limit = os.environ.get("FSSTATE_MEMORY_LIMIT")
+    if limit:
+        return EngineConfig(memory_limit_bytes=parse_bytes(limit, "FSSTATE_MEMORY_LIMIT"))
+    return EngineConfig()
+
+
+def get_controller() -> MemoryController:
+    """The process's memory controller (created on first use; FSSTATE_MEMORY_LIMIT applies)."""
+    global _controller
+    if _controller is None:
+        with _controller_lock:
+            if _controller is None:
+                _controller = MemoryController(_env_config())
+    return _controller
+
+
+def configure(memory_limit: int | str | None = None, **settings: Any) -> MemoryController:
+    """Change the process-wide settings; returns the controller.
+
+    Args:
+        memory_limit: the byte budget, as bytes or a string like ``"256MiB"``.
+        **settings: any other :class:`EngineConfig` field.
+
+    Raises:
+        ConfigError: a setting is invalid (nothing changes then).
+    """
+    ctl = get_controller()
+    changes = dict(settings)
+    if memory_limit is not None:
+        changes["memory_limit_bytes"] = parse_bytes(memory_limit, "memory_limit")
+    try:
+        config = replace(ctl.config, **changes)
+    except TypeError as exc:
+        raise ConfigError(f"unknown engine setting: {exc}") from None
+    ctl.reconfigure(config)
+    return ctl

@@ -1,0 +1,103 @@
+"""Stable key hashing and per-run Bloom filters for pruned point lookups.
+
+Python's ``hash()`` of strings changes from process to process, so anything persisted uses
+:func:`stable_hash`: ints, floats, bools and None hash by value (CPython's numeric hash is not
+randomized), strings and bytes by CRC-32 of their bytes, everything else by its ``repr``.
+
+Bloom filter format (version 1), stored base64 in the Parquet footer key
+``fsstate.bloom``: 1 byte version, 1 byte ``k`` (probes), 4 bytes little-endian ``m`` (bits),
+then ``ceil(m / 8)`` bytes of bits. Probe ``i`` of hash ``h`` tests bit
+``(h1 + i * h2) mod m`` with ``h1 = h & 0xffffffff`` and ``h2 = (h >> 32) | 1``.
+
+Invariants:
+
+* A filter never answers "absent" for a key that was added (no false negatives).
+* At 10 bits per key and 7 probes the false-positive rate is about 1 %.
+"""
+
+from __future__ import annotations
+
+import base64
+import struct
+import zlib
+from collections.abc import Iterable
+from typing import Any
+
+_MASK64 = (1 << 64) - 1
+_VERSION = 1
+
+
+def _elem_hash(v: Any) -> int:
+    t = type(v)
+    if t is str:
+        return zlib.crc32(v.encode("utf-8", "surrogatepass")) * 0x9E3779B1
+    if t is int or t is float or t is bool or v is None:
+        return hash(v)
+    if t is bytes:
+        return zlib.crc32(v) * 0x85EBCA77
+    return zlib.crc32(repr(v).encode()) * 0xC2B2AE3D
+
+
+def stable_hash(key: tuple[Any, ...]) -> int:
+    """A 64-bit hash of a key tuple that is the same in every process."""
+    h = 0xCBF29CE484222325
+    for v in key:
+        h = ((h ^ (_elem_hash(v) & _MASK64)) * 0x100000001B3) & _MASK64
+    return h ^ (h >> 29)
+
+
+class BloomFilter:
+    """A fixed-size Bloom filter over stable key hashes."""
+
+    __slots__ = ("bits", "k", "m")
+
+    def __init__(self, m: int, k: int, bits: bytearray | bytes | None = None) -> None:
+        self.m = max(8, m)
+        self.k = k
+        self.bits = bytearray((self.m + 7) // 8) if bits is None else bits
+
+    @classmethod
+    def for_hashes(cls, hashes: Iterable[int], n: int, bits_per_key: int = 10) -> BloomFilter:
+        """Build a filter sized for ``n`` keys from their stable hashes."""
+        f = cls(max(64, n * bits_per_key), 7)
+        bits, m, k = f.bits, f.m, f.k
+        assert isinstance(bits, bytearray)
+        for h in hashes:
+            h1 = h & 0xFFFFFFFF
+            h2 = (h >> 32) | 1
+            for i in range(k):
+                b = (h1 + i * h2) % m
+                bits[b >> 3] |= 1 << (b & 7)
+        return f
+
+    def may_contain(self, h: int) -> bool:
+        """False only if the key with stable hash ``h`` was never added."""
+        bits, m = self.bits, self.m
+        h1 = h & 0xFFFFFFFF
+        h2 = (h >> 32) | 1
+        for i in range(self.k):
+            b = (h1 + i * h2) % m
+            if not bits[b >> 3] & (1 << (b & 7)):
+                return False
+        return True
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the bit array."""
+        return len(self.bits)
+
+    def to_text(self) -> str:
+        """Serialized form (see the module docstring)."""
+        raw = struct.pack("<BBI", _VERSION, self.k, self.m) + bytes(self.bits)
+        return base64.b64encode(raw).decode("ascii")
+
+    @classmethod
+    def from_text(cls, text: str | bytes) -> BloomFilter:
+        """Inverse of :meth:`to_text`; raises ValueError on a damaged filter."""
+        raw = base64.b64decode(text)
+        if len(raw) < 6:
+            raise ValueError("bloom filter too short")
+        version, k, m = struct.unpack("<BBI", raw[:6])
+        if version != _VERSION or len(raw) - 6 != (m + 7) // 8:
+            raise ValueError(f"bloom filter version {version} / size mismatch")
+        return cls(m, k, raw[6:])
