@@ -53,7 +53,7 @@ def pick_window(runs: list[Run], max_runs: int, bytes_max: int, force: bool = Fa
         w += 1
     if w < 2 or (len(runs) <= max_runs and not force):
         return None
-    sizes = [r.ref.size_bytes if r.ref is not None else 0 for r in runs[:w]]
+    sizes = [r.ref.decoded_bytes if r.ref is not None else 0 for r in runs[:w]]
     i = w - 1
     total = sizes[i]
     while i > 0 and sizes[i - 1] <= 2 * total and total + sizes[i - 1] <= bytes_max:
@@ -64,6 +64,8 @@ def pick_window(runs: list[Run], max_runs: int, bytes_max: int, force: bool = Fa
             i -= 1
             total += sizes[i]
     if w - i < 2:
+        if sizes[w - 2] + sizes[w - 1] > bytes_max:
+            return None  # the two newest runs alone exceed one round: leave them
         i = w - 2
     return i, w
 
@@ -90,8 +92,10 @@ def merge_segments(
     batches = [s.batch for s in segments if s.num_rows]
     if not batches:
         return pa.RecordBatch.from_pylist([], schema=schema)
-    table = pa.Table.from_batches(batches, schema=schema).combine_chunks()
-    batch = sort_batch(spec, table.to_batches()[0]) if table.num_rows else table.to_batches()[0]
+    if len(batches) == 1:
+        batch = batches[0]
+    else:
+        batch = sort_batch(spec, pa.concat_batches(batches))
     n = batch.num_rows
     key_cols = batch.column("key").flatten()
     same_key = _same_as_prev(key_cols)
@@ -181,7 +185,8 @@ class Compactor:
     def run_once(self, table: TableBase, force: bool = False) -> int:
         """A synchronous round (tests, explicit requests); returns the bytes written."""
         cfg = self._ctl.config
-        written = compact_table(table, cfg.compaction_bytes_per_round, cfg.compaction_max_runs, force)
+        per_round = min(cfg.compaction_bytes_per_round, cfg.memory_limit_bytes // 8)
+        written = compact_table(table, per_round, cfg.compaction_max_runs, force)
         if written:
             self.rounds += 1
             self.bytes_written += written
@@ -209,9 +214,9 @@ class Compactor:
                 if table is not None and not table.closed:
                     cfg = self._ctl.config
                     if len(table.runs) > cfg.compaction_max_runs:
-                        self.run_once(table)
-                        if len(table.runs) > cfg.compaction_max_runs:
-                            self.request(table)
+                        progressed = self.run_once(table)
+                        if progressed and len(table.runs) > cfg.compaction_max_runs:
+                            self.request(table)  # more to do; no progress waits for a commit
             except Exception:  # never let the thread die; count and log
                 self.errors += 1
                 log.exception("fsstate compaction round failed")

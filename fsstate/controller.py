@@ -25,11 +25,15 @@ Invariants:
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import os
 import threading
 import weakref
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
 
 from fsstate.cache import BlockCache, CacheStats
 from fsstate.config import parse_bytes
@@ -188,6 +192,7 @@ class MemoryController:
                 if written:
                     self.spills += 1
                     self.bytes_spilled += written
+            return_memory_to_os()
             return start - usage
 
     # -- compaction ----------------------------------------------------------------------------
@@ -219,6 +224,28 @@ class MemoryController:
             cache=self.cache.stats(),
             store_stats=store_stats if per_store else [],
         )
+
+
+def _load_malloc_trim() -> Any:
+    name = ctypes.util.find_library("c")
+    if not name:
+        return None
+    try:
+        fn = ctypes.CDLL(name).malloc_trim
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_size_t]
+    return fn
+
+
+_malloc_trim = _load_malloc_trim()
+
+
+def return_memory_to_os() -> None:
+    """Hand freed memory back to the OS (Arrow's pool, then glibc's heap), so RSS follows usage."""
+    pa.default_memory_pool().release_unused()
+    if _malloc_trim is not None:
+        _malloc_trim(0)
 
 
 _controller: MemoryController | None = None

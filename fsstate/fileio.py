@@ -106,6 +106,8 @@ class FileIO:
         selector = pafs.FileSelector(self.full(directory), allow_not_found=True, recursive=recursive)
         try:
             infos = self.fs.get_file_info(selector)
+        except FileNotFoundError:
+            return []
         except OSError as exc:
             raise StorageError(f"cannot list {self.describe(directory)}: {exc}") from exc
         prefix = self.root + "/"

@@ -1,8 +1,11 @@
 """Stable key hashing and per-run Bloom filters for pruned point lookups.
 
 Python's ``hash()`` of strings changes from process to process, so anything persisted uses
-:func:`stable_hash`: ints, floats, bools and None hash by value (CPython's numeric hash is not
-randomized), strings and bytes by CRC-32 of their bytes, everything else by its ``repr``.
+:func:`stable_hash`: numbers (ints, floats, Decimals), bools and None hash by value (CPython's
+numeric hash is not randomized), strings and bytes by CRC-32 of their bytes, datetimes by their
+microsecond offset from the epoch, dates by ordinal, everything else by its ``repr``. Equal keys
+hash equal whatever their representation (a ``ZoneInfo('UTC')`` and a ``timezone.utc`` datetime
+of the same instant, ``Decimal('1.5')`` and ``Decimal('1.50')``).
 
 Bloom filter format (version 1), stored base64 in the Parquet footer key
 ``fsstate.bloom``: 1 byte version, 1 byte ``k`` (probes), 4 bytes little-endian ``m`` (bits),
@@ -18,6 +21,8 @@ Invariants:
 from __future__ import annotations
 
 import base64
+import datetime as _dt
+import decimal
 import struct
 import zlib
 from collections.abc import Iterable
@@ -25,6 +30,9 @@ from typing import Any
 
 _MASK64 = (1 << 64) - 1
 _VERSION = 1
+_EPOCH = _dt.datetime(1970, 1, 1)
+_EPOCH_UTC = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+_MICRO = _dt.timedelta(microseconds=1)
 
 
 def _elem_hash(v: Any) -> int:
@@ -35,6 +43,16 @@ def _elem_hash(v: Any) -> int:
         return hash(v)
     if t is bytes:
         return zlib.crc32(v) * 0x85EBCA77
+    # canonical forms: equal values hash equal whatever their representation
+    if isinstance(v, _dt.datetime):
+        epoch = _EPOCH if v.tzinfo is None else _EPOCH_UTC
+        return hash((v - epoch) // _MICRO) * 0x27D4EB2F
+    if isinstance(v, _dt.date):
+        return v.toordinal() * 0x165667B1
+    if isinstance(v, _dt.timedelta):
+        return hash(v // _MICRO) * 0x27D4EB2F
+    if isinstance(v, (decimal.Decimal, int, float)):
+        return hash(v)  # numeric hashes are not randomized and agree across types
     return zlib.crc32(repr(v).encode()) * 0xC2B2AE3D
 
 

@@ -25,6 +25,7 @@ class FileRef:
         min_seq: smallest sequence number (data runs) or 0.
         max_seq: largest sequence number (data runs) or 0.
         crc32: CRC-32 of the whole file, checked whenever the whole file is read.
+        arrow_bytes: size of the rows once decoded into Arrow (sizes reads and merges).
     """
 
     path: str
@@ -33,6 +34,12 @@ class FileRef:
     min_seq: int = 0
     max_seq: int = 0
     crc32: int | None = None
+    arrow_bytes: int | None = None
+
+    @property
+    def decoded_bytes(self) -> int:
+        """Decoded size (recorded, or estimated from the file size)."""
+        return self.arrow_bytes if self.arrow_bytes is not None else 4 * self.size_bytes
 
     def to_json(self) -> dict[str, Any]:
         """JSON form for the manifest."""
@@ -43,12 +50,14 @@ class FileRef:
             "min_seq": self.min_seq,
             "max_seq": self.max_seq,
             "crc32": self.crc32,
+            "arrow_bytes": self.arrow_bytes,
         }
 
     @staticmethod
     def from_json(obj: dict[str, Any]) -> FileRef:
         """Inverse of :meth:`to_json`."""
         crc = obj.get("crc32")
+        arrow = obj.get("arrow_bytes")
         return FileRef(
             str(obj["path"]),
             int(obj["rows"]),
@@ -56,6 +65,7 @@ class FileRef:
             int(obj.get("min_seq", 0)),
             int(obj.get("max_seq", 0)),
             None if crc is None else int(crc),
+            None if arrow is None else int(arrow),
         )
 
 

@@ -134,33 +134,52 @@ def _segment_of(spec: TableSpec, table: pa.Table, where: str) -> Segment:
 
 
 class DiskRun:
-    """Footer-level knowledge of a large run file: Bloom filter and row-group key bounds."""
+    """What a point lookup needs of a run file: Bloom filter, row-group key bounds, footer.
+
+    Built from the footer on first use, or directly by :meth:`Run.write` (no read needed).
+    """
 
     __slots__ = ("bloom", "firsts", "lasts", "metadata", "num_row_groups", "path", "where")
 
-    def __init__(self, spec: TableSpec, ctx: RunContext, ref: FileRef) -> None:
-        self.path = f"{ctx.store_dir}/{ref.path}"
-        self.where = ctx.fileio.describe(self.path)
-        size = ctx.fileio.size(self.path)
+    def __init__(
+        self,
+        path: str,
+        where: str,
+        bloom: BloomFilter | None,
+        firsts: list[Any],
+        lasts: list[Any],
+        num_row_groups: int,
+        metadata: Any = None,
+    ) -> None:
+        self.path = path
+        self.where = where
+        self.bloom = bloom
+        self.firsts = firsts
+        self.lasts = lasts
+        self.num_row_groups = num_row_groups
+        self.metadata = metadata
+
+    @classmethod
+    def from_footer(cls, ctx: RunContext, ref: FileRef) -> DiskRun:
+        """Read the footer of a run file (size checked first)."""
+        path = f"{ctx.store_dir}/{ref.path}"
+        where = ctx.fileio.describe(path)
+        size = ctx.fileio.size(path)
         if size is None:
-            raise _corrupt(self.where, "is missing")
+            raise _corrupt(where, "is missing")
         if size != ref.size_bytes:
-            raise _corrupt(self.where, f"has {size} bytes, the manifest recorded {ref.size_bytes}")
+            raise _corrupt(where, f"has {size} bytes, the manifest recorded {ref.size_bytes}")
         try:
-            pf = ctx.fileio.open_parquet(self.path)
-            md = pf.metadata
+            md = ctx.fileio.open_parquet(path).metadata
             kv = md.metadata or {}
-            self.bloom = (
-                BloomFilter.from_text(kv[b"fsstate.bloom"]) if b"fsstate.bloom" in kv else None
-            )
+            bloom = BloomFilter.from_text(kv[b"fsstate.bloom"]) if b"fsstate.bloom" in kv else None
             bounds = _decode_bounds(kv.get(b"fsstate.rg_bounds"))
         except (pa.ArrowException, OSError, ValueError, KeyError) as exc:
-            raise _corrupt(self.where, f"cannot be decoded ({exc})") from exc
+            raise _corrupt(where, f"cannot be decoded ({exc})") from exc
         if md.num_rows != ref.rows:
-            raise _corrupt(self.where, f"has {md.num_rows} rows, the manifest recorded {ref.rows}")
-        self.metadata = md
-        self.num_row_groups = md.num_row_groups
-        self.firsts, self.lasts = bounds if bounds else ([], [])
+            raise _corrupt(where, f"has {md.num_rows} rows, the manifest recorded {ref.rows}")
+        firsts, lasts = bounds if bounds else ([], [])
+        return cls(path, where, bloom, firsts, lasts, md.num_row_groups, md)
 
     @property
     def nbytes(self) -> int:
@@ -186,6 +205,7 @@ class DiskRun:
                 metadata=self.metadata,
                 page_checksum_verification=True,
             )
+            self.metadata = pf.metadata
             table = pf.read_row_group(i)
         except (pa.ArrowException, OSError, ValueError) as exc:
             raise _corrupt(self.where, f"row group {i} cannot be decoded ({exc})") from exc
@@ -248,16 +268,15 @@ class Run:
 
     @property
     def memory_bytes(self) -> int:
-        """Bytes pinned by this run (segment, or filter and bounds of a large file)."""
-        if self._segment is not None:
-            return self._segment.nbytes
-        return self._disk.nbytes if self._disk is not None else 0
+        """Bytes pinned by this run (segment, plus filter and bounds once on disk)."""
+        pinned = self._segment.nbytes if self._segment is not None else 0
+        return pinned + (self._disk.nbytes if self._disk is not None else 0)
 
-    def _disk_run(self, spec: TableSpec, ctx: RunContext) -> DiskRun:
+    def _disk_run(self, ctx: RunContext) -> DiskRun:
         disk = self._disk
         if disk is None:
             assert self.ref is not None
-            disk = self._disk = DiskRun(spec, ctx, self.ref)
+            disk = self._disk = DiskRun.from_footer(ctx, self.ref)
         return disk
 
     def _whole(self, spec: TableSpec, ctx: RunContext) -> Segment:
@@ -271,22 +290,28 @@ class Run:
 
         return ctx.cache.get((path, -1), load)
 
+    def _read_whole(self, ctx: RunContext) -> bool:
+        assert self.ref is not None
+        return (
+            self.ref.size_bytes <= WHOLE_FILE_BYTES_MAX
+            and self.ref.decoded_bytes * 8 <= ctx.cache.capacity_bytes
+        )
+
     def lookup(self, spec: TableSpec, ctx: RunContext, key: tuple[Any, ...], h: int) -> list[OpRow]:
         """Op rows of ``key`` (stable hash ``h``) in this run, touching as little as possible."""
         seg = self._segment
         if seg is not None:
             return seg.rows_for(key)
-        assert self.ref is not None
-        if self.ref.size_bytes <= WHOLE_FILE_BYTES_MAX:
+        disk = self._disk_run(ctx)
+        if disk.bloom is not None and not disk.bloom.may_contain(h):
+            return []
+        if self._read_whole(ctx):
             seg = self._whole(spec, ctx)
             built = seg.has_index
             rows = seg.rows_for(key)
             if not built:
-                ctx.cache.refresh((f"{ctx.store_dir}/{self.ref.path}", -1))
+                ctx.cache.refresh((disk.path, -1))
             return rows
-        disk = self._disk_run(spec, ctx)
-        if disk.bloom is not None and not disk.bloom.may_contain(h):
-            return []
         out: list[OpRow] = []
         for i in disk.candidate_groups(key):
             cache_key = (disk.path, i)
@@ -298,15 +323,16 @@ class Run:
         return out
 
     def segments(self, spec: TableSpec, ctx: RunContext) -> Iterator[Segment]:
-        """Every row of the run as segments in key order (a full scan; bypasses the cache)."""
+        """Every row of the run as segments in key order (a full scan)."""
         if self._segment is not None:
             yield self._segment
             return
         assert self.ref is not None
-        if self.ref.size_bytes <= WHOLE_FILE_BYTES_MAX:
-            yield self._whole(spec, ctx)
+        if self._read_whole(ctx) or self.ref.size_bytes <= 64 * 1024:
+            table = read_table_file(ctx.fileio, ctx.store_dir, self.ref)
+            yield _segment_of(spec, table, ctx.fileio.describe(f"{ctx.store_dir}/{self.ref.path}"))
             return
-        disk = self._disk_run(spec, ctx)
+        disk = self._disk_run(ctx)
         for i in range(disk.num_row_groups):
             yield disk.read_group(spec, ctx, i)
 
@@ -318,22 +344,25 @@ class Run:
         assert seg is not None
         n = seg.num_rows
         row_bytes = max(1, seg.batch.nbytes // max(1, n))
-        group_rows = max(256, min(ctx.config.row_group_rows, ctx.config.row_group_bytes // row_bytes))
+        group_rows = max(16, min(ctx.config.row_group_rows, ctx.config.row_group_bytes // row_bytes))
         meta = file_metadata(spec, "data")
         keys = seg.python_keys()
         distinct = seg.distinct_keys(keys)
-        meta[b"fsstate.bloom"] = BloomFilter.for_hashes(
-            (stable_hash(k) for k in distinct), len(distinct)
-        ).to_text().encode()
+        bloom = BloomFilter.for_hashes((stable_hash(k) for k in distinct), len(distinct))
+        meta[b"fsstate.bloom"] = bloom.to_text().encode()
+        starts = list(range(0, n, group_rows))
+        firsts = [keys[s] for s in starts]
+        lasts = [keys[min(s + group_rows, n) - 1] for s in starts]
         if n:
-            starts = list(range(0, n, group_rows))
-            firsts = [keys[s] for s in starts]
-            lasts = [keys[min(s + group_rows, n) - 1] for s in starts]
             meta[b"fsstate.rg_bounds"] = _encode_bounds(spec, firsts, lasts)
         table = pa.Table.from_batches([seg.batch]).replace_schema_metadata(meta)
         path = new_data_path(prefix)
         size, crc = write_table_file(ctx.fileio, ctx.store_dir, path, table, ctx.config, group_rows)
-        self.ref = FileRef(path, self.rows, size, self.min_seq, self.max_seq, crc)
+        full = f"{ctx.store_dir}/{path}"
+        self._disk = DiskRun(full, ctx.fileio.describe(full), bloom, firsts, lasts, len(starts))
+        self.ref = FileRef(
+            path, self.rows, size, self.min_seq, self.max_seq, crc, int(seg.batch.nbytes)
+        )
         return self.ref
 
     def release(self) -> int:

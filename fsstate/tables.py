@@ -74,6 +74,9 @@ class TableBase:
         self.lock = threading.Lock()  # guards replacing ``runs`` (seal, spill, compaction)
         self.file_prefix = store.file_prefix(entry.spec.name)
         self.compactions = 0
+        self._avg_view_bytes = 0.0
+        self._avg_at_n = 0
+        self._size_calls = 0
         self._views: dict[Key, Any] = {}
         self._dirty: dict[Key, Any] = {}
         self.runs: list[Run] = [Run(None, ref) for ref in entry.runs]  # copy-on-write
@@ -293,6 +296,11 @@ class TableBase:
                 written += run.write(self.spec, self.ctx, self.file_prefix).size_bytes
             run.release()
         self.evict_clean()
+        max_runs = self._ctl.config.compaction_max_runs
+        if len(self.runs) > 2 * max_runs:  # the background compactor is behind: help it
+            written += self._ctl.compactor().run_once(self)
+        elif len(self.runs) > max_runs:
+            self._ctl.compactor().request(self)
         return max(0, before - self.memory_bytes()), written
 
     def memory_bytes(self) -> int:
@@ -303,10 +311,16 @@ class TableBase:
         if self._ttl is not None:
             total += self._ttl.nbytes_estimate
         if n:
-            sample = list(itertools.islice(views.items(), 8))
-            sample += list(itertools.islice(reversed(views.items()), 8))
-            avg = sum(_deep_size(k) + _deep_size(v) for k, v in sample) / len(sample)
-            total += int(n * (avg + 100))  # + dict slot and hash table overhead
+            self._size_calls += 1
+            last_n = self._avg_at_n
+            if self._size_calls % 16 == 0 or not (0.8 * last_n <= n <= 1.25 * last_n):
+                sample = list(itertools.islice(views.items(), 4))
+                sample += list(itertools.islice(reversed(views.items()), 4))
+                self._avg_view_bytes = (
+                    sum(_deep_size(k) + _deep_size(v) for k, v in sample) / len(sample) + 100
+                )  # + dict slot and hash table overhead
+                self._avg_at_n = n
+            total += int(n * self._avg_view_bytes)
         return total
 
     def evict_clean(self) -> int:
@@ -404,19 +418,20 @@ class TableBase:
         self._after_growth()
 
 
-def _deep_size(obj: Any) -> int:
-    """Approximate bytes of a view or key (containers one level deep, plus their items)."""
+def _deep_size(obj: Any, depth: int = 0) -> int:
+    """Approximate bytes of a view or key: containers measured from a sample of 8 items."""
     size = sys.getsizeof(obj)
+    if depth > 3:
+        return size
     if isinstance(obj, dict):
-        for k, v in itertools.islice(obj.items(), 16):
-            size += _deep_size(k) + _deep_size(v)
-        if len(obj) > 16:
-            size = int(size * len(obj) / 16)
+        items = list(itertools.islice(obj.items(), 8))
+        if items:
+            per = sum(_deep_size(k, depth + 1) + _deep_size(v, depth + 1) for k, v in items)
+            size += per * len(obj) // len(items)
     elif isinstance(obj, (list, tuple)):
-        for item in itertools.islice(obj, 16):
-            size += _deep_size(item) if isinstance(item, (list, tuple, dict)) else sys.getsizeof(item)
-        if len(obj) > 16:
-            size = int(size * len(obj) / 16)
+        sample = list(itertools.islice(obj, 8))
+        if sample:
+            size += sum(_deep_size(i, depth + 1) for i in sample) * len(obj) // len(sample)
     return size
 
 

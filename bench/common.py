@@ -1,0 +1,307 @@
+"""Shared pieces of the benchmark suites: result records, the run context and timing helpers.
+
+Every suite is a function ``run(ctx: BenchContext) -> list[Result]`` (see :mod:`bench.run`).
+
+Measurement rules used by every helper here:
+
+* ``time.perf_counter`` only; each figure is the median of several samples after warm-ups.
+* A full ``gc.collect()`` runs before every sample (once per engine/baseline pair), and the
+  collector stays enabled while the sample runs (engine and baseline pay the same allocation
+  costs, as they would in a real process).
+* Engine and baseline are measured in the same process, interleaved sample by sample, so both
+  see the same CPU frequency, cache and allocator state.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import gc
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+GoalOp = Literal[">=", "<="]
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+RESULTS_DIR = REPO_ROOT / "bench" / "results"
+
+
+class SuiteSkipped(Exception):
+    """Raised by a suite that cannot run here (missing dependency, no Java, ...)."""
+
+
+@dataclass
+class Result:
+    """One benchmark figure.
+
+    Attributes:
+        suite: name of the suite that measured it.
+        name: short, stable name of the benchmark (the table row).
+        value: measured figure (median of the samples).
+        unit: unit of ``value`` and ``goal``, e.g. ``ops/s``, ``ms``, ``x``.
+        goal: target figure, or None for an informational row.
+        goal_op: ``>=`` (higher is better) or ``<=`` (lower is better).
+        baseline_value: the same workload done with a plain Python dict, or None.
+        ratio: ``value / baseline_value`` (engine over dict), or None without a baseline.
+        notes: workload parameters and anything needed to read the figure.
+        passed: whether ``value`` meets ``goal`` (None without a goal).
+        samples: every sample behind ``value`` (same unit), for spread.
+    """
+
+    suite: str
+    name: str
+    value: float
+    unit: str
+    goal: float | None = None
+    goal_op: GoalOp = ">="
+    baseline_value: float | None = None
+    ratio: float | None = None
+    notes: str = ""
+    passed: bool | None = None
+    samples: list[float] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.ratio is None and self.baseline_value:
+            self.ratio = self.value / self.baseline_value
+        if self.passed is None and self.goal is not None:
+            if self.goal_op == ">=":
+                self.passed = self.value >= self.goal
+            else:
+                self.passed = self.value <= self.goal
+
+    @property
+    def goal_factor(self) -> float | None:
+        """How far the value is from the goal, > 1 meaning better than the goal."""
+        if self.goal is None or self.value <= 0 or self.goal <= 0:
+            return None
+        return self.value / self.goal if self.goal_op == ">=" else self.goal / self.value
+
+    @property
+    def status(self) -> str:
+        """``pass``, ``miss`` or ``info``."""
+        if self.passed is None:
+            return "info"
+        return "pass" if self.passed else "miss"
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON form (the dataclass fields plus ``status``)."""
+        out = asdict(self)
+        out["status"] = self.status
+        return out
+
+    @staticmethod
+    def from_json(obj: dict[str, Any]) -> Result:
+        """Inverse of :meth:`to_json`."""
+        names = {f for f in Result.__dataclass_fields__}
+        return Result(**{k: v for k, v in obj.items() if k in names})
+
+
+@dataclass
+class BenchContext:
+    """What a suite gets from the runner.
+
+    Attributes:
+        mode: ``quick`` or ``full``.
+        results_dir: where result files go (``bench/results``).
+        tmp_dir: scratch space kept between runs (``bench/results/tmp``, gitignored); suites
+            cache expensive fixtures there.
+        only: substring filters on benchmark names (empty: run everything).
+        verbose: print progress lines.
+    """
+
+    mode: str
+    results_dir: Path = RESULTS_DIR
+    tmp_dir: Path = RESULTS_DIR / "tmp"
+    only: list[str] = field(default_factory=list)
+    verbose: bool = True
+
+    @property
+    def quick(self) -> bool:
+        """Whether this is the small run."""
+        return self.mode == "quick"
+
+    def pick(self, quick: Any, full: Any) -> Any:
+        """The quick or full variant of a parameter."""
+        return quick if self.quick else full
+
+    def wants(self, name: str) -> bool:
+        """Whether the benchmark ``name`` passes the ``--only`` filters."""
+        return not self.only or any(o in name for o in self.only)
+
+    def log(self, msg: str) -> None:
+        """Print a progress line (stderr, so stdout stays clean)."""
+        if self.verbose:
+            print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+# -- timing -------------------------------------------------------------------------------------
+def time_call(fn: Callable[[], Any], collect: bool = True) -> float:
+    """Seconds one call of ``fn`` takes (after a full collection unless ``collect`` is false)."""
+    if collect:
+        gc.collect()
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def sample(
+    fn: Callable[[], Any],
+    *,
+    repeat: int,
+    warmup: int = 1,
+    setup: Callable[[], Any] | None = None,
+) -> list[float]:
+    """Seconds per call of ``fn`` over ``repeat`` samples, after ``warmup`` untimed calls.
+
+    ``setup`` (untimed) runs before each call, warm-ups included.
+    """
+    out = []
+    for i in range(warmup + repeat):
+        if setup is not None:
+            setup()
+        dt = time_call(fn)
+        if i >= warmup:
+            out.append(dt)
+    return out
+
+
+def sample_pair(
+    engine: Callable[[], Any],
+    baseline: Callable[[], Any],
+    *,
+    repeat: int,
+    warmup: int = 1,
+    setup: Callable[[], Any] | None = None,
+) -> tuple[list[float], list[float]]:
+    """Interleaved samples of an engine call and its dict baseline (seconds per call)."""
+    eng: list[float] = []
+    base: list[float] = []
+    for i in range(warmup + repeat):
+        if setup is not None:
+            setup()
+        de = time_call(engine)
+        db = time_call(baseline, collect=False)
+        if i >= warmup:
+            eng.append(de)
+            base.append(db)
+    return eng, base
+
+
+def median(xs: list[float]) -> float:
+    """Median of a non-empty list."""
+    return float(statistics.median(xs))
+
+
+def rates(count: float, seconds: list[float]) -> list[float]:
+    """Per-second rates of ``count`` operations for each sample."""
+    return [count / s for s in seconds]
+
+
+def percentile(xs: list[float], q: float) -> float:
+    """The ``q`` quantile (0..1) of a non-empty list, nearest rank."""
+    s = sorted(xs)
+    return s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))]
+
+
+@contextmanager
+def stopwatch() -> Iterator[list[float]]:
+    """``with stopwatch() as t: ...`` leaves the elapsed seconds in ``t[0]``."""
+    out: list[float] = [0.0]
+    t0 = time.perf_counter()
+    try:
+        yield out
+    finally:
+        out[0] = time.perf_counter() - t0
+
+
+# -- machine --------------------------------------------------------------------------------------
+def _git_commit() -> str | None:
+    try:
+        rev = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return rev + ("-dirty" if dirty else "")
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine_info() -> dict[str, Any]:
+    """CPU, memory, OS and library versions of this machine, plus a UTC timestamp."""
+    import numpy
+    import pyarrow
+
+    import fsstate
+
+    info: dict[str, Any] = {
+        "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "cpu_count": os.cpu_count(),
+        "cpu_model": _cpu_model(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "python_impl": platform.python_implementation(),
+        "pyarrow": pyarrow.__version__,
+        "numpy": numpy.__version__,
+        "fsstate": getattr(fsstate, "__version__", "?"),
+        "git_commit": _git_commit(),
+        "fsstate_path": str(Path(fsstate.__file__).resolve().parent),
+    }
+    if hasattr(os, "getloadavg"):
+        info["loadavg_1m_at_start"] = round(os.getloadavg()[0], 2)
+    try:
+        import psutil
+
+        info["cpu_count_physical"] = psutil.cpu_count(logical=False)
+        info["memory_total_bytes"] = int(psutil.virtual_memory().total)
+    except ImportError:  # pragma: no cover - psutil is a dev dependency
+        pass
+    return info
+
+
+def write_json(path: Path, obj: Any) -> None:
+    """Write ``obj`` as indented JSON (atomically: temp file then rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=2, sort_keys=False) + "\n", encoding="utf-8")
+    tmp.replace(path)
+
+
+def rss_bytes() -> int:
+    """Resident set size of this process (0 if psutil is missing)."""
+    try:
+        import psutil
+    except ImportError:  # pragma: no cover
+        return 0
+    return int(psutil.Process().memory_info().rss)

@@ -1,0 +1,285 @@
+"""Outputs of a benchmark run: per-suite JSON, a PNG chart per suite and docs/benchmarks.md.
+
+``bench/results/<suite>.json`` holds one suite's latest run::
+
+    {"suite": "engine", "mode": "full", "duration_s": 123.4, "machine": {...},
+     "results": [{"suite": ..., "name": ..., "value": ..., "unit": ..., "goal": ...,
+                  "goal_op": ">=", "baseline_value": ..., "ratio": ..., "notes": ...,
+                  "passed": true, "samples": [...], "status": "pass"}, ...]}
+
+The markdown page is rebuilt from every suite file present, so a run of one suite keeps the
+latest figures of the others (each section shows when and how its figures were taken).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from bench.common import REPO_ROOT, Result, write_json
+
+DOCS_PATH = REPO_ROOT / "docs" / "benchmarks.md"
+
+
+# -- JSON -----------------------------------------------------------------------------------------
+def write_suite_json(
+    results_dir: Path,
+    suite: str,
+    results: list[Result],
+    machine: dict[str, Any],
+    mode: str,
+    duration_s: float,
+) -> Path:
+    """Write ``<results_dir>/<suite>.json``; returns its path."""
+    path = results_dir / f"{suite}.json"
+    write_json(
+        path,
+        {
+            "suite": suite,
+            "mode": mode,
+            "duration_s": round(duration_s, 2),
+            "machine": machine,
+            "results": [r.to_json() for r in results],
+        },
+    )
+    return path
+
+
+def load_suite_files(results_dir: Path) -> list[dict[str, Any]]:
+    """Every suite file in ``results_dir``, the engine suite first, then by name."""
+    docs = []
+    for p in sorted(results_dir.glob("*.json")):
+        try:
+            obj = json.loads(p.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(obj, dict) and "suite" in obj and isinstance(obj.get("results"), list):
+            obj["_path"] = p
+            docs.append(obj)
+    docs.sort(key=lambda o: (o["suite"] != "engine", o["suite"]))
+    return docs
+
+
+# -- formatting -----------------------------------------------------------------------------------
+def fmt_value(value: float | None, unit: str) -> str:
+    """A figure with its unit, compact (``1.23 M ops/s``, ``0.31 ms``, ``1.12 x``)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "—"
+    if unit.endswith("/s"):
+        for scale, suffix in ((1e9, " G"), (1e6, " M"), (1e3, " k")):
+            if abs(value) >= scale:
+                return f"{value / scale:.3g}{suffix} {unit}"
+        return f"{value:.0f} {unit}"
+    if unit == "x":
+        return f"{value:.2f} x"
+    if abs(value) >= 100:
+        return f"{value:,.0f} {unit}"
+    if abs(value) >= 10:
+        return f"{value:.1f} {unit}"
+    return f"{value:.3g} {unit}"
+
+
+def fmt_goal(r: Result) -> str:
+    """The goal with its direction, or a dash."""
+    if r.goal is None:
+        return "—"
+    return f"{'≥' if r.goal_op == '>=' else '≤'} {fmt_value(r.goal, r.unit)}"
+
+
+def fmt_status(r: Result) -> str:
+    """Pass / miss / error / info as a short word."""
+    if r.notes.startswith("ERROR"):
+        return "**error**"
+    return {"pass": "pass", "miss": "**miss**", "info": "info"}[r.status]
+
+
+def _md_escape(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+# -- chart ----------------------------------------------------------------------------------------
+def write_chart(path: Path, suite: str, results: list[Result], subtitle: str) -> Path | None:
+    """A two-panel PNG: value relative to goal, and engine relative to the dict baseline."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    goals = [r for r in results if r.goal_factor is not None]
+    bases = [r for r in results if r.ratio is not None and r.ratio > 0]
+    if not goals and not bases:
+        return None
+    panels = [p for p in (goals, bases) if p]
+    height = max(3.0, 0.42 * max(len(p) for p in panels) + 1.6)
+    fig, axes = plt.subplots(1, len(panels), figsize=(7.0 * len(panels), height), squeeze=False)
+    col = 0
+    if goals:
+        ax = axes[0][col]
+        col += 1
+        names = [r.name for r in goals][::-1]
+        factors = [r.goal_factor or 0.0 for r in goals][::-1]
+        colors = ["#2e7d32" if r.passed else "#c62828" for r in goals][::-1]
+        ax.barh(names, factors, color=colors)
+        ax.axvline(1.0, color="black", linewidth=1)
+        ax.set_xscale("log")
+        ax.set_xlabel("measured / goal (higher is better; > 1 meets the goal)")
+        ax.set_title("Against the goals (green: pass, red: miss)")
+        for i, f in enumerate(factors):
+            ax.text(f, i, f" {f:.2g}", va="center", fontsize=8)
+    if bases:
+        ax = axes[0][col]
+        names = [r.name for r in bases][::-1]
+        ratios = [r.ratio or 0.0 for r in bases][::-1]
+        # express every ratio as "engine speed relative to dict" (higher is better)
+        ax.barh(names, ratios, color="#1565c0")
+        ax.axvline(1.0, color="black", linewidth=1)
+        ax.set_xscale("log")
+        ax.set_xlabel("engine / plain dict throughput (1 = as fast as a dict)")
+        ax.set_title("Against a plain Python dict, same process")
+        for i, f in enumerate(ratios):
+            ax.text(f, i, f" {f:.2g}", va="center", fontsize=8)
+    fig.suptitle(f"fsstate {suite} benchmarks — {subtitle}", fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+# -- markdown -------------------------------------------------------------------------------------
+HOW_TO_READ = """\
+## How to read
+
+* **Measured** is the median of several samples taken after warm-up calls
+  (`time.perf_counter`, garbage collector enabled, a full collection before each sample).
+  Throughputs are single-threaded, so *ops/s* is *ops/s per core*.
+* **Goal** is the target for the figure; **Status** says whether the median meets it
+  (*info* rows have no goal and are there to explain other rows).
+  **vs goal** is measured/goal for higher-is-better figures and goal/measured for
+  lower-is-better ones: above 1 meets the goal, 0.5 means twice too slow.
+* **Dict baseline** is the same workload done with a plain Python `dict` in the same process,
+  interleaved sample by sample with the engine (the ceiling for a pure-Python hot path);
+  **Engine/dict** is engine throughput over dict throughput (0.5 = half as fast as a dict).
+* *write_amp* rows divide the bytes a commit writes (Parquet data files, from
+  `CommitInfo.bytes_written`) by the Arrow `nbytes` of the key and value columns of the rows
+  changed since the previous commit.
+* *open* rows use a store built once with `put_many` batches and one commit per batch, cached
+  under `bench/results/tmp/` (gitignored); the build time is reported (from the cache when it
+  was reused). "first get" rows are the latency of the first `get` after opening, which loads
+  the runs the key needs.
+* Figures depend on the machine (below) and on what else runs on it; compare ratios rather than
+  absolute values across machines.
+"""
+
+
+def _machine_lines(machine: dict[str, Any]) -> list[str]:
+    mem = machine.get("memory_total_bytes")
+    mem_txt = f", {mem / 1024**3:.0f} GiB RAM" if mem else ""
+    phys = machine.get("cpu_count_physical")
+    phys_txt = f" ({phys} physical)" if phys else ""
+    src = str(machine.get("fsstate_path", ""))
+    src_txt = ""
+    if src and not src.startswith(str(REPO_ROOT)):
+        src_txt = f"; fsstate imported from `{src}`, not from this checkout"
+    return [
+        f"* CPU: {machine.get('cpu_model', '?')}, {machine.get('cpu_count', '?')} logical cores"
+        f"{phys_txt}{mem_txt}",
+        f"* OS: {machine.get('platform', '?')}",
+        f"* Python {machine.get('python', '?')}, pyarrow {machine.get('pyarrow', '?')}, "
+        f"numpy {machine.get('numpy', '?')}, fsstate {machine.get('fsstate', '?')} "
+        f"(checkout at commit {machine.get('git_commit') or '?'}{src_txt})",
+        f"* Load average (1 min) when the run started: {machine.get('loadavg_1m_at_start', '?')}"
+        " (other processes share the cores; absolute figures move with it, ratios less)",
+    ]
+
+
+def _suite_section(doc: dict[str, Any], docs_dir: Path) -> list[str]:
+    suite = doc["suite"]
+    results = [Result.from_json(r) for r in doc["results"]]
+    machine = doc.get("machine", {})
+    lines = [
+        f"## Suite `{suite}`",
+        "",
+        f"Run `{doc.get('mode', '?')}` at {machine.get('timestamp', '?')} in "
+        f"{doc.get('duration_s', 0):.0f} s; raw figures in "
+        f"`bench/results/{suite}.json`.",
+        "",
+        "| Benchmark | Measured | Goal | Status | vs goal | Dict baseline | Engine/dict | Notes |",
+        "|---|---:|---:|---|---:|---:|---:|---|",
+    ]
+    for r in results:
+        factor = r.goal_factor
+        lines.append(
+            "| "
+            + " | ".join(
+                [
+                    _md_escape(r.name),
+                    fmt_value(r.value, r.unit) if not r.notes.startswith("ERROR") else "—",
+                    fmt_goal(r),
+                    fmt_status(r),
+                    f"{factor:.2f}" if factor is not None else "—",
+                    fmt_value(r.baseline_value, r.unit),
+                    f"{r.ratio:.2f}" if r.ratio is not None else "—",
+                    _md_escape(r.notes),
+                ]
+            )
+            + " |"
+        )
+    passed = sum(1 for r in results if r.status == "pass")
+    missed = sum(1 for r in results if r.status == "miss")
+    lines += ["", f"{passed} of {passed + missed} goals met."]
+    chart = doc["_path"].with_suffix(".png")
+    if chart.exists():
+        rel = (
+            Path("..") / chart.relative_to(REPO_ROOT) if chart.is_relative_to(REPO_ROOT) else chart
+        )
+        lines += ["", f"![{suite} benchmarks]({rel.as_posix()})"]
+    lines.append("")
+    return lines
+
+
+def write_docs(results_dir: Path, path: Path = DOCS_PATH) -> Path:
+    """Regenerate the benchmarks page from every suite file in ``results_dir``."""
+    docs = load_suite_files(results_dir)
+    lines = [
+        "# Benchmarks",
+        "",
+        "<!-- Generated by `python -m bench.run` (make bench / make bench-quick); do not edit by "
+        "hand, edit bench/report.py. -->",
+        "",
+        "Figures of the latest `make bench` (`--full`) or `make bench-quick` (`--quick`) run. "
+        "The engine suite measures fsstate tables in-process against a plain Python dict; "
+        "end-to-end suites (when present) measure a whole streaming query.",
+        "",
+        HOW_TO_READ,
+    ]
+    if docs:
+        lines += ["## Machine", ""]
+        lines += _machine_lines(docs[0].get("machine", {}))
+        others = [d for d in docs[1:] if d.get("machine", {}).get("cpu_model")]
+        for d in others:
+            m = d["machine"]
+            if m.get("cpu_model") != docs[0]["machine"].get("cpu_model") or m.get(
+                "cpu_count"
+            ) != docs[0]["machine"].get("cpu_count"):
+                lines.append(f"* suite `{d['suite']}` ran on another machine:")
+                lines += ["  " + x for x in _machine_lines(m)]
+        lines.append("")
+    else:
+        lines += ["No results yet: run `make bench-quick`.", ""]
+    for d in docs:
+        lines += _suite_section(d, path.parent)
+    lines += [
+        "## Reproducing and profiling",
+        "",
+        "* `make bench-quick` (about a minute) or `make bench` (a few minutes, builds a 1 GiB "
+        "store once). `python -m bench.run --quick --only hot` runs one group.",
+        "* `python -m bench.profile --list` lists the profiled engine calls; "
+        "`python -m bench.profile get_many_cold` prints where the time of one goes (cProfile).",
+        "",
+    ]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines), encoding="utf-8")
+    return path

@@ -1,0 +1,200 @@
+"""Benchmark runner: ``python -m bench.run --quick|--full [--engine-only] [--only NAME ...]``.
+
+Suites live in a registry. A suite is a module with a function
+``run(ctx: bench.common.BenchContext) -> list[bench.common.Result]``; it is imported only when
+it runs, so a suite whose module or dependencies are missing is reported as skipped instead of
+breaking the others. A suite may also raise :class:`bench.common.SuiteSkipped` with a reason
+(no Java, no Spark, ...).
+
+To add a suite, write ``bench/<name>.py`` with such a ``run`` function and add one
+``register(Suite(...))`` line below (``engine=False`` for suites that ``--engine-only`` skips).
+
+Outputs, for every suite that ran:
+
+* ``bench/results/<suite>.json``: machine info, mode, duration and the result records;
+* ``bench/results/<suite>.png``: the chart (matplotlib, Agg backend);
+* ``docs/benchmarks.md``: rebuilt from every ``bench/results/*.json`` present.
+
+Exit status: 0 when every suite ran (missed goals are figures, not failures), 1 when a suite
+crashed or a benchmark raised.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.common import RESULTS_DIR, BenchContext, Result, SuiteSkipped, machine_info
+from bench.report import DOCS_PATH, fmt_goal, fmt_value, write_chart, write_docs, write_suite_json
+
+
+@dataclass(frozen=True)
+class Suite:
+    """A registered benchmark suite.
+
+    Attributes:
+        name: suite name; also the stem of its result files.
+        module: module holding the suite, imported lazily.
+        func: name of the ``run(ctx) -> list[Result]`` function in the module.
+        engine: whether it is an engine-only suite (``--engine-only`` runs only these).
+        description: one line for ``--list``.
+    """
+
+    name: str
+    module: str
+    func: str = "run"
+    engine: bool = True
+    description: str = ""
+
+    def load(self) -> Callable[[BenchContext], list[Result]]:
+        """Import the module and return its run function.
+
+        Raises:
+            SuiteSkipped: the suite's module is not present.
+        """
+        try:
+            mod = importlib.import_module(self.module)
+        except ModuleNotFoundError as exc:
+            if exc.name == self.module:
+                raise SuiteSkipped(f"module {self.module} is not present") from exc
+            raise SuiteSkipped(f"missing dependency {exc.name!r}") from exc
+        fn: Callable[[BenchContext], list[Result]] = getattr(mod, self.func)
+        return fn
+
+
+SUITES: dict[str, Suite] = {}
+
+
+def register(suite: Suite) -> Suite:
+    """Add a suite to the registry (suites run in registration order)."""
+    SUITES[suite.name] = suite
+    return suite
+
+
+register(
+    Suite(
+        "engine",
+        "bench.engine",
+        description="engine micro-benchmarks against a plain dict (hot ops, batches, commits, "
+        "write amplification, open time, lists and maps)",
+    )
+)
+register(
+    Suite(
+        "spark_e2e",
+        "bench.spark_e2e",
+        engine=False,
+        description="end-to-end transformWithStateInPandas queries on local Spark",
+    )
+)
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.split("\n")[0])
+    size = p.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true", help="small sizes, about a minute")
+    size.add_argument("--full", action="store_true", help="full sizes, a few minutes")
+    p.add_argument("--engine-only", action="store_true", help="skip non-engine suites (Spark)")
+    p.add_argument(
+        "--suite", action="append", default=[], metavar="NAME", help="run only this suite"
+    )
+    p.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="TEXT",
+        help="run only benchmark groups whose name contains TEXT (e.g. hot, batch, open)",
+    )
+    p.add_argument("--results-dir", type=Path, default=RESULTS_DIR, help="where results go")
+    p.add_argument("--no-docs", action="store_true", help=f"do not rewrite {DOCS_PATH.name}")
+    p.add_argument("--list", action="store_true", help="list the suites and exit")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    return p.parse_args(argv)
+
+
+def _print_table(results: list[Result]) -> None:
+    width = max((len(r.name) for r in results), default=10)
+    for r in results:
+        ratio = f"  engine/dict {r.ratio:.2f}" if r.ratio is not None else ""
+        print(
+            f"  {r.name:<{width}}  {fmt_value(r.value, r.unit):>16}  goal {fmt_goal(r):<18} "
+            f"{r.status:<5}{ratio}"
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the selected suites and write their outputs; returns the exit status."""
+    args = _parse(argv)
+    if args.list:
+        for s in SUITES.values():
+            kind = "engine" if s.engine else "e2e"
+            print(f"{s.name:<12} [{kind}] {s.description}")
+        return 0
+    mode = "full" if args.full else "quick"
+    results_dir: Path = args.results_dir
+    ctx = BenchContext(
+        mode=mode,
+        results_dir=results_dir,
+        tmp_dir=results_dir / "tmp",
+        only=list(args.only),
+        verbose=not args.quiet,
+    )
+    unknown = [s for s in args.suite if s not in SUITES]
+    if unknown:
+        print(f"unknown suite(s) {unknown}; known: {sorted(SUITES)}", file=sys.stderr)
+        return 2
+    selected = [
+        s
+        for s in SUITES.values()
+        if (not args.suite or s.name in args.suite) and (s.engine or not args.engine_only)
+    ]
+    machine = machine_info()
+    machine["mode"] = mode
+    status = 0
+    t_all = time.perf_counter()
+    for suite in selected:
+        ctx.log(f"suite {suite.name} ({mode})")
+        t0 = time.perf_counter()
+        try:
+            results = suite.load()(ctx)
+        except SuiteSkipped as exc:
+            ctx.log(f"suite {suite.name} skipped: {exc}")
+            continue
+        except Exception as exc:
+            ctx.log(f"suite {suite.name} crashed: {exc!r}")
+            import traceback
+
+            traceback.print_exc()
+            status = 1
+            continue
+        duration = time.perf_counter() - t0
+        if any(r.notes.startswith("ERROR") for r in results):
+            status = 1
+        if args.only:
+            ctx.log("--only given: results not written (a partial run would replace the file)")
+            print(f"\n{suite.name} ({mode}, {duration:.0f} s):")
+            _print_table(results)
+            continue
+        path = write_suite_json(results_dir, suite.name, results, machine, mode, duration)
+        chart = write_chart(
+            results_dir / f"{suite.name}.png",
+            suite.name,
+            results,
+            f"{mode} run, {machine['cpu_count']} cores, {machine['timestamp']}",
+        )
+        ctx.log(f"wrote {path}" + (f" and {chart}" if chart else ""))
+        print(f"\n{suite.name} ({mode}, {duration:.0f} s):")
+        _print_table(results)
+    if not args.no_docs and not args.only:
+        ctx.log(f"wrote {write_docs(results_dir)}")
+    ctx.log(f"all done in {time.perf_counter() - t_all:.0f} s")
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,80 @@
+"""Subprocess job for the larger-than-memory test: write ~1 GiB through a 64 MiB budget.
+
+Run as ``python -m tests.fsstate.rss_job <dir> <total_mib> <budget_mib>``; prints one JSON line
+with the peak RSS and counters. Exits non-zero if any value reads back wrong.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import sys
+import time
+
+import pyarrow as pa
+
+from fsstate import PartitionStore
+from fsstate.controller import configure
+
+KEY = pa.schema([pa.field("id", pa.int64())])
+VAL = pa.schema([pa.field("blob", pa.string())])
+ROW_BYTES = 16 * 1024
+
+
+def value_of(store: int, i: int) -> str:
+    """A deterministic 16 KiB value (compressible on disk, full size in memory)."""
+    return (f"{store:02d}:{i:09d}|" * (ROW_BYTES // 13 + 1))[:ROW_BYTES]
+
+
+def main() -> None:
+    root, total_mib, budget_mib = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    ctl = configure(memory_limit=f"{budget_mib}MiB", check_every_growth=64)
+    stores = 4
+    rows_per_store = total_mib * 1024 * 1024 // ROW_BYTES // stores
+    t0 = time.time()
+    opened = [PartitionStore.open(root, "big", p) for p in range(stores)]
+    for p, s in enumerate(opened):
+        t = s.value_table("blobs", VAL, KEY)
+        batch = 64
+        for start in range(0, rows_per_store, batch):
+            ids = list(range(start, min(start + batch, rows_per_store)))
+            if p % 2 == 0:  # batched Arrow writes
+                t.put_many(pa.table({"id": ids}), pa.table({"blob": [value_of(p, i) for i in ids]}))
+            else:  # point writes through the hot tier
+                for i in ids:
+                    t.update((i,), (value_of(p, i),))
+        s.commit(0)
+    write_s = time.time() - t0
+    for s in opened:
+        s.close()
+    bad = 0
+    for p in range(stores):
+        s = PartitionStore.open(root, "big", p, 0)
+        t = s.value_table("blobs", VAL, KEY)
+        for i in range(rows_per_store):
+            got = t.get((i,))
+            if got is None or got[0] != value_of(p, i):
+                bad += 1
+        s.close()
+    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    stats = ctl.stats()
+    print(
+        json.dumps(
+            {
+                "peak_rss_mib": round(peak_mib, 1),
+                "budget_mib": budget_mib,
+                "written_mib": rows_per_store * stores * ROW_BYTES / 2**20,
+                "bad": bad,
+                "spills": stats.spills,
+                "bytes_spilled": stats.bytes_spilled,
+                "compactions": stats.compactions,
+                "write_s": round(write_s, 1),
+                "total_s": round(time.time() - t0, 1),
+            }
+        )
+    )
+    sys.exit(1 if bad else 0)
+
+
+if __name__ == "__main__":
+    main()

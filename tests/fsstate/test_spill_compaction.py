@@ -1,0 +1,192 @@
+"""Spilling under a memory budget, pruned reads of spilled runs, and compaction."""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from fsstate import PartitionStore, StoreConfig
+from fsstate.controller import EngineConfig, MemoryController
+from fsstate.manifest import list_versions, read_manifest
+from tests.fsstate.conftest import KEY, UKEY, VAL
+
+Factory = Callable[..., PartitionStore]
+
+
+@pytest.fixture
+def small_controller() -> Iterator[MemoryController]:
+    """A private controller with a 4 MiB budget and no background thread."""
+    yield MemoryController(
+        EngineConfig(
+            memory_limit_bytes=4 * 1024 * 1024,
+            check_every_growth=64,
+            compaction_max_runs=4,
+            background_compaction=False,
+        )
+    )
+
+
+def _open(tmp_path: Path, ctl: MemoryController, version: int | None = None,
+          part: int = 0) -> PartitionStore:
+    store = PartitionStore.open(str(tmp_path / "state"), "op", part, version,
+                                StoreConfig(row_group_bytes=64 * 1024))
+    # rebind to the private controller
+    store.controller.unregister(store)
+    store.controller = ctl
+    store.ctx.cache = ctl.cache
+    ctl.register(store)
+    store.set_time(1_000)
+    return store
+
+
+def test_spill_keeps_memory_bounded_and_data_correct(
+    tmp_path: Path, small_controller: MemoryController
+) -> None:
+    ctl = small_controller
+    s = _open(tmp_path, ctl)
+    v = s.value_table("v", VAL, KEY)
+    m = s.map_table("m", UKEY, VAL, KEY)
+    lst = s.list_table("l", VAL, KEY)
+    n = 20_000
+    payload = "p" * 200
+    for i in range(n):
+        v.update((f"k{i}",), (i, payload))
+        if i % 4 == 0:
+            m.update((f"k{i % 500}",), (f"u{i}",), (i, "m"))
+            lst.append((f"k{i % 300}",), (i, "l"))
+        if i % 500 == 0:
+            assert ctl.usage_bytes() < 2 * ctl.config.memory_limit_bytes
+    assert ctl.spills > 0 and s.spills > 0
+    assert max(len(t.runs) for t in (v, m, lst)) > 1
+    for i in random.Random(1).sample(range(n), 500):
+        assert v.get((f"k{i}",)) == (i, payload)
+    s.commit(0)
+    s.compact(force=True)
+    s.commit(1)
+    s.close()
+    r = _open(tmp_path, ctl, 1)
+    v2 = r.value_table("v", VAL, KEY)
+    m2 = r.map_table("m", UKEY, VAL, KEY)
+    l2 = r.list_table("l", VAL, KEY)
+    for i in range(0, n, 7):
+        assert v2.get((f"k{i}",)) == (i, payload)
+    assert m2.get(("k0",), ("u0",)) == (0, "m")
+    assert len(list(m2.items(("k4",)))) == len([i for i in range(0, n, 4) if i % 500 == 4])
+    assert l2.get(("k8",)) == [(i, "l") for i in range(0, n, 4) if i % 300 == 8]
+
+
+def test_point_lookup_touches_few_row_groups(tmp_path: Path,
+                                             small_controller: MemoryController) -> None:
+    ctl = small_controller
+    s = _open(tmp_path, ctl)
+    v = s.value_table("v", VAL, KEY)
+    keys = pa.table({"user": [f"k{i:06d}" for i in range(100_000)]})
+    vals = pa.table({"count": list(range(100_000)), "label": ["x" * 50] * 100_000})
+    v.put_many(keys, vals)
+    s.commit(0)
+    s.close()
+    r = _open(tmp_path, ctl, 0)
+    v2 = r.value_table("v", VAL, KEY)
+    before = ctl.cache.stats()
+    assert v2.get(("k050000",)) == (50_000, "x" * 50)
+    assert v2.get(("nope",)) is None  # pruned by the Bloom filter: no row group read
+    after = ctl.cache.stats()
+    assert after.misses - before.misses == 1  # exactly one row group decoded
+
+
+def test_compaction_drops_shadowed_and_tombstoned_rows(tmp_path: Path,
+                                                       small_controller: MemoryController) -> None:
+    s = _open(tmp_path, small_controller)
+    v = s.value_table("v", VAL, KEY)
+    m = s.map_table("m", UKEY, VAL, KEY)
+    for version in range(6):
+        for i in range(50):
+            v.update((f"k{i}",), (version, "x"))
+            m.update((f"k{i}",), (f"u{version % 2}",), (version, "y"))
+        v.clear(("k0",))
+        m.remove(("k1",), ("u0",))
+        s.commit(version)
+    rows_before = sum(r.rows for r in v.runs)
+    s.compact(force=True)
+    assert len(v.runs) == 1 and len(m.runs) == 1
+    assert v.runs[0].rows == 49 < rows_before  # k0 cleared at the bottom: gone
+    s.commit(6)
+    r = _open(tmp_path, small_controller, 6)
+    v2, m2 = r.value_table("v", VAL, KEY), r.map_table("m", UKEY, VAL, KEY)
+    assert v2.get(("k0",)) is None and v2.get(("k7",)) == (5, "x")
+    assert list(m2.items(("k1",))) == [(("u1",), (5, "y"))]
+    assert sorted(m2.items(("k2",))) == [(("u0",), (4, "y")), (("u1",), (5, "y"))]
+
+
+def test_compaction_racing_commits_and_reads(tmp_path: Path) -> None:
+    """A background compactor merges while the owner writes, reads and commits."""
+    ctl = MemoryController(
+        EngineConfig(memory_limit_bytes=64 * 1024 * 1024, compaction_max_runs=3,
+                     background_compaction=True)
+    )
+    s = _open(tmp_path, ctl)
+    s.config = StoreConfig(retain_versions=4)
+    v = s.value_table("v", VAL, KEY)
+    lst = s.list_table("l", VAL, KEY)
+    model: dict[str, int] = {}
+    lists: dict[str, list[int]] = {}
+    rng = random.Random(7)
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def reader() -> None:
+        # concurrent cold reads through a second store object on the same files
+        while not stop.is_set():
+            try:
+                versions = list_versions(s.fileio, s.store_dir)
+                if versions:
+                    read_manifest(s.fileio, s.store_dir, versions[-1])
+            except Exception as exc:  # noqa: BLE001 - a deleted manifest is fine
+                if "does not exist" not in str(exc):
+                    errors.append(exc)
+
+    t = threading.Thread(target=reader)
+    t.start()
+    try:
+        for version in range(40):
+            for _ in range(60):
+                k = f"k{rng.randrange(80)}"
+                op = rng.random()
+                if op < 0.6:
+                    model[k] = rng.randrange(1000)
+                    v.update((k,), (model[k], "x"))
+                elif op < 0.7:
+                    model.pop(k, None)
+                    v.clear((k,))
+                else:
+                    lists.setdefault(k, []).append(version)
+                    lst.append((k,), (version, "l"))
+            s.commit(version)
+            for t_ in (v, lst):
+                t_.evict_clean()  # force cold reads against runs being compacted
+            for k in rng.sample(sorted(model), min(10, len(model))):
+                assert v.get((k,)) == (model[k], "x"), (version, k)
+        ctl.compactor().wait_idle()
+    finally:
+        stop.set()
+        t.join()
+    assert not errors
+    assert ctl.compactor().rounds > 0 and ctl.compactor().errors == 0
+    s.commit(40)
+    r = _open(tmp_path, ctl, 40)
+    v2, l2 = r.value_table("v", VAL, KEY), r.list_table("l", VAL, KEY)
+    assert {k for (k,) in v2.keys()} == set(model)
+    for k, val in model.items():
+        assert v2.get((k,)) == (val, "x")
+    for k, items in lists.items():
+        assert [x for x, _ in l2.get((k,))] == items
+    # no retained manifest references a file that is gone (compaction deletes nothing)
+    root = tmp_path / "state"
+    present = {p.relative_to(root / s.store_dir).as_posix() for p in root.rglob("*.parquet")}
+    for version in list_versions(s.fileio, s.store_dir):
+        assert read_manifest(s.fileio, s.store_dir, version).files() <= present
