@@ -28,6 +28,8 @@ import zlib
 from collections.abc import Iterable
 from typing import Any
 
+import numpy as np
+
 _MASK64 = (1 << 64) - 1
 _VERSION = 1
 _EPOCH = _dt.datetime(1970, 1, 1)
@@ -77,16 +79,16 @@ class BloomFilter:
     @classmethod
     def for_hashes(cls, hashes: Iterable[int], n: int, bits_per_key: int = 10) -> BloomFilter:
         """Build a filter sized for ``n`` keys from their stable hashes."""
-        f = cls(max(64, n * bits_per_key), 7)
-        bits, m, k = f.bits, f.m, f.k
-        assert isinstance(bits, bytearray)
-        for h in hashes:
-            h1 = h & 0xFFFFFFFF
-            h2 = (h >> 32) | 1
-            for i in range(k):
-                b = (h1 + i * h2) % m
-                bits[b >> 3] |= 1 << (b & 7)
-        return f
+        m = max(64, n * bits_per_key)
+        k = 7
+        h = np.fromiter(hashes, dtype=np.uint64, count=n)
+        h1 = h & np.uint64(0xFFFFFFFF)
+        h2 = (h >> np.uint64(32)) | np.uint64(1)
+        marks = np.zeros(m, dtype=bool)
+        for i in range(k):
+            marks[(h1 + np.uint64(i) * h2) % np.uint64(m)] = True
+        bits = bytearray(np.packbits(marks, bitorder="little").tobytes())
+        return cls(m, k, bits)
 
     def may_contain(self, h: int) -> bool:
         """False only if the key with stable hash ``h`` was never added."""

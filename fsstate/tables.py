@@ -67,7 +67,9 @@ class TableBase:
         self._store = store
         self.spec = entry.spec
         self.name = entry.spec.name
-        self.ttl_ms: int | None = entry.spec.ttl_ms
+        self.indexed = bool(entry.ttl_runs)  # writes maintain the TTL index
+        self._ttl_ms: int | None = None
+        self.ttl_ms = entry.spec.ttl_ms
         self.now_ms: int = store.now_ms
         self.ctx = store.ctx
         self._ctl = store.controller
@@ -191,9 +193,16 @@ class TableBase:
         return idx
 
     @property
-    def indexed(self) -> bool:
-        """Whether writes must maintain the TTL index (a TTL now, or entries from before)."""
-        return self.ttl_ms is not None or bool(self.ttl_refs) or bool(self._ttl)
+    def ttl_ms(self) -> int | None:
+        """Time to live of new writes (None: no TTL)."""
+        return self._ttl_ms
+
+    @ttl_ms.setter
+    def ttl_ms(self, value: int | None) -> None:
+        self._ttl_ms = value
+        if value is not None:
+            # once a table has had a TTL its index may hold entries: keep maintaining it
+            self.indexed = True
 
     @property
     def ttl_loaded(self) -> bool:
@@ -367,7 +376,7 @@ class TableBase:
         return total
 
     # -- batched writes helpers -----------------------------------------------------------------
-    def _keys_from_table(self, keys: pa.Table) -> tuple[pa.StructArray, list[Key]]:
+    def _keys_from_table(self, keys: pa.Table) -> tuple[pa.StructArray, Sequence[Key]]:
         """Validate a table of keys against the key schema; returns the struct and tuples."""
         if not isinstance(keys, (pa.Table, pa.RecordBatch)):
             raise SchemaError(f"state {self.name!r}: keys must be a pyarrow Table, got {type(keys)}")
@@ -384,8 +393,7 @@ class TableBase:
             )
             self._key_check = make_checker(self.name, "grouping key", schema)
         struct = _struct_of(self.name, "grouping key", keys, schema)
-        cols = [c.to_pylist() for c in struct.flatten()]
-        return struct, list(zip(*cols))
+        return struct, _LazyKeys(struct)
 
 
     def _append_batch(
@@ -393,7 +401,7 @@ class TableBase:
         key_struct: pa.StructArray,
         ukey_struct: pa.StructArray | None,
         value_struct: pa.StructArray,
-        key_list: list[Key],
+        key_list: Sequence[Key],
     ) -> None:
         """Append a sorted run of put rows built from Arrow arrays (no per-row Python)."""
         self.seal()
@@ -416,6 +424,29 @@ class TableBase:
         ctl = self._ctl
         ctl.growth -= max(1, run.memory_bytes // 4096)
         self._after_growth()
+
+
+class _LazyKeys(Sequence[Key]):
+    """Grouping keys of a struct array, converted to tuples only if someone iterates them."""
+
+    def __init__(self, struct: pa.StructArray) -> None:
+        self._struct = struct
+        self._keys: list[Key] | None = None
+
+    def _materialize(self) -> list[Key]:
+        if self._keys is None:
+            cols = [c.to_pylist() for c in self._struct.flatten()]
+            self._keys = list(zip(*cols))
+        return self._keys
+
+    def __len__(self) -> int:
+        return len(self._struct)
+
+    def __getitem__(self, i: Any) -> Any:
+        return self._materialize()[i]
+
+    def __iter__(self) -> Iterator[Key]:
+        return iter(self._materialize())
 
 
 def _deep_size(obj: Any, depth: int = 0) -> int:

@@ -1,0 +1,225 @@
+"""Which store a task uses, and the per-process cache of committed stores.
+
+Measured on pyspark 4.3 (local mode), see the package README section "Lifecycle":
+
+* ``init`` and ``close`` run once per partition per micro-batch (partitions without rows too),
+  in whichever Python worker gets the task; consecutive batches of one partition often land
+  in different workers.
+* ``init``/``close`` also run once on the driver, with no TaskContext, to collect schemas.
+* A task that raises never reaches ``close``; its retry may run in the same worker or another.
+* A bounded (batch) DataFrame has a TaskContext but no ``streaming.sql.batchId``.
+
+Rules that follow (the invariants of this module):
+
+* Streaming task of batch ``b`` for partition ``p`` of query ``q``: open the store of
+  ``(<state_uri>/<q>, <name>, p)`` at version ``b - 1`` (an empty store for ``b == 0``), and
+  commit version ``b`` at ``close``. A store cached in this process is reused only if it is
+  open, clean (nothing written since its last commit) and at exactly version ``b - 1``;
+  anything else is closed and the version is restored from storage. So a failed attempt's
+  dirty store is never reused by the retry.
+* Driver (no TaskContext): an in-memory store, nothing opened on storage.
+* Bounded input (no batch id): an in-memory store that keeps only the current key's state.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark import TaskContext
+
+from fsstate import PartitionStore
+from fsstate.controller import configure as configure_engine
+from fsstate.controller import get_controller
+from fsstate.errors import VersionNotFoundError
+from fsstate_spark.bounded import MemoryStore
+from fsstate_spark.config import TieredConfig
+
+AnyStore = PartitionStore | MemoryStore
+StoreKey = tuple[str, str, int]
+
+MODE_DRIVER = "driver"
+MODE_BOUNDED = "bounded"
+MODE_STREAMING = "streaming"
+
+BATCH_ID_PROPERTY = "streaming.sql.batchId"
+QUERY_ID_PROPERTY = "sql.streaming.queryId"
+
+
+@dataclass(frozen=True)
+class TaskInfo:
+    """Where the processor runs.
+
+    Attributes:
+        mode: ``driver``, ``bounded`` or ``streaming``.
+        partition: Spark partition id (None on the driver).
+        batch_id: micro-batch id (streaming only).
+        query_id: the streaming query's id, stable across restarts (streaming only).
+        attempt: the task attempt number (0 for the first attempt).
+    """
+
+    mode: str
+    partition: int | None = None
+    batch_id: int | None = None
+    query_id: str | None = None
+    attempt: int = 0
+
+
+def current_task() -> TaskInfo:
+    """Describe the current task from Spark's TaskContext and local properties."""
+    tc = TaskContext.get()
+    if tc is None:
+        return TaskInfo(MODE_DRIVER)
+    batch = tc.getLocalProperty(BATCH_ID_PROPERTY)
+    if batch is None or batch == "":
+        return TaskInfo(MODE_BOUNDED, tc.partitionId(), attempt=tc.attemptNumber())
+    query_id = tc.getLocalProperty(QUERY_ID_PROPERTY) or "unknown-query"
+    return TaskInfo(MODE_STREAMING, tc.partitionId(), int(batch), query_id, tc.attemptNumber())
+
+
+def query_root(config: TieredConfig, query_id: str) -> str:
+    """Root URI of one query's stores: ``<state_uri>/<query id>``."""
+    return f"{config.state_uri.rstrip('/')}/{query_id}"
+
+
+class StoreCache:
+    """Stores of this worker process: the ones tasks are using and committed idle ones.
+
+    Idle stores (committed, clean) wait for the next micro-batch of their partition; at most
+    ``max_cached_stores`` of them are kept, least recently used closed first (0 disables reuse).
+    A store still active when another task of the same partition starts belongs to an attempt
+    that failed; it is closed, never reused.
+    """
+
+    def __init__(self) -> None:
+        self._idle: OrderedDict[StoreKey, PartitionStore] = OrderedDict()
+        self._active: dict[StoreKey, PartitionStore] = {}
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.restores = 0
+
+    @staticmethod
+    def key_of(config: TieredConfig, task: TaskInfo) -> StoreKey:
+        """The cache key of a task's store."""
+        assert task.query_id is not None and task.partition is not None
+        return (query_root(config, task.query_id), config.name, task.partition)
+
+    def acquire(self, config: TieredConfig, task: TaskInfo) -> PartitionStore:
+        """The store for a streaming task, at version ``batch_id - 1``.
+
+        Raises:
+            VersionNotFoundError: version ``batch_id - 1`` was never committed (state removed,
+                or the query ran without fsstate before); the message says what to do.
+        """
+        assert task.batch_id is not None and task.partition is not None
+        apply_engine_settings(config)
+        key = self.key_of(config, task)
+        want = task.batch_id - 1 if task.batch_id > 0 else None
+        with self._lock:
+            stale = self._active.pop(key, None)
+            cached = self._idle.pop(key, None)
+        if stale is not None:
+            stale.close()
+        if cached is not None:
+            if not cached.closed and not cached.dirty and cached.version == want:
+                self.hits += 1
+                with self._lock:
+                    self._active[key] = cached
+                return cached
+            cached.close()
+        self.restores += 1
+        try:
+            store = PartitionStore.open(key[0], config.name, key[2], want, config.store)
+        except VersionNotFoundError as exc:
+            raise VersionNotFoundError(
+                f"fsstate has no committed state for query {task.query_id}, operator "
+                f"{config.name!r}, partition {task.partition} at version {want} under "
+                f"{config.state_uri!r} (needed by micro-batch {task.batch_id}). The state "
+                "directory must be kept with the checkpoint: restore it, or start the query "
+                f"with a new checkpoint. ({exc})"
+            ) from exc
+        with self._lock:
+            self._active[key] = store
+        return store
+
+    def release(self, config: TieredConfig, task: TaskInfo, store: PartitionStore) -> None:
+        """A task committed ``store``: keep it idle for the next batch (or close it)."""
+        key = self.key_of(config, task)
+        evicted: list[PartitionStore] = []
+        with self._lock:
+            if self._active.get(key) is store:
+                del self._active[key]
+            if config.max_cached_stores > 0:
+                self._idle[key] = store
+                while len(self._idle) > config.max_cached_stores:
+                    evicted.append(self._idle.popitem(last=False)[1])
+            else:
+                evicted.append(store)
+        for old in evicted:
+            old.close()
+
+    def clear(self) -> None:
+        """Close and forget every store; reset the counters."""
+        with self._lock:
+            stores = [*self._idle.values(), *self._active.values()]
+            self._idle.clear()
+            self._active.clear()
+            self.hits = self.restores = 0
+        for store in stores:
+            store.close()
+
+    def __len__(self) -> int:
+        return len(self._idle)
+
+
+_cache = StoreCache()
+_engine_lock = threading.Lock()
+
+
+def store_cache() -> StoreCache:
+    """The process-wide store cache."""
+    return _cache
+
+
+def apply_engine_settings(config: TieredConfig) -> None:
+    """Apply the config's process-wide engine settings in this worker, if they differ."""
+    if config.memory_limit_bytes is None and not config.engine:
+        return
+    current = get_controller().config
+    wanted: dict[str, Any] = dict(config.engine)
+    if config.memory_limit_bytes is not None:
+        wanted["memory_limit_bytes"] = config.memory_limit_bytes
+    if all(getattr(current, k) == v for k, v in wanted.items()):
+        return
+    with _engine_lock:
+        limit = wanted.pop("memory_limit_bytes", None)
+        configure_engine(memory_limit=limit, **wanted)
+
+
+def open_store(config: TieredConfig, task: TaskInfo) -> AnyStore:
+    """The store a task works on (see the module docstring for the rules)."""
+    if task.mode == MODE_STREAMING:
+        return _cache.acquire(config, task)
+    return MemoryStore(per_key=task.mode == MODE_BOUNDED)
+
+
+def finish_store(config: TieredConfig, store: AnyStore, task: TaskInfo, now_ms: int | None) -> None:
+    """End of a task: TTL cleanup and commit of version ``batch_id`` (streaming only).
+
+    Args:
+        config: the processor's settings.
+        store: the task's store.
+        task: the task.
+        now_ms: the batch's processing time if the task saw it; TTL cleanup runs only then.
+    """
+    if isinstance(store, MemoryStore):
+        store.close()
+        return
+    assert task.batch_id is not None
+    if now_ms is not None:
+        store.set_time(now_ms)
+        store.expire()
+    store.commit(task.batch_id)
+    _cache.release(config, task, store)
