@@ -46,7 +46,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("fsstate.compaction")
 
 
-def pick_window(runs: list[Run], max_runs: int, bytes_max: int, force: bool = False) -> tuple[int, int] | None:
+def pick_window(
+    runs: list[Run], max_runs: int, bytes_max: int, force: bool = False
+) -> tuple[int, int] | None:
     """The ``[i, j)`` range of runs to merge next, or None if the table needs no merge."""
     w = 0
     while w < len(runs) and runs[w].ref is not None:

@@ -48,7 +48,9 @@ def parse_bytes(value: int | str, setting: str = "memory_limit") -> int:
         ConfigError: if the value is not a positive size.
     """
     if isinstance(value, bool):
-        raise ConfigError(f"{setting}={value!r} is not a size: give bytes or a string like '256MiB'")
+        raise ConfigError(
+            f"{setting}={value!r} is not a size: give bytes or a string like '256MiB'"
+        )
     if isinstance(value, int):
         size = value
     elif isinstance(value, str):
@@ -61,7 +63,9 @@ def parse_bytes(value: int | str, setting: str = "memory_limit") -> int:
             )
         size = int(float(match.group(1)) * _UNITS[unit])
     else:
-        raise ConfigError(f"{setting}={value!r} is not a size: give bytes or a string like '256MiB'")
+        raise ConfigError(
+            f"{setting}={value!r} is not a size: give bytes or a string like '256MiB'"
+        )
     if size <= 0:
         raise ConfigError(f"{setting}={value!r} must be a positive number of bytes")
     return size
@@ -93,9 +97,7 @@ class StoreConfig:
 
     def __post_init__(self) -> None:
         if not isinstance(self.retain_versions, int) or self.retain_versions < 1:
-            raise ConfigError(
-                f"retain_versions={self.retain_versions!r} must be an integer >= 1"
-            )
+            raise ConfigError(f"retain_versions={self.retain_versions!r} must be an integer >= 1")
         if not isinstance(self.row_group_rows, int) or self.row_group_rows < 1:
             raise ConfigError(f"row_group_rows={self.row_group_rows!r} must be an integer >= 1")
         if not isinstance(self.row_group_bytes, int) or self.row_group_bytes < 1024:

@@ -13,6 +13,7 @@ Invariants:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 import zlib
@@ -99,11 +100,13 @@ class FileIO:
 
     def exists(self, path: str) -> bool:
         """Whether a file or directory exists at ``path``."""
-        return self._info(path).type != pafs.FileType.NotFound
+        return bool(self._info(path).type != pafs.FileType.NotFound)
 
     def list(self, directory: str, recursive: bool = False) -> list[FileEntry]:
         """Files under ``directory`` (empty if it does not exist), paths relative to the root."""
-        selector = pafs.FileSelector(self.full(directory), allow_not_found=True, recursive=recursive)
+        selector = pafs.FileSelector(
+            self.full(directory), allow_not_found=True, recursive=recursive
+        )
         try:
             infos = self.fs.get_file_info(selector)
         except FileNotFoundError:
@@ -126,7 +129,9 @@ class FileIO:
         try:
             self.fs.create_dir(self.full(directory), recursive=True)
         except OSError as exc:
-            raise StorageError(f"cannot create directory {self.describe(directory)}: {exc}") from exc
+            raise StorageError(
+                f"cannot create directory {self.describe(directory)}: {exc}"
+            ) from exc
 
     def publish_bytes(self, path: str, data: bytes) -> None:
         """Atomically write ``data`` at ``path``, replacing any previous file."""
@@ -191,7 +196,5 @@ class FileIO:
     def _discard(self, tmp: str) -> None:
         if not self.is_local:
             return
-        try:
+        with contextlib.suppress(OSError):
             self.fs.delete_file(tmp)
-        except OSError:
-            pass

@@ -129,7 +129,9 @@ def _segment_of(spec: TableSpec, table: pa.Table, where: str) -> Segment:
     rb = batches[0] if batches else pa.RecordBatch.from_pylist([], schema=spec.row_schema())
     rb = rb.replace_schema_metadata(None)
     if not rb.schema.equals(spec.row_schema()):
-        raise _corrupt(where, f"has columns {rb.schema.names} that do not match state {spec.name!r}")
+        raise _corrupt(
+            where, f"has columns {rb.schema.names} that do not match state {spec.name!r}"
+        )
     return Segment(spec, rb)
 
 
@@ -344,7 +346,9 @@ class Run:
         assert seg is not None
         n = seg.num_rows
         row_bytes = max(1, seg.batch.nbytes // max(1, n))
-        group_rows = max(16, min(ctx.config.row_group_rows, ctx.config.row_group_bytes // row_bytes))
+        group_rows = max(
+            16, min(ctx.config.row_group_rows, ctx.config.row_group_bytes // row_bytes)
+        )
         meta = file_metadata(spec, "data")
         keys = seg.python_keys()
         distinct = seg.distinct_keys(keys)

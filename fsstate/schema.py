@@ -117,7 +117,7 @@ class TableSpec:
 
     def same_shape(self, other: TableSpec) -> bool:
         """Whether two declarations store compatible rows (TTL may differ)."""
-        return (
+        return bool(
             self.kind == other.kind
             and self.value_schema.equals(other.value_schema)
             and _schemas_equal(self.user_key_schema, other.user_key_schema)
@@ -132,7 +132,7 @@ class TableSpec:
 def _schemas_equal(a: pa.Schema | None, b: pa.Schema | None) -> bool:
     if a is None or b is None:
         return a is b
-    return a.equals(b)
+    return bool(a.equals(b))
 
 
 def check_ttl(name: str, ttl_ms: Any) -> None:
@@ -324,18 +324,18 @@ def make_checker(state: str, what: str, schema: pa.Schema) -> Checker:
         fast: Checker = env["check"]
         return fast
     if all(ft is not None for ft in fast_types):
-        conds = []
+        int_conds: list[str] = []
         env = {"slow": slow}
         for i, (field, ft) in enumerate(zip(fields, fast_types)):
             env[f"_t{i}"] = ft
             if pa.types.is_integer(field.type):
                 lo, hi = _INT_RANGES[field.type]
-                conds.append(f"type(v[{i}]) is int and {lo} <= v[{i}] <= {hi}")
+                int_conds.append(f"type(v[{i}]) is int and {lo} <= v[{i}] <= {hi}")
             else:
-                conds.append(f"type(v[{i}]) is _t{i}")
+                int_conds.append(f"type(v[{i}]) is _t{i}")
         src = (
             "def check(v):\n"
-            f"    if type(v) is tuple and len(v) == {n} and " + " and ".join(conds) + ":\n"
+            f"    if type(v) is tuple and len(v) == {n} and " + " and ".join(int_conds) + ":\n"
             "        return v\n"
             "    return slow(v)\n"
         )

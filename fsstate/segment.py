@@ -28,7 +28,9 @@ from fsstate.schema import EXPIRES, OP, SEQ, TableSpec
 OpRow = tuple[int, int, Any, Any, Any]
 
 
-def _struct(fields: Sequence[pa.Field], arrays: Sequence[pa.Array], mask: pa.Array | None) -> pa.Array:
+def _struct(
+    fields: Sequence[pa.Field], arrays: Sequence[pa.Array], mask: pa.Array | None
+) -> pa.Array:
     return pa.StructArray.from_arrays(list(arrays), fields=list(fields), mask=mask)
 
 
@@ -246,8 +248,7 @@ class Segment:
         else:
             ukeys = [()] * n
         return [
-            (seqs[i], ops[i], ukeys[i], vals[i] if ops[i] == 0 else None, exps[i])
-            for i in range(n)
+            (seqs[i], ops[i], ukeys[i], vals[i] if ops[i] == 0 else None, exps[i]) for i in range(n)
         ]
 
     def rows_for(self, key: tuple[Any, ...]) -> list[OpRow]:

@@ -32,6 +32,7 @@ from typing import Any
 import pyarrow as pa
 
 from fsstate.config import StoreConfig
+from fsstate.controller import MemoryController, get_controller
 from fsstate.errors import (
     CommitError,
     FsStateError,
@@ -49,7 +50,6 @@ from fsstate.manifest import (
     read_manifest,
     write_manifest,
 )
-from fsstate.controller import MemoryController, get_controller
 from fsstate.manifest_refs import FileRef
 from fsstate.run import RunContext, file_metadata, new_data_path, write_table_file
 from fsstate.schema import KIND_LIST, KIND_MAP, KIND_VALUE, TableSpec, schema_to_text
@@ -65,8 +65,6 @@ def store_dir_for(operator: str, partition: int) -> str:
     if safe != operator:
         safe += "-" + hashlib.sha1(operator.encode()).hexdigest()[:8]
     return f"{safe}/{int(partition)}"
-
-
 
 
 @dataclass
@@ -220,10 +218,12 @@ class PartitionStore:
                 entry = TableEntry(spec)
             elif spec.key_schema is not None and entry.spec.key_schema is None:
                 entry = TableEntry(spec, entry.runs, entry.ttl_runs, entry.range_tombstones)
-            cls: type[TableBase] = {KIND_VALUE: ValueTable, KIND_LIST: ListTable, KIND_MAP: MapTable}[
-                spec.kind
-            ]
-            existing = cls(self, entry)
+            if spec.kind == KIND_VALUE:
+                existing = ValueTable(self, entry)
+            elif spec.kind == KIND_LIST:
+                existing = ListTable(self, entry)
+            else:
+                existing = MapTable(self, entry)
             existing.now_ms = self.now_ms
             self._tables[spec.name] = existing
             self._entries.pop(spec.name, None)
@@ -322,10 +322,7 @@ class PartitionStore:
         """Whether anything changed since the store was opened or last committed."""
         if self._dropped:
             return True
-        for t in self._tables.values():
-            if t.dirty or (t.ttl_loaded and t.ttl_index().dirty):
-                return True
-        return False
+        return any(t.dirty or (t.ttl_loaded and t.ttl_index().dirty) for t in self._tables.values())
 
     def commit(self, version: int) -> CommitInfo:
         """Publish the current state as ``version`` (see the module docstring).

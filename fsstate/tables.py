@@ -24,14 +24,13 @@ import pyarrow as pa
 
 from fsstate import interfaces
 from fsstate.errors import SchemaError
-from fsstate.manifest import TableEntry
-from fsstate.memtable import estimate_view_bytes, seal_rows, view_rows
 from fsstate.keyfilter import stable_hash
+from fsstate.manifest import TableEntry
 from fsstate.manifest_refs import FileRef
+from fsstate.memtable import estimate_view_bytes, seal_rows
 from fsstate.run import Run, read_table_file
 from fsstate.schema import (
     EXPIRES,
-    KIND_LIST,
     KIND_MAP,
     KIND_VALUE,
     OP,
@@ -58,10 +57,12 @@ if TYPE_CHECKING:
 Key = tuple[Any, ...]
 
 
-class TableBase:
+class TableBase(interfaces.StateTable):
     """Machinery shared by the three kinds: views, dirt, runs, TTL index, range tombstones."""
 
     kind = ""
+    name: str
+    spec: TableSpec
 
     def __init__(self, store: PartitionStore, entry: TableEntry) -> None:
         self._store = store
@@ -379,7 +380,9 @@ class TableBase:
     def _keys_from_table(self, keys: pa.Table) -> tuple[pa.StructArray, Sequence[Key]]:
         """Validate a table of keys against the key schema; returns the struct and tuples."""
         if not isinstance(keys, (pa.Table, pa.RecordBatch)):
-            raise SchemaError(f"state {self.name!r}: keys must be a pyarrow Table, got {type(keys)}")
+            raise SchemaError(
+                f"state {self.name!r}: keys must be a pyarrow Table, got {type(keys)}"
+            )
         schema = self.spec.key_schema
         if schema is None:
             schema = pa.schema([f.with_nullable(True) for f in keys.schema])
@@ -394,7 +397,6 @@ class TableBase:
             self._key_check = make_checker(self.name, "grouping key", schema)
         struct = _struct_of(self.name, "grouping key", keys, schema)
         return struct, _LazyKeys(struct)
-
 
     def _append_batch(
         self,
@@ -575,9 +577,9 @@ class ValueTable(TableBase, interfaces.ValueTableAPI):
         idx = self.ttl_index()
         now = self.now_ms
         removed = 0
-        for exp, key in idx.pop_expired(now):
+        for _exp, key in idx.pop_expired(now):
             idx.lookups += 1
-            view = self._views.get(key)
+            view = self._views.get(key)  # type: ignore[call-overload]
             if view is None:
                 view = self._load(key)  # type: ignore[arg-type]
             if view is ABSENT:
@@ -614,6 +616,7 @@ class ValueTable(TableBase, interfaces.ValueTableAPI):
             return
         self._append_batch(key_struct, None, value_struct, key_list)
 
+
 def _values_table(schema: pa.Schema, vals: list[Any]) -> pa.Table:
     cols: list[list[Any]] = [[] for _ in schema]
     found = []
@@ -629,7 +632,9 @@ def _values_table(schema: pa.Schema, vals: list[Any]) -> pa.Table:
     arrays = [pa.array(c, type=f.type) for c, f in zip(cols, schema)]
     return pa.Table.from_arrays(
         [*arrays, pa.array(found, type=pa.bool_())],
-        schema=pa.schema([*(f.with_nullable(True) for f in schema), pa.field("_found", pa.bool_())]),
+        schema=pa.schema(
+            [*(f.with_nullable(True) for f in schema), pa.field("_found", pa.bool_())]
+        ),
     )
 
 

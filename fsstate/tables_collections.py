@@ -299,7 +299,8 @@ class MapTable(TableBase, interfaces.MapTableAPI):
         removed = 0
         for _exp, entry in idx.pop_expired(now):
             idx.lookups += 1
-            key, ukey = entry  # type: ignore[misc]
+            pair: tuple[Key, Key] = entry  # type: ignore[assignment]
+            key, ukey = pair
             k, view = self._view(key)
             e = view.get(ukey)
             if e is None:

@@ -81,7 +81,8 @@ class RangeTombstones:
         key_type = pa.struct(list(key_schema))
 
         def col(i: int) -> pa.Array:
-            return pa.array([dict(zip(key_schema.names, t[i])) for t in self.items], type=key_type)
+            keys: list[Key] = [t[i] for t in self.items]  # type: ignore[misc]
+            return pa.array([dict(zip(key_schema.names, k)) for k in keys], type=key_type)
 
         return pa.RecordBatch.from_arrays(
             [col(0), col(1), pa.array([t[2] for t in self.items], type=pa.int64())],

@@ -169,8 +169,8 @@ class TtlIndex:
 
 def _entry_parts(spec: TableSpec, entry: Hashable) -> tuple[Any, Any]:
     if spec.kind == KIND_MAP:
-        key, ukey = entry  # type: ignore[misc]
-        return key, ukey
+        pair: tuple[Any, Any] = entry  # type: ignore[assignment]
+        return pair
     return entry, None
 
 
@@ -203,7 +203,9 @@ def encode_changes(spec: TableSpec, rows: list[tuple[int, int, Hashable, int | N
     return pa.table(cols)
 
 
-def decode_rows(spec: TableSpec, table: pa.Table) -> Iterator[tuple[int, int, Hashable, int | None]]:
+def decode_rows(
+    spec: TableSpec, table: pa.Table
+) -> Iterator[tuple[int, int, Hashable, int | None]]:
     """Inverse of :func:`encode_changes`: (op, expiry, entry, count) rows in file order."""
     exps = table.column(EXPIRES).to_pylist()
     ops = table.column(OP).to_pylist()

@@ -54,8 +54,9 @@ def make_store(tmp_path: Path) -> Callable[..., PartitionStore]:
     """Factory of empty stores under a temporary directory."""
 
     def make(operator: str = "op", partition: int = 0, **config: int) -> PartitionStore:
-        store = PartitionStore.open(str(tmp_path / "state"), operator, partition, None,
-                                    StoreConfig(**config))
+        store = PartitionStore.open(
+            str(tmp_path / "state"), operator, partition, None, StoreConfig(**config)
+        )
         store.set_time(1_000)
         return store
 

@@ -82,7 +82,7 @@ def test_negative_or_bad_ttl(make_store: Factory, ttl: object) -> None:
 def test_unknown_state(make_store: Factory) -> None:
     s = make_store()
     s.value_table("known", VAL, KEY)
-    with pytest.raises(UnknownStateError, match="'missing'.*known"):
+    with pytest.raises(UnknownStateError, match=r"'missing'.*known"):
         s.table("missing")
     with pytest.raises(KeyError):
         s.table("missing")
@@ -101,7 +101,7 @@ def test_missing_version(make_store: Factory, tmp_path: Path) -> None:
     s = make_store()
     s.value_table("v", VAL, KEY).update(("a",), (1, "x"))
     s.commit(0)
-    with pytest.raises(VersionNotFoundError, match="version 5 .*retained versions: 0"):
+    with pytest.raises(VersionNotFoundError, match=r"version 5 .*retained versions: 0"):
         PartitionStore.open(str(tmp_path / "state"), "op", 0, 5)
 
 

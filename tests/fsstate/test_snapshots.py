@@ -39,7 +39,10 @@ def test_commit_writes_only_changes(make_store: Factory, tmp_path: Path) -> None
     assert untouched.files_written == 0 and untouched.bytes_written == 0
     s2 = PartitionStore.open(str(tmp_path / "state"), "op", 0, 2)
     t2 = s2.value_table("v", VAL, KEY)
-    assert t2.get(("k1",)) == (-1, "changed") and t2.get(("k999",)) == (999, f"label-{999 * 7919 % 10007}")
+    assert t2.get(("k1",)) == (-1, "changed") and t2.get(("k999",)) == (
+        999,
+        f"label-{999 * 7919 % 10007}",
+    )
 
 
 def test_open_is_lazy(make_store: Factory, tmp_path: Path) -> None:
@@ -101,9 +104,9 @@ def test_retention_deletes_unreferenced_files(make_store: Factory, tmp_path: Pat
         r = PartitionStore.open(str(tmp_path / "state"), "op", 0, v)
         referenced |= {os.path.basename(p) for p in r._manifest.files()}  # type: ignore[union-attr]
     assert _data_files(tmp_path / "state") == referenced
-    assert PartitionStore.open(str(tmp_path / "state"), "op", 0, 7).value_table(
-        "v", VAL, KEY
-    ).get(("a",)) == (7, "x")
+    assert PartitionStore.open(str(tmp_path / "state"), "op", 0, 7).value_table("v", VAL, KEY).get(
+        ("a",)
+    ) == (7, "x")
 
 
 @pytest.mark.parametrize("damage", ["truncate", "flip", "garbage"])

@@ -31,10 +31,12 @@ def small_controller() -> Iterator[MemoryController]:
     )
 
 
-def _open(tmp_path: Path, ctl: MemoryController, version: int | None = None,
-          part: int = 0) -> PartitionStore:
-    store = PartitionStore.open(str(tmp_path / "state"), "op", part, version,
-                                StoreConfig(row_group_bytes=64 * 1024))
+def _open(
+    tmp_path: Path, ctl: MemoryController, version: int | None = None, part: int = 0
+) -> PartitionStore:
+    store = PartitionStore.open(
+        str(tmp_path / "state"), "op", part, version, StoreConfig(row_group_bytes=64 * 1024)
+    )
     # rebind to the private controller
     store.controller.unregister(store)
     store.controller = ctl
@@ -80,8 +82,9 @@ def test_spill_keeps_memory_bounded_and_data_correct(
     assert l2.get(("k8",)) == [(i, "l") for i in range(0, n, 4) if i % 300 == 8]
 
 
-def test_point_lookup_touches_few_row_groups(tmp_path: Path,
-                                             small_controller: MemoryController) -> None:
+def test_point_lookup_touches_few_row_groups(
+    tmp_path: Path, small_controller: MemoryController
+) -> None:
     ctl = small_controller
     s = _open(tmp_path, ctl)
     v = s.value_table("v", VAL, KEY)
@@ -99,8 +102,9 @@ def test_point_lookup_touches_few_row_groups(tmp_path: Path,
     assert after.misses - before.misses == 1  # exactly one row group decoded
 
 
-def test_compaction_drops_shadowed_and_tombstoned_rows(tmp_path: Path,
-                                                       small_controller: MemoryController) -> None:
+def test_compaction_drops_shadowed_and_tombstoned_rows(
+    tmp_path: Path, small_controller: MemoryController
+) -> None:
     s = _open(tmp_path, small_controller)
     v = s.value_table("v", VAL, KEY)
     m = s.map_table("m", UKEY, VAL, KEY)
@@ -126,8 +130,9 @@ def test_compaction_drops_shadowed_and_tombstoned_rows(tmp_path: Path,
 def test_compaction_racing_commits_and_reads(tmp_path: Path) -> None:
     """A background compactor merges while the owner writes, reads and commits."""
     ctl = MemoryController(
-        EngineConfig(memory_limit_bytes=64 * 1024 * 1024, compaction_max_runs=3,
-                     background_compaction=True)
+        EngineConfig(
+            memory_limit_bytes=64 * 1024 * 1024, compaction_max_runs=3, background_compaction=True
+        )
     )
     s = _open(tmp_path, ctl)
     s.config = StoreConfig(retain_versions=4)
@@ -146,7 +151,7 @@ def test_compaction_racing_commits_and_reads(tmp_path: Path) -> None:
                 versions = list_versions(s.fileio, s.store_dir)
                 if versions:
                     read_manifest(s.fileio, s.store_dir, versions[-1])
-            except Exception as exc:  # noqa: BLE001 - a deleted manifest is fine
+            except Exception as exc:
                 if "does not exist" not in str(exc):
                     errors.append(exc)
 
