@@ -71,7 +71,7 @@ class RecentValues(StatefulProcessor):
         self.parity = handle.getMapState("parity", "parity STRING", "n BIGINT")
 
     def handleInputRows(
-        self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
+        self, key: Any, rows: Any, timerValues: TimerValues
     ) -> Iterator[pd.DataFrame]:
         """Fold this batch's values into the key's state and emit the key's new summary."""
         values = [int(v) for pdf in rows for v in pdf["v"]]
@@ -173,11 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     spark = build_session("fsstate-recovery-job")
     print(f"fsstate modules: {json.dumps(module_origins(spark))}", flush=True)
 
-    stream = (
-        spark.readStream.schema(INPUT_SCHEMA)
-        .option("maxFilesPerTrigger", 1)
-        .json(args.input)
-    )
+    stream = spark.readStream.schema(INPUT_SCHEMA).option("maxFilesPerTrigger", 1).json(args.input)
     out = stream.groupBy("k").transformWithStateInPandas(
         tiered(RecentValues(), state_uri=args.state_uri), OUTPUT_SCHEMA, "Update", "None"
     )

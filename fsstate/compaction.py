@@ -34,6 +34,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from fsstate.controller import return_memory_to_os
 from fsstate.run import Run
 from fsstate.schema import OP, OP_CLEAR, OP_DELETE, SEQ, TableSpec
 from fsstate.segment import Segment, sort_batch
@@ -49,27 +50,37 @@ log = logging.getLogger("fsstate.compaction")
 def pick_window(
     runs: list[Run], max_runs: int, bytes_max: int, force: bool = False
 ) -> tuple[int, int] | None:
-    """The ``[i, j)`` range of runs to merge next, or None if the table needs no merge."""
+    """The ``[i, j)`` range of runs to merge next, or None if the table needs no merge.
+
+    Among the written runs, the window is the longest contiguous range (at least two runs)
+    whose decoded size fits in ``bytes_max``; ties go to the newest. Small runs therefore merge
+    first and one round's work stays bounded.
+    """
     w = 0
     while w < len(runs) and runs[w].ref is not None:
         w += 1
     if w < 2 or (len(runs) <= max_runs and not force):
         return None
     sizes = [r.ref.decoded_bytes if r.ref is not None else 0 for r in runs[:w]]
-    i = w - 1
-    total = sizes[i]
-    while i > 0 and sizes[i - 1] <= 2 * total and total + sizes[i - 1] <= bytes_max:
-        i -= 1
-        total += sizes[i]
-    if force and i > 0 and total + sizes[i - 1] <= bytes_max:
+    best: tuple[int, int] | None = None
+    j = w
+    total = 0
+    # sliding window from the newest end: for each end j, the smallest start i that fits
+    i = w
+    for j in range(w, 1, -1):
+        if i > j:
+            i = j
+            total = 0
+        if i == j:
+            total = 0
         while i > 0 and total + sizes[i - 1] <= bytes_max:
             i -= 1
             total += sizes[i]
-    if w - i < 2:
-        if sizes[w - 2] + sizes[w - 1] > bytes_max:
-            return None  # the two newest runs alone exceed one round: leave them
-        i = w - 2
-    return i, w
+        if j - i >= 2 and (best is None or j - i > best[1] - best[0]):
+            best = (i, j)
+        if i < j:
+            total -= sizes[j - 1]
+    return best
 
 
 def _same_as_prev(arrays: list[pa.Array]) -> np.ndarray:
@@ -187,11 +198,14 @@ class Compactor:
     def run_once(self, table: TableBase, force: bool = False) -> int:
         """A synchronous round (tests, explicit requests); returns the bytes written."""
         cfg = self._ctl.config
-        per_round = min(cfg.compaction_bytes_per_round, cfg.memory_limit_bytes // 8)
+        # a round holds its window about three times (input, sorted, filtered): keep that
+        # transient within a small share of the budget
+        per_round = min(cfg.compaction_bytes_per_round, cfg.memory_limit_bytes // 16)
         written = compact_table(table, per_round, cfg.compaction_max_runs, force)
         if written:
             self.rounds += 1
             self.bytes_written += written
+            return_memory_to_os()
         return written
 
     def wait_idle(self, timeout_s: float = 30.0) -> None:

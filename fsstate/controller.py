@@ -64,8 +64,8 @@ class EngineConfig:
     """
 
     memory_limit_bytes: int = DEFAULT_MEMORY_LIMIT
-    high_watermark: float = 0.85
-    low_watermark: float = 0.6
+    high_watermark: float = 0.8
+    low_watermark: float = 0.5
     block_cache_fraction: float = 0.25
     check_every_growth: int = 512
     compaction_max_runs: int = 8

@@ -92,6 +92,7 @@ def write_table_file(
         table,
         row_group_size=row_group_rows or config.row_group_rows,
         compression=compression,
+        use_dictionary=False,
     )
 
 
@@ -307,6 +308,9 @@ class Run:
         disk = self._disk_run(ctx)
         if disk.bloom is not None and not disk.bloom.may_contain(h):
             return []
+        groups = disk.candidate_groups(key)
+        if not groups:
+            return []
         if self._read_whole(ctx):
             seg = self._whole(spec, ctx)
             built = seg.has_index
@@ -315,7 +319,7 @@ class Run:
                 ctx.cache.refresh((disk.path, -1))
             return rows
         out: list[OpRow] = []
-        for i in disk.candidate_groups(key):
+        for i in groups:
             cache_key = (disk.path, i)
             group = ctx.cache.get(cache_key, lambda i=i: disk.read_group(spec, ctx, i))  # type: ignore[misc]
             built = group.has_index

@@ -340,12 +340,11 @@ class PartitionStore:
         try:
             tables: dict[str, TableEntry] = dict(self._entries)
             for name, t in self._tables.items():
-                t.seal()
-                for run in t.runs:
-                    if run.ref is None:
-                        ref = run.write(t.spec, self.ctx, t.file_prefix)
-                        files += 1
-                        written += ref.size_bytes
+                pending = [r for r in t.runs if r.ref is None]
+                for run in pending + t.flush():
+                    assert run.ref is not None
+                    files += 1
+                    written += run.ref.size_bytes
                 ttl_refs = list(t.ttl_refs)
                 if t.ttl_loaded and t.ttl_index().dirty:
                     rows = t.ttl_index().changes()

@@ -267,11 +267,8 @@ class TableBase(interfaces.StateTable):
         return self._live(self._view(key)[1])
 
     # -- sealing ---------------------------------------------------------------------------------
-    def seal(self) -> Run | None:
-        """Turn the pending changes into an immutable in-memory run (None if nothing changed)."""
-        if not self._dirty:
-            return None
-        rows = seal_rows(self.spec, self._views, self._dirty)
+    def _seal_part(self, part: dict[Key, Any]) -> Run:
+        rows = seal_rows(self.spec, self._views, part)
         has_ukey = self.spec.ukey_schema is not None
         batch = build_batch(
             self.spec,
@@ -285,8 +282,53 @@ class TableBase(interfaces.StateTable):
         run = Run(Segment(self.spec, batch), None)
         with self.lock:
             self.runs = [*self.runs, run]
-        self._dirty = {}
         return run
+
+    def _chunk_keys(self) -> int:
+        """Keys per sealed run, so one seal never builds more than ~1/16 of the budget."""
+        self.memory_bytes()  # refreshes the sampled view size
+        budget = self._ctl.config.memory_limit_bytes // 16
+        return max(256, int(budget / max(self._avg_view_bytes, 64.0)))
+
+    def seal(self) -> list[Run]:
+        """Turn the pending changes into immutable in-memory runs (none if nothing changed).
+
+        Large change sets are cut into several runs by grouping key; every key's rows stay in
+        one run, so per key, runs remain ordered by sequence number.
+        """
+        if not self._dirty:
+            return []
+        items = list(self._dirty.items())
+        chunk = self._chunk_keys() if len(items) > 256 else len(items)
+        runs = [
+            self._seal_part(dict(items[start : start + chunk]))
+            for start in range(0, len(items), chunk)
+        ]
+        self._dirty = {}
+        return runs
+
+    def flush(self) -> list[Run]:
+        """Write every change to Parquet (for a commit): pinned runs, then the dirty views.
+
+        Dirty views are sealed chunk by chunk and each chunk is written and released at once,
+        so a commit holds at most one chunk in Arrow besides the (now clean) views.
+        """
+        for run in self.runs:
+            if run.ref is None:
+                run.write(self.spec, self.ctx, self.file_prefix)
+                run.release()
+        items = list(self._dirty.items())
+        if not items:
+            return []
+        chunk = self._chunk_keys() if len(items) > 256 else len(items)
+        out = []
+        for start in range(0, len(items), chunk):
+            run = self._seal_part(dict(items[start : start + chunk]))
+            run.write(self.spec, self.ctx, self.file_prefix)
+            run.release()
+            out.append(run)
+        self._dirty = {}
+        return out
 
     def release_segments(self) -> int:
         """Release pinned segments of runs already on disk; returns the bytes freed."""
@@ -299,12 +341,24 @@ class TableBase(interfaces.StateTable):
             (estimated bytes freed, bytes written to storage).
         """
         before = self.memory_bytes()
-        self.seal()
         written = 0
         for run in self.runs:
             if run.ref is None:
                 written += run.write(self.spec, self.ctx, self.file_prefix).size_bytes
             run.release()
+        # dirty views go out chunk by chunk: seal, write, release, evict, so a spill never
+        # holds more than one chunk twice (as Python views and as Arrow)
+        items = list(self._dirty.items())
+        chunk = self._chunk_keys()
+        views = self._views
+        for start in range(0, len(items), chunk):
+            part = dict(items[start : start + chunk])
+            run = self._seal_part(part)
+            written += run.write(self.spec, self.ctx, self.file_prefix).size_bytes
+            run.release()
+            for k in part:
+                del self._dirty[k]
+                views.pop(k, None)
         self.evict_clean()
         max_runs = self._ctl.config.compaction_max_runs
         if len(self.runs) > 2 * max_runs:  # the background compactor is behind: help it

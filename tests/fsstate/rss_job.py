@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import resource
 import sys
+import threading
 import time
 
 import pyarrow as pa
@@ -26,14 +27,29 @@ def value_of(store: int, i: int) -> str:
     return (f"{store:02d}:{i:09d}|" * (ROW_BYTES // 13 + 1))[:ROW_BYTES]
 
 
+def _rss_mib() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096 / 2**20
+
+
 def main() -> None:
     root, total_mib, budget_mib = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    phase = ["import"]
+    peaks: dict[str, float] = {}
+
+    def sample() -> None:
+        while True:
+            peaks[phase[0]] = max(peaks.get(phase[0], 0.0), _rss_mib())
+            time.sleep(0.01)
+
+    threading.Thread(target=sample, daemon=True).start()
     ctl = configure(memory_limit=f"{budget_mib}MiB", check_every_growth=64)
     stores = 4
     rows_per_store = total_mib * 1024 * 1024 // ROW_BYTES // stores
     t0 = time.time()
     opened = [PartitionStore.open(root, "big", p) for p in range(stores)]
     for p, s in enumerate(opened):
+        phase[0] = f"write-{p}"
         t = s.value_table("blobs", VAL, KEY)
         batch = 64
         for start in range(0, rows_per_store, batch):
@@ -43,12 +59,14 @@ def main() -> None:
             else:  # point writes through the hot tier
                 for i in ids:
                     t.update((i,), (value_of(p, i),))
+        phase[0] = f"commit-{p}"
         s.commit(0)
     write_s = time.time() - t0
     for s in opened:
         s.close()
     bad = 0
     for p in range(stores):
+        phase[0] = f"read-{p}"
         s = PartitionStore.open(root, "big", p, 0)
         t = s.value_table("blobs", VAL, KEY)
         for i in range(rows_per_store):
@@ -70,6 +88,7 @@ def main() -> None:
                 "compactions": stats.compactions,
                 "write_s": round(write_s, 1),
                 "total_s": round(time.time() - t0, 1),
+                "phase_peaks_mib": {k: round(v) for k, v in peaks.items()},
             }
         )
     )
