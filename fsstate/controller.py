@@ -64,9 +64,9 @@ class EngineConfig:
     """
 
     memory_limit_bytes: int = DEFAULT_MEMORY_LIMIT
-    high_watermark: float = 0.8
-    low_watermark: float = 0.5
-    block_cache_fraction: float = 0.25
+    high_watermark: float = 0.75
+    low_watermark: float = 0.45
+    block_cache_fraction: float = 0.2
     check_every_growth: int = 512
     compaction_max_runs: int = 8
     compaction_bytes_per_round: int = 64 * 1024 * 1024

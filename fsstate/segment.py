@@ -1,7 +1,8 @@
 """Immutable Arrow segments of op rows, with a lazily built, compact key index.
 
 A segment is one Arrow record batch in the row layout of :mod:`fsstate.schema`, sorted by
-(key, ukey, ``_seq``). It is what the memtable seals into, what a batched write appends and what
+(key, ukey, ``_seq``); a batched write hands over its rows unsorted and the segment sorts them
+the first time anything reads them, so the write itself costs no sort. It is what the memtable seals into, what a batched write appends and what
 a Parquet run decodes to.
 
 Invariants:
@@ -131,11 +132,12 @@ class Segment:
         batch: rows in the layout of ``spec.row_schema()``, sorted by key, ukey, seq.
     """
 
-    __slots__ = ("_cols", "_ends", "_hashes", "_key_fields", "_starts", "batch", "spec")
+    __slots__ = ("_batch", "_cols", "_ends", "_hashes", "_key_fields", "_sorted", "_starts", "spec")
 
-    def __init__(self, spec: TableSpec, batch: pa.RecordBatch) -> None:
+    def __init__(self, spec: TableSpec, batch: pa.RecordBatch, is_sorted: bool = True) -> None:
         self.spec = spec
-        self.batch = batch
+        self._batch = batch
+        self._sorted = is_sorted
         self._hashes: np.ndarray | None = None
         self._starts: np.ndarray | None = None
         self._ends: np.ndarray | None = None
@@ -143,19 +145,27 @@ class Segment:
         self._cols: list[pa.Array] | None = None
 
     @property
+    def batch(self) -> pa.RecordBatch:
+        """The rows, sorted by (key, ukey, seq); a batched write is sorted on first use."""
+        if not self._sorted:
+            self._batch = sort_batch(self.spec, self._batch)
+            self._sorted = True
+        return self._batch
+
+    @property
     def num_rows(self) -> int:
         """Rows in the segment."""
-        return int(self.batch.num_rows)
+        return int(self._batch.num_rows)
 
     @property
     def nbytes(self) -> int:
         """Exact bytes of the Arrow buffers plus the key index, if built."""
         index = 0 if self._hashes is None else 3 * 8 * len(self._hashes)
-        return int(self.batch.nbytes) + index
+        return int(self._batch.nbytes) + index
 
     def min_max_seq(self) -> tuple[int, int]:
         """Smallest and largest sequence number in the segment."""
-        mm = pc.min_max(self.batch.column(SEQ))
+        mm = pc.min_max(self._batch.column(SEQ))
         return int(mm["min"].as_py()), int(mm["max"].as_py())
 
     def drop_index(self) -> int:

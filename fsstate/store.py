@@ -32,7 +32,7 @@ from typing import Any
 import pyarrow as pa
 
 from fsstate.config import StoreConfig
-from fsstate.controller import MemoryController, get_controller
+from fsstate.controller import MemoryController, get_controller, return_memory_to_os
 from fsstate.errors import (
     CommitError,
     FsStateError,
@@ -376,6 +376,7 @@ class PartitionStore:
         self._dropped = False
         self._manifest = manifest
         self.version = version
+        return_memory_to_os()
         self._commits += 1
         self._bytes_written += written
         self._file_sets[version] = frozenset(manifest.files())

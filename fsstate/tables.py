@@ -40,7 +40,7 @@ from fsstate.schema import (
     infer_key_schema,
     make_checker,
 )
-from fsstate.segment import OpRow, Segment, build_batch, sort_batch
+from fsstate.segment import OpRow, Segment, build_batch
 from fsstate.tombstones import (
     ABSENT,
     RangeTombstones,
@@ -473,7 +473,7 @@ class TableBase(interfaces.StateTable):
         cols[OP] = pa.nulls(n, pa.int8()).fill_null(0)
         cols[EXPIRES] = pa.nulls(n, pa.int64())
         batch = pa.RecordBatch.from_pydict(cols, schema=self.spec.row_schema())
-        run = Run(Segment(self.spec, sort_batch(self.spec, batch)), None)
+        run = Run(Segment(self.spec, batch, is_sorted=False), None)
         with self.lock:
             self.runs = [*self.runs, run]
         self._forget_views(key_list)

@@ -4,13 +4,14 @@
 fsstate shipped as the zip built by :mod:`fsstate_spark.pyfiles`:
 
 1. an uninterrupted run over six input files gives the reference sink;
-2. a second run in fresh directories is killed with SIGKILL (JVM, Python driver and Python
-   workers: the whole process group) in the middle of a micro-batch whose fsstate version is
-   already committed by at least one partition but whose output is not written yet, and the
-   same command is started again on the same checkpoint and state directories until it
-   finishes.
+2. two more runs in fresh directories are killed with SIGKILL (JVM, Python driver and Python
+   workers: the whole process group) in the middle of a micro-batch whose output is not
+   written yet and whose fsstate version is already committed by some partition ("early":
+   usually another task of the batch still runs) or by every partition ("late": the job
+   sleeps in foreachBatch), then started again with the same command on the same checkpoint
+   and state directories until they finish.
 
-The union of the sink files of the killed and restarted runs must equal the reference sink
+The union of the sink files of each killed and restarted run must equal the reference sink
 exactly. A subprocess never outlives its timeout: on any failure its process group is killed.
 """
 
@@ -23,6 +24,7 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,6 +44,9 @@ PARTITIONS = 2
 RUN_TIMEOUT_S = 180.0
 SLOW_MS = 800  # per batch, between the state commit and the sink write: the kill window
 JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"  # faster start of a short-lived JVM
+
+# killed runs: name -> which partitions must have committed the interrupted batch's version
+KILL_POINTS = {"early": "some", "late": "every"}
 
 KEYS = ["a", "b", "c"]
 BATCHES: list[list[dict[str, Any]]] = [
@@ -86,6 +91,11 @@ class JobDirs:
         return self.root / "state"
 
     @property
+    def log(self) -> Path:
+        """Output of every spark-submit of this run."""
+        return self.root / "job.log"
+
+    @property
     def sink(self) -> Path:
         """foreachBatch output directory."""
         return self.root / "sink"
@@ -104,6 +114,8 @@ class JobDirs:
             "spark.ui.showConsoleProgress=false",
             "--conf",
             f"spark.sql.shuffle.partitions={PARTITIONS}",
+            "--conf",  # scratch space of the run (a killed JVM cannot clean it up)
+            f"spark.local.dir={self.root / 'spark-local'}",
             "--py-files",
             str(self.pyfiles),
             str(JOB),
@@ -163,15 +175,15 @@ def kill_group(proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
 
 def start(dirs: JobDirs, log: Path, slow_ms: int = 0) -> subprocess.Popen[bytes]:
     """Start the job in its own session (so its whole process group can be killed)."""
-    out = open(log, "ab")  # noqa: SIM115 -- owned by the child; closed when the test ends
-    return subprocess.Popen(
-        dirs.command(slow_ms),
-        cwd=dirs.root,
-        env=job_env(),
-        stdout=out,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    with open(log, "ab") as out:  # the child keeps its own copy of the descriptor
+        return subprocess.Popen(
+            dirs.command(slow_ms),
+            cwd=dirs.root,
+            env=job_env(),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
 
 def finish(proc: subprocess.Popen[bytes], log: Path, timeout: float = RUN_TIMEOUT_S) -> None:
@@ -233,7 +245,7 @@ def module_origins(log: Path) -> dict[str, list[str]]:
     raise AssertionError(f"no module report in {log}")
 
 
-def kill_mid_batch(dirs: JobDirs, log: Path, min_written: int, every_partition: bool) -> int:
+def kill_mid_batch(dirs: JobDirs, min_written: int, every_partition: bool) -> int:
     """Start the job and SIGKILL it inside a micro-batch whose fsstate version is committed.
 
     Waits until at least ``min_written`` batch files are in the sink and a batch without a
@@ -245,7 +257,7 @@ def kill_mid_batch(dirs: JobDirs, log: Path, min_written: int, every_partition: 
     Returns:
         The interrupted batch id.
     """
-    proc = start(dirs, log, SLOW_MS)
+    proc = start(dirs, dirs.log, SLOW_MS)
     deadline = time.monotonic() + RUN_TIMEOUT_S
     try:
         while True:
@@ -255,7 +267,7 @@ def kill_mid_batch(dirs: JobDirs, log: Path, min_written: int, every_partition: 
                 raise AssertionError("no batch to interrupt before the timeout")
             written = set(sink_batches(dirs.sink))
             if len(written) >= min_written:
-                versions = [set(vs) for vs in state_versions(dirs.state).values()]
+                versions = [set(vs) for vs in state_versions(dirs.state).values()] or [set()]
                 committed = set.intersection(*versions) if every_partition else set.union(*versions)
                 pending = sorted(committed - written)
                 if pending:
@@ -286,72 +298,80 @@ def pyfiles(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_sigkill_and_restart_match_uninterrupted_run(pyfiles: Path, tmp_path: Path) -> None:
-    """Kill -9 mid-stream (twice), restart from the checkpoint: the sink equals a clean run.
+    """Kill -9 mid-stream, restart from the checkpoint: the sink equals an uninterrupted run.
 
-    The reference run and the run to be killed are independent (own checkpoint, state and
-    sink), so they run side by side to keep the test short. The first kill lands while some
-    partition of a batch has committed its fsstate version; the second (of the first restart)
-    once every partition has, but neither the sink nor Spark's commit log has the batch.
+    Two killed runs ("early": killed once some partition of a batch has committed its fsstate
+    version; "late": once every partition has, while neither the sink nor Spark's commit log
+    has the batch) and the reference run are independent (own checkpoint, state
+    and sink), so they run side by side to keep the test short.
     """
     began = time.monotonic()
     inputs = tmp_path / "input"
     write_inputs(inputs, BATCHES)
     ref = JobDirs(tmp_path / "reference", inputs, pyfiles)
-    run = JobDirs(tmp_path / "killed", inputs, pyfiles)
-    ref.root.mkdir()
-    run.root.mkdir()
-    ref_log = ref.root / "job.log"
-    log = run.root / "job.log"
-    kills: list[tuple[int, dict[str, Any]]] = []
+    runs = {name: JobDirs(tmp_path / name, inputs, pyfiles) for name in KILL_POINTS}
+    for dirs in (ref, *runs.values()):
+        dirs.root.mkdir()
 
-    # 1. uninterrupted reference run, started now and awaited after the first kill
-    ref_proc = start(ref, ref_log)
+    # 1. the uninterrupted reference run and the runs to kill, side by side
+    ref_proc = start(ref, ref.log)
     try:
-        # 2. the same job killed with SIGKILL in the middle of a micro-batch
-        kills.append((kill_mid_batch(run, log, 2, every_partition=False), checkpoint_view(run)))
-        finish(ref_proc, ref_log)
+        with ThreadPoolExecutor(len(runs)) as pool:
+            pending = {
+                name: pool.submit(kill_mid_batch, dirs, 2, KILL_POINTS[name] == "every")
+                for name, dirs in runs.items()
+            }
+            kills = {name: (f.result(), checkpoint_view(runs[name])) for name, f in pending.items()}
+        finish(ref_proc, ref.log)
     finally:
         kill_group(ref_proc)
     reference_s = time.monotonic() - began
     reference = sink_rows(ref.sink)
     assert sorted(sink_batches(ref.sink)) == list(range(len(BATCHES)))
     assert len(reference) == sum(len({r["k"] for r in b}) for b in BATCHES)
-    origins = module_origins(ref_log)
+    origins = module_origins(ref.log)
     assert all(p.startswith(str(pyfiles)) for p in origins["driver"]), origins
     assert origins["workers"] and all(
         f"{pyfiles.name}/fsstate/" in p for p in origins["workers"]
     ), origins
 
-    # 3. restart with the same command, checkpoint and state: killed again later on
-    with open(log, "a") as f:
-        f.write("\n==== restart 1 (to be killed) ====\n")
-    kills.append((kill_mid_batch(run, log, 4, every_partition=True), checkpoint_view(run)))
-
-    for n, (batch, view) in enumerate(kills):
+    for name, (batch, view) in kills.items():
         # the interrupted batch is planned, not committed by Spark, and has no output yet ...
-        assert batch in view["offsets"] and batch not in view["commits"], view
-        assert batch not in view["sink"], view
+        assert batch in view["offsets"] and batch not in view["commits"], (name, view)
+        assert batch not in view["sink"], (name, view)
         # ... while fsstate already committed its version (in some or in every partition)
         in_state = [batch in vs for vs in view["fsstate"].values()]
-        assert all(in_state) if n == 1 else any(in_state), view
-    assert kills[1][0] > kills[0][0]
+        assert all(in_state) if KILL_POINTS[name] == "every" else any(in_state), (name, view)
 
-    # 4. restart until the job finishes by itself
-    restarts = 1
-    while restarts < 4:
-        restarts += 1
-        with open(log, "a") as f:
-            f.write(f"\n==== restart {restarts} ====\n")
-        run_to_end(run, log, SLOW_MS)
-        if sorted(sink_batches(run.sink)) == list(range(len(BATCHES))):
-            break
+    # 2. restart the same command on the same checkpoint and state until every run finishes
+    restarts = dict.fromkeys(runs, 0)
+    todo = dict(runs)
+    while todo:
+        procs = {}
+        for name, dirs in todo.items():
+            restarts[name] += 1
+            assert restarts[name] <= 3, f"{name}: still not finished after 3 restarts"
+            with open(dirs.log, "a") as f:
+                f.write(f"\n==== restart {restarts[name]} ====\n")
+            procs[name] = start(dirs, dirs.log, SLOW_MS)
+        try:
+            for name, proc in procs.items():
+                finish(proc, todo[name].log)
+        finally:
+            for proc in procs.values():
+                kill_group(proc)
+        todo = {
+            name: dirs
+            for name, dirs in todo.items()
+            if sorted(sink_batches(dirs.sink)) != list(range(len(BATCHES)))
+        }
 
-    assert sink_rows(run.sink) == reference
-    assert spark_log(run.checkpoint, "commits") == list(range(len(BATCHES)))
-    final_versions = state_versions(run.state)
-    assert all(vs[-1] == len(BATCHES) - 1 for vs in final_versions.values()), final_versions
+    for name, dirs in runs.items():
+        assert sink_rows(dirs.sink) == reference, name
+        assert spark_log(dirs.checkpoint, "commits") == list(range(len(BATCHES))), name
+        versions = state_versions(dirs.state)
+        assert all(vs[-1] == len(BATCHES) - 1 for vs in versions.values()), (name, versions)
     print(
         f"\nreference done after {reference_s:.1f}s; kills (batch, view): {kills}; "
-        f"{restarts} restarts; fsstate at the end {final_versions}; "
-        f"total {time.monotonic() - began:.1f}s"
+        f"restarts {restarts}; total {time.monotonic() - began:.1f}s"
     )
