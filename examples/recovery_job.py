@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from pyspark import TaskContext
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.stateful_processor import (
     StatefulProcessor,
@@ -62,7 +63,15 @@ SQL_DEFAULTS = {
 
 
 class RecentValues(StatefulProcessor):
-    """Per key: count and sum (value state), last values (list state), parities (map state)."""
+    """Per key: count and sum (value state), last values (list state), parities (map state).
+
+    Args:
+        slow_ms: every task but partition 0's sleeps this long in ``close``, i.e. after
+            partition 0 committed the batch's fsstate version and before it commits its own.
+    """
+
+    def __init__(self, slow_ms: int = 0) -> None:
+        self.slow_ms = slow_ms
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         """Declare the state."""
@@ -98,7 +107,10 @@ class RecentValues(StatefulProcessor):
         )
 
     def close(self) -> None:
-        """Nothing to release."""
+        """Nothing to release; optionally hold back the commit of all but partition 0."""
+        tc = TaskContext.get()  # None on the driver (schema collection)
+        if self.slow_ms > 0 and tc is not None and tc.partitionId() > 0:
+            time.sleep(self.slow_ms / 1000)
 
 
 def write_batch_file(sink: Path, batch_id: int, rows: list[list[Any]]) -> Path:
@@ -155,7 +167,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--slow-ms",
         type=int,
         default=0,
-        help="sleep this long in every batch, after the state commit and before the sink write",
+        help=(
+            "slow every batch down: partitions other than 0 sleep this long before their state "
+            "commit, the sink as long after all commits and before writing the batch's file"
+        ),
     )
     return parser.parse_args(argv)
 
@@ -175,7 +190,10 @@ def main(argv: list[str] | None = None) -> int:
 
     stream = spark.readStream.schema(INPUT_SCHEMA).option("maxFilesPerTrigger", 1).json(args.input)
     out = stream.groupBy("k").transformWithStateInPandas(
-        tiered(RecentValues(), state_uri=args.state_uri), OUTPUT_SCHEMA, "Update", "None"
+        tiered(RecentValues(args.slow_ms), state_uri=args.state_uri),
+        OUTPUT_SCHEMA,
+        "Update",
+        "None",
     )
 
     def write(batch: DataFrame, batch_id: int) -> None:

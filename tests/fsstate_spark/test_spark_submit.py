@@ -6,9 +6,9 @@ fsstate shipped as the zip built by :mod:`fsstate_spark.pyfiles`:
 1. an uninterrupted run over six input files gives the reference sink;
 2. two more runs in fresh directories are killed with SIGKILL (JVM, Python driver and Python
    workers: the whole process group) in the middle of a micro-batch whose output is not
-   written yet and whose fsstate version is already committed by some partition ("early":
-   usually another task of the batch still runs) or by every partition ("late": the job
-   sleeps in foreachBatch), then started again with the same command on the same checkpoint
+   written yet and whose fsstate version is already committed by some but not all partitions
+   ("early": partition 1's task sleeps before its commit) or by all of them ("late": the job sleeps
+   in foreachBatch), then started again with the same command on the same checkpoint
    and state directories until they finish.
 
 The union of the sink files of each killed and restarted run must equal the reference sink
@@ -45,8 +45,10 @@ RUN_TIMEOUT_S = 180.0
 SLOW_MS = 800  # per batch, between the state commit and the sink write: the kill window
 JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"  # faster start of a short-lived JVM
 
-# killed runs: name -> which partitions must have committed the interrupted batch's version
-KILL_POINTS = {"early": "some", "late": "every"}
+# killed runs: name -> which partitions have committed the interrupted batch's fsstate version
+# ("some": not all of them, the job's partition 1 sleeps before its commit; "all": the job
+# sleeps in foreachBatch before the sink write)
+KILL_POINTS = {"early": "some", "late": "all"}
 
 KEYS = ["a", "b", "c"]
 BATCHES: list[list[dict[str, Any]]] = [
@@ -245,13 +247,13 @@ def module_origins(log: Path) -> dict[str, list[str]]:
     raise AssertionError(f"no module report in {log}")
 
 
-def kill_mid_batch(dirs: JobDirs, min_written: int, every_partition: bool) -> int:
+def kill_mid_batch(dirs: JobDirs, min_written: int, committed_by: str) -> int:
     """Start the job and SIGKILL it inside a micro-batch whose fsstate version is committed.
 
     Waits until at least ``min_written`` batch files are in the sink and a batch without a
-    sink file has its fsstate version committed by some partition (``every_partition``
-    False: its task finished, other tasks of the batch may still run) or by every partition
-    (True: the job sleeps in foreachBatch before the sink write), then kills the whole
+    sink file has its fsstate version committed by some but not all partitions
+    (``committed_by="some"``: partition 1 sleeps before its commit) or by all of them
+    (``"all"``: the job sleeps in foreachBatch before the sink write), then kills the whole
     process group.
 
     Returns:
@@ -268,7 +270,8 @@ def kill_mid_batch(dirs: JobDirs, min_written: int, every_partition: bool) -> in
             written = set(sink_batches(dirs.sink))
             if len(written) >= min_written:
                 versions = [set(vs) for vs in state_versions(dirs.state).values()] or [set()]
-                committed = set.intersection(*versions) if every_partition else set.union(*versions)
+                every = set.intersection(*versions)
+                committed = every if committed_by == "all" else set.union(*versions) - every
                 pending = sorted(committed - written)
                 if pending:
                     os.killpg(proc.pid, signal.SIGKILL)
@@ -300,8 +303,8 @@ def pyfiles(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_sigkill_and_restart_match_uninterrupted_run(pyfiles: Path, tmp_path: Path) -> None:
     """Kill -9 mid-stream, restart from the checkpoint: the sink equals an uninterrupted run.
 
-    Two killed runs ("early": killed once some partition of a batch has committed its fsstate
-    version; "late": once every partition has, while neither the sink nor Spark's commit log
+    Two killed runs ("early": killed once some but not all partitions of a batch committed
+    its fsstate version; "late": once all have, while neither the sink nor Spark's commit log
     has the batch) and the reference run are independent (own checkpoint, state
     and sink), so they run side by side to keep the test short.
     """
@@ -318,7 +321,7 @@ def test_sigkill_and_restart_match_uninterrupted_run(pyfiles: Path, tmp_path: Pa
     try:
         with ThreadPoolExecutor(len(runs)) as pool:
             pending = {
-                name: pool.submit(kill_mid_batch, dirs, 2, KILL_POINTS[name] == "every")
+                name: pool.submit(kill_mid_batch, dirs, 2, KILL_POINTS[name])
                 for name, dirs in runs.items()
             }
             kills = {name: (f.result(), checkpoint_view(runs[name])) for name, f in pending.items()}
@@ -339,9 +342,10 @@ def test_sigkill_and_restart_match_uninterrupted_run(pyfiles: Path, tmp_path: Pa
         # the interrupted batch is planned, not committed by Spark, and has no output yet ...
         assert batch in view["offsets"] and batch not in view["commits"], (name, view)
         assert batch not in view["sink"], (name, view)
-        # ... while fsstate already committed its version (in some or in every partition)
+        # ... while fsstate already committed its version in some (not all) or all partitions
         in_state = [batch in vs for vs in view["fsstate"].values()]
-        assert all(in_state) if KILL_POINTS[name] == "every" else any(in_state), (name, view)
+        partial = any(in_state) and not all(in_state)
+        assert all(in_state) if KILL_POINTS[name] == "all" else partial, (name, view)
 
     # 2. restart the same command on the same checkpoint and state until every run finishes
     restarts = dict.fromkeys(runs, 0)
