@@ -81,6 +81,7 @@ class TableBase(interfaces.StateTable):
         self._avg_at_n = 0
         self._size_calls = 0
         self._views: dict[Key, Any] = {}
+        self._partial: set[Key] = set()  # list views holding only blind appends (see append)
         self._dirty: dict[Key, Any] = {}
         self.runs: list[Run] = [Run(None, ref) for ref in entry.runs]  # copy-on-write
         self.ttl_refs: list[FileRef] = list(entry.ttl_runs)
@@ -174,7 +175,18 @@ class TableBase(interfaces.StateTable):
             view = self._views.get(key)
             if view is None:
                 view = self._load(key)
+        if self._partial and key in self._partial:
+            view = self._complete(key, view)
         return key, view
+
+    def _complete(self, key: Key, partial: list[Any]) -> list[Any]:
+        """Merge a partial list view (blind appends) with the key's sealed elements."""
+        cold = self._replay(key, self._cold_rows(key)) if self.runs else []
+        have = {e[2] for e in cold}
+        merged = cold + [e for e in partial if e[2] not in have]
+        self._views[key] = merged
+        self._partial.discard(key)
+        return merged
 
     def _empty(self) -> Any:
         return ABSENT if self.kind == KIND_VALUE else ({} if self.kind == KIND_MAP else [])
@@ -224,6 +236,7 @@ class TableBase(interfaces.StateTable):
             if in_range(k, lo, hi):
                 self._views[k] = empty()
                 self._dirty.pop(k, None)
+                self._partial.discard(k)
         if idx is not None:
             if self.kind == KIND_MAP:
                 doomed = idx.entries_where(lambda e: in_range(e[0], lo, hi))
@@ -244,6 +257,8 @@ class TableBase(interfaces.StateTable):
     def _view_nocache(self, key: Key) -> Any:
         view = self._views.get(key)
         if view is not None:
+            if self._partial and key in self._partial:
+                return self._complete(key, view)
             return view
         return self._replay(key, self._cold_rows(key)) if self.runs else self._empty()
 
@@ -359,6 +374,7 @@ class TableBase(interfaces.StateTable):
             for k in part:
                 del self._dirty[k]
                 views.pop(k, None)
+                self._partial.discard(k)
         self.evict_clean()
         max_runs = self._ctl.config.compaction_max_runs
         if len(self.runs) > 2 * max_runs:  # the background compactor is behind: help it
@@ -399,13 +415,17 @@ class TableBase(interfaces.StateTable):
             else:
                 freed += estimate_view_bytes(kind, v)
         self._views = keep
+        if self._partial:
+            self._partial = {k for k in self._partial if k in keep}
         return freed
 
     def _forget_views(self, keys: Sequence[Key]) -> None:
         views = self._views
         if views:
+            partial = self._partial
             for k in keys:
                 views.pop(k, None)
+                partial.discard(k)
 
     # -- stats -----------------------------------------------------------------------------------
     def hot_keys(self) -> int:

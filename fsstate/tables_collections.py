@@ -43,7 +43,7 @@ class ListTable(TableBase, interfaces.ListTableAPI):
     def get(self, key: Key) -> list[tuple[Any, ...]]:
         """Live elements in append order (a new list; mutating it changes nothing)."""
         view = self._views.get(key)
-        if view is None:
+        if view is None or (self._partial and key in self._partial):
             view = self._view(key)[1]
             self._after_growth()
         if not self.indexed:
@@ -84,7 +84,7 @@ class ListTable(TableBase, interfaces.ListTableAPI):
         value = self._value_check(value)
         view = self._views.get(key)
         if view is None:
-            key, view = self._view(key)
+            key, view = self._blind_view(key)
         st = self._store
         seq = st.next_seq
         st.next_seq = seq + 1
@@ -97,6 +97,24 @@ class ListTable(TableBase, interfaces.ListTableAPI):
         ctl.growth -= 1
         if ctl.growth <= 0:
             ctl.check()
+
+    def _blind_view(self, key: Any) -> tuple[Key, list[Any]]:
+        """The view to append to: without TTL, a cold key's list is not loaded.
+
+        Appending needs none of the existing elements, so a cold key gets a *partial* view that
+        holds only the new elements; the first operation that needs the whole list merges it
+        with the sealed elements (see ``TableBase._complete``). A list larger than the memory
+        budget can so keep growing without ever being loaded.
+        """
+        if self.indexed or not self.runs:
+            return self._view(key)
+        key = self._check_key(key)
+        view = self._views.get(key)
+        if view is None:
+            view = self._views[key] = []
+            self._partial.add(key)
+            self._ctl.growth -= 1
+        return key, view
 
     def _after_append(self, key: Key, view: list[Any], exp: int | None) -> None:
         idx = self.ttl_index()
@@ -112,7 +130,9 @@ class ListTable(TableBase, interfaces.ListTableAPI):
         checked = [check(v) for v in _as_sequence(self.name, values)]
         if not checked:
             return
-        key, view = self._view(key)
+        view = self._views.get(key)
+        if view is None:
+            key, view = self._blind_view(key)
         exp = self._expiry()
         touched = _touch(self._dirty, key)
         for v in checked:

@@ -195,3 +195,27 @@ def test_compaction_racing_commits_and_reads(tmp_path: Path) -> None:
     present = {p.relative_to(root / s.store_dir).as_posix() for p in root.rglob("*.parquet")}
     for version in list_versions(s.fileio, s.store_dir):
         assert read_manifest(s.fileio, s.store_dir, version).files() <= present
+
+
+def test_append_to_cold_list_does_not_load_it(
+    tmp_path: Path, small_controller: MemoryController
+) -> None:
+    """Appending needs no existing element: a cold list is not read until someone reads it."""
+    s = _open(tmp_path, small_controller)
+    lst = s.list_table("l", VAL, KEY)
+    for i in range(300):
+        lst.append(("big",), (i, "old"))
+    s.commit(0)
+    lst.evict_clean()
+    before = small_controller.cache.stats()
+    lst.append(("big",), (300, "new"))
+    lst.extend(("big",), [(301, "new")])
+    after = small_controller.cache.stats()
+    assert (after.hits, after.misses) == (before.hits, before.misses)  # nothing read
+    s.commit(1)
+    lst.evict_clean()
+    lst.append(("big",), (302, "newer"))
+    got = lst.get(("big",))
+    assert [v for v, _ in got] == list(range(303))
+    r = _open(tmp_path, small_controller, 1)
+    assert len(r.list_table("l", VAL, KEY).get(("big",))) == 302
