@@ -2,8 +2,8 @@
 
 A segment is one Arrow record batch in the row layout of :mod:`fsstate.schema`, sorted by
 (key, ukey, ``_seq``); a batched write hands over its rows unsorted and the segment sorts them
-the first time anything reads them, so the write itself costs no sort. It is what the memtable seals into, what a batched write appends and what
-a Parquet run decodes to.
+the first time anything reads them, so the write itself costs no sort. It is what the memtable
+seals into, what a batched write appends and what a Parquet run decodes to.
 
 Invariants:
 
