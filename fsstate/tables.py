@@ -82,6 +82,7 @@ class TableBase(interfaces.StateTable):
         self._size_calls = 0
         self._views: dict[Key, Any] = {}
         self._partial: set[Key] = set()  # list views holding only blind appends (see append)
+        self._warmed = False  # whether the first cold miss tried to load the table whole
         self._dirty: dict[Key, Any] = {}
         self.runs: list[Run] = [Run(None, ref) for ref in entry.runs]  # copy-on-write
         self.ttl_refs: list[FileRef] = list(entry.ttl_runs)
@@ -157,16 +158,88 @@ class TableBase(interfaces.StateTable):
 
     def _load(self, key: Key) -> Any:
         """Load (and cache) the complete view of a validated key from the sealed tiers."""
-        view = self._replay(key, self._cold_rows(key)) if self.runs else self._empty()
+        if not self.runs:
+            view = self._empty()
+        else:
+            if not self._warmed:
+                self._warmed = True
+                if self._warm_up():
+                    view = self._views.get(key)
+                    if view is not None:
+                        return view
+            view = self._replay(key, self._cold_rows(key))
         self._views[key] = view
         self._ctl.growth -= 1
         return view
+
+    def _warm_up(self) -> bool:
+        """On the first cold miss, load a small table whole in one pass; True if it did.
+
+        A store restored in another worker process (the common case under Spark, where a
+        partition rarely returns to the same Python worker) would otherwise pay one point
+        lookup per key; one sequential pass over the runs costs a few microseconds per row.
+        Only tables whose decoded runs fit in a sixteenth of the budget are warmed, and keys
+        that already have a view keep it (views are authoritative).
+        """
+        runs = self.runs
+        decoded = sum(r.ref.decoded_bytes if r.ref is not None else r.memory_bytes for r in runs)
+        if decoded * 4 > self._ctl.config.memory_limit_bytes // 4:
+            return False
+        if self.kind == KIND_VALUE and not self.ranges:
+            self._warm_up_values()
+            return True
+        rows_by_key: dict[Key, list[OpRow]] = {}
+        for run in runs:
+            for seg in run.segments(self.spec, self.ctx):
+                for k, rows in seg.iter_key_rows():
+                    have = rows_by_key.get(k)
+                    if have is None:
+                        rows_by_key[k] = rows
+                    else:
+                        have.extend(rows)
+        views = self._views
+        replay = self._replay
+        loaded = 0
+        for k, rows in rows_by_key.items():
+            if k not in views:
+                views[k] = replay(k, rows)
+                loaded += 1
+        self._ctl.growth -= loaded
+        return True
 
     def _after_growth(self) -> None:
         """A safe point (no view held by the caller): let the controller check the budget."""
         ctl = self._ctl
         if ctl.growth <= 0:
             ctl.check()
+
+    def _warm_up_values(self) -> None:
+        """Value tables: the newest row of each key, run by run, with Arrow doing the scan."""
+        latest: dict[Key, Any] = {}
+        for run in self.runs:  # oldest first: newer runs overwrite
+            for seg in run.segments(self.spec, self.ctx):
+                batch = seg.batch
+                n = batch.num_rows
+                if not n:
+                    continue
+                keys = seg.python_keys()
+                last = [i for i in range(n - 1) if keys[i] != keys[i + 1]]
+                last.append(n - 1)
+                take = pa.array(last, type=pa.int64())
+                sub = batch.take(take)
+                seqs = sub.column(SEQ).to_pylist()
+                ops = sub.column(OP).to_pylist()
+                exps = sub.column(EXPIRES).to_pylist()
+                vals = list(zip(*[c.to_pylist() for c in sub.column("value").flatten()]))
+                for j, i in enumerate(last):
+                    latest[keys[i]] = (vals[j], exps[j], seqs[j]) if ops[j] == 0 else ABSENT
+        views = self._views
+        loaded = 0
+        for k, view in latest.items():
+            if k not in views:
+                views[k] = view
+                loaded += 1
+        self._ctl.growth -= loaded
 
     def _view(self, key: Any) -> tuple[Key, Any]:
         view = self._views.get(key)
