@@ -14,6 +14,7 @@ Invariants (besides those of :mod:`fsstate.interfaces`):
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import sys
 import threading
@@ -36,6 +37,7 @@ from fsstate.schema import (
     OP,
     OP_CLEAR,
     SEQ,
+    Checker,
     TableSpec,
     infer_key_schema,
     make_checker,
@@ -97,19 +99,16 @@ class TableBase(interfaces.StateTable):
         )
 
     # -- keys and schema ---------------------------------------------------------------------
+    def _set_key_schema(self, schema: pa.Schema) -> Checker:
+        """Fix the grouping-key schema (declared late or inferred); returns its checker."""
+        self.spec = dataclasses.replace(self.spec, key_schema=schema)
+        check = self._key_check = make_checker(self.name, "grouping key", schema)
+        return check
+
     def _check_key(self, key: Any) -> Key:
         check = self._key_check
         if check is None:
-            schema = infer_key_schema(self.name, key)
-            self.spec = TableSpec(
-                self.spec.name,
-                self.spec.kind,
-                self.spec.value_schema,
-                schema,
-                self.spec.user_key_schema,
-                self.spec.ttl_ms,
-            )
-            check = self._key_check = make_checker(self.name, "grouping key", schema)
+            check = self._set_key_schema(infer_key_schema(self.name, key))
         return check(key)
 
     @property
@@ -533,17 +532,21 @@ class TableBase(interfaces.StateTable):
         schema = self.spec.key_schema
         if schema is None:
             schema = pa.schema([f.with_nullable(True) for f in keys.schema])
-            self.spec = TableSpec(
-                self.spec.name,
-                self.spec.kind,
-                self.spec.value_schema,
-                schema,
-                self.spec.user_key_schema,
-                self.spec.ttl_ms,
-            )
-            self._key_check = make_checker(self.name, "grouping key", schema)
+            self._set_key_schema(schema)
         struct = _struct_of(self.name, "grouping key", keys, schema)
         return struct, _LazyKeys(struct)
+
+    def _keys_and_values(
+        self, keys: pa.Table, values: pa.Table
+    ) -> tuple[pa.StructArray, Sequence[Key], pa.StructArray]:
+        """Validate the two tables of a batched write (same length, matching schemas)."""
+        key_struct, key_list = self._keys_from_table(keys)
+        value_struct = _struct_of(self.name, "value", values, self.spec.value_schema)
+        if len(key_list) != len(value_struct):
+            raise SchemaError(
+                f"state {self.name!r}: {len(key_list)} keys but {len(value_struct)} values"
+            )
+        return key_struct, key_list, value_struct
 
     def _append_batch(
         self,
@@ -749,12 +752,7 @@ class ValueTable(TableBase, interfaces.ValueTableAPI):
 
     def put_many(self, keys: pa.Table, values: pa.Table) -> None:
         """Set values for many keys; later rows win over earlier rows of the same key."""
-        key_struct, key_list = self._keys_from_table(keys)
-        value_struct = _struct_of(self.name, "value", values, self.spec.value_schema)
-        if len(key_list) != len(value_struct):
-            raise SchemaError(
-                f"state {self.name!r}: {len(key_list)} keys but {len(value_struct)} values"
-            )
+        key_struct, key_list, value_struct = self._keys_and_values(keys, values)
         if not key_list:
             return
         if self.indexed:

@@ -182,12 +182,7 @@ class ListTable(TableBase, interfaces.ListTableAPI):
 
     def append_many(self, keys: pa.Table, values: pa.Table) -> None:
         """Append value row i to the list of key row i, in row order."""
-        key_struct, key_list = self._keys_from_table(keys)
-        value_struct = _struct_of(self.name, "value", values, self.spec.value_schema)
-        if len(key_list) != len(value_struct):
-            raise SchemaError(
-                f"state {self.name!r}: {len(key_list)} keys but {len(value_struct)} values"
-            )
+        key_struct, key_list, value_struct = self._keys_and_values(keys, values)
         if not key_list:
             return
         if self.indexed:
