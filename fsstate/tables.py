@@ -21,7 +21,9 @@ import threading
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from fsstate import interfaces
 from fsstate.errors import SchemaError
@@ -745,10 +747,81 @@ class ValueTable(TableBase, interfaces.ValueTableAPI):
 
     def get_many(self, keys: pa.Table) -> pa.Table:
         """Values for a table of keys, in input order, with a boolean ``_found`` column."""
-        _, key_list = self._keys_from_table(keys)
+        key_struct, key_list = self._keys_from_table(keys)
+        if not self._views and not self.ranges and self.runs and self._runs_in_memory():
+            return self._get_many_arrow(key_struct)
         get = self.get
         vals = [get(k) for k in key_list]
         return _values_table(self.spec.value_schema, vals)
+
+    def _runs_in_memory(self) -> bool:
+        return all(r.in_memory for r in self.runs)
+
+    def _get_many_arrow(self, key_struct: pa.StructArray) -> pa.Table:
+        """Vectorized lookup when no key is hot and every run is in memory (e.g. after
+        put_many): per run, newest first, a hash join of the unresolved keys against the
+        run's newest row per key."""
+        names = [f"k{i}" for i in range(key_struct.type.num_fields)]
+        n = len(key_struct)
+        pos = pa.array(range(n), type=pa.int64())
+        remaining = pa.Table.from_arrays([*key_struct.flatten(), pos], names=[*names, "_pos"])
+        vnames = [f"v{i}" for i in range(len(self.spec.value_schema))]
+        found_parts = []
+        for run in reversed(self.runs):
+            if remaining.num_rows == 0:
+                break
+            seg = run.segments(self.spec, self.ctx)
+            for s in seg:
+                batch = s.batch
+                if not batch.num_rows:
+                    continue
+                kcols = batch.column("key").flatten()
+                same = _same_as_next(kcols)
+                newest = batch.filter(pa.array(~same))
+                side = pa.Table.from_arrays(
+                    [
+                        *newest.column("key").flatten(),
+                        *newest.column("value").flatten(),
+                        newest.column(OP),
+                        newest.column(EXPIRES),
+                    ],
+                    names=[*names, *vnames, "_op", "_exp"],
+                )
+                hit = remaining.join(side, keys=names, join_type="inner")
+                found_parts.append(hit.select(["_pos", *vnames, "_op", "_exp"]))
+                remaining = remaining.join(side.select(names), keys=names, join_type="left anti")
+        out_cols: list[pa.Array] = []
+        schema = self.spec.value_schema
+        if found_parts:
+            hits = pa.concat_tables(found_parts)
+            live = pc.equal(hits.column("_op"), 0)
+            exp = hits.column("_exp")
+            unexpired = pc.or_kleene(pc.is_null(exp), pc.greater(exp, self.now_ms))
+            live = pc.fill_null(pc.and_kleene(live, unexpired), False)
+            hits = hits.filter(live)
+        else:
+            hits = None
+        index = pa.nulls(n, pa.int64())
+        if hits is not None and hits.num_rows:
+            # scatter: position -> row of ``hits``
+            order = pc.sort_indices(hits.column("_pos"))
+            hits = hits.take(order)
+            rows = np.full(n, -1, dtype=np.int64)
+            rows[hits.column("_pos").to_numpy()] = np.arange(hits.num_rows)
+            index = pa.array(rows, mask=rows < 0)
+        for i, f in enumerate(schema):
+            if hits is not None and hits.num_rows:
+                col = hits.column(f"v{i}").combine_chunks().take(index)
+            else:
+                col = pa.nulls(n, f.type)
+            out_cols.append(col.cast(f.type))
+        found = pc.is_valid(index)
+        return pa.Table.from_arrays(
+            [*out_cols, found],
+            schema=pa.schema(
+                [*(f.with_nullable(True) for f in schema), pa.field("_found", pa.bool_())]
+            ),
+        )
 
     def put_many(self, keys: pa.Table, values: pa.Table) -> None:
         """Set values for many keys; later rows win over earlier rows of the same key."""
@@ -760,6 +833,20 @@ class ValueTable(TableBase, interfaces.ValueTableAPI):
                 self.update(k, tuple(v.values()))
             return
         self._append_batch(key_struct, None, value_struct, key_list)
+
+
+def _same_as_next(arrays: list[pa.Array]) -> Any:
+    """numpy bool array: row r has the same key as row r+1 (nulls equal nulls); last False."""
+    n = len(arrays[0]) if arrays else 0
+    same = np.ones(max(0, n - 1), dtype=bool)
+    for a in arrays:
+        if n < 2:
+            break
+        cur, nxt = a.slice(0, n - 1), a.slice(1)
+        eq = pc.fill_null(pc.equal(cur, nxt), False)
+        both_null = pc.and_(pc.is_null(cur), pc.is_null(nxt))
+        same &= pc.or_(eq, both_null).to_numpy(zero_copy_only=False)
+    return np.concatenate([same, np.zeros(min(n, 1), dtype=bool)])
 
 
 def _values_table(schema: pa.Schema, vals: list[Any]) -> pa.Table:

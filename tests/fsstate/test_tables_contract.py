@@ -164,3 +164,35 @@ def test_ttl_visibility(make_store: Factory, tier: str) -> None:
     assert lst.get(("a",)) == [(2, "y")]
     s.set_time(800)
     assert not lst.exists(("a",)) and not m.exists(("a",))
+
+
+def test_vectorized_get_many_matches_point_gets(make_store: Factory) -> None:
+    """get_many's Arrow path (no hot view, runs in memory) agrees with point reads."""
+    import random
+
+    rng = random.Random(3)
+    s = make_store()
+    s.set_time(100)
+    for ttl in (None, 50):
+        v = s.value_table(f"v{ttl}", VAL, KEY, ttl_ms=ttl)
+        for round_ in range(4):
+            keys = [f"k{rng.randrange(300)}" for _ in range(200)]
+            vals = [(rng.randrange(1000), f"r{round_}") for _ in keys]
+            v.put_many(
+                pa.table({"user": keys}),
+                pa.table({"count": [x for x, _ in vals], "label": [y for _, y in vals]}),
+            )
+            for _ in range(20):
+                v.clear((f"k{rng.randrange(300)}",))
+                v.update((f"k{rng.randrange(300)}",), (round_, "point"))
+            v.seal()
+            v.evict_clean()
+            s.set_time(100 + 20 * round_)
+        probe = [f"k{i}" for i in range(0, 320, 3)]
+        assert v._views == {} and all(r.in_memory for r in v.runs)
+        got = v.get_many(pa.table({"user": probe}))
+        expected = [v.get((k,)) for k in probe]
+        assert got.column("_found").to_pylist() == [e is not None for e in expected]
+        counts = got.column("count").to_pylist()
+        labels = got.column("label").to_pylist()
+        assert [None if c is None else (c, lab) for c, lab in zip(counts, labels)] == expected
