@@ -389,11 +389,12 @@ class TableBase(interfaces.StateTable):
             return []
         items = list(self._dirty.items())
         chunk = self._chunk_keys() if len(items) > 256 else len(items)
-        runs = [
-            self._seal_part(dict(items[start : start + chunk]))
-            for start in range(0, len(items), chunk)
-        ]
-        self._dirty = {}
+        runs = []
+        for start in range(0, len(items), chunk):
+            part = dict(items[start : start + chunk])
+            runs.append(self._seal_part(part))
+            for k in part:
+                del self._dirty[k]
         return runs
 
     def flush(self) -> list[Run]:
@@ -412,11 +413,13 @@ class TableBase(interfaces.StateTable):
         chunk = self._chunk_keys() if len(items) > 256 else len(items)
         out = []
         for start in range(0, len(items), chunk):
-            run = self._seal_part(dict(items[start : start + chunk]))
+            part = dict(items[start : start + chunk])
+            run = self._seal_part(part)
+            for k in part:  # sealed: a failed write below leaves an unwritten run, not dirt
+                del self._dirty[k]
             run.write(self.spec, self.ctx, self.file_prefix)
             run.release()
             out.append(run)
-        self._dirty = {}
         return out
 
     def release_segments(self) -> int:
@@ -443,10 +446,11 @@ class TableBase(interfaces.StateTable):
         for start in range(0, len(items), chunk):
             part = dict(items[start : start + chunk])
             run = self._seal_part(part)
+            for k in part:
+                del self._dirty[k]
             written += run.write(self.spec, self.ctx, self.file_prefix).size_bytes
             run.release()
             for k in part:
-                del self._dirty[k]
                 views.pop(k, None)
                 self._partial.discard(k)
         self.evict_clean()

@@ -196,3 +196,33 @@ def test_config_validation() -> None:
 
     with pytest.raises(ConfigError, match="retain_versions"):
         StoreConfig(retain_versions=0)
+
+
+def test_failed_data_write_then_retry_keeps_every_row_once(
+    make_store: Factory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A commit that fails while writing data files can be retried without losing rows."""
+    from fsstate import fileio as fileio_mod
+    from fsstate.errors import CommitError, StorageError
+
+    s = make_store()
+    lst = s.list_table("l", VAL, KEY)
+    for i in range(600):
+        lst.append((f"k{i % 7}",), (i, "x"))
+    real = fileio_mod.FileIO.write_parquet
+    calls = {"n": 0}
+
+    def flaky(self: fileio_mod.FileIO, path: str, table: pa.Table, **kw: object) -> object:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise StorageError(f"transient failure writing {path}")
+        return real(self, path, table, **kw)
+
+    monkeypatch.setattr(fileio_mod.FileIO, "write_parquet", flaky)
+    with pytest.raises(CommitError):
+        s.commit(0)
+    s.commit(0)
+    monkeypatch.undo()
+    r = PartitionStore.open(str(tmp_path / "state"), "op", 0, 0)
+    got = r.list_table("l", VAL, KEY).get(("k3",))
+    assert [v for v, _ in got] == [i for i in range(600) if i % 7 == 3]
