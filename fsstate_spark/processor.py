@@ -30,7 +30,7 @@ from pyspark.sql.streaming.stateful_processor import (
     TimerValues,
 )
 
-from fsstate.errors import ConfigError
+from fsstate.errors import ConfigError, FsStateError
 from fsstate_spark.bounded import MemoryStore
 from fsstate_spark.config import TieredConfig, resolve_config
 from fsstate_spark.handles import Key, KeyBinding, TieredHandle, normalize_key
@@ -122,7 +122,7 @@ class TieredProcessor(StatefulProcessor):
     def _current(self) -> _TaskState:
         task = self._task
         if task is None:
-            raise RuntimeError(
+            raise FsStateError(
                 "fsstate_spark: the processor was called before init(); Spark calls init first"
             )
         return task
