@@ -85,13 +85,23 @@ class KeyBinding:
         self.key: Key | None = None
 
 
-class TieredValueState(ValueState):
-    """Spark's ValueState API over an fsstate value table."""
+class _BoundState:
+    """A state variable bound to the current grouping key of its handle."""
 
     def __init__(self, binding: KeyBinding, table: Any, state_name: str) -> None:
         self._binding = binding
         self._table = table
         self._stateName = state_name
+
+    def _key(self) -> Key:
+        key = self._binding.key
+        if key is None:
+            raise _no_key(self._stateName)
+        return key
+
+
+class TieredValueState(_BoundState, ValueState):
+    """Spark's ValueState API over an fsstate value table."""
 
     def exists(self) -> bool:
         """Whether the state holds a (live) value for the current key."""
@@ -123,19 +133,8 @@ class TieredValueState(ValueState):
         self._table.clear(key)
 
 
-class TieredListState(ListState):
+class TieredListState(_BoundState, ListState):
     """Spark's ListState API over an fsstate list table."""
-
-    def __init__(self, binding: KeyBinding, table: Any, state_name: str) -> None:
-        self._binding = binding
-        self._table = table
-        self._stateName = state_name
-
-    def _key(self) -> Key:
-        key = self._binding.key
-        if key is None:
-            raise _no_key(self._stateName)
-        return key
 
     def exists(self) -> bool:
         """Whether the current key's list has any live element."""
@@ -171,19 +170,8 @@ class TieredListState(ListState):
         self._table.clear(self._key())
 
 
-class TieredMapState(MapState):
+class TieredMapState(_BoundState, MapState):
     """Spark's MapState API over an fsstate map table."""
-
-    def __init__(self, binding: KeyBinding, table: Any, state_name: str) -> None:
-        self._binding = binding
-        self._table = table
-        self._stateName = state_name
-
-    def _key(self) -> Key:
-        key = self._binding.key
-        if key is None:
-            raise _no_key(self._stateName)
-        return key
 
     def exists(self) -> bool:
         """Whether the current key's map has any live entry."""
