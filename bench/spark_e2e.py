@@ -1,7 +1,7 @@
 """End-to-end Spark benchmarks: the same processors with Spark's native state and with
 ``fsstate_spark.tiered(...)``, side by side in one local SparkSession.
 
-Workloads (``transformWithStateInPandas``, one output row per key, ``noop`` sink):
+Workloads (one output row per key, ``noop`` sink):
 
 * ``no_state``: no state at all (the framework's cost, the limit for any state backend);
 * ``value_count``: running count in a ValueState (``get`` + ``update``: 2 state calls/key);
@@ -10,30 +10,48 @@ Workloads (``transformWithStateInPandas``, one output row per key, ``noop`` sink
 * ``value_x3``: three ValueStates, ``get`` + ``update`` each (6 calls/key).
 
 Each stateful workload runs twice, with Spark's handles (``native``, RocksDB provider) and
-through ``tiered(...)``. Inputs: one Parquet file per micro-batch in a directory every query
-reads (``maxFilesPerTrigger=1``). Micro-batch 0 holds every key once (it loads the state and
-warms up; it is not used in figures); micro-batches 1.. hold ``rows_per_batch`` distinct keys
-drawn at random from the key space, one row each.
+through ``tiered(...)``, and each workload (``no_state`` included) in two flavours of the API:
+
+* ``pandas``: ``groupBy("k").transformWithStateInPandas(...)``; ``handleInputRows`` gets an
+  iterator of pandas DataFrames and yields DataFrames (result names without a marker, e.g.
+  ``20k value_count tiered/native``);
+* ``row``: ``groupBy("k").transformWithState(...)``; ``handleInputRows`` gets an iterator of
+  ``pyspark.sql.Row`` and yields ``Row`` objects (result names with ``row``, e.g.
+  ``20k row value_count tiered/native``).
+
+Both flavours share the processors' state calls (:meth:`BenchProcessor.touch`); only the
+reading of the input and the output row differ. Each flavour is compared against the
+``no_state`` query of the same flavour (the framework's cost differs between them), and the
+goals apply to ``value_count`` in both flavours.
+
+Sizes: full mode runs every workload at 20k keys and ``no_state`` + ``value_count`` at 200k
+keys, each in both flavours; quick mode runs ``no_state`` + ``value_count`` at 20k keys in
+both flavours. Inputs: one Parquet file per micro-batch in a directory every query reads
+(``maxFilesPerTrigger=1``). Micro-batch 0 holds every key once (it loads the state and warms
+up; it is not used in figures); micro-batches 1.. hold ``rows_per_batch`` distinct keys drawn
+at random from the key space, one row each.
 
 Interleaving: the suite runs in rounds. Round ``r`` writes micro-batch ``r`` and then runs
 every variant's query (own checkpoint; ``trigger(availableNow=True)``) until it has processed
 that one file, rotating the order of the variants from round to round. So the variants see the
 same machine, in the same minute, batch by batch; ratios are computed per round (paired) and
-their median reported.
+their median reported. The flavours alternate in that order (pandas, row, pandas, ...), so
+every query follows one of the other flavour and a cost of switching weighs on all alike.
 
-Figures, per key-space size:
+Figures, per key-space size and flavour:
 
 * rows/s per micro-batch: input rows over Spark's ``triggerExecution`` duration of the batch
   (median over the batches after the first);
-* cost per state call, µs: (batch wall time of the variant - of ``no_state``) / (state calls
-  of the batch), per round, median; plus the time measured inside the worker around the state
-  calls only (``in-worker``), which is not diluted by the framework's noise;
+* cost per state call, µs: (batch wall time of the variant - of ``no_state`` of the same
+  flavour) / (state calls of the batch), per round, median; plus the time measured inside the
+  worker around the state calls only (``in-worker``), which is not diluted by the framework's
+  noise;
 * ratios tiered/native and tiered/no_state of throughput.
 
-A second part runs a memory-bounded query: ``tiered(..., memory_limit=...)`` with value state
-of ~2 KiB per key, at least 10x the memory limit in total, and reports throughput and the
-Python workers' peak RSS (``ru_maxrss`` recorded by the processor in ``close``), from a fresh
-SparkSession so the workers start clean.
+A second part (full mode, pandas flavour only) runs a memory-bounded query:
+``tiered(..., memory_limit=...)`` with value state of ~2 KiB per key, at least 10x the memory
+limit in total, and reports throughput and the Python workers' peak RSS (``ru_maxrss``
+recorded by the processor in ``close``), from a fresh SparkSession so the workers start clean.
 
 The JVM's and the Python workers' stderr go to ``bench/results/tmp/spark_e2e-jvm.log``.
 """
@@ -41,6 +59,7 @@ The JVM's and the Python workers' stderr go to ``bench/results/tmp/spark_e2e-jvm
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import resource
@@ -59,6 +78,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark import TaskContext
+from pyspark.sql import Row
 from pyspark.sql.streaming.stateful_processor import (
     StatefulProcessor,
     StatefulProcessorHandle,
@@ -69,6 +89,8 @@ from bench.common import REPO_ROOT, BenchContext, Result, SuiteSkipped, median
 from bench.datagen import key_strings
 
 SUITE = "spark_e2e"
+FLAVOURS = ("pandas", "row")
+API = {"pandas": "transformWithStateInPandas", "row": "transformWithState (Row)"}
 INPUT_SCHEMA = "k STRING, v BIGINT"
 OUTPUT_SCHEMA = "k STRING, n BIGINT"
 MIB = 1024 * 1024
@@ -85,20 +107,29 @@ class BenchProcessor(StatefulProcessor):
     """Base of the benchmark processors: one output row ``(k, n)`` per key, instrumented.
 
     Subclasses declare their state in :meth:`declare` and do their state calls in
-    :meth:`touch`. The time spent in :meth:`touch` is accumulated and, with the task's batch,
-    partition and the process's peak RSS, appended at ``close`` as one JSON line to
-    ``<stats_dir>/<pid>.jsonl`` (driver-side calls, without a TaskContext, record nothing).
+    :meth:`touch`; ``flavour`` only changes how :meth:`handleInputRows` reads the key's input
+    and builds its output row (pandas DataFrames or ``Row`` objects). The time spent in
+    :meth:`touch` is accumulated and, with the task's batch, partition and the process's peak
+    RSS, appended at ``close`` as one JSON line to ``<stats_dir>/<pid>.jsonl`` (driver-side
+    calls, without a TaskContext, record nothing).
 
     Args:
-        tag: name of the variant, copied into the stats lines.
+        tag: name of the variant (flavour included), copied into the stats lines.
         stats_dir: where stats lines go (None: no stats).
+        flavour: ``"pandas"`` (``transformWithStateInPandas``) or ``"row"``
+            (``transformWithState``).
     """
 
     calls_per_key = 0
 
-    def __init__(self, tag: str = "", stats_dir: str | None = None) -> None:
+    def __init__(
+        self, tag: str = "", stats_dir: str | None = None, flavour: str = "pandas"
+    ) -> None:
+        if flavour not in FLAVOURS:
+            raise ValueError(f"flavour must be one of {FLAVOURS}, got {flavour!r}")
         self.tag = tag
         self.stats_dir = stats_dir
+        self.flavour = flavour
 
     def declare(self, handle: StatefulProcessorHandle) -> None:
         """Declare the state variables (none here)."""
@@ -114,22 +145,18 @@ class BenchProcessor(StatefulProcessor):
         self._t_init = time.perf_counter()
         self.declare(handle)
 
-    def handleInputRows(
-        self, key: Any, rows: Any, timerValues: TimerValues
-    ) -> Iterator[pd.DataFrame]:
-        """Count the key's rows, do the state calls, emit ``(k, n)``."""
-        n = 0
-        v = 0
-        for pdf in rows:
-            if n == 0:
-                first: Any = pdf["v"].iat[0]
-                v = int(first)
-            n += len(pdf)
+    def handleInputRows(self, key: Any, rows: Any, timerValues: TimerValues) -> Iterator[Any]:
+        """Count the key's rows, do the state calls, emit ``(k, n)`` (in the flavour's type)."""
+        row = self.flavour == "row"
+        n, v = _count_rows(rows) if row else _count_frames(rows)
         t0 = time.perf_counter()
         out = self.touch(n, v)
         self._state_s += time.perf_counter() - t0
         self._keys += 1
-        yield pd.DataFrame({"k": [key[0]], "n": [out]})
+        if row:
+            yield Row(k=key[0], n=out)
+        else:
+            yield pd.DataFrame({"k": [key[0]], "n": [out]})
 
     def close(self) -> None:
         """Append this task's stats line (state-call time, keys, peak RSS)."""
@@ -148,6 +175,29 @@ class BenchProcessor(StatefulProcessor):
         }
         with open(os.path.join(self.stats_dir, f"{os.getpid()}.jsonl"), "a") as f:
             f.write(json.dumps(line) + "\n")
+
+
+def _count_frames(frames: Iterator[pd.DataFrame]) -> tuple[int, int]:
+    """Rows and first ``v`` of a key's input as pandas DataFrames."""
+    n = 0
+    v = 0
+    for pdf in frames:
+        if n == 0:
+            first: Any = pdf["v"].iat[0]
+            v = int(first)
+        n += len(pdf)
+    return n, v
+
+
+def _count_rows(rows: Iterator[Row]) -> tuple[int, int]:
+    """Rows and first ``v`` of a key's input as ``Row`` objects."""
+    n = 0
+    v = 0
+    for r in rows:
+        if n == 0:
+            v = int(r.v)
+        n += 1
+    return n, v
 
 
 class NoState(BenchProcessor):
@@ -266,6 +316,7 @@ class Variant:
     processor: StatefulProcessor
     checkpoint: Path
     calls_per_key: int
+    flavour: str = "pandas"  # "pandas" (transformWithStateInPandas) or "row" (transformWithState)
     wall_ms: dict[int, float] = field(default_factory=dict)  # batch id -> triggerExecution
     rows: dict[int, int] = field(default_factory=dict)
     run_s: list[float] = field(default_factory=list)
@@ -273,19 +324,33 @@ class Variant:
 
     @property
     def tag(self) -> str:
-        """``kind/mode``."""
-        return f"{self.kind}/{self.mode}"
+        """``flavour/kind/mode``."""
+        return _tag(self.flavour, self.kind, self.mode)
+
+
+def _tag(flavour: str, kind: str, mode: str) -> str:
+    return f"{flavour}/{kind}/{mode}"
 
 
 @dataclass(frozen=True)
 class Config:
-    """One key-space size."""
+    """One key-space size.
+
+    Attributes:
+        kinds: workloads of the pandas flavour (``no_state`` first: the baseline).
+        row_kinds: workloads of the Row flavour (empty: none; ``no_state`` first).
+    """
 
     label: str
     keys: int
     rows_per_batch: int
     measured_batches: int
     kinds: tuple[str, ...]
+    row_kinds: tuple[str, ...] = ()
+
+    def flavours(self) -> list[tuple[str, tuple[str, ...]]]:
+        """``(flavour, kinds)`` of each flavour that runs."""
+        return [(f, k) for f, k in (("pandas", self.kinds), ("row", self.row_kinds)) if k]
 
 
 @contextlib.contextmanager
@@ -341,9 +406,11 @@ def _run_once(spark: Any, variant: Variant, input_dir: Path) -> None:
         .option("maxFilesPerTrigger", 1)
         .parquet(str(input_dir))
     )
-    out = frame.groupBy("k").transformWithStateInPandas(
-        variant.processor, OUTPUT_SCHEMA, "Update", "None"
-    )
+    grouped = frame.groupBy("k")
+    if variant.flavour == "row":
+        out = grouped.transformWithState(variant.processor, OUTPUT_SCHEMA, "Update", "None")
+    else:
+        out = grouped.transformWithStateInPandas(variant.processor, OUTPUT_SCHEMA, "Update", "None")
     done = set(variant.wall_ms)
     c0 = _tree_cpu_s()
     t0 = time.perf_counter()
@@ -392,20 +459,32 @@ def _read_stats(stats_dir: Path) -> list[dict[str, Any]]:
 
 
 def _make_variants(cfg: Config, root: Path, stats_dir: Path, state_uri: Path) -> list[Variant]:
+    """Every variant of ``cfg``, the flavours alternating (pandas, row, pandas, row, ...).
+
+    Alternating means that (but for the first query of a round) every query follows one of the
+    other flavour, whichever its kind: any cost of switching flavours (warm Python workers, the
+    previous query's garbage in the JVM) lands on every variant alike. In flavour blocks, each
+    flavour's ``no_state`` query would nearly always be the one that follows the other flavour.
+    """
     from fsstate_spark import tiered
 
-    out: list[Variant] = []
-    for kind in cfg.kinds:
-        cls = KINDS[kind]
-        modes = ["none"] if kind == "no_state" else ["native", "tiered"]
-        for mode in modes:
-            tag = f"{kind}/{mode}"
-            proc: StatefulProcessor = cls(tag, str(stats_dir))
-            if mode == "tiered":
-                proc = tiered(proc, state_uri=str(state_uri), name=kind)
-            cp = root / "checkpoints" / tag.replace("/", "-")
-            out.append(Variant(kind, mode, proc, cp, cls.calls_per_key))
-    return out
+    per_flavour: list[list[Variant]] = []
+    for flavour, kinds in cfg.flavours():
+        out: list[Variant] = []
+        per_flavour.append(out)
+        for kind in kinds:
+            cls = KINDS[kind]
+            modes = ["none"] if kind == "no_state" else ["native", "tiered"]
+            for mode in modes:
+                tag = _tag(flavour, kind, mode)
+                proc: StatefulProcessor = cls(tag, str(stats_dir), flavour)
+                if mode == "tiered":
+                    name = kind if flavour == "pandas" else f"{kind}_{flavour}"
+                    proc = tiered(proc, state_uri=str(state_uri), name=name)
+                cp = root / "checkpoints" / tag.replace("/", "-")
+                out.append(Variant(kind, mode, proc, cp, cls.calls_per_key, flavour))
+    mixed = itertools.zip_longest(*per_flavour)
+    return [v for group in mixed for v in group if v is not None]
 
 
 def _paired(a: Variant, b: Variant, batches: list[int]) -> list[tuple[float, float, int]]:
@@ -437,18 +516,32 @@ def _compare(ctx: BenchContext, spark: Any, cfg: Config, root: Path) -> list[Res
             _run_once(spark, v, input_dir)
             ms = v.wall_ms.get(b)
             ctx.log(
-                f"  {cfg.label} batch {b} {v.tag:<20} {rows:>7} rows "
+                f"  {cfg.label} batch {b} {v.tag:<26} {rows:>7} rows "
                 f"{ms / 1000 if ms else float('nan'):7.2f} s (query run {v.run_s[-1]:.1f} s)"
             )
-    return _results(cfg, variants, _read_stats(stats_dir), list(range(1, batches)))
+    stats = _read_stats(stats_dir)
+    measured = list(range(1, batches))
+    out: list[Result] = []
+    for flavour, kinds in cfg.flavours():
+        out += _results(cfg, flavour, kinds, variants, stats, measured)
+    return out
 
 
 def _results(
-    cfg: Config, variants: list[Variant], stats: list[dict[str, Any]], measured: list[int]
+    cfg: Config,
+    flavour: str,
+    kinds: tuple[str, ...],
+    variants: list[Variant],
+    stats: list[dict[str, Any]],
+    measured: list[int],
 ) -> list[Result]:
-    by_tag = {v.tag: v for v in variants}
-    base = by_tag["no_state/none"]
-    lab = cfg.label
+    """Result rows of one flavour, against that flavour's ``no_state`` query."""
+    by_tag = {v.tag: v for v in variants if v.flavour == flavour}
+    base = by_tag[_tag(flavour, "no_state", "none")]
+    # pandas keeps the unmarked names (history stays comparable); Row gets a marker
+    pandas = flavour == "pandas"
+    lab = cfg.label if pandas else f"{cfg.label} {flavour}"
+    base_name = "no_state" if pandas else f"{flavour} no_state"
     out: list[Result] = []
     base_rates = [base.rows[i] / base.wall_ms[i] * 1000 for i in measured if i in base.wall_ms]
     common = (
@@ -461,7 +554,7 @@ def _results(
             f"{lab} no_state",
             median(base_rates),
             "rows/s",
-            notes=f"framework cost only (the limit); {common}",
+            notes=f"framework cost only (the limit), {API[flavour]}; {common}",
             samples=base_rates,
         )
     )
@@ -479,10 +572,10 @@ def _results(
         n = sum(1 for b, p in pairs if pid[(b, p)] != pid[(b - 1, p)])
         return f"{n} of {len(pairs)} tasks ran in another worker than the previous batch"
 
-    for kind in cfg.kinds:
+    for kind in kinds:
         if kind == "no_state":
             continue
-        nat, tie = by_tag[f"{kind}/native"], by_tag[f"{kind}/tiered"]
+        nat, tie = by_tag[_tag(flavour, kind, "native")], by_tag[_tag(flavour, kind, "tiered")]
         calls = nat.calls_per_key
         rates = {
             v.mode: [v.rows[i] / v.wall_ms[i] * 1000 for i in measured if i in v.wall_ms]
@@ -501,6 +594,8 @@ def _results(
         cpu_vs_base = _cpu_ratio(base, tie, measured)
         cpu_vs_nat = _cpu_ratio(nat, tie, measured)
         desc = f"{calls} state call{'s' if calls > 1 else ''}/key"
+        if not pandas:
+            desc += f", {API[flavour]} against the {base_name} query"
         out.append(
             Result(
                 SUITE,
@@ -555,7 +650,7 @@ def _results(
                 f"{lab} {kind} µs/call native",
                 cn,
                 "µs",
-                notes=f"(native - no_state wall per batch) / state calls; in-worker "
+                notes=f"(native - {base_name} wall per batch) / state calls; in-worker "
                 f"{_fmt_us(iw_n)}/call (time around the state calls only); from CPU time "
                 f"of the process tree {_fmt_us(cpu_n)}/call",
                 samples=cost_n,
@@ -567,7 +662,7 @@ def _results(
                 f"{lab} {kind} µs/call tiered",
                 ct,
                 "µs",
-                notes=f"(tiered - no_state wall per batch) / state calls; in-worker "
+                notes=f"(tiered - {base_name} wall per batch) / state calls; in-worker "
                 f"{_fmt_us(iw_t)}/call (time around the state calls only); from CPU time "
                 f"of the process tree {_fmt_us(cpu_t)}/call; {moved(tie.tag)} (store "
                 "restored from storage: cold reads)",
@@ -594,7 +689,8 @@ def _results(
                     factor,
                     "x",
                     goal=GOAL_PER_CALL_FACTOR,
-                    notes=f"{how}; from wall times: {wall_txt}",
+                    notes=f"{how}; from wall times: {wall_txt}"
+                    + ("" if pandas else f"; {API[flavour]}"),
                 )
             )
     return out
@@ -690,11 +786,12 @@ def _memory_bounded(
 # -- entry point ----------------------------------------------------------------------------------
 def _configs(ctx: BenchContext) -> list[Config]:
     all_kinds = tuple(KINDS)
+    two = ("no_state", "value_count")
     if ctx.quick:
-        return [Config("20k", 20_000, 4_000, 2, ("no_state", "value_count"))]
+        return [Config("20k", 20_000, 4_000, 2, two, row_kinds=two)]
     return [
-        Config("20k", 20_000, 5_000, 3, all_kinds),
-        Config("200k", 200_000, 5_000, 3, ("no_state", "value_count")),
+        Config("20k", 20_000, 5_000, 3, all_kinds, row_kinds=all_kinds),
+        Config("200k", 200_000, 5_000, 3, two, row_kinds=two),
     ]
 
 
@@ -716,7 +813,8 @@ def run(ctx: BenchContext) -> list[Result]:
         for cfg in _configs(ctx):
             if not ctx.wants(cfg.label):
                 continue
-            ctx.log(f"spark_e2e/{cfg.label}: {len(cfg.kinds)} workloads ...")
+            flav = ", ".join(f"{len(k)} {f}" for f, k in cfg.flavours())
+            ctx.log(f"spark_e2e/{cfg.label}: workloads {flav} ...")
             t0 = time.perf_counter()
             try:
                 res = _compare(ctx, spark, cfg, scratch / cfg.label)
