@@ -624,6 +624,97 @@ def bench_collections(
     return out
 
 
+# -- a partition moving between workers ------------------------------------------------------
+def bench_move(ctx: BenchContext, scratch: _Scratch, rng: np.random.Generator) -> list[Result]:
+    """A Spark-like batch on a store whose partition comes back from another worker.
+
+    Two store objects of one partition play two Python workers taking turns (what Spark does
+    with a partition almost every micro-batch). Each batch gets its store (``reopen``: open
+    the previous version from storage, the only way before catch-up; ``refresh``: advance the
+    worker's own older copy with :meth:`PartitionStore.refresh`), does ``get`` + ``update`` on
+    ``touched`` random keys and commits. Both variants run on the same store, batch by batch.
+    """
+    out: list[Result] = []
+    touched = 2_500
+    modes = ("reopen", "refresh")
+    for n in ctx.pick((20_000, 100_000), (20_000, 200_000)):
+        roots: dict[str, Any] = {}
+        values = value_table(rng, n, VALUE_WIDTH)
+        for mode in modes:  # one store per variant, same content
+            st = scratch.store()
+            st.value_table("v", VALUE_SCHEMA, KEY_SCHEMA).put_many(key_table(range(n)), values)
+            st.commit(0)
+            st.close()
+            roots[mode] = st.fileio
+        versions = dict.fromkeys(modes, 0)
+        copies: dict[str, list[PartitionStore | None]] = {m: [None, None] for m in modes}
+        per_call: dict[str, list[float]] = {m: [] for m in modes}
+        for b in range(1, 1 + ctx.pick(8, 16)):
+            worker = b % 2
+            keys = [key_of(int(i)) for i in rng.choice(n, size=touched, replace=False)]
+            for mode in modes if b % 2 else modes[::-1]:
+
+                def batch(
+                    mode: str = mode,
+                    worker: int = worker,
+                    keys: list[Any] = keys,
+                    versions: dict[str, int] = versions,
+                    copies: dict[str, list[PartitionStore | None]] = copies,
+                    roots: dict[str, Any] = roots,
+                ) -> None:
+                    version = versions[mode]
+                    mine = copies[mode][worker]
+                    if mine is None or mode == "reopen" or not mine.refresh(version):
+                        if mine is not None:
+                            mine.close()
+                        mine = PartitionStore.open(roots[mode], OPERATOR, 0, version)
+                    t = mine.value_table("v", VALUE_SCHEMA, KEY_SCHEMA)
+                    for k in keys:
+                        old = t.get(k)
+                        t.update(k, ((old[0] if old else 0) + 1, "x"))
+                    mine.commit(version + 1)
+                    versions[mode] = version + 1
+                    copies[mode][worker] = mine
+
+                seconds = time_call(batch, collect=False)
+                if b > 2:  # each worker's first batch opens from storage in both variants
+                    per_call[mode].append(seconds * 1e6 / (2 * touched))
+        for pair in copies.values():
+            for c in pair:
+                if c is not None:
+                    c.close()
+        label = f"{n // 1000}k keys"
+        common = (
+            f"{touched:,} of {n:,} keys per batch (get + update), two workers taking turns; "
+            "whole batch: get the store, the calls, commit"
+        )
+        how = {
+            "reopen": "opens the version from storage (warm-up on the first miss)",
+            "refresh": "catches the worker's copy up (PartitionStore.refresh)",
+        }
+        for mode in modes:
+            out.append(
+                Result(
+                    SUITE,
+                    f"moved batch {label}, {mode}",
+                    median(per_call[mode]),
+                    "µs/call",
+                    notes=f"{common}; {how[mode]}",
+                    samples=per_call[mode],
+                )
+            )
+        out.append(
+            Result(
+                SUITE,
+                f"moved batch {label}, reopen/refresh",
+                median(per_call["reopen"]) / median(per_call["refresh"]),
+                "x",
+                notes="how much cheaper a batch is when the worker catches its copy up",
+            )
+        )
+    return out
+
+
 GROUPS: dict[str, Callable[[BenchContext, _Scratch, np.random.Generator], list[Result]]] = {
     "hot": bench_hot,
     "batch": bench_batch,
@@ -631,6 +722,7 @@ GROUPS: dict[str, Callable[[BenchContext, _Scratch, np.random.Generator], list[R
     "write_amp": bench_write_amp,
     "open": bench_open,
     "collections": bench_collections,
+    "move": bench_move,
 }
 
 

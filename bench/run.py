@@ -89,7 +89,7 @@ register(
         "spark_e2e",
         "bench.spark_e2e",
         engine=False,
-        description="end-to-end transformWithStateInPandas queries on local Spark",
+        description="end-to-end transformWithStateInPandas and transformWithState (Row) queries",
     )
 )
 

@@ -143,6 +143,7 @@ class BenchProcessor(StatefulProcessor):
         self._state_s = 0.0
         self._keys = 0
         self._t_init = time.perf_counter()
+        self._store = _store_outcome(handle)
         self.declare(handle)
 
     def handleInputRows(self, key: Any, rows: Any, timerValues: TimerValues) -> Iterator[Any]:
@@ -172,9 +173,18 @@ class BenchProcessor(StatefulProcessor):
             "task_s": time.perf_counter() - self._t_init,
             "maxrss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
             "pid": os.getpid(),
+            "store": self._store,
         }
         with open(os.path.join(self.stats_dir, f"{os.getpid()}.jsonl"), "a") as f:
             f.write(json.dumps(line) + "\n")
+
+
+def _store_outcome(handle: StatefulProcessorHandle) -> str:
+    """How a tiered task got its store: ``hit``, ``caught_up`` or ``restored`` ("" if native)."""
+    from fsstate_spark.handles import TieredHandle
+    from fsstate_spark.lifecycle import store_cache
+
+    return store_cache().last_outcome if isinstance(handle, TieredHandle) else ""
 
 
 def _count_frames(frames: Iterator[pd.DataFrame]) -> tuple[int, int]:
@@ -566,11 +576,17 @@ def _results(
         return sum(s["state_s"] for s in lines) / calls * 1e6 if calls else None
 
     def moved(tag: str) -> str:
-        """How many tasks ran in another worker than their partition's previous batch."""
+        """How many tasks ran in another worker than their partition's previous batch, and how
+        the tiered tasks got their store (cached copy at the version, caught up, restored)."""
         pid = {(x["batch"], x["partition"]): x["pid"] for x in stats if x["tag"] == tag}
         pairs = [(b, p) for b, p in pid if b in measured and (b - 1, p) in pid]
         n = sum(1 for b, p in pairs if pid[(b, p)] != pid[(b - 1, p)])
-        return f"{n} of {len(pairs)} tasks ran in another worker than the previous batch"
+        out = f"{n} of {len(pairs)} tasks ran in another worker than the previous batch"
+        how = [x.get("store", "") for x in stats if x["tag"] == tag and x["batch"] in measured]
+        if any(how):
+            counts = ", ".join(f"{k} {how.count(k)}" for k in ("hit", "caught_up", "restored"))
+            out += f"; stores: {counts}"
+        return out
 
     for kind in kinds:
         if kind == "no_state":
@@ -664,8 +680,7 @@ def _results(
                 "µs",
                 notes=f"(tiered - {base_name} wall per batch) / state calls; in-worker "
                 f"{_fmt_us(iw_t)}/call (time around the state calls only); from CPU time "
-                f"of the process tree {_fmt_us(cpu_t)}/call; {moved(tie.tag)} (store "
-                "restored from storage: cold reads)",
+                f"of the process tree {_fmt_us(cpu_t)}/call; {moved(tie.tag)}",
                 samples=cost_t,
             )
         )

@@ -24,6 +24,7 @@ Invariants:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import queue
 import threading
@@ -150,7 +151,11 @@ def compact_table(table: TableBase, bytes_max: int, max_runs: int, force: bool =
     written = 0
     if merged.num_rows:
         run = Run(Segment(spec, merged), None)
+        run.replaces = tuple(r.ref.path for r in chosen if r.ref is not None)
+        run.bottom = i == 0
         ref = run.write(spec, ctx, table.file_prefix)
+        if run.bottom:
+            ref = run.ref = dataclasses.replace(ref, drops_tombstones=True)
         run.release()
         new_runs.append(run)
         written = ref.size_bytes

@@ -5,11 +5,12 @@ live file of the version (inherited and new), the table specs, range tombstones 
 sequence number. Publishing it atomically *is* the commit; data files are written before it
 under unique names, so a crash at any point leaves either the old or the new version.
 
-Format (``format_version`` 1)::
+Format (``format_version`` 2)::
 
-    {"format": "fsstate.manifest", "format_version": 1, "version": 7,
+    {"format": "fsstate.manifest", "format_version": 2, "version": 7,
      "operator": "...", "partition": 0, "created_ms": ..., "next_seq": 1234,
-     "tables": [{"name": "count", "kind": "value", "ttl_ms": null,
+     "parent_version": 6, "parent_checksum": "<checksum of the manifest it was built on>",
+     "tables": [{"name": "count", "kind": "value", "ttl_ms": null, "incarnation": 17,
                  "key_schema": "<base64 Arrow IPC schema>", "value_schema": "...",
                  "user_key_schema": null,
                  "runs": [{"path": "data/...parquet", "rows": 10, "size_bytes": 900,
@@ -17,6 +18,13 @@ Format (``format_version`` 1)::
                  "ttl_runs": [...],
                  "range_tombstones": "<base64 Arrow IPC stream: lo, hi, seq>" | null}],
      "checksum": "<sha256 of the document without this field>"}
+
+Version 2 added ``parent_version`` / ``parent_checksum`` (the lineage: which committed manifest
+the store was at when it committed this one; null for a store opened empty) and the tables'
+``incarnation`` (the sequence number consumed when the table was created, so a table dropped
+and declared again is a different table). Lineage lets a process holding a clean copy of an
+older version catch up incrementally (:mod:`fsstate.catchup`). Version 1 manifests are read
+with those fields null and are never caught up from.
 
 Invariants:
 
@@ -46,7 +54,7 @@ from fsstate.manifest_refs import (
 )
 from fsstate.schema import TableSpec
 
-MANIFEST_FORMAT_VERSION = 1
+MANIFEST_FORMAT_VERSION = 2
 MANIFEST_DIR = "manifests"
 
 
@@ -63,6 +71,7 @@ class TableEntry:
     runs: list[FileRef] = field(default_factory=list)
     ttl_runs: list[FileRef] = field(default_factory=list)
     range_tombstones: pa.RecordBatch | None = None
+    incarnation: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         """JSON form."""
@@ -77,6 +86,7 @@ class TableEntry:
             "runs": [r.to_json() for r in self.runs],
             "ttl_runs": [r.to_json() for r in self.ttl_runs],
             "range_tombstones": encode_batch(self.range_tombstones),
+            "incarnation": self.incarnation,
         }
 
     @staticmethod
@@ -97,6 +107,7 @@ class TableEntry:
             runs=[FileRef.from_json(r) for r in obj.get("runs", [])],
             ttl_runs=[FileRef.from_json(r) for r in obj.get("ttl_runs", [])],
             range_tombstones=decode_batch(obj.get("range_tombstones")),
+            incarnation=_opt_int(obj.get("incarnation")),
         )
 
 
@@ -110,6 +121,9 @@ class Manifest:
     next_seq: int
     tables: dict[str, TableEntry]
     created_ms: int = 0
+    parent_version: int | None = None
+    parent_checksum: str | None = None
+    checksum: str = ""  # set when serialized or parsed
 
     def files(self) -> set[str]:
         """Every file path (relative to the store directory) the version needs."""
@@ -129,10 +143,12 @@ class Manifest:
             "partition": self.partition,
             "created_ms": self.created_ms or int(time.time() * 1000),
             "next_seq": self.next_seq,
+            "parent_version": self.parent_version,
+            "parent_checksum": self.parent_checksum,
             "tables": [t.to_json() for t in self.tables.values()],
         }
         canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
-        body["checksum"] = hashlib.sha256(canonical.encode()).hexdigest()
+        body["checksum"] = self.checksum = hashlib.sha256(canonical.encode()).hexdigest()
         return json.dumps(body, sort_keys=True, indent=1).encode()
 
     @staticmethod
@@ -174,11 +190,22 @@ class Manifest:
                 next_seq=int(body["next_seq"]),
                 tables={t.spec.name: t for t in tables},
                 created_ms=int(body.get("created_ms", 0)),
+                parent_version=_opt_int(body.get("parent_version")),
+                parent_checksum=_opt_str(body.get("parent_checksum")),
+                checksum=str(checksum),
             )
         except (KeyError, TypeError, ValueError, pa.ArrowException) as exc:
             raise ManifestCorruptError(
                 f"manifest {where} has a bad field ({exc}); open an older version", where
             ) from exc
+
+
+def _opt_int(v: Any) -> int | None:
+    return None if v is None else int(v)
+
+
+def _opt_str(v: Any) -> str | None:
+    return None if v is None else str(v)
 
 
 def read_manifest(fileio: FileIO, store_dir: str, version: int) -> Manifest:

@@ -26,6 +26,8 @@ class FileRef:
         max_seq: largest sequence number (data runs) or 0.
         crc32: CRC-32 of the whole file, checked whenever the whole file is read.
         arrow_bytes: size of the rows once decoded into Arrow (sizes reads and merges).
+        drops_tombstones: the file is a bottom compaction (its merge dropped tombstones, so a
+            deletion may have left no row); catch-up resets a table that gained such a file.
     """
 
     path: str
@@ -35,6 +37,7 @@ class FileRef:
     max_seq: int = 0
     crc32: int | None = None
     arrow_bytes: int | None = None
+    drops_tombstones: bool = False
 
     @property
     def decoded_bytes(self) -> int:
@@ -51,6 +54,7 @@ class FileRef:
             "max_seq": self.max_seq,
             "crc32": self.crc32,
             "arrow_bytes": self.arrow_bytes,
+            "drops_tombstones": self.drops_tombstones,
         }
 
     @staticmethod
@@ -66,6 +70,7 @@ class FileRef:
             int(obj.get("max_seq", 0)),
             None if crc is None else int(crc),
             None if arrow is None else int(arrow),
+            bool(obj.get("drops_tombstones", False)),
         )
 
 

@@ -249,12 +249,15 @@ class Run:
         ref: the file reference (None until written).
     """
 
-    __slots__ = ("_disk", "_segment", "max_seq", "min_seq", "ref", "rows")
+    __slots__ = ("_disk", "_segment", "bottom", "max_seq", "min_seq", "ref", "replaces", "rows")
 
     def __init__(self, segment: Segment | None, ref: FileRef | None) -> None:
         if segment is None and ref is None:
             raise ValueError("a run needs a segment or a file")
         self._segment = segment
+        # compaction output: the paths of the runs it merged, and whether it was the bottom
+        self.replaces: tuple[str, ...] = ()
+        self.bottom = False
         self._disk: DiskRun | None = None
         self.ref = ref
         if ref is not None:
@@ -341,6 +344,16 @@ class Run:
         disk = self._disk_run(ctx)
         for i in range(disk.num_row_groups):
             yield disk.read_group(spec, ctx, i)
+
+    def load_pinned(self, spec: TableSpec, ctx: RunContext) -> Segment:
+        """Read the whole file and keep it pinned in memory (released like any written run)."""
+        seg = self._segment
+        if seg is None:
+            assert self.ref is not None
+            table = read_table_file(ctx.fileio, ctx.store_dir, self.ref)
+            where = ctx.fileio.describe(f"{ctx.store_dir}/{self.ref.path}")
+            seg = self._segment = _segment_of(spec, table, where)
+        return seg
 
     def write(self, spec: TableSpec, ctx: RunContext, prefix: str) -> FileRef:
         """Write the in-memory segment as a Parquet file (once); returns its reference."""

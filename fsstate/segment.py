@@ -132,7 +132,17 @@ class Segment:
         batch: rows in the layout of ``spec.row_schema()``, sorted by key, ukey, seq.
     """
 
-    __slots__ = ("_batch", "_cols", "_ends", "_hashes", "_key_fields", "_sorted", "_starts", "spec")
+    __slots__ = (
+        "_batch",
+        "_cols",
+        "_ends",
+        "_hashes",
+        "_key_fields",
+        "_nbytes",
+        "_sorted",
+        "_starts",
+        "spec",
+    )
 
     def __init__(self, spec: TableSpec, batch: pa.RecordBatch, is_sorted: bool = True) -> None:
         self.spec = spec
@@ -143,6 +153,7 @@ class Segment:
         self._ends: np.ndarray | None = None
         self._key_fields: list[pa.Array] | None = None
         self._cols: list[pa.Array] | None = None
+        self._nbytes = -1  # Arrow's nbytes walks buffers (ms on taken batches): computed once
 
     @property
     def batch(self) -> pa.RecordBatch:
@@ -150,6 +161,7 @@ class Segment:
         if not self._sorted:
             self._batch = sort_batch(self.spec, self._batch)
             self._sorted = True
+            self._nbytes = -1
         return self._batch
 
     @property
@@ -161,7 +173,9 @@ class Segment:
     def nbytes(self) -> int:
         """Exact bytes of the Arrow buffers plus the key index, if built."""
         index = 0 if self._hashes is None else 3 * 8 * len(self._hashes)
-        return int(self._batch.nbytes) + index
+        if self._nbytes < 0:
+            self._nbytes = int(self._batch.nbytes)
+        return self._nbytes + index
 
     def min_max_seq(self) -> tuple[int, int]:
         """Smallest and largest sequence number in the segment."""

@@ -31,6 +31,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from fsstate.catchup import advance_store, descends
 from fsstate.config import StoreConfig
 from fsstate.controller import MemoryController, get_controller, return_memory_to_os
 from fsstate.errors import (
@@ -176,6 +177,38 @@ class PartitionStore:
             manifest = read_manifest(fileio, store_dir_for(operator, partition), version)
         return cls(fileio, operator, partition, manifest, config)
 
+    def refresh(self, version: int) -> bool:
+        """Bring this store to committed ``version`` in place, if that can be done incrementally.
+
+        The store must be open and clean. If it is at that exact version (same manifest
+        checksum) nothing changes. If ``version`` descends from the store's version (see
+        :mod:`fsstate.catchup`), the changes committed since are applied and the hot views that
+        are still valid are kept: the cost scales with what changed, not with the state.
+
+        Returns:
+            True if the store is now at ``version``; False if it cannot get there in place
+            (closed, dirty, never committed, no lineage, another history): open the version
+            with :meth:`open` instead.
+
+        Raises:
+            VersionNotFoundError: ``version`` was never committed or is no longer retained.
+            ManifestCorruptError: its manifest is damaged.
+        """
+        base = self._manifest
+        if self._closed or base is None or self.dirty:
+            return False
+        target = read_manifest(self.fileio, self.store_dir, version)
+        if target.checksum == base.checksum:
+            return True
+        if not descends(self.fileio, self.store_dir, base, target):
+            return False
+        try:
+            advance_store(self, target)
+        except FsStateError:
+            return False  # a file could not be read: nothing changed; reopening will say why
+        self.controller.touch(self)
+        return True
+
     @staticmethod
     def committed_versions(uri: str | FileIO, operator: str, partition: int) -> list[int]:
         """Committed versions of a store, ascending."""
@@ -215,9 +248,11 @@ class PartitionStore:
                 )
         if existing is None:
             if entry is None:
-                entry = TableEntry(spec)
+                seq = self.next_seq  # a new incarnation: a dropped table's copies never match
+                self.next_seq = seq + 1
+                entry = TableEntry(spec, incarnation=seq)
             elif spec.key_schema is not None and entry.spec.key_schema is None:
-                entry = TableEntry(spec, entry.runs, entry.ttl_runs, entry.range_tombstones)
+                entry = dataclasses.replace(entry, spec=spec)
             if spec.kind == KIND_VALUE:
                 existing = ValueTable(self, entry)
             elif spec.kind == KIND_LIST:
@@ -358,8 +393,17 @@ class PartitionStore:
                 if t.ranges and t.spec.key_schema is not None:
                     ranges = t.ranges.to_batch(t.spec.key_schema)
                 refs = [r.ref for r in t.runs if r.ref is not None]
-                tables[name] = TableEntry(t.spec, refs, ttl_refs, ranges)
-            manifest = Manifest(version, self.operator, self.partition, self.next_seq, tables)
+                tables[name] = TableEntry(t.spec, refs, ttl_refs, ranges, t.incarnation)
+            parent_v, parent_sum = self._lineage(version)
+            manifest = Manifest(
+                version,
+                self.operator,
+                self.partition,
+                self.next_seq,
+                tables,
+                parent_version=parent_v,
+                parent_checksum=parent_sum,
+            )
             write_manifest(self.fileio, self.store_dir, manifest)
         except FsStateError as exc:
             raise CommitError(
@@ -387,6 +431,17 @@ class PartitionStore:
             if len(t.runs) > max_runs:
                 self.controller.compactor().request(t)
         return CommitInfo(version, files, written, (time.perf_counter() - t0) * 1000)
+
+    def _lineage(self, version: int) -> tuple[int | None, str | None]:
+        """Parent (version, checksum) recorded in the manifest of ``version``."""
+        parent = self._manifest
+        if parent is None:
+            return None, None
+        if parent.version < version:
+            return parent.version, parent.checksum
+        if parent.version == version:  # re-committing the version this store published
+            return parent.parent_version, parent.parent_checksum
+        return None, None  # an older version number: no lineage, never caught up across
 
     # -- memory ----------------------------------------------------------------------------------
     def file_prefix(self, name: str) -> str:

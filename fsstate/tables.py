@@ -72,6 +72,7 @@ class TableBase(interfaces.StateTable):
         self._store = store
         self.spec = entry.spec
         self.name = entry.spec.name
+        self.incarnation = entry.incarnation
         self.indexed = bool(entry.ttl_runs)  # writes maintain the TTL index
         self._ttl_ms: int | None = None
         self.ttl_ms = entry.spec.ttl_ms

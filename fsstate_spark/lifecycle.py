@@ -14,9 +14,12 @@ Rules that follow (the invariants of this module):
 * Streaming task of batch ``b`` for partition ``p`` of query ``q``: open the store of
   ``(<state_uri>/<q>, <name>, p)`` at version ``b - 1`` (an empty store for ``b == 0``), and
   commit version ``b`` at ``close``. A store cached in this process is reused only if it is
-  open, clean (nothing written since its last commit) and at exactly version ``b - 1``;
-  anything else is closed and the version is restored from storage. So a failed attempt's
-  dirty store is never reused by the retry.
+  open, clean (nothing written since its last commit) and either at exactly the committed
+  version ``b - 1`` (same manifest checksum) or at an older version that ``b - 1`` descends
+  from, in which case it catches up with the changes committed since
+  (:meth:`fsstate.PartitionStore.refresh`); anything else is closed and the version is
+  restored from storage. So a failed attempt's dirty store is never reused by the retry, and
+  a copy whose version was re-committed by another attempt is never advanced.
 * Driver (no TaskContext): an in-memory store, nothing opened on storage.
 * Bounded input (no batch id): an in-memory store that keeps only the current key's state.
 """
@@ -97,8 +100,10 @@ class StoreCache:
         self._idle: OrderedDict[StoreKey, PartitionStore] = OrderedDict()
         self._active: dict[StoreKey, PartitionStore] = {}
         self._lock = threading.Lock()
-        self.hits = 0
-        self.restores = 0
+        self.hits = 0  # reused (at the version, or caught up)
+        self.caught_up = 0  # of the hits, advanced from an older version
+        self.restores = 0  # opened from storage
+        self.last_outcome = ""  # "hit", "caught_up" or "restored": the latest acquire
 
     @staticmethod
     def key_of(config: TieredConfig, task: TaskInfo) -> StoreKey:
@@ -122,15 +127,13 @@ class StoreCache:
             cached = self._idle.pop(key, None)
         if stale is not None:
             stale.close()
-        if cached is not None:
-            if not cached.closed and not cached.dirty and cached.version == want:
-                self.hits += 1
+        try:
+            if cached is not None and self._reuse(cached, want):
                 with self._lock:
                     self._active[key] = cached
                 return cached
-            cached.close()
-        self.restores += 1
-        try:
+            self.restores += 1
+            self.last_outcome = "restored"
             store = PartitionStore.open(key[0], config.name, key[2], want, config.store)
         except VersionNotFoundError as exc:
             raise VersionNotFoundError(
@@ -143,6 +146,25 @@ class StoreCache:
         with self._lock:
             self._active[key] = store
         return store
+
+    def _reuse(self, cached: PartitionStore, want: int | None) -> bool:
+        """Whether the cached store serves version ``want`` (caught up if needed); else closed."""
+        reused = False
+        before = cached.version
+        try:
+            if want is None:
+                reused = cached.version is None and not cached.dirty and not cached.closed
+            else:
+                reused = cached.refresh(want)
+                if reused and before != want:
+                    self.caught_up += 1
+        finally:
+            if not reused:
+                cached.close()
+        if reused:
+            self.hits += 1
+            self.last_outcome = "caught_up" if before != want else "hit"
+        return reused
 
     def release(self, config: TieredConfig, task: TaskInfo, store: PartitionStore) -> None:
         """A task committed ``store``: keep it idle for the next batch (or close it)."""
@@ -166,7 +188,7 @@ class StoreCache:
             stores = [*self._idle.values(), *self._active.values()]
             self._idle.clear()
             self._active.clear()
-            self.hits = self.restores = 0
+            self.hits = self.caught_up = self.restores = 0
         for store in stores:
             store.close()
 

@@ -210,6 +210,8 @@ class Runner:
         self.model = ModelStore(retain, START_MS)
         self.ttl: dict[str, int | None] = {d.name: d.ttl_ms for d in self.defs}
         self.opened: list[PartitionStore] = []
+        self.workers: list[PartitionStore | None] = [None, None, None]  # op_switch_worker
+        self.worker = 0
         self.store = self._open(None)
         self.tables: dict[str, TableBase] = {}
         self._declare_all()
@@ -689,6 +691,43 @@ class Runner:
             return
         self.reopen(self.rng.choice(retained), f"retained {retained}")
 
+    def op_switch_worker(self) -> None:
+        """Commit, leave this store to its worker, continue in another worker's copy.
+
+        Under Spark a partition moves between Python workers that each keep their last clean
+        copy; :meth:`PartitionStore.refresh` catches a copy up when the latest version descends
+        from it and refuses otherwise (re-committed versions, reopened older versions, a closed
+        copy).
+        """
+        self.op_commit()
+        latest = self.store.version
+        assert latest is not None
+        self.workers[self.worker] = self.store
+        self.worker = w = self.rng.randrange(len(self.workers))
+        store = self.workers[w]
+        if store is None:
+            self.reopen(latest, f"worker {w} starts")
+            return
+        before = None if store.closed else store.version
+        ok = store.refresh(latest)
+        self.log(f"switch to worker {w}: copy at {before} refresh({latest}) -> {ok}")
+        if ok:
+            key = "refreshed" if before != latest else "same_version"
+            self.stats[key] = self.stats.get(key, 0) + 1
+            self.store = store
+            store.set_time(self.model.now)
+            self.model.open(latest)
+            self._declare_all()
+            self.check(self.store.version, latest, "store.version after refresh")
+            self.check(self.store.dirty, False, "store.dirty after refresh")
+            if self.rng.random() < 0.3:
+                self.full_compare()
+        else:
+            self.stats["refresh_refused"] = self.stats.get("refresh_refused", 0) + 1
+            store.close()
+            self.reopen(latest, "refresh refused")
+        self.workers[w] = self.store
+
     def op_drop_table(self) -> None:
         """Drop a table and declare it again: it starts empty (older versions keep it)."""
         d = self.rng.choice(self.defs)
@@ -782,6 +821,7 @@ class Runner:
             (self.op_reopen_old, 0.3),
             (self.op_bad_input, 0.6),
             (self.op_drop_table, 0.1),
+            (self.op_switch_worker, 0.8),
         ]
 
     def run(self, n_ops: int) -> None:

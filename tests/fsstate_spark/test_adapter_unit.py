@@ -151,18 +151,47 @@ def test_failed_attempt_is_discarded_and_the_retry_restores(
     assert store_cache().restores == 2
 
 
-def test_version_mismatch_restores_from_storage(task: dict[str, TaskInfo], tmp_path: Path) -> None:
-    proc = tiered(Counter(), state_uri=str(tmp_path))
-    run_task(proc, task, streaming(0), [(("a",), [1])])
-    # batch 1 of partition 0 ran in another worker process
-    other = tiered(Counter(), state_uri=str(tmp_path))
+def _in_other_worker(proc: Any, task: dict[str, TaskInfo], info: TaskInfo, inputs: Any) -> None:
+    """Run one task as if in another Python worker (this process's cached stores unseen)."""
     cache = store_cache()
     saved = dict(cache._idle)
     cache._idle.clear()
-    run_task(other, task, streaming(1), [(("a",), [1, 1])])
+    run_task(proc, task, info, inputs)
+    for store in cache._idle.values():
+        store.close()
     cache._idle.clear()
-    cache._idle.update(saved)  # this process still holds version 0
-    assert run_task(proc, task, streaming(2), [(("a",), [7])]) == [("a", 4)]
+    cache._idle.update(saved)
+
+
+def test_a_store_cached_at_an_older_version_catches_up(
+    task: dict[str, TaskInfo], tmp_path: Path
+) -> None:
+    proc = tiered(Counter(), state_uri=str(tmp_path))
+    run_task(proc, task, streaming(0), [(("a",), [1]), (("b",), [1])])
+    # batches 1 and 2 of partition 0 ran in another worker process
+    other = tiered(Counter(), state_uri=str(tmp_path))
+    _in_other_worker(other, task, streaming(1), [(("a",), [1, 1])])
+    _in_other_worker(other, task, streaming(2), [(("b",), [1])])
+    # this process still holds version 0: it catches up with versions 1 and 2
+    assert run_task(proc, task, streaming(3), [(("a",), [7]), (("b",), [7])]) == [
+        ("a", 4),
+        ("b", 3),
+    ]
+    cache = store_cache()
+    # restored: batch 0 (empty) here, batches 1 and 2 in the other worker; caught up: batch 3
+    assert (cache.caught_up, cache.restores, cache.last_outcome) == (1, 3, "caught_up")
+
+
+def test_a_cached_version_committed_again_elsewhere_is_restored(
+    task: dict[str, TaskInfo], tmp_path: Path
+) -> None:
+    proc = tiered(Counter(), state_uri=str(tmp_path))
+    run_task(proc, task, streaming(0), [(("a",), [1])])
+    run_task(proc, task, streaming(1), [(("a",), [1])])  # this worker committed version 1
+    # another attempt of batch 1 (say, speculative) committed version 1 again, differently
+    _in_other_worker(tiered(Counter(), state_uri=str(tmp_path)), task, streaming(1), [])
+    assert run_task(proc, task, streaming(2), [(("a",), [7])]) == [("a", 2)]
+    assert store_cache().last_outcome == "restored"
 
 
 def test_missing_version_names_what_to_do(task: dict[str, TaskInfo], tmp_path: Path) -> None:

@@ -1,0 +1,269 @@
+"""Catch-up: advance a clean in-memory store to a newer committed version of its own lineage.
+
+A process that keeps a committed store for reuse (the Spark adapter keeps one per partition
+in each Python worker) often finds, when the partition comes back, that other processes have
+committed versions since. Reopening would lose the hot views and reload the table; instead,
+when the newer version *descends* from the cached one, only what changed since is applied.
+
+Lineage: every manifest records the version and checksum of the manifest its store was at
+when it committed (format version 2). The target descends from the cached version if walking
+``parent`` links from the target reaches the cached version with the cached manifest's exact
+checksum, reading at most :data:`LINEAGE_STEPS_MAX` intermediate manifests. A re-committed
+version (a retried or speculative task) has another checksum, so a diverged copy is never
+advanced; the caller reopens instead.
+
+Invariants:
+
+* Nothing changes unless the whole catch-up is decided possible first (lineage proven, every
+  intermediate manifest readable); then the store ends exactly as if opened at the target,
+  except that it keeps views, pinned segments and the TTL index where they are still valid.
+* Rows with ``seq >= base.next_seq`` are exactly the changes made after the base version (seqs
+  are per store and strictly increasing along a lineage); files holding any such row are the
+  only data files read. A view of a key with such rows is replayed over them (value: the newest
+  row decides; list and map: the view's rows plus the new rows); other views stay valid.
+* A table whose identity changed (dropped and declared again: another ``incarnation``), whose
+  shape or range tombstones changed, that appeared or disappeared, or that gained a bottom
+  compaction (it may have dropped a newer tombstone with the rows it deleted), is reset to the
+  target's entry (no view kept).
+* Compaction outputs of this process not yet published are kept in place of the runs they
+  merged when those runs are still contiguous in the target (else dropped as orphans).
+* The TTL index is advanced by the new index runs if the target's runs extend the base's;
+  otherwise it is dropped and reloaded lazily from the target's runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from fsstate.errors import FsStateError
+from fsstate.manifest import Manifest, TableEntry, read_manifest
+from fsstate.run import Run, read_table_file
+from fsstate.schema import KIND_LIST, KIND_MAP, KIND_VALUE, OP_PUT
+from fsstate.segment import OpRow
+from fsstate.tombstones import RangeTombstones, replay_value
+from fsstate.ttl_index import TtlIndex, decode_rows
+
+if TYPE_CHECKING:
+    from fsstate.fileio import FileIO
+    from fsstate.store import PartitionStore
+    from fsstate.tables import TableBase
+
+Key = tuple[Any, ...]
+
+LINEAGE_STEPS_MAX = 32  # manifests read at most to prove that a target descends from a base
+PIN_BYTES_MAX = 4 * 1024 * 1024  # delta files up to this size stay pinned in memory once read
+
+
+def descends(fileio: FileIO, store_dir: str, base: Manifest, target: Manifest) -> bool:
+    """Whether ``target`` was committed on top of ``base`` (directly or through versions).
+
+    Reads the intermediate manifests (at most :data:`LINEAGE_STEPS_MAX`); a missing or damaged
+    one means "cannot tell", which is False.
+    """
+    if not base.checksum or target.version <= base.version:
+        return False
+    m = target
+    for _ in range(LINEAGE_STEPS_MAX):
+        pv, ps = m.parent_version, m.parent_checksum
+        if pv is None or ps is None or pv < base.version:
+            return False
+        if pv == base.version:
+            return ps == base.checksum
+        try:
+            parent = read_manifest(fileio, store_dir, pv)
+        except FsStateError:
+            return False
+        if parent.checksum != ps:
+            return False
+        m = parent
+    return False
+
+
+def _ranges_equal(a: RangeTombstones, b: RangeTombstones) -> bool:
+    return sorted(a.items, key=lambda t: t[2]) == sorted(b.items, key=lambda t: t[2])
+
+
+def same_table(t: TableBase, old: TableEntry | None, new: TableEntry) -> bool:
+    """Whether table ``t`` (at ``old``) can be advanced to ``new`` (else it is reset)."""
+    if old is None or new.incarnation is None:
+        return False
+    if not (t.incarnation == old.incarnation == new.incarnation):
+        return False
+    if t.spec.kind != new.spec.kind or not t.spec.same_shape(new.spec):
+        return False
+    return _ranges_equal(t.ranges, RangeTombstones.from_batch(new.range_tombstones))
+
+
+def view_rows(kind: str, view: Any) -> list[OpRow]:
+    """A list or map view as the put rows it stands for (inverse of replay for live rows)."""
+    if kind == KIND_MAP:
+        return [(e[2], OP_PUT, uk, e[0], e[1]) for uk, e in view.items()]
+    assert kind == KIND_LIST
+    return [(e[2], OP_PUT, (e[2],), e[0], e[1]) for e in view]
+
+
+def _delta_rows(t: TableBase, runs: list[Run], seq_min: int) -> dict[Key, list[OpRow]]:
+    """Rows with ``seq >= seq_min`` of ``runs``, by grouping key; small files get pinned."""
+    out: dict[Key, list[OpRow]] = {}
+    spec, ctx = t.spec, t.ctx
+    for run in runs:
+        ref = run.ref
+        pin = ref is not None and not run.in_memory and ref.size_bytes <= PIN_BYTES_MAX
+        segments = [run.load_pinned(spec, ctx)] if pin else run.segments(spec, ctx)
+        mixed = run.min_seq < seq_min
+        for seg in segments:
+            for k, rows in seg.iter_key_rows():
+                if mixed:
+                    rows = [r for r in rows if r[0] >= seq_min]
+                    if not rows:
+                        continue
+                have = out.get(k)
+                if have is None:
+                    out[k] = rows
+                else:
+                    have.extend(rows)
+    return out
+
+
+@dataclass
+class TablePlan:
+    """What advancing one table takes, read before anything changes."""
+
+    table: TableBase
+    new: TableEntry
+    runs: list[Run]
+    delta: dict[Key, list[OpRow]]
+    ttl_rows: list[tuple[int, int, Any, int | None]] | None  # None: reload the index lazily
+
+
+def _adopt_local_merges(t: TableBase, runs: list[Run], old_paths: set[str]) -> list[Run]:
+    """Put this process's unpublished compaction outputs in place of the runs they merged.
+
+    Background compaction of a cached store writes its merged run after the store's commit,
+    so only a later commit of *this* store would publish it. When other processes committed
+    meanwhile, the merged run still stands for its input runs wherever those appear
+    contiguously (and, for a bottom merge, at the bottom) in the target, so it is kept; else it
+    is dropped (an orphan for the garbage collection). Its file must still exist: another
+    process's orphan scan may have deleted it after the grace time.
+    """
+    local = [r for r in t.runs if r.replaces and r.ref is not None and r.ref.path not in old_paths]
+    fileio, store_dir = t.ctx.fileio, t.ctx.store_dir
+    for merged in local:
+        paths = [r.ref.path if r.ref is not None else "" for r in runs]
+        n = len(merged.replaces)
+        starts = [0] if merged.bottom else range(len(paths) - n + 1)
+        for i in starts:
+            if tuple(paths[i : i + n]) == merged.replaces:
+                assert merged.ref is not None
+                if fileio.exists(f"{store_dir}/{merged.ref.path}"):
+                    runs = [*runs[:i], merged, *runs[i + n :]]
+                break
+    return runs
+
+
+def plan_table(t: TableBase, old: TableEntry, new: TableEntry, seq_min: int) -> TablePlan | None:
+    """Read what advancing ``t`` from ``old`` to ``new`` needs (no change to ``t``).
+
+    Returns None if the table must be reset instead: a bottom compaction published since the
+    base may have dropped a new tombstone together with everything it deleted, so the changes
+    are no longer all visible as rows. Only a bottom merge removes a table's oldest run, and
+    it may write no file at all (everything it merged was deleted), so the test is that the
+    base's oldest run is gone, or that a new file says it dropped tombstones.
+    """
+    old_paths = {r.path for r in old.runs}
+    new_paths = {r.path for r in new.runs}
+    if old.runs and old.runs[0].path not in new_paths:
+        return None  # the oldest run is gone: a bottom merge ran (its output may be empty)
+    for ref in new.runs:
+        if ref.path not in old_paths and ref.drops_tombstones:
+            return None  # (its seq range tells nothing: the rows it dropped are not in it)
+    by_path = {r.ref.path: r for r in t.runs if r.ref is not None}
+    runs: list[Run] = [by_path.get(ref.path) or Run(None, ref) for ref in new.runs]
+    changed = [
+        r
+        for r in runs
+        if r.ref is not None and r.ref.path not in old_paths and r.max_seq >= seq_min
+    ]
+    runs = _adopt_local_merges(t, runs, old_paths)
+    delta = _delta_rows(t, changed, seq_min)
+    n_old = len(old.ttl_runs)
+    extends = [r.path for r in new.ttl_runs[:n_old]] == [r.path for r in old.ttl_runs]
+    ttl_rows: list[tuple[int, int, Any, int | None]] | None = None
+    if t.ttl_loaded and extends:
+        st = t._store
+        ttl_rows = []
+        for ref in new.ttl_runs[n_old:]:
+            ttl_rows.extend(decode_rows(t.spec, read_table_file(st.fileio, st.store_dir, ref)))
+    return TablePlan(t, new, runs, delta, ttl_rows)
+
+
+def apply_plan(plan: TablePlan) -> int:
+    """Advance the table as planned; returns the number of views replayed."""
+    t, new = plan.table, plan.new
+    views = t._views
+    partial = t._partial
+    replayed = 0
+    kind = t.kind
+    ranges = t.ranges
+    for k, rows in plan.delta.items():
+        view = views.get(k)
+        if view is None:
+            continue
+        if k in partial:  # blind appends only: the next read merges them with the runs
+            del views[k]
+            partial.discard(k)
+            continue
+        floor = ranges.floor(k) if ranges else -1
+        if kind == KIND_VALUE:
+            views[k] = replay_value(rows, floor)  # every new row is newer than the view
+        else:
+            views[k] = t._replay(k, view_rows(kind, view) + rows)
+        replayed += 1
+    with t.lock:
+        t.runs = plan.runs
+    idx = t._ttl
+    if idx is not None and plan.ttl_rows is not None:
+        for op, exp, entry, count in plan.ttl_rows:
+            idx.apply_row(op, exp, entry, count)
+    else:
+        t._ttl = None if new.ttl_runs else TtlIndex()
+    t.ttl_refs = list(new.ttl_runs)
+    if new.ttl_runs:
+        t.indexed = True
+    if new.spec.key_schema is not None and t.spec.key_schema is None:
+        t._set_key_schema(new.spec.key_schema)
+    return replayed
+
+
+def advance_store(store: PartitionStore, target: Manifest) -> int:
+    """Advance a clean ``store`` to ``target``, which must descend from its manifest.
+
+    Every file is read first; if a read fails the store is untouched and the error raised.
+    Returns the number of views replayed.
+    """
+    base = store._manifest
+    assert base is not None
+    seq_min = base.next_seq
+    plans: list[TablePlan] = []
+    resets: list[str] = []
+    for name, t in store._tables.items():
+        new = target.tables.get(name)
+        plan = None
+        if new is not None and same_table(t, base.tables.get(name), new):
+            plan = plan_table(t, base.tables[name], new, seq_min)
+        if plan is None:
+            resets.append(name)
+        else:
+            plans.append(plan)
+    replayed = sum(apply_plan(p) for p in plans)
+    for name in resets:
+        del store._tables[name]  # declared again from the target's entry, cold
+    store._entries = {name: e for name, e in target.tables.items() if name not in store._tables}
+    store._manifest = target
+    store.version = target.version
+    store.next_seq = max(store.next_seq, target.next_seq)
+    store._dropped = False
+    store._versions = None  # listed again at the next commit
+    store._file_sets[target.version] = frozenset(target.files())
+    return replayed

@@ -1,0 +1,266 @@
+"""Catch-up: a clean copy of an older version advanced in place to a newer committed version.
+
+Two store objects of one partition play two Spark Python workers: each commits some versions,
+the other catches up with :meth:`PartitionStore.refresh`. After every refresh the copy must
+read exactly what a store freshly opened at that version reads; refresh must refuse copies
+whose history diverged, and never resurrect deleted rows.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from fsstate import PartitionStore, StoreConfig
+from fsstate.catchup import descends
+from fsstate.manifest import read_manifest
+from tests.fsstate.conftest import KEY, UKEY, VAL
+
+NOW = 1_000
+ELEM = pa.schema([pa.field("x", pa.int64())])
+
+
+def _open(root: Path, version: int | None) -> PartitionStore:
+    store = PartitionStore.open(str(root), "op", 0, version, StoreConfig())
+    store.set_time(NOW)
+    return store
+
+
+def _declare(store: PartitionStore, ttl_ms: int | None = None) -> tuple[Any, Any, Any]:
+    return (
+        store.value_table("v", VAL, KEY, ttl_ms=ttl_ms),
+        store.list_table("l", ELEM, KEY),
+        store.map_table("m", UKEY, VAL, KEY),
+    )
+
+
+def _snapshot(store: PartitionStore, users: list[str]) -> dict[str, Any]:
+    v, lst, m = _declare(store)
+    out: dict[str, Any] = {}
+    for u in users:
+        out[u] = (v.get((u,)), lst.get((u,)), sorted(m.items((u,))))
+    return out
+
+
+USERS = [f"u{i}" for i in range(40)]
+
+
+def _write(store: PartitionStore, step: int, users: list[str]) -> None:
+    v, lst, m = _declare(store)
+    for i, u in enumerate(users):
+        k = (u,)
+        if (i + step) % 7 == 0:
+            v.clear(k)
+            m.clear(k)
+        else:
+            v.update(k, (step * 100 + i, f"s{step}"))
+            m.update(k, (f"i{step % 3}",), (i, None))
+        if (i + step) % 5 == 0:
+            lst.clear(k)
+        lst.append(k, (step,))
+        if (i + step) % 4 == 0:
+            m.remove(k, ("i0",))
+
+
+@pytest.fixture
+def two_copies(tmp_path: Path) -> tuple[Path, PartitionStore, PartitionStore]:
+    """Copy A committed versions 0 and 1 and stays idle (hot); copy B was opened at 1."""
+    root = tmp_path / "state"
+    a = _open(root, None)
+    _write(a, 0, USERS)
+    a.commit(0)
+    _write(a, 1, USERS[::2])
+    a.commit(1)
+    _snapshot(a, USERS)  # every key hot in A
+    b = _open(root, 1)
+    return root, a, b
+
+
+def test_refresh_to_the_same_version_keeps_everything(
+    two_copies: tuple[Path, PartitionStore, PartitionStore],
+) -> None:
+    _root, a, _b = two_copies
+    hot = a.stats().tables["v"].hot_keys
+    assert a.refresh(1) is True
+    assert a.version == 1
+    assert a.stats().tables["v"].hot_keys == hot
+
+
+def test_refresh_applies_what_other_copies_committed(
+    two_copies: tuple[Path, PartitionStore, PartitionStore],
+) -> None:
+    root, a, b = two_copies
+    _write(b, 2, USERS[:25])
+    b.commit(2)
+    _write(b, 3, [*USERS[10:], "new1", "new2"])
+    b.commit(3)
+    hot_before = a.stats().tables["v"].hot_keys
+    assert a.refresh(3) is True
+    assert a.version == 3
+    assert not a.dirty
+    users = [*USERS, "new1", "new2", "never"]
+    assert _snapshot(a, users) == _snapshot(_open(root, 3), users)
+    # views of keys nobody changed survived; changed ones were replayed, not dropped
+    assert a.stats().tables["v"].hot_keys >= hot_before
+    # the copy commits on top, and a fresh open agrees
+    _write(a, 4, USERS[:5])
+    a.commit(4)
+    assert _snapshot(a, users) == _snapshot(_open(root, 4), users)
+
+
+def test_refresh_refuses_a_copy_whose_version_was_committed_again(tmp_path: Path) -> None:
+    root = tmp_path / "state"
+    a = _open(root, None)
+    _write(a, 0, USERS)
+    a.commit(0)
+    _write(a, 1, USERS)
+    a.commit(1)  # A's version 1
+    b = _open(root, 0)
+    _write(b, 7, USERS[:3])
+    b.commit(1)  # a retried task committed version 1 again, differently
+    assert a.refresh(1) is False
+    _write(b, 8, USERS[:3])
+    b.commit(2)
+    assert a.refresh(2) is False
+    target = read_manifest(b.fileio, b.store_dir, 2)
+    assert descends(b.fileio, b.store_dir, read_manifest(b.fileio, b.store_dir, 0), target)
+
+
+def test_refresh_refuses_dirty_closed_and_older_targets(
+    two_copies: tuple[Path, PartitionStore, PartitionStore],
+) -> None:
+    _root, a, b = two_copies
+    _write(b, 2, USERS[:3])
+    b.commit(2)
+    assert a.refresh(0) is False  # an older version is not a descendant
+    v, _lst, _m = _declare(a)
+    v.update(("u1",), (1, "dirty"))
+    assert a.refresh(2) is False  # uncommitted changes are never mixed with other commits
+    b.close()
+    c = _open(_root, 2)
+    c.close()
+    assert c.refresh(2) is False
+
+
+def test_refresh_resets_a_table_dropped_and_declared_again(
+    two_copies: tuple[Path, PartitionStore, PartitionStore],
+) -> None:
+    root, a, b = two_copies
+    b.drop_table("v")
+    v = b.value_table("v", VAL, KEY)
+    v.update(("u3",), (3, "again"))
+    b.commit(2)
+    assert a.refresh(2) is True
+    va, _lst, _m = _declare(a)
+    assert va.get(("u1",)) is None  # dropped with the table, not resurrected from A's view
+    assert va.get(("u3",)) == (3, "again")
+    assert _snapshot(a, USERS) == _snapshot(_open(root, 2), USERS)
+
+
+def test_no_resurrection_after_a_bottom_compaction_dropped_the_tombstone(
+    two_copies: tuple[Path, PartitionStore, PartitionStore],
+) -> None:
+    root, a, b = two_copies
+    va, _l, _m = _declare(a)
+    assert va.get(("u2",)) is not None  # hot in A
+    vb, _l, _m = _declare(b)
+    vb.clear(("u2",))
+    b.commit(2)
+    b.compact(force=True)  # a bottom merge: the tombstone of u2 goes with its rows
+    assert any(r.ref is not None and r.ref.drops_tombstones for r in b.table("v").runs)
+    b.commit(3)
+    assert a.refresh(3) is True
+    assert a.table("v").get(("u2",)) is None  # the table was reset: declare it again
+    assert _snapshot(a, USERS) == _snapshot(_open(root, 3), USERS)
+
+
+def test_range_deletes_and_ttl_changes_are_caught_up(tmp_path: Path) -> None:
+    root = tmp_path / "state"
+    a = _open(root, None)
+    v = a.value_table("v", VAL, KEY, ttl_ms=100)
+    for i, u in enumerate(USERS):
+        v.update((u,), (i, "x"))
+    a.commit(0)
+    assert len(v.ttl_index()) == len(USERS)  # A holds its TTL index in memory
+    b = _open(root, 0)
+    vb = b.value_table("v", VAL, KEY, ttl_ms=100)
+    b.set_time(NOW + 50)
+    vb.update(("u1",), (1, "later"))  # now expires at NOW + 150
+    b.commit(1)
+    assert a.refresh(1) is True
+    a.set_time(NOW + 120)
+    removed = a.expire()
+    assert removed == len(USERS) - 1
+    assert v.get(("u1",)) == (1, "later")
+    a.commit(2)
+    c = _open(root, 2)
+    c.set_time(NOW + 120)
+    assert c.value_table("v", VAL, KEY, ttl_ms=100).get(("u1",)) == (1, "later")
+    b2 = _open(root, 2)
+    b2.value_table("v", VAL, KEY, ttl_ms=100).delete_range(("u0",), ("u5",))
+    b2.commit(3)
+    assert a.refresh(3) is True
+    a.set_time(NOW + 120)
+    assert a.value_table("v", VAL, KEY, ttl_ms=100).get(("u1",)) is None
+
+
+def test_local_compaction_outputs_are_kept_across_a_catch_up(tmp_path: Path) -> None:
+    root = tmp_path / "state"
+    a = _open(root, None)
+    for step in range(6):
+        _write(a, step, USERS)
+        a.commit(step)
+    runs_before = len(a.table("v").runs)
+    a.compact(force=True)  # merged after the commit: not published yet
+    merged = [r for r in a.table("v").runs if r.replaces]
+    assert merged and len(a.table("v").runs) < runs_before
+    b = _open(root, 5)
+    _write(b, 6, USERS[:4])
+    b.commit(6)
+    assert a.refresh(6) is True
+    assert merged[0] in a.table("v").runs  # adopted in place of the runs it merged
+    a.commit(7)
+    published = read_manifest(a.fileio, a.store_dir, 7).tables["v"].runs
+    assert merged[0].ref is not None and merged[0].ref.path in {r.path for r in published}
+    assert _snapshot(a, USERS) == _snapshot(_open(root, 7), USERS)
+
+
+def test_a_missing_file_leaves_the_copy_untouched(
+    two_copies: tuple[Path, PartitionStore, PartitionStore],
+) -> None:
+    _root, a, b = two_copies
+    before = _snapshot(a, USERS)
+    _write(b, 2, USERS)
+    b.commit(2)
+    old = {r.path for e in read_manifest(a.fileio, a.store_dir, 1).tables.values() for r in e.runs}
+    new = read_manifest(a.fileio, a.store_dir, 2)
+    for e in new.tables.values():
+        for r in e.runs:
+            if r.path not in old:
+                a.fileio.delete(f"{a.store_dir}/{r.path}")
+    assert a.refresh(2) is False
+    assert a.version == 1
+    assert _snapshot(a, USERS) == before
+
+
+def test_no_resurrection_when_a_bottom_merge_left_no_file(tmp_path: Path) -> None:
+    """Everything deleted, then merged from the bottom: no run remains to carry a tombstone."""
+    root = tmp_path / "state"
+    a = _open(root, None)
+    va = a.value_table("v", VAL, KEY)
+    for i, u in enumerate(USERS):
+        va.update((u,), (i, "x"))
+    a.commit(0)
+    b = _open(root, 0)
+    vb = b.value_table("v", VAL, KEY)
+    for u in USERS:
+        vb.clear((u,))
+    b.commit(1)
+    b.compact(force=True)
+    assert b.table("v").runs == []
+    b.commit(2)
+    assert a.refresh(2) is True
+    assert all(a.table("v").get((u,)) is None for u in USERS)
