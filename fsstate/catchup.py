@@ -38,11 +38,11 @@ from typing import TYPE_CHECKING, Any
 
 from fsstate.errors import FsStateError
 from fsstate.manifest import Manifest, TableEntry, read_manifest
-from fsstate.run import Run, read_table_file
+from fsstate.run import Run
 from fsstate.schema import KIND_LIST, KIND_MAP, KIND_VALUE, OP_PUT
 from fsstate.segment import OpRow
 from fsstate.tombstones import RangeTombstones, replay_value
-from fsstate.ttl_index import TtlIndex, decode_rows
+from fsstate.ttl_index import TtlIndex
 
 if TYPE_CHECKING:
     from fsstate.fileio import FileIO
@@ -152,10 +152,10 @@ def _adopt_local_merges(t: TableBase, runs: list[Run], old_paths: set[str]) -> l
     for merged in local:
         paths = [r.ref.path if r.ref is not None else "" for r in runs]
         n = len(merged.replaces)
-        starts = [0] if merged.bottom else range(len(paths) - n + 1)
+        assert merged.ref is not None
+        starts = [0] if merged.ref.drops_tombstones else range(len(paths) - n + 1)
         for i in starts:
             if tuple(paths[i : i + n]) == merged.replaces:
-                assert merged.ref is not None
                 if fileio.exists(f"{store_dir}/{merged.ref.path}"):
                     runs = [*runs[:i], merged, *runs[i + n :]]
                 break
@@ -191,10 +191,7 @@ def plan_table(t: TableBase, old: TableEntry, new: TableEntry, seq_min: int) -> 
     extends = [r.path for r in new.ttl_runs[:n_old]] == [r.path for r in old.ttl_runs]
     ttl_rows: list[tuple[int, int, Any, int | None]] | None = None
     if t.ttl_loaded and extends:
-        st = t._store
-        ttl_rows = []
-        for ref in new.ttl_runs[n_old:]:
-            ttl_rows.extend(decode_rows(t.spec, read_table_file(st.fileio, st.store_dir, ref)))
+        ttl_rows = list(t.index_rows(new.ttl_runs[n_old:]))
     return TablePlan(t, new, runs, delta, ttl_rows)
 
 

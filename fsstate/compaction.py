@@ -152,9 +152,8 @@ def compact_table(table: TableBase, bytes_max: int, max_runs: int, force: bool =
     if merged.num_rows:
         run = Run(Segment(spec, merged), None)
         run.replaces = tuple(r.ref.path for r in chosen if r.ref is not None)
-        run.bottom = i == 0
         ref = run.write(spec, ctx, table.file_prefix)
-        if run.bottom:
+        if i == 0:  # a bottom merge dropped tombstones (catch-up must know)
             ref = run.ref = dataclasses.replace(ref, drops_tombstones=True)
         run.release()
         new_runs.append(run)

@@ -60,10 +60,6 @@ def _elem_hash(v: Any) -> int:
 
 def stable_hash(key: tuple[Any, ...]) -> int:
     """A 64-bit hash of a key tuple that is the same in every process."""
-    if len(key) == 1 and type(key[0]) is str:  # the common key, inlined (same value)
-        e = zlib.crc32(key[0].encode("utf-8", "surrogatepass")) * 0x9E3779B1
-        h = ((0xCBF29CE484222325 ^ (e & _MASK64)) * 0x100000001B3) & _MASK64
-        return h ^ (h >> 29)
     h = 0xCBF29CE484222325
     for v in key:
         h = ((h ^ (_elem_hash(v) & _MASK64)) * 0x100000001B3) & _MASK64

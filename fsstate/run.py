@@ -249,15 +249,13 @@ class Run:
         ref: the file reference (None until written).
     """
 
-    __slots__ = ("_disk", "_segment", "bottom", "max_seq", "min_seq", "ref", "replaces", "rows")
+    __slots__ = ("_disk", "_segment", "max_seq", "min_seq", "ref", "replaces", "rows")
 
     def __init__(self, segment: Segment | None, ref: FileRef | None) -> None:
         if segment is None and ref is None:
             raise ValueError("a run needs a segment or a file")
         self._segment = segment
-        # compaction output: the paths of the runs it merged, and whether it was the bottom
-        self.replaces: tuple[str, ...] = ()
-        self.bottom = False
+        self.replaces: tuple[str, ...] = ()  # a compaction output: the runs it merged
         self._disk: DiskRun | None = None
         self.ref = ref
         if ref is not None:
@@ -285,16 +283,16 @@ class Run:
             disk = self._disk = DiskRun.from_footer(ctx, self.ref)
         return disk
 
+    def _read_segment(self, spec: TableSpec, ctx: RunContext) -> Segment:
+        """The whole file as one segment (read and checked, not cached)."""
+        assert self.ref is not None
+        table = read_table_file(ctx.fileio, ctx.store_dir, self.ref)
+        return _segment_of(spec, table, ctx.fileio.describe(f"{ctx.store_dir}/{self.ref.path}"))
+
     def _whole(self, spec: TableSpec, ctx: RunContext) -> Segment:
         assert self.ref is not None
-        ref = self.ref
-        path = f"{ctx.store_dir}/{ref.path}"
-
-        def load() -> Segment:
-            table = read_table_file(ctx.fileio, ctx.store_dir, ref)
-            return _segment_of(spec, table, ctx.fileio.describe(path))
-
-        return ctx.cache.get((path, -1), load)
+        path = f"{ctx.store_dir}/{self.ref.path}"
+        return ctx.cache.get((path, -1), lambda: self._read_segment(spec, ctx))
 
     def _read_whole(self, ctx: RunContext) -> bool:
         assert self.ref is not None
@@ -338,8 +336,7 @@ class Run:
             return
         assert self.ref is not None
         if self._read_whole(ctx) or self.ref.size_bytes <= 64 * 1024:
-            table = read_table_file(ctx.fileio, ctx.store_dir, self.ref)
-            yield _segment_of(spec, table, ctx.fileio.describe(f"{ctx.store_dir}/{self.ref.path}"))
+            yield self._read_segment(spec, ctx)
             return
         disk = self._disk_run(ctx)
         for i in range(disk.num_row_groups):
@@ -349,10 +346,7 @@ class Run:
         """Read the whole file and keep it pinned in memory (released like any written run)."""
         seg = self._segment
         if seg is None:
-            assert self.ref is not None
-            table = read_table_file(ctx.fileio, ctx.store_dir, self.ref)
-            where = ctx.fileio.describe(f"{ctx.store_dir}/{self.ref.path}")
-            seg = self._segment = _segment_of(spec, table, where)
+            seg = self._segment = self._read_segment(spec, ctx)
         return seg
 
     def write(self, spec: TableSpec, ctx: RunContext, prefix: str) -> FileRef:

@@ -272,13 +272,16 @@ class TableBase(interfaces.StateTable):
         idx = self._ttl
         if idx is None:
             idx = TtlIndex()
-            st = self._store
-            for ref in self.ttl_refs:
-                table = read_table_file(st.fileio, st.store_dir, ref)
-                for op, exp, entry, count in decode_rows(self.spec, table):
-                    idx.apply_row(op, exp, entry, count)
+            for op, exp, entry, count in self.index_rows(self.ttl_refs):
+                idx.apply_row(op, exp, entry, count)
             self._ttl = idx
         return idx
+
+    def index_rows(self, refs: Sequence[FileRef]) -> Iterator[tuple[int, int, Any, int | None]]:
+        """The (op, expiry, entry, count) rows of TTL index runs, in order."""
+        st = self._store
+        for ref in refs:
+            yield from decode_rows(self.spec, read_table_file(st.fileio, st.store_dir, ref))
 
     @property
     def ttl_ms(self) -> int | None:
