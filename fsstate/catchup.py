@@ -22,9 +22,12 @@ Invariants:
   only data files read. A view of a key with such rows is replayed over them (value: the newest
   row decides; list and map: the view's rows plus the new rows); other views stay valid.
 * A table whose identity changed (dropped and declared again: another ``incarnation``), whose
-  shape or range tombstones changed, that appeared or disappeared, or that gained a bottom
-  compaction (it may have dropped a newer tombstone with the rows it deleted), is reset to the
-  target's entry (no view kept).
+  shape or range tombstones changed, or that appeared or disappeared, is reset to the target's
+  entry (no view kept). So is a table that gained a bottom compaction which may have dropped a
+  tombstone newer than the base (with the rows it deleted, so the deletion left no row): one
+  whose file records no tombstone horizon, or a horizon above the base's ``next_seq``, or one
+  that left no file at all. Bottom merges keep the tombstones of the lineage a catch-up can
+  walk (:mod:`fsstate.compaction`), so in practice they are crossed, not reset.
 * Compaction outputs of this process not yet published are kept in place of the runs they
   merged when those runs are still contiguous in the target (else dropped as orphans).
 * The TTL index is advanced by the new index runs if the target's runs extend the base's;
@@ -36,11 +39,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import pyarrow.compute as pc
+
 from fsstate.errors import FsStateError
-from fsstate.manifest import Manifest, TableEntry, read_manifest
+from fsstate.manifest import LINEAGE_STEPS_MAX, Manifest, TableEntry, read_manifest
 from fsstate.run import Run
-from fsstate.schema import KIND_LIST, KIND_MAP, KIND_VALUE, OP_PUT
-from fsstate.segment import OpRow
+from fsstate.schema import KIND_LIST, KIND_MAP, KIND_VALUE, OP_PUT, SEQ
+from fsstate.segment import OpRow, Segment
 from fsstate.tombstones import RangeTombstones, replay_value
 from fsstate.ttl_index import TtlIndex
 
@@ -51,7 +56,6 @@ if TYPE_CHECKING:
 
 Key = tuple[Any, ...]
 
-LINEAGE_STEPS_MAX = 32  # manifests read at most to prove that a target descends from a base
 PIN_BYTES_MAX = 4 * 1024 * 1024  # delta files up to this size stay pinned in memory once read
 
 
@@ -104,7 +108,11 @@ def view_rows(kind: str, view: Any) -> list[OpRow]:
 
 
 def _delta_rows(t: TableBase, runs: list[Run], seq_min: int) -> dict[Key, list[OpRow]]:
-    """Rows with ``seq >= seq_min`` of ``runs``, by grouping key; small files get pinned."""
+    """Rows with ``seq >= seq_min`` of ``runs``, by grouping key; small files get pinned.
+
+    A run that also holds older rows (a merge of old and new runs, often most of the table) is
+    filtered by Arrow first, so only the new rows become Python objects.
+    """
     out: dict[Key, list[OpRow]] = {}
     spec, ctx = t.spec, t.ctx
     for run in runs:
@@ -113,11 +121,13 @@ def _delta_rows(t: TableBase, runs: list[Run], seq_min: int) -> dict[Key, list[O
         segments = [run.load_pinned(spec, ctx)] if pin else run.segments(spec, ctx)
         mixed = run.min_seq < seq_min
         for seg in segments:
+            if mixed:
+                batch = seg.batch
+                newer = batch.filter(pc.greater_equal(batch.column(SEQ), seq_min))
+                if not newer.num_rows:
+                    continue
+                seg = Segment(spec, newer)  # still sorted: a filter keeps the order
             for k, rows in seg.iter_key_rows():
-                if mixed:
-                    rows = [r for r in rows if r[0] >= seq_min]
-                    if not rows:
-                        continue
                 have = out.get(k)
                 if have is None:
                     out[k] = rows
@@ -167,17 +177,24 @@ def plan_table(t: TableBase, old: TableEntry, new: TableEntry, seq_min: int) -> 
 
     Returns None if the table must be reset instead: a bottom compaction published since the
     base may have dropped a new tombstone together with everything it deleted, so the changes
-    are no longer all visible as rows. Only a bottom merge removes a table's oldest run, and
-    it may write no file at all (everything it merged was deleted), so the test is that the
-    base's oldest run is gone, or that a new file says it dropped tombstones.
+    are no longer all visible as rows. A bottom merge records from which seq on it kept
+    tombstones; if that is above the base's ``next_seq`` (or unknown), the table is reset.
+    Only a bottom merge removes a table's oldest run, and it may write no file at all
+    (everything it merged was deleted): then it cannot be crossed either.
     """
     old_paths = {r.path for r in old.runs}
     new_paths = {r.path for r in new.runs}
     if old.runs and old.runs[0].path not in new_paths:
-        return None  # the oldest run is gone: a bottom merge ran (its output may be empty)
+        # the oldest run is gone: a bottom merge ran; its output, if it wrote one, is the
+        # target's oldest run, and no output means it cannot say what it dropped
+        first = new.runs[0] if new.runs else None
+        if first is None or first.path in old_paths or first.tombstones_from_seq is None:
+            return None
     for ref in new.runs:
-        if ref.path not in old_paths and ref.drops_tombstones:
-            return None  # (its seq range tells nothing: the rows it dropped are not in it)
+        if ref.path in old_paths or not ref.drops_tombstones:
+            continue
+        if ref.tombstones_from_seq is None or ref.tombstones_from_seq > seq_min:
+            return None  # it may have dropped a deletion made after the base
     by_path = {r.ref.path: r for r in t.runs if r.ref is not None}
     runs: list[Run] = [by_path.get(ref.path) or Run(None, ref) for ref in new.runs]
     changed = [

@@ -8,7 +8,11 @@ bounds the work of one round.
 Merging is vectorized with Arrow compute: rows are sorted by (key, ukey, seq); per grouping key
 the newest clear (or covering range tombstone) sets a floor; below it rows are shadowed; per
 (key, ukey) only the newest row survives. When the window starts at the oldest run ("bottom"),
-tombstones themselves are dropped too, since nothing older remains for them to shadow. Expired
+tombstones themselves are dropped too, since nothing older remains for them to shadow, except
+those at or above the store's tombstone horizon (``PartitionStore.tombstone_horizon_seq``): a
+clean copy of an older version of the lineage catches up by reading the rows newer than its
+version, so a deletion made after it must stay visible as a row. The merged file records that
+horizon (``FileRef.tombstones_from_seq``); older tombstones go at a later bottom merge. Expired
 rows are kept: TTL cleanup removes them together with their index entries.
 
 Invariants:
@@ -99,9 +103,22 @@ def _same_as_prev(arrays: list[pa.Array]) -> np.ndarray:
 
 
 def merge_segments(
-    spec: TableSpec, segments: list[Segment], ranges: RangeTombstones, bottom: bool
+    spec: TableSpec,
+    segments: list[Segment],
+    ranges: RangeTombstones,
+    bottom: bool,
+    horizon_seq: int | None = None,
 ) -> pa.RecordBatch:
-    """Merge op rows of consecutive runs into one sorted batch (see the module docstring)."""
+    """Merge op rows of consecutive runs into one sorted batch (see the module docstring).
+
+    Args:
+        spec: the table's spec.
+        segments: the runs' segments, oldest run first.
+        ranges: the table's range tombstones.
+        bottom: the window starts at the table's oldest run (tombstones may be dropped).
+        horizon_seq: in a bottom merge, tombstones with ``seq >= horizon_seq`` are kept
+            (None: every tombstone goes).
+    """
     schema = spec.row_schema()
     batches = [s.batch for s in segments if s.num_rows]
     if not batches:
@@ -132,7 +149,10 @@ def merge_segments(
     is_clear = op == OP_CLEAR
     keep = np.where(is_clear, seq == row_floor, last_of_entry & (seq > row_floor))
     if bottom:
-        keep &= ~is_clear & (op != OP_DELETE)
+        tombstone = is_clear | (op == OP_DELETE)
+        if horizon_seq is not None:
+            tombstone &= seq < horizon_seq
+        keep &= ~tombstone
     return batch.filter(pa.array(keep))
 
 
@@ -145,16 +165,29 @@ def compact_table(table: TableBase, bytes_max: int, max_runs: int, force: bool =
     i, j = window
     chosen = runs[i:j]
     spec, ctx = table.spec, table.ctx
+    bottom = i == 0
+    # read before the window: the store may commit meanwhile, which only raises the horizon
+    horizon = table.tombstone_horizon_seq() if bottom else None
     segments = [seg for run in chosen for seg in run.segments(spec, ctx)]
-    merged = merge_segments(spec, segments, table.ranges, bottom=(i == 0))
+    merged = merge_segments(spec, segments, table.ranges, bottom, horizon)
+    refs = [r.ref for r in chosen if r.ref is not None]
+    dropped = bottom or any(r.drops_tombstones for r in refs)
+    # the output keeps the tombstones every input and this merge kept: the highest horizon;
+    # unknown if an input dropped tombstones without recording from where (older writers)
+    unknown = any(r.drops_tombstones and r.tombstones_from_seq is None for r in refs)
+    horizons = [h for h in (*(r.tombstones_from_seq for r in refs), horizon) if h is not None]
     new_runs: list[Run] = []
     written = 0
     if merged.num_rows:
         run = Run(Segment(spec, merged), None)
         run.replaces = tuple(r.ref.path for r in chosen if r.ref is not None)
         ref = run.write(spec, ctx, table.file_prefix)
-        if i == 0:  # a bottom merge dropped tombstones (catch-up must know)
-            ref = run.ref = dataclasses.replace(ref, drops_tombstones=True)
+        if dropped:  # tombstones below the horizon are gone (catch-up must know)
+            ref = run.ref = dataclasses.replace(
+                ref,
+                drops_tombstones=True,
+                tombstones_from_seq=None if unknown or not horizons else max(horizons),
+            )
         run.release()
         new_runs.append(run)
         written = ref.size_bytes

@@ -10,6 +10,7 @@ Format (``format_version`` 2)::
     {"format": "fsstate.manifest", "format_version": 2, "version": 7,
      "operator": "...", "partition": 0, "created_ms": ..., "next_seq": 1234,
      "parent_version": 6, "parent_checksum": "<checksum of the manifest it was built on>",
+     "lineage_next_seqs": [1001, 1100, 1180],
      "tables": [{"name": "count", "kind": "value", "ttl_ms": null, "incarnation": 17,
                  "key_schema": "<base64 Arrow IPC schema>", "value_schema": "...",
                  "user_key_schema": null,
@@ -25,6 +26,12 @@ the store was at when it committed this one; null for a store opened empty) and 
 and declared again is a different table). Lineage lets a process holding a clean copy of an
 older version catch up incrementally (:mod:`fsstate.catchup`). Version 1 manifests are read
 with those fields null and are never caught up from.
+
+Optional fields added within version 2 (absent means "unknown"; older readers ignore them and
+stay correct, only more conservative): ``lineage_next_seqs``, the ``next_seq`` of up to
+:data:`LINEAGE_STEPS_MAX` ancestors along the parent links, oldest first (a bottom compaction
+keeps the tombstones that a copy at any of them would need to catch up), and the run files'
+``tombstones_from_seq`` (:class:`fsstate.manifest_refs.FileRef`).
 
 Invariants:
 
@@ -55,6 +62,7 @@ from fsstate.manifest_refs import (
 from fsstate.schema import TableSpec
 
 MANIFEST_FORMAT_VERSION = 2
+LINEAGE_STEPS_MAX = 32  # manifests read at most to prove that a target descends from a base
 MANIFEST_DIR = "manifests"
 
 
@@ -123,7 +131,20 @@ class Manifest:
     created_ms: int = 0
     parent_version: int | None = None
     parent_checksum: str | None = None
+    lineage_next_seqs: list[int] = field(default_factory=list)
     checksum: str = ""  # set when serialized or parsed
+
+    def tombstone_horizon_seq(self) -> int:
+        """Smallest ``next_seq`` of this version and the ancestors a copy may catch up from.
+
+        Tombstones with a seq at or above it must survive compaction on this lineage; older
+        ones may go (a copy that old cannot catch up: its lineage walk would be too long).
+        """
+        return min([*self.lineage_next_seqs, self.next_seq])
+
+    def child_lineage(self) -> list[int]:
+        """``lineage_next_seqs`` of a manifest committed on top of this one."""
+        return [*self.lineage_next_seqs, self.next_seq][-LINEAGE_STEPS_MAX:]
 
     def files(self) -> set[str]:
         """Every file path (relative to the store directory) the version needs."""
@@ -145,6 +166,7 @@ class Manifest:
             "next_seq": self.next_seq,
             "parent_version": self.parent_version,
             "parent_checksum": self.parent_checksum,
+            "lineage_next_seqs": self.lineage_next_seqs,
             "tables": [t.to_json() for t in self.tables.values()],
         }
         canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
@@ -192,6 +214,7 @@ class Manifest:
                 created_ms=int(body.get("created_ms", 0)),
                 parent_version=_opt_int(body.get("parent_version")),
                 parent_checksum=_opt_str(body.get("parent_checksum")),
+                lineage_next_seqs=[int(x) for x in body.get("lineage_next_seqs") or []],
                 checksum=str(checksum),
             )
         except (KeyError, TypeError, ValueError, pa.ArrowException) as exc:

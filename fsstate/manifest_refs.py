@@ -27,7 +27,12 @@ class FileRef:
         crc32: CRC-32 of the whole file, checked whenever the whole file is read.
         arrow_bytes: size of the rows once decoded into Arrow (sizes reads and merges).
         drops_tombstones: the file is a bottom compaction (its merge dropped tombstones, so a
-            deletion may have left no row); catch-up resets a table that gained such a file.
+            deletion may have left no row). Kept for readers that predate
+            ``tombstones_from_seq``: they reset a table that gained such a file.
+        tombstones_from_seq: for a bottom compaction, every tombstone (delete or clear row)
+            with ``seq >= tombstones_from_seq`` of the rows the file covers is still in it
+            (None: the file dropped no tombstone, or, with ``drops_tombstones``, unknown).
+            A copy whose version's ``next_seq`` is at least this catches up across the file.
     """
 
     path: str
@@ -38,6 +43,7 @@ class FileRef:
     crc32: int | None = None
     arrow_bytes: int | None = None
     drops_tombstones: bool = False
+    tombstones_from_seq: int | None = None
 
     @property
     def decoded_bytes(self) -> int:
@@ -55,6 +61,7 @@ class FileRef:
             "crc32": self.crc32,
             "arrow_bytes": self.arrow_bytes,
             "drops_tombstones": self.drops_tombstones,
+            "tombstones_from_seq": self.tombstones_from_seq,
         }
 
     @staticmethod
@@ -62,6 +69,7 @@ class FileRef:
         """Inverse of :meth:`to_json`."""
         crc = obj.get("crc32")
         arrow = obj.get("arrow_bytes")
+        horizon = obj.get("tombstones_from_seq")
         return FileRef(
             str(obj["path"]),
             int(obj["rows"]),
@@ -71,6 +79,7 @@ class FileRef:
             None if crc is None else int(crc),
             None if arrow is None else int(arrow),
             bool(obj.get("drops_tombstones", False)),
+            None if horizon is None else int(horizon),
         )
 
 

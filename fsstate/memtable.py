@@ -58,12 +58,15 @@ def seal_rows(spec: TableSpec, views: dict[Key, Any], dirty: dict[Key, Any]) -> 
     """The op rows that persist ``dirty`` (see the module docstring)."""
     out = SealRows()
     if spec.kind == KIND_VALUE:
-        for key, seq in dirty.items():
-            view = views[key]
-            if view is ABSENT:
-                out.add(key, None, None, seq, OP_CLEAR, None)
-            else:
-                out.add(key, None, view[0], view[2], OP_PUT, view[1])
+        # column lists by comprehensions: a third of the cost of one add() per row
+        keys = list(dirty)
+        vs = [views[k] for k in keys]
+        out.keys = keys
+        out.ukeys = [None] * len(keys)
+        out.values = [None if v is ABSENT else v[0] for v in vs]
+        out.seqs = [s if v is ABSENT else v[2] for s, v in zip(dirty.values(), vs)]
+        out.ops = [OP_CLEAR if v is ABSENT else OP_PUT for v in vs]
+        out.expires = [None if v is ABSENT else v[1] for v in vs]
         return out
     for key, (clear_seq, touched) in dirty.items():
         view = views[key]

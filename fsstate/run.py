@@ -361,13 +361,12 @@ class Run:
             16, min(ctx.config.row_group_rows, ctx.config.row_group_bytes // row_bytes)
         )
         meta = file_metadata(spec, "data")
-        keys = seg.python_keys()
-        distinct = seg.distinct_keys(keys)
-        bloom = BloomFilter.for_hashes((stable_hash(k) for k in distinct), len(distinct))
+        distinct = seg.distinct_keys()
+        bloom = BloomFilter.for_hashes(map(stable_hash, distinct), len(distinct))
         meta[b"fsstate.bloom"] = bloom.to_text().encode()
         starts = list(range(0, n, group_rows))
-        firsts = [keys[s] for s in starts]
-        lasts = [keys[min(s + group_rows, n) - 1] for s in starts]
+        firsts = seg.keys_at(starts)
+        lasts = seg.keys_at([min(s + group_rows, n) - 1 for s in starts])
         if n:
             meta[b"fsstate.rg_bounds"] = _encode_bounds(spec, firsts, lasts)
         table = pa.Table.from_batches([seg.batch]).replace_schema_metadata(meta)

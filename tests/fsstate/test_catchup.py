@@ -160,20 +160,51 @@ def test_refresh_resets_a_table_dropped_and_declared_again(
     assert _snapshot(a, USERS) == _snapshot(_open(root, 2), USERS)
 
 
-def test_no_resurrection_after_a_bottom_compaction_dropped_the_tombstone(
+def test_a_bottom_compaction_keeps_newer_tombstones_and_is_crossed(
     two_copies: tuple[Path, PartitionStore, PartitionStore],
 ) -> None:
+    """A bottom merge keeps the tombstones a copy of the lineage needs: no reset, no
+    resurrection, and the copy's other views survive."""
     root, a, b = two_copies
     va, _l, _m = _declare(a)
     assert va.get(("u2",)) is not None  # hot in A
     vb, _l, _m = _declare(b)
     vb.clear(("u2",))
     b.commit(2)
-    b.compact(force=True)  # a bottom merge: the tombstone of u2 goes with its rows
-    assert any(r.ref is not None and r.ref.drops_tombstones for r in b.table("v").runs)
+    b.compact(force=True)  # a bottom merge: the tombstone of u2 is newer than A's version
+    bottom = b.table("v").runs[0].ref
+    assert bottom is not None and bottom.drops_tombstones
+    assert bottom.tombstones_from_seq is not None
+    assert bottom.tombstones_from_seq <= read_manifest(a.fileio, a.store_dir, 1).next_seq
     b.commit(3)
+    table_before = a.table("v")
     assert a.refresh(3) is True
-    assert a.table("v").get(("u2",)) is None  # the table was reset: declare it again
+    assert a.table("v") is table_before  # advanced, not reset
+    assert ("u1",) in table_before._views  # untouched views kept
+    assert a.table("v").get(("u2",)) is None
+    assert _snapshot(a, USERS) == _snapshot(_open(root, 3), USERS)
+
+
+def test_no_resurrection_after_a_bottom_compaction_dropped_the_tombstone(
+    two_copies: tuple[Path, PartitionStore, PartitionStore],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A merge that dropped a tombstone newer than the copy's version resets the table."""
+    root, a, b = two_copies
+    va, _l, _m = _declare(a)
+    assert va.get(("u2",)) is not None  # hot in A
+    vb, _l, _m = _declare(b)
+    vb.clear(("u2",))
+    b.commit(2)
+    monkeypatch.setattr(b, "tombstone_horizon_seq", lambda: b.next_seq)  # drop them all
+    b.compact(force=True)  # the tombstone of u2 goes with its rows
+    bottom = b.table("v").runs[0].ref
+    assert bottom is not None and bottom.tombstones_from_seq == b.next_seq
+    b.commit(3)
+    table_before = a.table("v")
+    assert a.refresh(3) is True
+    assert a.table("v") is not table_before  # reset: declared again from the target, cold
+    assert a.table("v").get(("u2",)) is None
     assert _snapshot(a, USERS) == _snapshot(_open(root, 3), USERS)
 
 
@@ -246,8 +277,11 @@ def test_a_missing_file_leaves_the_copy_untouched(
     assert _snapshot(a, USERS) == before
 
 
-def test_no_resurrection_when_a_bottom_merge_left_no_file(tmp_path: Path) -> None:
-    """Everything deleted, then merged from the bottom: no run remains to carry a tombstone."""
+def test_no_resurrection_when_a_bottom_merge_left_no_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Everything deleted, then merged from the bottom with every tombstone dropped (as for
+    deletions older than the lineage a catch-up walks): no run remains to carry a tombstone."""
     root = tmp_path / "state"
     a = _open(root, None)
     va = a.value_table("v", VAL, KEY)
@@ -259,6 +293,7 @@ def test_no_resurrection_when_a_bottom_merge_left_no_file(tmp_path: Path) -> Non
     for u in USERS:
         vb.clear((u,))
     b.commit(1)
+    monkeypatch.setattr(b, "tombstone_horizon_seq", lambda: b.next_seq)
     b.compact(force=True)
     assert b.table("v").runs == []
     b.commit(2)
