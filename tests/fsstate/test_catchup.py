@@ -16,7 +16,7 @@ import pytest
 
 from fsstate import PartitionStore, StoreConfig
 from fsstate.catchup import descends
-from fsstate.manifest import read_manifest
+from fsstate.manifest import LINEAGE_STEPS_MAX, read_manifest
 from tests.fsstate.conftest import KEY, UKEY, VAL
 
 NOW = 1_000
@@ -299,3 +299,51 @@ def test_no_resurrection_when_a_bottom_merge_left_no_file(
     b.commit(2)
     assert a.refresh(2) is True
     assert all(a.table("v").get((u,)) is None for u in USERS)
+
+
+def test_manifests_record_the_next_seqs_of_the_lineage(tmp_path: Path) -> None:
+    """Each manifest lists its ancestors' next_seq (at most LINEAGE_STEPS_MAX, oldest first);
+    the horizon below which tombstones may go is the oldest of them."""
+    root = tmp_path / "state"
+    a = _open(root, None)
+    seqs = []
+    for step in range(LINEAGE_STEPS_MAX + 3):
+        _write(a, step, USERS[:3])
+        a.commit(step)
+        seqs.append(read_manifest(a.fileio, a.store_dir, step).next_seq)
+    last = read_manifest(a.fileio, a.store_dir, LINEAGE_STEPS_MAX + 2)
+    assert last.lineage_next_seqs == seqs[-1 - LINEAGE_STEPS_MAX : -1]
+    assert a.tombstone_horizon_seq() == seqs[-1 - LINEAGE_STEPS_MAX]
+    a.commit(LINEAGE_STEPS_MAX + 2)  # committed again: same parent, same lineage
+    again = read_manifest(a.fileio, a.store_dir, LINEAGE_STEPS_MAX + 2)
+    assert again.lineage_next_seqs == last.lineage_next_seqs
+    assert _open(root, None).tombstone_horizon_seq() == 0  # never committed: nothing to keep
+
+
+def test_alternating_copies_cross_many_bottom_merges(tmp_path: Path) -> None:
+    """Two copies take turns, each compacting down to the bottom after its commit: every
+    catch-up advances (no reset) and reads what a fresh open reads."""
+    root = tmp_path / "state"
+    a = _open(root, None)
+    _write(a, 0, USERS)
+    a.commit(0)
+    copies = [a, _open(root, 0)]
+    crossed = 0
+    for step in range(1, 13):
+        s = copies[step % 2]
+        if step > 1:
+            tables_before = dict(s._tables)
+            known = {r.path for e in s._manifest.tables.values() for r in e.runs}
+            target = read_manifest(s.fileio, s.store_dir, step - 1)
+            crossed += any(
+                r.tombstones_from_seq is not None and r.path not in known
+                for e in target.tables.values()
+                for r in e.runs
+            )
+            assert s.refresh(step - 1) is True
+            assert all(s._tables.get(n) is t for n, t in tables_before.items())  # no reset
+        _write(s, step, USERS[step % 3 :: 2])
+        s.commit(step)
+        s.compact(force=True)
+        assert _snapshot(s, USERS) == _snapshot(_open(root, step), USERS)
+    assert crossed >= 5  # bottom merges published by one copy, crossed by the other
