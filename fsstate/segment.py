@@ -138,7 +138,6 @@ def same_as_next(arrays: list[pa.Array]) -> Any:
     return np.concatenate([same, np.zeros(min(n, 1), dtype=bool)])
 
 
-
 class Segment:
     """An immutable, sorted batch of op rows of one table with a lazy key index.
 
