@@ -10,6 +10,9 @@ Invariants (besides those of :mod:`fsstate.interfaces`):
   entry per grouping key for list state; every write, delete and cleanup keeps it so.
 * ``runs`` are ordered by sequence number; any batched write seals the memtable first, so the
   order holds.
+
+Batched (Arrow) reads and writes live in :mod:`fsstate.tables_batched`, the bulk load of a
+table's views on its first cold miss in :mod:`fsstate.warmup`.
 """
 
 from __future__ import annotations
@@ -21,31 +24,25 @@ import threading
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from fsstate import interfaces
-from fsstate.errors import SchemaError
 from fsstate.keyfilter import stable_hash
 from fsstate.manifest import TableEntry
 from fsstate.manifest_refs import FileRef
 from fsstate.memtable import estimate_view_bytes, seal_rows
 from fsstate.run import Run, read_table_file
 from fsstate.schema import (
-    EXPIRES,
     KIND_MAP,
     KIND_VALUE,
-    OP,
     OP_CLEAR,
-    SEQ,
     Checker,
     TableSpec,
     infer_key_schema,
     make_checker,
 )
-from fsstate.bulk import gc_paused
-from fsstate.segment import OpRow, Segment, build_batch, same_as_next
+from fsstate.segment import OpRow, Segment, build_batch
+from fsstate.tables_batched import BatchedOps, _values_table
 from fsstate.tombstones import (
     ABSENT,
     RangeTombstones,
@@ -55,6 +52,7 @@ from fsstate.tombstones import (
     replay_value,
 )
 from fsstate.ttl_index import TtlIndex, decode_rows
+from fsstate.warmup import warm_up
 
 if TYPE_CHECKING:
     from fsstate.store import PartitionStore
@@ -62,7 +60,7 @@ if TYPE_CHECKING:
 Key = tuple[Any, ...]
 
 
-class TableBase(interfaces.StateTable):
+class TableBase(BatchedOps, interfaces.StateTable):
     """Machinery shared by the three kinds: views, dirt, runs, TTL index, range tombstones."""
 
     kind = ""
@@ -170,7 +168,7 @@ class TableBase(interfaces.StateTable):
         else:
             if not self._warmed:
                 self._warmed = True
-                if self._warm_up():
+                if warm_up(self):
                     view = self._views.get(key)
                     if view is not None:
                         return view
@@ -179,84 +177,11 @@ class TableBase(interfaces.StateTable):
         self._ctl.growth -= 1
         return view
 
-    def _warm_up(self) -> bool:
-        """On the first cold miss, load a small table whole in one pass; True if it did.
-
-        A store restored in another worker process (the common case under Spark, where a
-        partition rarely returns to the same Python worker) would otherwise pay one point
-        lookup per key; one sequential pass over the runs costs a few microseconds per row.
-        Only tables whose decoded runs fit in a sixteenth of the budget are warmed, and keys
-        that already have a view keep it (views are authoritative).
-        """
-        runs = self.runs
-        decoded = sum(r.ref.decoded_bytes if r.ref is not None else r.memory_bytes for r in runs)
-        if decoded * 4 > self._ctl.config.memory_limit_bytes // 4:
-            return False
-        with gc_paused():
-            if self.kind == KIND_VALUE and not self.ranges:
-                self._warm_up_values()
-            else:
-                self._warm_up_rows()
-        return True
-
-    def _warm_up_rows(self) -> None:
-        """Any table: replay every key's rows from one sequential pass over the runs."""
-        runs = self.runs
-        rows_by_key: dict[Key, list[OpRow]] = {}
-        for run in runs:
-            for seg in run.segments(self.spec, self.ctx):
-                for k, rows in seg.iter_key_rows():
-                    have = rows_by_key.get(k)
-                    if have is None:
-                        rows_by_key[k] = rows
-                    else:
-                        have.extend(rows)
-        views = self._views
-        replay = self._replay
-        loaded = 0
-        for k, rows in rows_by_key.items():
-            if k not in views:
-                views[k] = replay(k, rows)
-                loaded += 1
-        self._ctl.growth -= loaded
-
     def _after_growth(self) -> None:
         """A safe point (no view held by the caller): let the controller check the budget."""
         ctl = self._ctl
         if ctl.growth <= 0:
             ctl.check()
-
-    def _warm_up_values(self) -> None:
-        """Value tables: the newest row of each key, run by run, vectorized.
-
-        Per segment, numpy marks the last row of each key (rows are sorted by key, then seq)
-        and Arrow takes them; the views are then built by C-level ``zip`` and ``dict`` calls,
-        oldest run first so that newer runs overwrite. Only tombstone rows (few) are visited
-        one by one. About 0.3 µs per row instead of about 1.5 µs with a Python loop.
-        """
-        latest: dict[Key, Any] = {}
-        for run in self.runs:  # oldest first: newer runs overwrite
-            for seg in run.segments(self.spec, self.ctx):
-                batch = seg.batch
-                if not batch.num_rows:
-                    continue
-                key_cols = batch.column("key").flatten()
-                sub = batch.filter(pa.array(~same_as_next(key_cols)))
-                keys = _key_tuples(sub.column("key").flatten())
-                vals = zip(*[c.to_pylist() for c in sub.column("value").flatten()])
-                views = list(
-                    zip(vals, sub.column(EXPIRES).to_pylist(), sub.column(SEQ).to_pylist())
-                )
-                ops = sub.column(OP).to_numpy(zero_copy_only=False)
-                for j in np.flatnonzero(ops != 0).tolist():
-                    views[j] = ABSENT
-                latest.update(zip(keys, views))
-        views_now = self._views
-        if views_now:
-            for k in views_now:  # views are authoritative
-                latest.pop(k, None)
-        views_now.update(latest)
-        self._ctl.growth -= len(latest)
 
     def _view(self, key: Any) -> tuple[Key, Any]:
         view = self._views.get(key)
@@ -547,84 +472,6 @@ class TableBase(interfaces.StateTable):
                 total += 1 if any(e[1] is not None for e in view) else 0
         return total
 
-    # -- batched writes helpers -----------------------------------------------------------------
-    def _keys_from_table(self, keys: pa.Table) -> tuple[pa.StructArray, Sequence[Key]]:
-        """Validate a table of keys against the key schema; returns the struct and tuples."""
-        if not isinstance(keys, (pa.Table, pa.RecordBatch)):
-            raise SchemaError(
-                f"state {self.name!r}: keys must be a pyarrow Table, got {type(keys)}"
-            )
-        schema = self.spec.key_schema
-        if schema is None:
-            schema = pa.schema([f.with_nullable(True) for f in keys.schema])
-            self._set_key_schema(schema)
-        struct = _struct_of(self.name, "grouping key", keys, schema)
-        return struct, _LazyKeys(struct)
-
-    def _keys_and_values(
-        self, keys: pa.Table, values: pa.Table
-    ) -> tuple[pa.StructArray, Sequence[Key], pa.StructArray]:
-        """Validate the two tables of a batched write (same length, matching schemas)."""
-        key_struct, key_list = self._keys_from_table(keys)
-        value_struct = _struct_of(self.name, "value", values, self.spec.value_schema)
-        if len(key_list) != len(value_struct):
-            raise SchemaError(
-                f"state {self.name!r}: {len(key_list)} keys but {len(value_struct)} values"
-            )
-        return key_struct, key_list, value_struct
-
-    def _append_batch(
-        self,
-        key_struct: pa.StructArray,
-        ukey_struct: pa.StructArray | None,
-        value_struct: pa.StructArray,
-        key_list: Sequence[Key],
-    ) -> None:
-        """Append a sorted run of put rows built from Arrow arrays (no per-row Python)."""
-        self.seal()
-        n = len(key_list)
-        st = self._store
-        start = st.next_seq
-        st.next_seq = start + n
-        cols: dict[str, Any] = {"key": key_struct}
-        if ukey_struct is not None:
-            cols["ukey"] = ukey_struct
-        cols["value"] = value_struct
-        cols[SEQ] = pa.array(range(start, start + n), type=pa.int64())
-        cols[OP] = pa.nulls(n, pa.int8()).fill_null(0)
-        cols[EXPIRES] = pa.nulls(n, pa.int64())
-        batch = pa.RecordBatch.from_pydict(cols, schema=self.spec.row_schema())
-        run = Run(Segment(self.spec, batch, is_sorted=False), None)
-        with self.lock:
-            self.runs = [*self.runs, run]
-        self._forget_views(key_list)
-        ctl = self._ctl
-        ctl.growth -= max(1, run.memory_bytes // 4096)
-        self._after_growth()
-
-
-class _LazyKeys(Sequence[Key]):
-    """Grouping keys of a struct array, converted to tuples only if someone iterates them."""
-
-    def __init__(self, struct: pa.StructArray) -> None:
-        self._struct = struct
-        self._keys: list[Key] | None = None
-
-    def _materialize(self) -> list[Key]:
-        if self._keys is None:
-            cols = [c.to_pylist() for c in self._struct.flatten()]
-            self._keys = list(zip(*cols))
-        return self._keys
-
-    def __len__(self) -> int:
-        return len(self._struct)
-
-    def __getitem__(self, i: Any) -> Any:
-        return self._materialize()[i]
-
-    def __iter__(self) -> Iterator[Key]:
-        return iter(self._materialize())
-
 
 def _deep_size(obj: Any, depth: int = 0) -> int:
     """Approximate bytes of a view or key: containers measured from a sample of 8 items."""
@@ -641,32 +488,6 @@ def _deep_size(obj: Any, depth: int = 0) -> int:
         if sample:
             size += sum(_deep_size(i, depth + 1) for i in sample) * len(obj) // len(sample)
     return size
-
-
-def _struct_of(state: str, what: str, table: pa.Table | pa.RecordBatch, schema: pa.Schema) -> Any:
-    """Cast a table to ``schema`` (by position) and return it as one struct array."""
-    if not isinstance(table, (pa.Table, pa.RecordBatch)):
-        raise SchemaError(f"state {state!r}: {what}s must be a pyarrow Table, got {type(table)}")
-    if table.num_columns != len(schema):
-        raise SchemaError(
-            f"state {state!r}: the {what} table has {table.num_columns} column(s) "
-            f"{table.schema.names}, the schema has {len(schema)} ({schema.names})"
-        )
-    arrays = []
-    for col, field in zip(table.columns, schema):
-        arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-        if not arr.type.equals(field.type):
-            try:
-                arr = arr.cast(field.type, safe=True)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-                raise SchemaError(
-                    f"state {state!r}: {what} column {field.name!r} has type {arr.type}, "
-                    f"expected {field.type} ({exc})"
-                ) from None
-        if not field.nullable and arr.null_count:
-            raise SchemaError(f"state {state!r}: {what} column {field.name!r} holds nulls")
-        arrays.append(arr)
-    return pa.StructArray.from_arrays(arrays, fields=list(schema))
 
 
 class ValueTable(TableBase, interfaces.ValueTableAPI):
@@ -777,75 +598,6 @@ class ValueTable(TableBase, interfaces.ValueTableAPI):
         vals = [get(k) for k in key_list]
         return _values_table(self.spec.value_schema, vals)
 
-    def _runs_in_memory(self) -> bool:
-        return all(r.in_memory for r in self.runs)
-
-    def _get_many_arrow(self, key_struct: pa.StructArray) -> pa.Table:
-        """Vectorized lookup when no key is hot and every run is in memory (e.g. after
-        put_many): per run, newest first, a hash join of the unresolved keys against the
-        run's newest row per key."""
-        names = [f"k{i}" for i in range(key_struct.type.num_fields)]
-        n = len(key_struct)
-        pos = pa.array(range(n), type=pa.int64())
-        remaining = pa.Table.from_arrays([*key_struct.flatten(), pos], names=[*names, "_pos"])
-        vnames = [f"v{i}" for i in range(len(self.spec.value_schema))]
-        found_parts = []
-        for run in reversed(self.runs):
-            if remaining.num_rows == 0:
-                break
-            seg = run.segments(self.spec, self.ctx)
-            for s in seg:
-                batch = s.batch
-                if not batch.num_rows:
-                    continue
-                kcols = batch.column("key").flatten()
-                same = same_as_next(kcols)
-                newest = batch.filter(pa.array(~same))
-                side = pa.Table.from_arrays(
-                    [
-                        *newest.column("key").flatten(),
-                        *newest.column("value").flatten(),
-                        newest.column(OP),
-                        newest.column(EXPIRES),
-                    ],
-                    names=[*names, *vnames, "_op", "_exp"],
-                )
-                hit = remaining.join(side, keys=names, join_type="inner")
-                found_parts.append(hit.select(["_pos", *vnames, "_op", "_exp"]))
-                remaining = remaining.join(side.select(names), keys=names, join_type="left anti")
-        out_cols: list[pa.Array] = []
-        schema = self.spec.value_schema
-        if found_parts:
-            hits = pa.concat_tables(found_parts)
-            live = pc.equal(hits.column("_op"), 0)
-            exp = hits.column("_exp")
-            unexpired = pc.or_kleene(pc.is_null(exp), pc.greater(exp, self.now_ms))
-            live = pc.fill_null(pc.and_kleene(live, unexpired), False)
-            hits = hits.filter(live)
-        else:
-            hits = None
-        index = pa.nulls(n, pa.int64())
-        if hits is not None and hits.num_rows:
-            # scatter: position -> row of ``hits``
-            order = pc.sort_indices(hits.column("_pos"))
-            hits = hits.take(order)
-            rows = np.full(n, -1, dtype=np.int64)
-            rows[hits.column("_pos").to_numpy()] = np.arange(hits.num_rows)
-            index = pa.array(rows, mask=rows < 0)
-        for i, f in enumerate(schema):
-            if hits is not None and hits.num_rows:
-                col = hits.column(f"v{i}").combine_chunks().take(index)
-            else:
-                col = pa.nulls(n, f.type)
-            out_cols.append(col.cast(f.type))
-        found = pc.is_valid(index)
-        return pa.Table.from_arrays(
-            [*out_cols, found],
-            schema=pa.schema(
-                [*(f.with_nullable(True) for f in schema), pa.field("_found", pa.bool_())]
-            ),
-        )
-
     def put_many(self, keys: pa.Table, values: pa.Table) -> None:
         """Set values for many keys; later rows win over earlier rows of the same key."""
         key_struct, key_list, value_struct = self._keys_and_values(keys, values)
@@ -856,32 +608,6 @@ class ValueTable(TableBase, interfaces.ValueTableAPI):
                 self.update(k, tuple(v.values()))
             return
         self._append_batch(key_struct, None, value_struct, key_list)
-
-
-def _key_tuples(cols: list[pa.Array]) -> list[Key]:
-    """Key tuples of flattened key columns, built by C-level ``zip``."""
-    return list(zip(*[c.to_pylist() for c in cols]))
-
-
-def _values_table(schema: pa.Schema, vals: list[Any]) -> pa.Table:
-    cols: list[list[Any]] = [[] for _ in schema]
-    found = []
-    for v in vals:
-        if v is None:
-            found.append(False)
-            for c in cols:
-                c.append(None)
-        else:
-            found.append(True)
-            for c, x in zip(cols, v):
-                c.append(x)
-    arrays = [pa.array(c, type=f.type) for c, f in zip(cols, schema)]
-    return pa.Table.from_arrays(
-        [*arrays, pa.array(found, type=pa.bool_())],
-        schema=pa.schema(
-            [*(f.with_nullable(True) for f in schema), pa.field("_found", pa.bool_())]
-        ),
-    )
 
 
 from fsstate.tables_collections import ListTable, MapTable  # noqa: E402

@@ -20,7 +20,8 @@ import pyarrow as pa
 from fsstate import interfaces
 from fsstate.errors import SchemaError
 from fsstate.schema import KIND_LIST, KIND_MAP, LIST_UKEY_SCHEMA, make_checker
-from fsstate.tables import Key, TableBase, _struct_of, _values_table
+from fsstate.tables import Key, TableBase
+from fsstate.tables_batched import _struct_of, _values_table
 
 if TYPE_CHECKING:
     from fsstate.manifest import TableEntry

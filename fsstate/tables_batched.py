@@ -1,0 +1,273 @@
+"""Batched operations of the state tables: Arrow tables of keys and values in and out.
+
+``put_many``, ``append_many`` and ``get_many`` take pyarrow tables. The helpers here validate
+them into struct arrays cast to the table's schemas, append a batched write as one run after
+the sealed memtable with no per-row Python, and look up many value-state keys at once with
+Arrow joins. :class:`BatchedOps` is a mixin of :class:`fsstate.tables.TableBase`.
+
+Invariants:
+
+* Validation comes first: a bad key, user key or value table raises
+  :class:`fsstate.errors.SchemaError` before any view, run or sequence number changes (only an
+  undeclared key schema may already be fixed from the key table's schema).
+* Columns are matched by position and cast safely to the schema's types; a null in a
+  non-nullable column is rejected.
+* A batched write seals the memtable first and numbers its rows with consecutive sequence
+  numbers from ``next_seq``, so runs stay ordered by sequence number; views of the written
+  keys are dropped, so the next read replays them from the runs.
+* Key tuples of a batch are built only if someone iterates them (:class:`_LazyKeys`).
+* The vectorized lookup runs only when no view is held, there is no range tombstone and every
+  run is in memory; it returns what per-key ``get`` would: the newest row of each key, with
+  deleted and expired values not found.
+* A ``get_many`` result is in input order: the value columns (nullable) and ``_found``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from fsstate.errors import SchemaError
+from fsstate.run import Run
+from fsstate.schema import EXPIRES, OP, SEQ
+from fsstate.segment import Segment, same_as_next
+
+if TYPE_CHECKING:
+    import threading
+
+    from fsstate.controller import MemoryController
+    from fsstate.run import RunContext
+    from fsstate.schema import Checker, TableSpec
+    from fsstate.store import PartitionStore
+
+Key = tuple[Any, ...]
+
+
+class BatchedOps:
+    """Batched reads and writes of a table; a mixin of :class:`fsstate.tables.TableBase`.
+
+    The attributes and methods declared here are provided by ``TableBase``.
+    """
+
+    name: str
+    spec: TableSpec
+    ctx: RunContext
+    now_ms: int
+    lock: threading.Lock
+    runs: list[Run]
+    _store: PartitionStore
+    _ctl: MemoryController
+
+    if TYPE_CHECKING:
+
+        def _set_key_schema(self, schema: pa.Schema) -> Checker: ...
+
+        def seal(self) -> list[Run]: ...
+
+        def _forget_views(self, keys: Sequence[Key]) -> None: ...
+
+        def _after_growth(self) -> None: ...
+
+    def _keys_from_table(self, keys: pa.Table) -> tuple[pa.StructArray, Sequence[Key]]:
+        """Validate a table of keys against the key schema; returns the struct and tuples."""
+        if not isinstance(keys, (pa.Table, pa.RecordBatch)):
+            raise SchemaError(
+                f"state {self.name!r}: keys must be a pyarrow Table, got {type(keys)}"
+            )
+        schema = self.spec.key_schema
+        if schema is None:
+            schema = pa.schema([f.with_nullable(True) for f in keys.schema])
+            self._set_key_schema(schema)
+        struct = _struct_of(self.name, "grouping key", keys, schema)
+        return struct, _LazyKeys(struct)
+
+    def _keys_and_values(
+        self, keys: pa.Table, values: pa.Table
+    ) -> tuple[pa.StructArray, Sequence[Key], pa.StructArray]:
+        """Validate the two tables of a batched write (same length, matching schemas)."""
+        key_struct, key_list = self._keys_from_table(keys)
+        value_struct = _struct_of(self.name, "value", values, self.spec.value_schema)
+        if len(key_list) != len(value_struct):
+            raise SchemaError(
+                f"state {self.name!r}: {len(key_list)} keys but {len(value_struct)} values"
+            )
+        return key_struct, key_list, value_struct
+
+    def _append_batch(
+        self,
+        key_struct: pa.StructArray,
+        ukey_struct: pa.StructArray | None,
+        value_struct: pa.StructArray,
+        key_list: Sequence[Key],
+    ) -> None:
+        """Append a sorted run of put rows built from Arrow arrays (no per-row Python)."""
+        self.seal()
+        n = len(key_list)
+        st = self._store
+        start = st.next_seq
+        st.next_seq = start + n
+        cols: dict[str, Any] = {"key": key_struct}
+        if ukey_struct is not None:
+            cols["ukey"] = ukey_struct
+        cols["value"] = value_struct
+        cols[SEQ] = pa.array(range(start, start + n), type=pa.int64())
+        cols[OP] = pa.nulls(n, pa.int8()).fill_null(0)
+        cols[EXPIRES] = pa.nulls(n, pa.int64())
+        batch = pa.RecordBatch.from_pydict(cols, schema=self.spec.row_schema())
+        run = Run(Segment(self.spec, batch, is_sorted=False), None)
+        with self.lock:
+            self.runs = [*self.runs, run]
+        self._forget_views(key_list)
+        ctl = self._ctl
+        ctl.growth -= max(1, run.memory_bytes // 4096)
+        self._after_growth()
+
+    def _runs_in_memory(self) -> bool:
+        """Whether every run holds its segments in memory (a lookup reads no file)."""
+        return all(r.in_memory for r in self.runs)
+
+    def _get_many_arrow(self, key_struct: pa.StructArray) -> pa.Table:
+        """Vectorized lookup when no key is hot and every run is in memory (e.g. after
+        put_many): per run, newest first, a hash join of the unresolved keys against the
+        run's newest row per key."""
+        names = [f"k{i}" for i in range(key_struct.type.num_fields)]
+        n = len(key_struct)
+        pos = pa.array(range(n), type=pa.int64())
+        remaining = pa.Table.from_arrays([*key_struct.flatten(), pos], names=[*names, "_pos"])
+        vnames = [f"v{i}" for i in range(len(self.spec.value_schema))]
+        found_parts = []
+        for run in reversed(self.runs):
+            if remaining.num_rows == 0:
+                break
+            seg = run.segments(self.spec, self.ctx)
+            for s in seg:
+                batch = s.batch
+                if not batch.num_rows:
+                    continue
+                kcols = batch.column("key").flatten()
+                same = same_as_next(kcols)
+                newest = batch.filter(pa.array(~same))
+                side = pa.Table.from_arrays(
+                    [
+                        *newest.column("key").flatten(),
+                        *newest.column("value").flatten(),
+                        newest.column(OP),
+                        newest.column(EXPIRES),
+                    ],
+                    names=[*names, *vnames, "_op", "_exp"],
+                )
+                hit = remaining.join(side, keys=names, join_type="inner")
+                found_parts.append(hit.select(["_pos", *vnames, "_op", "_exp"]))
+                remaining = remaining.join(side.select(names), keys=names, join_type="left anti")
+        out_cols: list[pa.Array] = []
+        schema = self.spec.value_schema
+        if found_parts:
+            hits = pa.concat_tables(found_parts)
+            live = pc.equal(hits.column("_op"), 0)
+            exp = hits.column("_exp")
+            unexpired = pc.or_kleene(pc.is_null(exp), pc.greater(exp, self.now_ms))
+            live = pc.fill_null(pc.and_kleene(live, unexpired), False)
+            hits = hits.filter(live)
+        else:
+            hits = None
+        index = pa.nulls(n, pa.int64())
+        if hits is not None and hits.num_rows:
+            # scatter: position -> row of ``hits``
+            order = pc.sort_indices(hits.column("_pos"))
+            hits = hits.take(order)
+            rows = np.full(n, -1, dtype=np.int64)
+            rows[hits.column("_pos").to_numpy()] = np.arange(hits.num_rows)
+            index = pa.array(rows, mask=rows < 0)
+        for i, f in enumerate(schema):
+            if hits is not None and hits.num_rows:
+                col = hits.column(f"v{i}").combine_chunks().take(index)
+            else:
+                col = pa.nulls(n, f.type)
+            out_cols.append(col.cast(f.type))
+        found = pc.is_valid(index)
+        return pa.Table.from_arrays(
+            [*out_cols, found],
+            schema=pa.schema(
+                [*(f.with_nullable(True) for f in schema), pa.field("_found", pa.bool_())]
+            ),
+        )
+
+
+class _LazyKeys(Sequence[Key]):
+    """Grouping keys of a struct array, converted to tuples only if someone iterates them."""
+
+    def __init__(self, struct: pa.StructArray) -> None:
+        self._struct = struct
+        self._keys: list[Key] | None = None
+
+    def _materialize(self) -> list[Key]:
+        if self._keys is None:
+            cols = [c.to_pylist() for c in self._struct.flatten()]
+            self._keys = list(zip(*cols))
+        return self._keys
+
+    def __len__(self) -> int:
+        return len(self._struct)
+
+    def __getitem__(self, i: Any) -> Any:
+        return self._materialize()[i]
+
+    def __iter__(self) -> Iterator[Key]:
+        return iter(self._materialize())
+
+
+def _struct_of(state: str, what: str, table: pa.Table | pa.RecordBatch, schema: pa.Schema) -> Any:
+    """Cast a table to ``schema`` (by position) and return it as one struct array."""
+    if not isinstance(table, (pa.Table, pa.RecordBatch)):
+        raise SchemaError(f"state {state!r}: {what}s must be a pyarrow Table, got {type(table)}")
+    if table.num_columns != len(schema):
+        raise SchemaError(
+            f"state {state!r}: the {what} table has {table.num_columns} column(s) "
+            f"{table.schema.names}, the schema has {len(schema)} ({schema.names})"
+        )
+    arrays = []
+    for col, field in zip(table.columns, schema):
+        arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+        if not arr.type.equals(field.type):
+            try:
+                arr = arr.cast(field.type, safe=True)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                raise SchemaError(
+                    f"state {state!r}: {what} column {field.name!r} has type {arr.type}, "
+                    f"expected {field.type} ({exc})"
+                ) from None
+        if not field.nullable and arr.null_count:
+            raise SchemaError(f"state {state!r}: {what} column {field.name!r} holds nulls")
+        arrays.append(arr)
+    return pa.StructArray.from_arrays(arrays, fields=list(schema))
+
+
+def _key_tuples(cols: list[pa.Array]) -> list[Key]:
+    """Key tuples of flattened key columns, built by C-level ``zip``."""
+    return list(zip(*[c.to_pylist() for c in cols]))
+
+
+def _values_table(schema: pa.Schema, vals: list[Any]) -> pa.Table:
+    """The result of a ``get_many``: value columns (None: not found) and ``_found``."""
+    cols: list[list[Any]] = [[] for _ in schema]
+    found = []
+    for v in vals:
+        if v is None:
+            found.append(False)
+            for c in cols:
+                c.append(None)
+        else:
+            found.append(True)
+            for c, x in zip(cols, v):
+                c.append(x)
+    arrays = [pa.array(c, type=f.type) for c, f in zip(cols, schema)]
+    return pa.Table.from_arrays(
+        [*arrays, pa.array(found, type=pa.bool_())],
+        schema=pa.schema(
+            [*(f.with_nullable(True) for f in schema), pa.field("_found", pa.bool_())]
+        ),
+    )
