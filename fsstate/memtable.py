@@ -20,6 +20,8 @@ Invariants:
 
 from __future__ import annotations
 
+import itertools
+import sys
 from typing import Any
 
 from fsstate.schema import KIND_LIST, KIND_MAP, KIND_VALUE, OP_CLEAR, OP_DELETE, OP_PUT, TableSpec
@@ -103,3 +105,20 @@ def estimate_view_bytes(kind: str, view: Any) -> int:
     if kind == KIND_VALUE:
         return 120 if view is ABSENT else 260
     return 120 + 200 * len(view)
+
+
+def deep_size(obj: Any, depth: int = 0) -> int:
+    """Approximate bytes of a view or key: containers measured from a sample of 8 items."""
+    size = sys.getsizeof(obj)
+    if depth > 3:
+        return size
+    if isinstance(obj, dict):
+        items = list(itertools.islice(obj.items(), 8))
+        if items:
+            per = sum(deep_size(k, depth + 1) + deep_size(v, depth + 1) for k, v in items)
+            size += per * len(obj) // len(items)
+    elif isinstance(obj, (list, tuple)):
+        sample = list(itertools.islice(obj, 8))
+        if sample:
+            size += sum(deep_size(i, depth + 1) for i in sample) * len(obj) // len(sample)
+    return size

@@ -26,7 +26,6 @@ import dataclasses
 import hashlib
 import re
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -54,8 +53,11 @@ from fsstate.manifest import (
 from fsstate.manifest_refs import FileRef
 from fsstate.run import RunContext, file_metadata, new_data_path, write_table_file
 from fsstate.schema import KIND_LIST, KIND_MAP, KIND_VALUE, TableSpec, schema_to_text
+from fsstate.stats import CommitInfo, StoreStats, TableStats
 from fsstate.tables import ListTable, MapTable, TableBase, ValueTable
 from fsstate.ttl_index import encode_changes
+
+__all__ = ["CommitInfo", "PartitionStore", "StoreStats", "TableStats", "store_dir_for"]
 
 _SAFE = re.compile(r"[^A-Za-z0-9._=-]")
 
@@ -66,47 +68,6 @@ def store_dir_for(operator: str, partition: int) -> str:
     if safe != operator:
         safe += "-" + hashlib.sha1(operator.encode()).hexdigest()[:8]
     return f"{safe}/{int(partition)}"
-
-
-@dataclass
-class CommitInfo:
-    """What a commit did."""
-
-    version: int
-    files_written: int
-    bytes_written: int
-    duration_ms: float
-
-
-@dataclass
-class TableStats:
-    """Per-table figures."""
-
-    kind: str
-    hot_keys: int
-    hot_bytes_estimate: int
-    runs: int
-    runs_in_memory: int
-    segment_bytes: int
-    disk_bytes: int
-    disk_rows: int
-    ttl_entries: int | None
-
-
-@dataclass
-class StoreStats:
-    """Per-store figures for users (the Spark layer and the demo print them)."""
-
-    operator: str
-    partition: int
-    version: int | None
-    memory_bytes: int
-    disk_bytes: int
-    commits: int
-    bytes_written: int
-    spills: int
-    compactions: int
-    tables: dict[str, TableStats] = field(default_factory=dict)
 
 
 class PartitionStore:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import sys
 import threading
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -30,7 +29,7 @@ from fsstate import interfaces
 from fsstate.keyfilter import stable_hash
 from fsstate.manifest import TableEntry
 from fsstate.manifest_refs import FileRef
-from fsstate.memtable import estimate_view_bytes, seal_rows
+from fsstate.memtable import deep_size, estimate_view_bytes, seal_rows
 from fsstate.run import Run, read_table_file
 from fsstate.schema import (
     KIND_MAP,
@@ -419,7 +418,7 @@ class TableBase(BatchedOps, interfaces.StateTable):
                 sample = list(itertools.islice(views.items(), 4))
                 sample += list(itertools.islice(reversed(views.items()), 4))
                 self._avg_view_bytes = (
-                    sum(_deep_size(k) + _deep_size(v) for k, v in sample) / len(sample) + 100
+                    sum(deep_size(k) + deep_size(v) for k, v in sample) / len(sample) + 100
                 )  # + dict slot and hash table overhead
                 self._avg_at_n = n
             total += int(n * self._avg_view_bytes)
@@ -471,23 +470,6 @@ class TableBase(BatchedOps, interfaces.StateTable):
             else:
                 total += 1 if any(e[1] is not None for e in view) else 0
         return total
-
-
-def _deep_size(obj: Any, depth: int = 0) -> int:
-    """Approximate bytes of a view or key: containers measured from a sample of 8 items."""
-    size = sys.getsizeof(obj)
-    if depth > 3:
-        return size
-    if isinstance(obj, dict):
-        items = list(itertools.islice(obj.items(), 8))
-        if items:
-            per = sum(_deep_size(k, depth + 1) + _deep_size(v, depth + 1) for k, v in items)
-            size += per * len(obj) // len(items)
-    elif isinstance(obj, (list, tuple)):
-        sample = list(itertools.islice(obj, 8))
-        if sample:
-            size += sum(_deep_size(i, depth + 1) for i in sample) * len(obj) // len(sample)
-    return size
 
 
 class ValueTable(TableBase, interfaces.ValueTableAPI):

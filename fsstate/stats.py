@@ -1,0 +1,52 @@
+"""Figures a store reports: what a commit did, and per-store and per-table statistics.
+
+Invariants:
+
+* Plain data: built by :class:`fsstate.store.PartitionStore` (``commit``, ``stats``) and the
+  memory controller, read by users, the Spark layer and the demo; nothing here touches storage.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class CommitInfo:
+    """What a commit did."""
+
+    version: int
+    files_written: int
+    bytes_written: int
+    duration_ms: float
+
+
+@dataclass
+class TableStats:
+    """Per-table figures."""
+
+    kind: str
+    hot_keys: int
+    hot_bytes_estimate: int
+    runs: int
+    runs_in_memory: int
+    segment_bytes: int
+    disk_bytes: int
+    disk_rows: int
+    ttl_entries: int | None
+
+
+@dataclass
+class StoreStats:
+    """Per-store figures for users (the Spark layer and the demo print them)."""
+
+    operator: str
+    partition: int
+    version: int | None
+    memory_bytes: int
+    disk_bytes: int
+    commits: int
+    bytes_written: int
+    spills: int
+    compactions: int
+    tables: dict[str, TableStats] = field(default_factory=dict)
