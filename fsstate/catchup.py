@@ -45,7 +45,7 @@ from fsstate.errors import FsStateError
 from fsstate.manifest import LINEAGE_STEPS_MAX, Manifest, TableEntry, read_manifest
 from fsstate.run import Run
 from fsstate.schema import KIND_LIST, KIND_MAP, KIND_VALUE, OP_PUT, SEQ
-from fsstate.segment import OpRow, Segment
+from fsstate.segment import OpRow, Segment, gather_key_rows
 from fsstate.tombstones import RangeTombstones, replay_value
 from fsstate.ttl_index import TtlIndex
 
@@ -127,12 +127,7 @@ def _delta_rows(t: TableBase, runs: list[Run], seq_min: int) -> dict[Key, list[O
                 if not newer.num_rows:
                     continue
                 seg = Segment(spec, newer)  # still sorted: a filter keeps the order
-            for k, rows in seg.iter_key_rows():
-                have = out.get(k)
-                if have is None:
-                    out[k] = rows
-                else:
-                    have.extend(rows)
+            gather_key_rows(seg, out)
     return out
 
 

@@ -138,6 +138,17 @@ def same_as_next(arrays: list[pa.Array]) -> Any:
     return np.concatenate([same, np.zeros(min(n, 1), dtype=bool)])
 
 
+def gather_key_rows(seg: Segment, out: dict[tuple[Any, ...], list[OpRow]]) -> None:
+    """Append each grouping key's op rows in ``seg`` to ``out[key]`` (segments oldest first keep
+    every key's rows in seq order)."""
+    for k, rows in seg.iter_key_rows():
+        have = out.get(k)
+        if have is None:
+            out[k] = rows
+        else:
+            have.extend(rows)
+
+
 class Segment:
     """An immutable, sorted batch of op rows of one table with a lazy key index.
 

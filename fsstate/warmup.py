@@ -25,7 +25,7 @@ import pyarrow as pa
 
 from fsstate.bulk import gc_paused
 from fsstate.schema import EXPIRES, KIND_VALUE, OP, SEQ
-from fsstate.segment import OpRow, same_as_next
+from fsstate.segment import OpRow, gather_key_rows, same_as_next
 from fsstate.tables_batched import _key_tuples
 from fsstate.tombstones import ABSENT
 
@@ -62,12 +62,7 @@ def _warm_up_rows(table: TableBase) -> None:
     rows_by_key: dict[Key, list[OpRow]] = {}
     for run in runs:
         for seg in run.segments(table.spec, table.ctx):
-            for k, rows in seg.iter_key_rows():
-                have = rows_by_key.get(k)
-                if have is None:
-                    rows_by_key[k] = rows
-                else:
-                    have.extend(rows)
+            gather_key_rows(seg, rows_by_key)
     views = table._views
     replay = table._replay
     loaded = 0
