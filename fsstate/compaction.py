@@ -23,7 +23,10 @@ Invariants:
   work is discarded (its file becomes an orphan for the store's garbage collection).
 * Compaction deletes no file: files leave when no retained manifest references them.
 * The background thread takes tables from a bounded queue, does one bounded round per table
-  and never lets an exception escape (it is counted in ``errors`` and logged).
+  and never lets an exception escape (it is counted in ``errors`` and logged). A round of an
+  idle copy whose files another process has already retired (a copy older than the retained
+  versions, which will be reopened, never advanced) is counted in ``stale_skips`` and logged at
+  INFO without a traceback.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from fsstate.controller import return_memory_to_os
+from fsstate.errors import FsStateError
 from fsstate.run import Run
 from fsstate.schema import OP, OP_CLEAR, OP_DELETE, SEQ, TableSpec
 from fsstate.segment import Segment, sort_batch
@@ -200,6 +204,16 @@ def compact_table(table: TableBase, bytes_max: int, max_runs: int, force: bool =
     return 0
 
 
+def _retired_elsewhere(table: TableBase) -> bool:
+    """Whether a run file of ``table`` that is not held in memory is gone from storage."""
+    fileio, store_dir = table.ctx.fileio, table.ctx.store_dir
+    for run in table.runs:
+        ref = run.ref
+        if ref is not None and not run.in_memory and not fileio.exists(f"{store_dir}/{ref.path}"):
+            return True
+    return False
+
+
 class Compactor:
     """The background compaction thread of a process (bounded queue, bounded rounds)."""
 
@@ -212,6 +226,7 @@ class Compactor:
         self.rounds = 0
         self.bytes_written = 0
         self.errors = 0
+        self.stale_skips = 0  # rounds given up because the copy's files were retired elsewhere
 
     def request(self, table: TableBase) -> bool:
         """Queue a table for a background round; False if not queued (full or disabled)."""
@@ -270,6 +285,15 @@ class Compactor:
                         progressed = self.run_once(table)
                         if progressed and len(table.runs) > cfg.compaction_max_runs:
                             self.request(table)  # more to do; no progress waits for a commit
+            except FsStateError as exc:
+                if table is not None and _retired_elsewhere(table):
+                    # an idle copy older than the retained versions: another process deleted
+                    # its files; reading fails as expected and the copy will be reopened
+                    self.stale_skips += 1
+                    log.info("fsstate compaction skipped a stale copy of %r (%s)", table.name, exc)
+                else:
+                    self.errors += 1
+                    log.exception("fsstate compaction round failed")
             except Exception:  # never let the thread die; count and log
                 self.errors += 1
                 log.exception("fsstate compaction round failed")

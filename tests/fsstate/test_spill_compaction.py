@@ -227,3 +227,40 @@ def test_append_to_cold_list_does_not_load_it(
     assert [v for v, _ in got] == list(range(303))
     r = _open(tmp_path, small_controller, 1)
     assert len(r.list_table("l", VAL, KEY).get(("big",))) == 302
+
+
+def test_compaction_of_a_copy_whose_files_were_retired_is_skipped_not_an_error(
+    tmp_path: Path,
+) -> None:
+    """An idle copy older than the retained versions cannot compact (its files are gone): the
+    background round says so at INFO and counts a stale skip, not an error."""
+    ctl = MemoryController(
+        EngineConfig(
+            memory_limit_bytes=64 * 1024 * 1024, compaction_max_runs=2, background_compaction=True
+        )
+    )
+    old = _open(tmp_path, ctl)
+    old.config = StoreConfig(retain_versions=2, row_group_bytes=64 * 1024)
+    v = old.value_table("v", VAL, KEY)
+    for version in range(2):
+        v.update((f"k{version}",), (version, "x"))
+        old.commit(version)
+    old.release_segments()  # the copy's runs are on disk only
+    new = _open(tmp_path, ctl, 1)
+    new.config = StoreConfig(retain_versions=2, row_group_bytes=64 * 1024)
+    nv = new.value_table("v", VAL, KEY)
+    for version in range(2, 6):  # retention deletes the files only version 0/1 referenced
+        nv.update(("k0",), (version, "y"))
+        new.compact(force=True)
+        new.commit(version)
+    assert any(
+        r.ref is not None and not new.fileio.exists(f"{new.store_dir}/{r.ref.path}") for r in v.runs
+    )
+    v.update(("k9",), (9, "z"))
+    v.seal()  # a third run: the idle copy now has something to merge
+    comp = ctl.compactor()
+    errors_before = comp.errors
+    assert comp.request(v)
+    comp.wait_idle()
+    assert comp.errors == errors_before
+    assert comp.stale_skips == 1
