@@ -40,13 +40,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from fsstate.controller import return_memory_to_os
 from fsstate.errors import FsStateError
 from fsstate.run import Run
 from fsstate.schema import OP, OP_CLEAR, OP_DELETE, SEQ, TableSpec
-from fsstate.segment import Segment, sort_batch
+from fsstate.segment import Segment, same_as_next, sort_batch
 from fsstate.tombstones import RangeTombstones
 
 if TYPE_CHECKING:
@@ -94,16 +93,8 @@ def pick_window(
 
 def _same_as_prev(arrays: list[pa.Array]) -> np.ndarray:
     """Boolean array: row r equals row r-1 on every array (nulls equal nulls); row 0 False."""
-    n = len(arrays[0]) if arrays else 0
-    same = np.ones(max(0, n - 1), dtype=bool)
-    for a in arrays:
-        if n < 2:
-            break
-        cur, prev = a.slice(1), a.slice(0, n - 1)
-        eq = pc.fill_null(pc.equal(cur, prev), False)
-        both_null = pc.and_(pc.is_null(cur), pc.is_null(prev))
-        same &= pc.or_(eq, both_null).to_numpy(zero_copy_only=False)
-    return np.concatenate([np.zeros(min(n, 1), dtype=bool), same])
+    same_next = same_as_next(arrays)  # row r equals row r+1: shifted by one row
+    return np.concatenate([np.zeros(min(len(same_next), 1), dtype=bool), same_next[:-1]])
 
 
 def merge_segments(

@@ -138,6 +138,11 @@ def same_as_next(arrays: list[pa.Array]) -> Any:
     return np.concatenate([same, np.zeros(min(n, 1), dtype=bool)])
 
 
+def key_tuples(cols: Sequence[pa.Array]) -> list[tuple[Any, ...]]:
+    """Grouping-key tuples of flattened key columns, in row order (built by C-level ``zip``)."""
+    return list(zip(*[c.to_pylist() for c in cols]))
+
+
 def gather_key_rows(seg: Segment, out: dict[tuple[Any, ...], list[OpRow]]) -> None:
     """Append each grouping key's op rows in ``seg`` to ``out[key]`` (segments oldest first keep
     every key's rows in seq order)."""
@@ -225,20 +230,14 @@ class Segment:
         """Whether the key index is built."""
         return self._hashes is not None
 
-    def python_keys(self) -> list[tuple[Any, ...]]:
-        """The grouping key of every row, as tuples, in row order."""
-        return self._python_keys()
-
-    def _python_keys(self) -> list[tuple[Any, ...]]:
-        return list(zip(*[c.to_pylist() for c in self._key_columns()]))
+    def _last_rows(self) -> Any:
+        """numpy int64 array: the last row of each grouping key, in key order."""
+        return np.flatnonzero(~same_as_next(self._key_columns())).astype(np.int64)
 
     def _build_index(self) -> None:
-        cols = self._key_columns()
-        n = len(cols[0]) if cols else 0
-        end_arr = (np.flatnonzero(~same_as_next(cols)) + 1).astype(np.int64)
-        start_arr = np.concatenate([np.zeros(min(n, 1), dtype=np.int64), end_arr[:-1]])
-        take = pa.array(start_arr)
-        firsts = zip(*[c.take(take).to_pylist() for c in cols])
+        end_arr = self._last_rows() + 1
+        start_arr = np.concatenate([np.zeros(min(len(end_arr), 1), dtype=np.int64), end_arr[:-1]])
+        firsts = self.keys_at(start_arr)
         hashes = np.fromiter(map(hash, firsts), dtype=np.int64, count=len(start_arr))
         order = np.argsort(hashes, kind="stable")
         self._hashes = hashes[order]
@@ -299,7 +298,7 @@ class Segment:
 
     def iter_key_rows(self) -> Iterator[tuple[tuple[Any, ...], list[OpRow]]]:
         """Every grouping key with its op rows, in key order (a full scan)."""
-        keys = self._python_keys()
+        keys = key_tuples(self._key_columns())
         n = len(keys)
         i = 0
         all_rows = self.rows(0, n) if n else []
@@ -313,15 +312,11 @@ class Segment:
 
     def distinct_keys(self) -> list[tuple[Any, ...]]:
         """Distinct grouping keys, in key order (Arrow finds them; only they become tuples)."""
-        cols = self._key_columns()
-        if not cols or not len(cols[0]):
-            return []
-        firsts = pa.array(np.flatnonzero(~same_as_next(cols)))
-        return list(zip(*[c.take(firsts).to_pylist() for c in cols]))
+        return self.keys_at(self._last_rows())
 
-    def keys_at(self, rows: Sequence[int]) -> list[tuple[Any, ...]]:
-        """The grouping keys of the given rows, as tuples."""
-        if not rows:
+    def keys_at(self, rows: Sequence[int] | Any) -> list[tuple[Any, ...]]:
+        """The grouping keys of the given rows (a sequence or numpy array), as tuples."""
+        if not len(rows):
             return []
         take = pa.array(rows, type=pa.int64())
-        return list(zip(*[c.take(take).to_pylist() for c in self._key_columns()]))
+        return key_tuples([c.take(take) for c in self._key_columns()])

@@ -34,7 +34,7 @@ import pyarrow.compute as pc
 from fsstate.errors import SchemaError
 from fsstate.run import Run
 from fsstate.schema import EXPIRES, OP, SEQ
-from fsstate.segment import Segment, same_as_next
+from fsstate.segment import Segment, key_tuples, same_as_next
 
 if TYPE_CHECKING:
     import threading
@@ -206,8 +206,7 @@ class _LazyKeys(Sequence[Key]):
 
     def _materialize(self) -> list[Key]:
         if self._keys is None:
-            cols = [c.to_pylist() for c in self._struct.flatten()]
-            self._keys = list(zip(*cols))
+            self._keys = key_tuples(self._struct.flatten())
         return self._keys
 
     def __len__(self) -> int:
@@ -244,11 +243,6 @@ def _struct_of(state: str, what: str, table: pa.Table | pa.RecordBatch, schema: 
             raise SchemaError(f"state {state!r}: {what} column {field.name!r} holds nulls")
         arrays.append(arr)
     return pa.StructArray.from_arrays(arrays, fields=list(schema))
-
-
-def _key_tuples(cols: list[pa.Array]) -> list[Key]:
-    """Key tuples of flattened key columns, built by C-level ``zip``."""
-    return list(zip(*[c.to_pylist() for c in cols]))
 
 
 def _values_table(schema: pa.Schema, vals: list[Any]) -> pa.Table:

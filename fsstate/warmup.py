@@ -25,8 +25,7 @@ import pyarrow as pa
 
 from fsstate.bulk import gc_paused
 from fsstate.schema import EXPIRES, KIND_VALUE, OP, SEQ
-from fsstate.segment import OpRow, gather_key_rows, same_as_next
-from fsstate.tables_batched import _key_tuples
+from fsstate.segment import OpRow, gather_key_rows, key_tuples, same_as_next
 from fsstate.tombstones import ABSENT
 
 if TYPE_CHECKING:
@@ -89,7 +88,7 @@ def _warm_up_values(table: TableBase) -> None:
                 continue
             key_cols = batch.column("key").flatten()
             sub = batch.filter(pa.array(~same_as_next(key_cols)))
-            keys = _key_tuples(sub.column("key").flatten())
+            keys = key_tuples(sub.column("key").flatten())
             vals = zip(*[c.to_pylist() for c in sub.column("value").flatten()])
             views = list(zip(vals, sub.column(EXPIRES).to_pylist(), sub.column(SEQ).to_pylist()))
             ops = sub.column(OP).to_numpy(zero_copy_only=False)
