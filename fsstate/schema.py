@@ -306,43 +306,46 @@ def make_checker(state: str, what: str, schema: pa.Schema) -> Checker:
                 ) from None
         return tuple(out)
 
-    fast_types = [fast for fast, _ in norms]
-    if all(ft is not None for ft in fast_types) and not any(
-        pa.types.is_integer(f.type) for f in fields
-    ):
-        # exact-type fast path, generated so a hit costs one type test per field
-        conds = " and ".join(f"type(v[{i}]) is _t{i}" for i in range(n))
-        src = (
-            "def check(v):\n"
-            f"    if type(v) is tuple and len(v) == {n} and {conds}:\n"
-            "        return v\n"
-            "    return slow(v)\n"
-        )
-        env: dict[str, Any] = {"slow": slow}
-        env.update({f"_t{i}": ft for i, ft in enumerate(fast_types)})
-        exec(src, env)
-        fast: Checker = env["check"]
-        return fast
-    if all(ft is not None for ft in fast_types):
-        int_conds: list[str] = []
-        env = {"slow": slow}
-        for i, (field, ft) in enumerate(zip(fields, fast_types)):
-            env[f"_t{i}"] = ft
-            if pa.types.is_integer(field.type):
-                lo, hi = _INT_RANGES[field.type]
-                int_conds.append(f"type(v[{i}]) is int and {lo} <= v[{i}] <= {hi}")
-            else:
-                int_conds.append(f"type(v[{i}]) is _t{i}")
-        src = (
-            "def check(v):\n"
-            f"    if type(v) is tuple and len(v) == {n} and " + " and ".join(int_conds) + ":\n"
-            "        return v\n"
-            "    return slow(v)\n"
-        )
-        exec(src, env)
-        fast2: Checker = env["check"]
-        return fast2
-    return slow
+    fast = fast_check_source(schema, "v")
+    if fast is None:
+        return slow
+    # exact-type fast path, generated so a hit costs one type test (and range test) per field
+    cond, env = fast
+    env["slow"] = slow
+    exec(f"def check(v):\n    if {cond}:\n        return v\n    return slow(v)\n", env)
+    check: Checker = env["check"]
+    return check
+
+
+def fast_check_source(schema: pa.Schema, var: str) -> tuple[str, dict[str, Any]] | None:
+    """A Python expression true when ``var`` already is a valid plain tuple of ``schema``.
+
+    The test is exact: the tuple type, the arity, each field's exact Python type and, for
+    integer fields, the type's range. A value passing it is returned unchanged by the checker
+    of :func:`make_checker`; anything else must go through the checker.
+
+    Args:
+        schema: the Arrow schema of the tuple.
+        var: the variable name the expression tests.
+
+    Returns:
+        ``(source, env)``: the expression and the globals it needs (names ``_t<i>``), or None
+        when some field has no exact-type test (the checker must always run).
+    """
+    fields = list(schema)
+    conds = [f"type({var}) is tuple", f"len({var}) == {len(fields)}"]
+    env: dict[str, Any] = {}
+    for i, field in enumerate(fields):
+        fast_type, _ = _field_normalizer(field)
+        if fast_type is None:
+            return None
+        if pa.types.is_integer(field.type):
+            lo, hi = _INT_RANGES[field.type]
+            conds.append(f"type({var}[{i}]) is int and {lo} <= {var}[{i}] <= {hi}")
+        else:
+            env[f"_t{i}"] = fast_type
+            conds.append(f"type({var}[{i}]) is _t{i}")
+    return " and ".join(conds), env
 
 
 def infer_key_schema(state: str, key: Any) -> pa.Schema:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from fsstate import interfaces
+from fsstate.cursor import Getter, KeyCursor, Updater, value_cursor_ops
 from fsstate.keyfilter import stable_hash
 from fsstate.manifest import TableEntry
 from fsstate.manifest_refs import FileRef
@@ -429,13 +430,15 @@ class TableBase(BatchedOps, interfaces.StateTable):
         freed = 0
         kind = self.kind
         dirty = self._dirty
+        views = self._views
         keep = {}
-        for k, v in self._views.items():
+        for k, v in views.items():
             if k in dirty:
                 keep[k] = v
             else:
                 freed += estimate_view_bytes(kind, v)
-        self._views = keep
+        views.clear()  # in place: key-cursor accessors hold this dict (see fsstate.cursor)
+        views.update(keep)
         if self._partial:
             self._partial = {k for k in self._partial if k in keep}
         return freed
@@ -476,6 +479,12 @@ class ValueTable(TableBase, interfaces.ValueTableAPI):
     """One value per grouping key (Spark's ValueState)."""
 
     kind = KIND_VALUE
+
+    def cursor_ops(
+        self, cursor: KeyCursor, get_slow: Getter, update_slow: Updater
+    ) -> tuple[Getter, Updater]:
+        """One-frame ``get()`` / ``update(value)`` at ``cursor.key``; see :mod:`fsstate.cursor`."""
+        return value_cursor_ops(self, cursor, get_slow, update_slow)
 
     def get(self, key: Key) -> tuple[Any, ...] | None:
         """The live value of the key, or None."""

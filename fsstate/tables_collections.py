@@ -12,12 +12,13 @@ Invariants (besides those of :mod:`fsstate.tables`):
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from fsstate import interfaces
+from fsstate.cursor import KeyCursor, map_cursor_ops
 from fsstate.errors import SchemaError
 from fsstate.schema import KIND_LIST, KIND_MAP, LIST_UKEY_SCHEMA, make_checker
 from fsstate.tables import Key, TableBase
@@ -207,6 +208,21 @@ class MapTable(TableBase, interfaces.MapTableAPI):
         super().__init__(store, entry)
         assert entry.spec.user_key_schema is not None
         self._ukey_check = make_checker(self.name, "user key", entry.spec.user_key_schema)
+
+    def cursor_ops(
+        self,
+        cursor: KeyCursor,
+        get_slow: Callable[[Key], tuple[Any, ...] | None],
+        contains_slow: Callable[[Key], bool],
+        update_slow: Callable[[Key, tuple[Any, ...]], None],
+    ) -> tuple[
+        Callable[[Key], tuple[Any, ...] | None],
+        Callable[[Key], bool],
+        Callable[[Key, tuple[Any, ...]], None],
+    ]:
+        """One-frame ``get_value(u)`` / ``contains_key(u)`` / ``update_value(u, v)`` at
+        ``cursor.key``; see :func:`fsstate.cursor.map_cursor_ops`."""
+        return map_cursor_ops(self, cursor, get_slow, contains_slow, update_slow)
 
     def _entry(self, key: Key, ukey: Key) -> Any:
         view = self._views.get(key)

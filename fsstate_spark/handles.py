@@ -19,6 +19,7 @@ Invariants:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from types import MethodType
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -101,7 +102,22 @@ class _BoundState:
 
 
 class TieredValueState(_BoundState, ValueState):
-    """Spark's ValueState API over an fsstate value table."""
+    """Spark's ValueState API over an fsstate value table.
+
+    ``get`` and ``update`` are the hottest calls of a processor. When the table offers
+    key-cursor accessors (:mod:`fsstate.cursor`), each instance's ``get`` / ``update`` are those
+    one-frame accessors, which fall back to the methods below for anything but a plain hit.
+    """
+
+    def __init__(self, binding: KeyBinding, table: Any, state_name: str) -> None:
+        super().__init__(binding, table, state_name)
+        cursor_ops = getattr(table, "cursor_ops", None)
+        if cursor_ops is not None:
+            self.get, self.update = cursor_ops(  # type: ignore[method-assign]
+                binding,
+                MethodType(TieredValueState.get, self),
+                MethodType(TieredValueState.update, self),
+            )
 
     def exists(self) -> bool:
         """Whether the state holds a (live) value for the current key."""
@@ -171,7 +187,25 @@ class TieredListState(_BoundState, ListState):
 
 
 class TieredMapState(_BoundState, MapState):
-    """Spark's MapState API over an fsstate map table."""
+    """Spark's MapState API over an fsstate map table.
+
+    As for :class:`TieredValueState`, ``getValue`` / ``containsKey`` / ``updateValue`` are
+    per-instance key-cursor accessors when the table offers them, falling back to the methods
+    below off their hit paths.
+    """
+
+    def __init__(self, binding: KeyBinding, table: Any, state_name: str) -> None:
+        super().__init__(binding, table, state_name)
+        cursor_ops = getattr(table, "cursor_ops", None)
+        if cursor_ops is not None:
+            self.getValue, self.containsKey, self.updateValue = (  # type: ignore[method-assign]
+                cursor_ops(
+                    binding,
+                    MethodType(TieredMapState.getValue, self),
+                    MethodType(TieredMapState.containsKey, self),
+                    MethodType(TieredMapState.updateValue, self),
+                )
+            )
 
     def exists(self) -> bool:
         """Whether the current key's map has any live entry."""

@@ -46,6 +46,7 @@ import pytest
 from fsstate import PartitionStore, StoreConfig
 from fsstate.compaction import Compactor
 from fsstate.controller import EngineConfig, MemoryController
+from fsstate.cursor import Getter, Updater
 from fsstate.errors import FsStateError, VersionNotFoundError
 from fsstate.tables import ListTable, MapTable, TableBase, ValueTable
 from tests.fsstate.model import LIST, MAP, VALUE, ModelStore
@@ -170,6 +171,13 @@ def _found_values(result: pa.Table) -> list[tuple[Any, ...] | None]:
     return out
 
 
+class KeyCursorCell:
+    """The current-key cell of key-cursor accessors (what Spark's adapter binds per key)."""
+
+    def __init__(self) -> None:
+        self.key: tuple[Any, ...] | None = None
+
+
 class Runner:
     """Drives one seeded run: the engine store, the model and the random operation mix."""
 
@@ -216,6 +224,8 @@ class Runner:
         self.tables: dict[str, TableBase] = {}
         self._declare_all()
         self.stats: dict[str, int] = {}
+        self.cursors: dict[str, tuple[ValueTable, KeyCursorCell, Getter, Updater]] = {}
+        self.map_cursors: dict[str, tuple[Any, ...]] = {}
 
     # -- plumbing ------------------------------------------------------------------------------
     def ctx(self, what: str) -> str:
@@ -369,11 +379,37 @@ class Runner:
             self.check_ttl_index(d, exact=True, load=True)
 
     # -- value operations ------------------------------------------------------------------------
+    def cursor_ops(self, d: TableDef) -> tuple[KeyCursorCell, Getter, Updater]:
+        """Key-cursor accessors of ``d``'s current table object (new ones after a reopen)."""
+        t = self.vt(d)
+        got = self.cursors.get(d.name)
+        if got is None or got[0] is not t:
+            cell = KeyCursorCell()
+
+            def get_slow() -> tuple[Any, ...] | None:
+                assert cell.key is not None
+                return t.get(cell.key)
+
+            def update_slow(value: tuple[Any, ...]) -> None:
+                assert cell.key is not None
+                t.update(cell.key, value)
+
+            get, update = t.cursor_ops(cell, get_slow, update_slow)
+            got = self.cursors[d.name] = (t, cell, get, update)
+        return got[1], got[2], got[3]
+
     def op_value_update(self) -> None:
         d = self.rng.choice(self.by_kind[VALUE])
         k, v = self.key(d), self.value()
-        self.log(f"{d.name}.update({k}, {v})")
-        self.vt(d).update(k, v)
+        if self.rng.random() < 0.5:
+            self.log(f"{d.name}.update({k}, {v}) by key cursor")
+            cell, _, update = self.cursor_ops(d)
+            cell.key = k
+            update(v)
+            cell.key = None
+        else:
+            self.log(f"{d.name}.update({k}, {v})")
+            self.vt(d).update(k, v)
         self.model.value_update(d.name, k, v)
 
     def op_value_clear(self) -> None:
@@ -386,8 +422,16 @@ class Runner:
     def op_value_get(self) -> None:
         d = self.rng.choice(self.by_kind[VALUE])
         k = self.key(d)
-        self.log(f"{d.name}.get({k})")
-        self.check(self.vt(d).get(k), self.model.value_get(d.name, k), f"{d.name}.get({k})")
+        expected = self.model.value_get(d.name, k)
+        if self.rng.random() < 0.5:
+            self.log(f"{d.name}.get({k}) by key cursor")
+            cell, get, _ = self.cursor_ops(d)
+            cell.key = k
+            self.check(get(), expected, f"{d.name}.get({k}) by key cursor")
+            cell.key = None
+        else:
+            self.log(f"{d.name}.get({k})")
+            self.check(self.vt(d).get(k), expected, f"{d.name}.get({k})")
 
     def op_value_put_many(self) -> None:
         d = self.rng.choice(self.by_kind[VALUE])
@@ -450,11 +494,38 @@ class Runner:
             self.model.list_extend(d.name, k, [v])
 
     # -- map operations --------------------------------------------------------------------------
+    def map_cursor_ops(self, d: TableDef) -> tuple[KeyCursorCell, Any, Any, Any]:
+        """Key-cursor accessors of ``d``'s current map table object."""
+        t = self.mt(d)
+        got = self.map_cursors.get(d.name)
+        if got is None or got[0] is not t:
+            cell = KeyCursorCell()
+
+            def key() -> tuple[Any, ...]:
+                assert cell.key is not None
+                return cell.key
+
+            ops = t.cursor_ops(
+                cell,
+                lambda u: t.get(key(), u),
+                lambda u: t.contains(key(), u),
+                lambda u, v: t.update(key(), u, v),
+            )
+            got = self.map_cursors[d.name] = (t, cell, *ops)
+        return got[1], got[2], got[3], got[4]
+
     def op_map_update(self) -> None:
         d = self.rng.choice(self.by_kind[MAP])
         k, u, v = self.key(d), self.ukey(d), self.value()
-        self.log(f"{d.name}.update({k}, {u}, {v})")
-        self.mt(d).update(k, u, v)
+        if self.rng.random() < 0.5:
+            self.log(f"{d.name}.update({k}, {u}, {v}) by key cursor")
+            cell, _, _, update_value = self.map_cursor_ops(d)
+            cell.key = k
+            update_value(u, v)
+            cell.key = None
+        else:
+            self.log(f"{d.name}.update({k}, {u}, {v})")
+            self.mt(d).update(k, u, v)
         self.model.map_update(d.name, k, u, v)
 
     def op_map_remove(self) -> None:
@@ -476,10 +547,18 @@ class Runner:
         k, u = self.key(d), self.ukey(d)
         self.log(f"{d.name}.get({k}, {u}) / contains")
         exp = self.model.map_get(d.name, k, u)
-        if self.rng.random() < 0.5:
+        cell, get_value, contains_key, _ = self.map_cursor_ops(d)
+        cell.key = k
+        r = self.rng.random()
+        if r < 0.25:
             self.check(self.mt(d).get(k, u), exp, f"{d.name}.get({k}, {u})")
-        else:
+        elif r < 0.5:
             self.check(self.mt(d).contains(k, u), exp is not None, f"{d.name}.contains({k}, {u})")
+        elif r < 0.75:
+            self.check(get_value(u), exp, f"{d.name}.get({k}, {u}) by key cursor")
+        else:
+            self.check(contains_key(u), exp is not None, f"{d.name}.contains({k}, {u}) by cursor")
+        cell.key = None
 
     def op_map_iterate(self) -> None:
         d = self.rng.choice(self.by_kind[MAP])
@@ -749,6 +828,9 @@ class Runner:
         if d.kind == VALUE:
             vt = self.vt(d)
             calls.append((f"update({k}, {bad!r})", lambda: vt.update(k, bad)))
+            cell, _, cursor_update = self.cursor_ops(d)
+            cell.key = k
+            calls.append((f"update({bad!r}) by key cursor at {k}", lambda: cursor_update(bad)))
             calls.append(
                 (
                     "put_many(3 keys, 2 values)",
@@ -770,6 +852,14 @@ class Runner:
                 (f"update({k}, {d.ukeys[0]}, {bad!r})", lambda: mt.update(k, d.ukeys[0], bad))
             )
             calls.append((f"remove({k}, {wrong_ukey})", lambda: mt.remove(k, wrong_ukey)))
+            mcell, _, _, cursor_update_value = self.map_cursor_ops(d)
+            mcell.key = k
+            calls.append(
+                (
+                    f"update({d.ukeys[0]}, {bad!r}) by key cursor at {k}",
+                    lambda: cursor_update_value(d.ukeys[0], bad),
+                )
+            )
         if d.declare_key_schema:
             wrong_key = ("x",) if d.key_kind == "int" else (1, "x")
             calls.append((f"clear({wrong_key})", lambda: t.clear(wrong_key)))
