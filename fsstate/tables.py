@@ -461,19 +461,6 @@ class TableBase(BatchedOps, interfaces.StateTable):
         kind = self.kind
         return sum(estimate_view_bytes(kind, v) for v in self._views.values())
 
-    def primary_rows_with_ttl(self) -> int:
-        """Rows carrying an expiry across every live key (a full scan, for invariant checks)."""
-        total = 0
-        for k in self.all_keys():
-            view = self._view_nocache(k)
-            if self.kind == KIND_VALUE:
-                total += 0 if view is ABSENT or view[1] is None else 1
-            elif self.kind == KIND_MAP:
-                total += sum(1 for e in view.values() if e[1] is not None)
-            else:
-                total += 1 if any(e[1] is not None for e in view) else 0
-        return total
-
 
 class ValueTable(TableBase, interfaces.ValueTableAPI):
     """One value per grouping key (Spark's ValueState)."""

@@ -23,6 +23,9 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
+from fsstate.tables import TableBase
+from fsstate.tombstones import ABSENT
+
 Key = tuple[Any, ...]
 Value = tuple[Any, ...]
 
@@ -258,3 +261,21 @@ class ModelStore:
         for name, t in self.tables.items():
             t.rows = copy.deepcopy(snap.get(name, {}))
         self.version = version
+
+
+def engine_rows_with_ttl(table: TableBase) -> int:
+    """Rows carrying an expiry across every live key of an engine table (a full scan).
+
+    Value and map state count rows; list state counts keys with any expiring element (its TTL
+    index holds one minimum entry per key).
+    """
+    total = 0
+    for k in table.all_keys():
+        view = table._view_nocache(k)
+        if table.kind == VALUE:
+            total += 0 if view is ABSENT or view[1] is None else 1
+        elif table.kind == MAP:
+            total += sum(1 for e in view.values() if e[1] is not None)
+        else:
+            total += 1 if any(e[1] is not None for e in view) else 0
+    return total

@@ -49,7 +49,7 @@ from fsstate.controller import EngineConfig, MemoryController
 from fsstate.cursor import Getter, Updater
 from fsstate.errors import FsStateError, VersionNotFoundError
 from fsstate.tables import ListTable, MapTable, TableBase, ValueTable
-from tests.fsstate.model import LIST, MAP, VALUE, ModelStore
+from tests.fsstate.model import LIST, MAP, VALUE, ModelStore, engine_rows_with_ttl
 
 OPERATOR = "model-op"
 PARTITION = 3
@@ -372,7 +372,7 @@ class Runner:
             for k in d.keys:
                 self.compare_key(d, k)
             self.check(
-                self.tables[d.name].primary_rows_with_ttl(),
+                engine_rows_with_ttl(self.tables[d.name]),
                 self.model.rows_with_ttl(d.name),
                 f"{d.name}.primary_rows_with_ttl()",
             )

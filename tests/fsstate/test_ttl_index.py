@@ -10,6 +10,7 @@ import pytest
 from fsstate import PartitionStore
 from fsstate.ttl_index import TtlIndex
 from tests.fsstate.conftest import KEY, VAL, to_tier
+from tests.fsstate.model import engine_rows_with_ttl
 
 Factory = Callable[..., PartitionStore]
 V1 = pa.schema([pa.field("v", pa.string())])
@@ -62,7 +63,7 @@ def test_index_never_exceeds_primary(make_store: Factory) -> None:
             m.remove((f"k{step % 5}",), (step % 3,))
         if step % 17 == 0:
             s.expire()
-        assert len(m.ttl_index()) <= m.primary_rows_with_ttl()
+        assert len(m.ttl_index()) <= engine_rows_with_ttl(m)
 
 
 def test_cleanup_cost_is_proportional_to_expired(make_store: Factory) -> None:
