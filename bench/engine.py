@@ -154,8 +154,48 @@ def bench_hot(ctx: BenchContext, scratch: _Scratch, rng: np.random.Generator) ->
         goal = GOAL_HOT_UPDATE if ttl is None else None
         notes = what + ("; maintains the TTL index" if ttl else "")
         out.append(_rate_result(f"hot update{tag}", n, e, b, goal, "ops/s", notes))
+        if ttl is None:
+            out.append(_hot_cursor_pair(vt, keys, vals2, repeat))
         st.close()
     return out
+
+
+class _Cell:
+    """A current-key cell, as the Spark adapter's key binding."""
+
+    key: Any = None
+
+
+def _hot_cursor_pair(vt: Any, keys: list[Any], vals: list[Any], repeat: int) -> Result:
+    """``get()`` + ``update(v)`` through key-cursor accessors (the Spark handles' path)."""
+    cell = _Cell()
+    get, update = vt.cursor_ops(cell, lambda: vt.get(cell.key), lambda v: vt.update(cell.key, v))
+    d = dict(zip(keys, vals, strict=True))
+
+    def eng() -> None:
+        for k, v in zip(keys, vals, strict=True):
+            cell.key = k
+            get()
+            update(v)
+
+    def base() -> None:
+        for k, v in zip(keys, vals, strict=True):
+            cell.key = k
+            d.get(cell.key)
+            d[cell.key] = v
+
+    e, b = sample_pair(eng, base, repeat=repeat)
+    return _rate_result(
+        "hot get+update by key cursor",
+        2 * len(keys),
+        e,
+        b,
+        None,
+        "ops/s",
+        f"{len(keys):,} keys with hot views; per key: bind the key in a cell, get(), update(v) "
+        "through fsstate.cursor accessors (what ValueState.get/update run in Spark); baseline: "
+        "the same loop on a dict",
+    )
 
 
 # -- put_many / get_many ------------------------------------------------------------------------

@@ -35,7 +35,7 @@ from fsstate.tombstones import ABSENT
 
 if TYPE_CHECKING:
     from fsstate.tables import TableBase, ValueTable
-    from fsstate.tables_collections import MapTable
+    from fsstate.tables_collections import ListTable, MapTable
 
 Key = tuple[Any, ...]
 Value = tuple[Any, ...]
@@ -121,6 +121,29 @@ def make(
 """
 
 
+_LIST_SRC = """
+def make(views, dirty, store, table, ctl, cursor, append_slow, type, len{types}):
+    def append_value(v):
+        key = cursor.key
+        view = views.get(key)
+        if view is not None and {cond} and not table.indexed:
+            seq = store.next_seq
+            store.next_seq = seq + 1
+            view.append((v, None, seq))
+            d = dirty.get(key)
+            if d is None:
+                d = dirty[key] = [None, {{}}]
+            d[1][seq] = seq
+            ctl.growth -= 1
+            if ctl.growth <= 0:
+                ctl.check()
+        else:
+            append_slow(v)
+
+    return append_value
+"""
+
+
 def value_cursor_ops(
     table: ValueTable, cursor: KeyCursor, get_slow: Getter, update_slow: Updater
 ) -> tuple[Getter, Updater]:
@@ -193,6 +216,43 @@ def map_cursor_ops(
         *types.values(),
     )
     return ops
+
+
+def list_cursor_ops(
+    table: ListTable, cursor: KeyCursor, append_slow: Callable[[Value], None]
+) -> Callable[[Value], None]:
+    """Generate ``append_value(v)`` at ``cursor.key``.
+
+    The fast path is the hit path of :meth:`fsstate.tables_collections.ListTable.append`: the
+    key has a view in memory (a whole list, or the partial view of blind appends), the value
+    passes the exact-type test and the table has no TTL index; it appends, marks the element
+    dirty and counts one unit of growth for the memory controller, as ``append`` does.
+    Anything else calls ``append_slow``.
+
+    Args:
+        table: the list table.
+        cursor: the object whose ``key`` attribute names the current grouping key.
+        append_slow: the reference ``append_value(v)``.
+
+    Returns:
+        ``append_value``, one Python frame on the fast path.
+    """
+    cond, types = _value_test(table)
+    append: Callable[[Value], None] = _factory(
+        _LIST_SRC.format(types="".join(f", {t}" for t in types), cond=cond)
+    )(
+        table._views,
+        table._dirty,
+        table._store,
+        table,
+        table._ctl,
+        cursor,
+        append_slow,
+        type,
+        len,
+        *types.values(),
+    )
+    return append
 
 
 def _value_test(table: TableBase) -> tuple[str, dict[str, Any]]:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from fsstate import interfaces
-from fsstate.cursor import KeyCursor, map_cursor_ops
+from fsstate.cursor import KeyCursor, list_cursor_ops, map_cursor_ops
 from fsstate.errors import SchemaError
 from fsstate.schema import KIND_LIST, KIND_MAP, LIST_UKEY_SCHEMA, make_checker
 from fsstate.tables import Key, TableBase
@@ -99,6 +99,13 @@ class ListTable(TableBase, interfaces.ListTableAPI):
         ctl.growth -= 1
         if ctl.growth <= 0:
             ctl.check()
+
+    def cursor_ops(
+        self, cursor: KeyCursor, append_slow: Callable[[tuple[Any, ...]], None]
+    ) -> Callable[[tuple[Any, ...]], None]:
+        """One-frame ``append_value(v)`` at ``cursor.key``; see
+        :func:`fsstate.cursor.list_cursor_ops`."""
+        return list_cursor_ops(self, cursor, append_slow)
 
     def _blind_view(self, key: Any) -> tuple[Key, list[Any]]:
         """The view to append to: without TTL, a cold key's list is not loaded.

@@ -241,3 +241,56 @@ def test_map_hot_calls_take_the_fast_path_and_bad_input_is_refused(make_store: F
     c.update_value(("x",), (20, "v"))
     store.set_time(store.now_ms + 100)
     assert c.get_value(("x",)) is None and not c.contains_key(("x",))
+
+
+def test_list_accessor_matches_the_table_on_every_tier(make_store: Factory, tier: str) -> None:
+    store = make_store()
+    t = store.list_table("l", VAL, KEY)
+    for i in range(5):
+        t.extend((f"u{i}",), [(i, "a"), (i, "b")])
+    t.clear(("u1",))
+    store = to_tier(store, tier, 1)
+    t = store.list_table("l", VAL, KEY)
+    cell = Cell()
+    slow: list[tuple[Any, ...]] = []
+
+    def append_slow(v: tuple[Any, ...]) -> None:
+        slow.append(v)
+        assert cell.key is not None
+        t.append(cell.key, v)
+
+    append = t.cursor_ops(cell, append_slow)
+    for i in range(6):  # cold keys get the table's blind append, then the fast path
+        cell.key = (f"u{i}",)
+        append((100 + i, "c"))
+        append((200 + i, "d"))
+    assert len(slow) == (1 if tier == "memory" else 6)  # one slow append per cold key
+    for i in range(6):
+        before = [] if i in (1, 5) else [(i, "a"), (i, "b")]
+        assert t.get((f"u{i}",)) == [*before, (100 + i, "c"), (200 + i, "d")]
+    seq = store.next_seq
+    for bad in [(1,), ("1", "x"), 5]:
+        with pytest.raises(SchemaError):
+            append(bad)
+    assert store.next_seq == seq
+    store.commit(2)
+    again = PartitionStore.open(store.fileio, store.operator, store.partition, 2, store.config)
+    assert again.list_table("l", VAL, KEY).get(("u0",)) == [
+        (0, "a"),
+        (0, "b"),
+        (100, "c"),
+        (200, "d"),
+    ]
+
+
+def test_list_accessor_keeps_the_ttl_index(make_store: Factory) -> None:
+    store = make_store()
+    t = store.list_table("l", VAL, KEY, ttl_ms=100)
+    cell = Cell()
+    cell.key = ("a",)
+    append = t.cursor_ops(cell, lambda v: t.append(("a",), v))
+    append((1, "x"))
+    append((2, "x"))
+    assert len(t.ttl_index()) == 1
+    store.set_time(store.now_ms + 100)
+    assert t.get(("a",)) == [] and t.expire() == 2

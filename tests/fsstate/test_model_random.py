@@ -226,6 +226,7 @@ class Runner:
         self.stats: dict[str, int] = {}
         self.cursors: dict[str, tuple[ValueTable, KeyCursorCell, Getter, Updater]] = {}
         self.map_cursors: dict[str, tuple[Any, ...]] = {}
+        self.list_cursors: dict[str, tuple[Any, ...]] = {}
 
     # -- plumbing ------------------------------------------------------------------------------
     def ctx(self, what: str) -> str:
@@ -457,11 +458,32 @@ class Runner:
         self.lt(d).put(k, vals)
         self.model.list_put(d.name, k, vals)
 
+    def list_cursor_append(self, d: TableDef) -> tuple[KeyCursorCell, Any]:
+        """The key-cursor ``append_value`` of ``d``'s current list table object."""
+        t = self.lt(d)
+        got = self.list_cursors.get(d.name)
+        if got is None or got[0] is not t:
+            cell = KeyCursorCell()
+
+            def append_slow(value: tuple[Any, ...]) -> None:
+                assert cell.key is not None
+                t.append(cell.key, value)
+
+            got = self.list_cursors[d.name] = (t, cell, t.cursor_ops(cell, append_slow))
+        return got[1], got[2]
+
     def op_list_append(self) -> None:
         d = self.rng.choice(self.by_kind[LIST])
         k, v = self.key(d), self.value()
-        self.log(f"{d.name}.append({k}, {v})")
-        self.lt(d).append(k, v)
+        if self.rng.random() < 0.5:
+            self.log(f"{d.name}.append({k}, {v}) by key cursor")
+            cell, append_value = self.list_cursor_append(d)
+            cell.key = k
+            append_value(v)
+            cell.key = None
+        else:
+            self.log(f"{d.name}.append({k}, {v})")
+            self.lt(d).append(k, v)
         self.model.list_extend(d.name, k, [v])
 
     def op_list_extend(self) -> None:
@@ -842,6 +864,9 @@ class Runner:
             calls.append((f"put({k}, [{good}, {bad!r}])", lambda: lt.put(k, [good, bad])))
             calls.append((f"extend({k}, [{good}, {bad!r}])", lambda: lt.extend(k, [good, bad])))
             calls.append((f"append({k}, {bad!r})", lambda: lt.append(k, bad)))
+            lcell, cursor_append = self.list_cursor_append(d)
+            lcell.key = k
+            calls.append((f"append({bad!r}) by key cursor at {k}", lambda: cursor_append(bad)))
         else:
             mt = self.mt(d)
             wrong_ukey: Any = ("str",) if d.ukeys is INT_UKEYS else (7,)
