@@ -39,8 +39,8 @@ if TYPE_CHECKING:
 
 Key = tuple[Any, ...]
 Value = tuple[Any, ...]
-Getter = Callable[[], "Value | None"]
-Updater = Callable[[Value], None]
+Getter = Callable[..., "Value | None"]  # get() (or get(self) with method=True)
+Updater = Callable[..., None]  # update(value) (or update(self, value))
 
 
 class KeyCursor(Protocol):
@@ -54,13 +54,13 @@ class KeyCursor(Protocol):
 # and in a cache-cold worker every line of bytecode read is a miss.
 _SRC = """
 def make(views, dirty, store, table, cursor, ABSENT, get_slow, update_slow, type, len{types}):
-    def get():
+    def get({s0}):
         e = views.get(cursor.key)
         if e is None or e is ABSENT or e[1] is not None:
-            return get_slow()
+            return get_slow({s0})
         return e[0]
 
-    def update(v):
+    def update({s}v):
         key = cursor.key
         if {cond} and key in views and not table.indexed:
             seq = store.next_seq
@@ -68,7 +68,7 @@ def make(views, dirty, store, table, cursor, ABSENT, get_slow, update_slow, type
             views[key] = (v, None, seq)
             dirty[key] = seq
         else:
-            update_slow(v)
+            update_slow({s}v)
 
     return get, update
 """
@@ -86,23 +86,23 @@ _MAP_SRC = """
 def make(
     views, dirty, store, table, cursor, get_slow, contains_slow, update_slow, type, len{types}
 ):
-    def get_value(u):
+    def get_value({s}u):
         view = views.get(cursor.key)
         if view is not None:
             e = view.get(u)
             if e is not None and e[1] is None:
                 return e[0]
-        return get_slow(u)
+        return get_slow({s}u)
 
-    def contains_key(u):
+    def contains_key({s}u):
         view = views.get(cursor.key)
         if view is not None:
             e = view.get(u)
             if e is not None and e[1] is None:
                 return True
-        return contains_slow(u)
+        return contains_slow({s}u)
 
-    def update_value(u, v):
+    def update_value({s}u, v):
         key = cursor.key
         view = views.get(key)
         if view is not None and {cond} and u in view and not table.indexed:
@@ -115,7 +115,7 @@ def make(
                 d = dirty[key] = [None, {{}}]
             d[1][u] = seq
         else:
-            update_slow(u, v)
+            update_slow({s}u, v)
 
     return get_value, contains_key, update_value
 """
@@ -123,7 +123,7 @@ def make(
 
 _LIST_SRC = """
 def make(views, dirty, store, table, ctl, cursor, append_slow, type, len{types}):
-    def append_value(v):
+    def append_value({s}v):
         key = cursor.key
         view = views.get(key)
         if view is not None and {cond} and not table.indexed:
@@ -138,14 +138,18 @@ def make(views, dirty, store, table, ctl, cursor, append_slow, type, len{types})
             if ctl.growth <= 0:
                 ctl.check()
         else:
-            append_slow(v)
+            append_slow({s}v)
 
     return append_value
 """
 
 
 def value_cursor_ops(
-    table: ValueTable, cursor: KeyCursor, get_slow: Getter, update_slow: Updater
+    table: ValueTable,
+    cursor: KeyCursor,
+    get_slow: Callable[..., Value | None],
+    update_slow: Callable[..., None],
+    method: bool = False,
 ) -> tuple[Getter, Updater]:
     """Generate ``get()`` / ``update(value)`` for ``table`` at ``cursor.key``.
 
@@ -154,12 +158,16 @@ def value_cursor_ops(
         cursor: the object whose ``key`` attribute names the current grouping key.
         get_slow: the reference ``get()`` (called off the fast path; raises what it raises).
         update_slow: the reference ``update(value)``.
+        method: generate methods: each accessor takes a leading ``self``, which it passes
+            on to the slow callables (then plain functions of the class).
 
     Returns:
         ``(get, update)``, each one Python frame on the fast path.
     """
-    cond, types = _value_test(table)
-    get, update = _factory(_SRC.format(types="".join(f", {t}" for t in types), cond=cond))(
+    ops: tuple[Getter, Updater] = _build(
+        _SRC,
+        table,
+        method,
         table._views,
         table._dirty,
         table._store,
@@ -168,20 +176,18 @@ def value_cursor_ops(
         ABSENT,
         get_slow,
         update_slow,
-        type,
-        len,
-        *types.values(),
     )
-    return get, update
+    return ops
 
 
 def map_cursor_ops(
     table: MapTable,
     cursor: KeyCursor,
-    get_slow: Callable[[Key], Value | None],
-    contains_slow: Callable[[Key], bool],
-    update_slow: Callable[[Key, Value], None],
-) -> tuple[Callable[[Key], Value | None], Callable[[Key], bool], Callable[[Key, Value], None]]:
+    get_slow: Callable[..., Value | None],
+    contains_slow: Callable[..., bool],
+    update_slow: Callable[..., None],
+    method: bool = False,
+) -> tuple[Callable[..., Value | None], Callable[..., bool], Callable[..., None]]:
     """Generate ``get_value(u)`` / ``contains_key(u)`` / ``update_value(u, v)`` at ``cursor.key``.
 
     The fast paths are the hit paths of :class:`fsstate.tables_collections.MapTable`'s ``get``,
@@ -195,14 +201,15 @@ def map_cursor_ops(
         get_slow: the reference ``get_value(u)``.
         contains_slow: the reference ``contains_key(u)``.
         update_slow: the reference ``update_value(u, v)``.
+        method: as for :func:`value_cursor_ops`.
 
     Returns:
         ``(get_value, contains_key, update_value)``, each one Python frame on the fast path.
     """
-    cond, types = _value_test(table)
-    ops: tuple[
-        Callable[[Key], Value | None], Callable[[Key], bool], Callable[[Key, Value], None]
-    ] = _factory(_MAP_SRC.format(types="".join(f", {t}" for t in types), cond=cond))(
+    ops: tuple[Callable[..., Value | None], Callable[..., bool], Callable[..., None]] = _build(
+        _MAP_SRC,
+        table,
+        method,
         table._views,
         table._dirty,
         table._store,
@@ -211,16 +218,13 @@ def map_cursor_ops(
         get_slow,
         contains_slow,
         update_slow,
-        type,
-        len,
-        *types.values(),
     )
     return ops
 
 
 def list_cursor_ops(
-    table: ListTable, cursor: KeyCursor, append_slow: Callable[[Value], None]
-) -> Callable[[Value], None]:
+    table: ListTable, cursor: KeyCursor, append_slow: Callable[..., None], method: bool = False
+) -> Callable[..., None]:
     """Generate ``append_value(v)`` at ``cursor.key``.
 
     The fast path is the hit path of :meth:`fsstate.tables_collections.ListTable.append`: the
@@ -233,14 +237,15 @@ def list_cursor_ops(
         table: the list table.
         cursor: the object whose ``key`` attribute names the current grouping key.
         append_slow: the reference ``append_value(v)``.
+        method: as for :func:`value_cursor_ops`.
 
     Returns:
         ``append_value``, one Python frame on the fast path.
     """
-    cond, types = _value_test(table)
-    append: Callable[[Value], None] = _factory(
-        _LIST_SRC.format(types="".join(f", {t}" for t in types), cond=cond)
-    )(
+    append: Callable[..., None] = _build(
+        _LIST_SRC,
+        table,
+        method,
         table._views,
         table._dirty,
         table._store,
@@ -248,11 +253,26 @@ def list_cursor_ops(
         table._ctl,
         cursor,
         append_slow,
-        type,
-        len,
-        *types.values(),
     )
     return append
+
+
+def _build(source: str, table: TableBase, method: bool, *cells: Any) -> Any:
+    """Compile ``source`` for the table's value test and call its ``make`` with ``cells``.
+
+    With ``method`` the accessors take a leading ``self`` (ignored, passed on to the slow
+    callables), so a class can hold them as its methods.
+    """
+    cond, types = _value_test(table)
+    make = _factory(
+        source.format(
+            types="".join(f", {t}" for t in types),
+            cond=cond,
+            s0="self" if method else "",
+            s="self, " if method else "",
+        )
+    )
+    return make(*cells, type, len, *types.values())
 
 
 def _value_test(table: TableBase) -> tuple[str, dict[str, Any]]:

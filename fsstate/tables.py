@@ -20,13 +20,13 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from fsstate import interfaces
-from fsstate.cursor import Getter, KeyCursor, Updater, value_cursor_ops
+from fsstate.cursor import Getter, KeyCursor, Updater, Value, value_cursor_ops
 from fsstate.keyfilter import stable_hash
 from fsstate.manifest import TableEntry
 from fsstate.manifest_refs import FileRef
@@ -468,10 +468,14 @@ class ValueTable(TableBase, interfaces.ValueTableAPI):
     kind = KIND_VALUE
 
     def cursor_ops(
-        self, cursor: KeyCursor, get_slow: Getter, update_slow: Updater
+        self,
+        cursor: KeyCursor,
+        get_slow: Callable[..., Value | None],
+        update_slow: Callable[..., None],
+        method: bool = False,
     ) -> tuple[Getter, Updater]:
         """One-frame ``get()`` / ``update(value)`` at ``cursor.key``; see :mod:`fsstate.cursor`."""
-        return value_cursor_ops(self, cursor, get_slow, update_slow)
+        return value_cursor_ops(self, cursor, get_slow, update_slow, method)
 
     def get(self, key: Key) -> tuple[Any, ...] | None:
         """The live value of the key, or None."""

@@ -101,11 +101,11 @@ class ListTable(TableBase, interfaces.ListTableAPI):
             ctl.check()
 
     def cursor_ops(
-        self, cursor: KeyCursor, append_slow: Callable[[tuple[Any, ...]], None]
-    ) -> Callable[[tuple[Any, ...]], None]:
+        self, cursor: KeyCursor, append_slow: Callable[..., None], method: bool = False
+    ) -> Callable[..., None]:
         """One-frame ``append_value(v)`` at ``cursor.key``; see
         :func:`fsstate.cursor.list_cursor_ops`."""
-        return list_cursor_ops(self, cursor, append_slow)
+        return list_cursor_ops(self, cursor, append_slow, method)
 
     def _blind_view(self, key: Any) -> tuple[Key, list[Any]]:
         """The view to append to: without TTL, a cold key's list is not loaded.
@@ -219,17 +219,14 @@ class MapTable(TableBase, interfaces.MapTableAPI):
     def cursor_ops(
         self,
         cursor: KeyCursor,
-        get_slow: Callable[[Key], tuple[Any, ...] | None],
-        contains_slow: Callable[[Key], bool],
-        update_slow: Callable[[Key, tuple[Any, ...]], None],
-    ) -> tuple[
-        Callable[[Key], tuple[Any, ...] | None],
-        Callable[[Key], bool],
-        Callable[[Key, tuple[Any, ...]], None],
-    ]:
+        get_slow: Callable[..., tuple[Any, ...] | None],
+        contains_slow: Callable[..., bool],
+        update_slow: Callable[..., None],
+        method: bool = False,
+    ) -> tuple[Callable[..., tuple[Any, ...] | None], Callable[..., bool], Callable[..., None]]:
         """One-frame ``get_value(u)`` / ``contains_key(u)`` / ``update_value(u, v)`` at
         ``cursor.key``; see :func:`fsstate.cursor.map_cursor_ops`."""
-        return map_cursor_ops(self, cursor, get_slow, contains_slow, update_slow)
+        return map_cursor_ops(self, cursor, get_slow, contains_slow, update_slow, method)
 
     def _entry(self, key: Key, ukey: Key) -> Any:
         view = self._views.get(key)

@@ -344,3 +344,52 @@ def test_pyfiles_zip_and_state_summary(task: dict[str, TaskInfo], tmp_path: Path
     assert summary.files > 0 and summary.bytes > 0
     assert summary.rows_by_table()["vals"] == 3
     assert "counter" in summary.format()
+
+
+def test_hot_state_calls_are_key_cursor_methods(tmp_path: Path) -> None:
+    """The declared states are subclasses whose hot methods are the engine's accessors; off
+    their hit path the Tiered* methods answer (errors included)."""
+    from fsstate_spark.handles import (
+        KeyBinding,
+        TieredHandle,
+        TieredListState,
+        TieredMapState,
+        TieredValueState,
+    )
+
+    store = PartitionStore.open(str(tmp_path), "op", 0, None)
+    binding = KeyBinding()
+    handle = TieredHandle(FakeHandle(), store, binding)
+    v = handle.getValueState("c", "c BIGINT")
+    lst = handle.getListState("l", "x BIGINT")
+    m = handle.getMapState("m", "u STRING", "n BIGINT")
+    for state, cls, names in (
+        (v, TieredValueState, ("get", "update")),
+        (lst, TieredListState, ("appendValue",)),
+        (m, TieredMapState, ("getValue", "containsKey", "updateValue")),
+    ):
+        assert isinstance(state, cls) and type(state) is not cls
+        for name in names:
+            assert getattr(type(state), name) is not getattr(cls, name), name
+            assert getattr(type(state), name).__doc__ == getattr(cls, name).__doc__
+    with pytest.raises(NoGroupingKeyError):
+        v.get()
+    binding.key = ("a",)
+    assert v.get() is None
+    v.update((1,))
+    v.update((v.get()[0] + 1,))  # type: ignore[index]
+    with pytest.raises(SchemaError):
+        v.update(("x",))
+    lst.appendValue((1,))
+    lst.appendValue((2,))
+    m.updateValue(("p",), (1,))
+    m.updateValue(("p",), (m.getValue(("p",))[0] + 1,))  # type: ignore[index]
+    assert (v.get(), list(lst.get()), m.getValue(("p",)), m.containsKey(("q",))) == (
+        (2,),
+        [(1,), (2,)],
+        (2,),
+        False,
+    )
+    binding.key = None
+    with pytest.raises(NoGroupingKeyError):
+        m.updateValue(("p",), (3,))
