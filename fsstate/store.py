@@ -573,6 +573,8 @@ class PartitionStore:
         """Release memory; uncommitted changes are discarded."""
         self._closed = True
         self.controller.unregister(self)
+        for t in self._tables.values():
+            t.release_all()
         self._tables.clear()
         self._entries.clear()
 

@@ -163,6 +163,7 @@ class TableBase(BatchedOps, interfaces.StateTable):
 
     def _load(self, key: Key) -> Any:
         """Load (and cache) the complete view of a validated key from the sealed tiers."""
+        self._store._check_open()  # a closed store's tables hold nothing any more
         if not self.runs:
             view = self._empty()
         else:
@@ -451,6 +452,15 @@ class TableBase(BatchedOps, interfaces.StateTable):
                 views.pop(k, None)
                 partial.discard(k)
 
+    def release_all(self) -> None:
+        """Drop everything held in memory, in place (the store closes; later use raises)."""
+        # in place: a key-cursor accessor or a state object kept by user code may hold the table
+        self._views.clear()
+        self._dirty.clear()
+        self._partial = set()
+        self.runs = []
+        self._ttl = None
+
     # -- stats -----------------------------------------------------------------------------------
     def hot_keys(self) -> int:
         """Views held in memory."""
@@ -502,6 +512,7 @@ class ValueTable(TableBase, interfaces.ValueTableAPI):
         if not self.indexed:
             st = self._store
             if key not in views:
+                st._check_open()
                 key = self._check_key(key)
                 seq = st.next_seq
                 st.next_seq = seq + 1

@@ -294,3 +294,22 @@ def test_list_accessor_keeps_the_ttl_index(make_store: Factory) -> None:
     assert len(t.ttl_index()) == 1
     store.set_time(store.now_ms + 100)
     assert t.get(("a",)) == [] and t.expire() == 2
+
+
+def test_closing_the_store_releases_what_accessors_hold(make_store: Factory) -> None:
+    from fsstate.errors import StoreClosedError
+
+    store = make_store()
+    t = store.value_table("v", VAL, KEY)
+    c = Counted(t)
+    for i in range(100):
+        c.at((f"u{i}",)).update((i, "a"))
+    store.commit(1)
+    store.close()
+    assert t.hot_keys() == 0 and not t.runs  # freed although the accessors still hold t
+    with pytest.raises(StoreClosedError):
+        c.at(("u1",)).get()
+    with pytest.raises(StoreClosedError):
+        c.update((1, "a"))
+    with pytest.raises(StoreClosedError):
+        t.update(("new",), (1, "a"))
