@@ -124,7 +124,7 @@ def make(
 
 
 _LIST_SRC = """
-def make(views, dirty, store, table, ctl, cursor, append_slow, type, len{types}):
+def make(views, dirty, store, table, cursor, ctl, append_slow, type, len{types}):
     def append_value({s}v):
         key = cursor.key
         view = views.get(key)
@@ -166,19 +166,7 @@ def value_cursor_ops(
     Returns:
         ``(get, update)``, each one Python frame on the fast path.
     """
-    ops: tuple[Getter, Updater] = _build(
-        _SRC,
-        table,
-        method,
-        table._views,
-        table._dirty,
-        table._store,
-        table,
-        cursor,
-        ABSENT,
-        get_slow,
-        update_slow,
-    )
+    ops: tuple[Getter, Updater] = _build(_SRC, table, cursor, method, ABSENT, get_slow, update_slow)
     return ops
 
 
@@ -209,17 +197,7 @@ def map_cursor_ops(
         ``(get_value, contains_key, update_value)``, each one Python frame on the fast path.
     """
     ops: tuple[Callable[..., Value | None], Callable[..., bool], Callable[..., None]] = _build(
-        _MAP_SRC,
-        table,
-        method,
-        table._views,
-        table._dirty,
-        table._store,
-        table,
-        cursor,
-        get_slow,
-        contains_slow,
-        update_slow,
+        _MAP_SRC, table, cursor, method, get_slow, contains_slow, update_slow
     )
     return ops
 
@@ -244,23 +222,16 @@ def list_cursor_ops(
     Returns:
         ``append_value``, one Python frame on the fast path.
     """
-    append: Callable[..., None] = _build(
-        _LIST_SRC,
-        table,
-        method,
-        table._views,
-        table._dirty,
-        table._store,
-        table,
-        table._ctl,
-        cursor,
-        append_slow,
-    )
+    append: Callable[..., None] = _build(_LIST_SRC, table, cursor, method, table._ctl, append_slow)
     return append
 
 
-def _build(source: str, table: TableBase, method: bool, *cells: Any) -> Any:
-    """Compile ``source`` for the table's value test and call its ``make`` with ``cells``.
+def _build(source: str, table: TableBase, cursor: KeyCursor, method: bool, *cells: Any) -> Any:
+    """Compile ``source`` for the table's value test and call its ``make``.
+
+    Every ``make`` takes the table's views, dirty state, store, the table and the cursor, then
+    ``cells`` (the kind's own: sentinels, controller, slow callables), then the builtins and
+    the value test's types.
 
     With ``method`` the accessors take a leading ``self`` (ignored, passed on to the slow
     callables), so a class can hold them as its methods.
@@ -274,7 +245,9 @@ def _build(source: str, table: TableBase, method: bool, *cells: Any) -> Any:
             s="self, " if method else "",
         )
     )
-    return make(*cells, type, len, *types.values())
+    return make(
+        table._views, table._dirty, table._store, table, cursor, *cells, type, len, *types.values()
+    )
 
 
 def _value_test(table: TableBase) -> tuple[str, dict[str, Any]]:
