@@ -195,6 +195,12 @@ class Segment:
         return self._batch
 
     @property
+    def rows_any_order(self) -> pa.RecordBatch:
+        """The rows as they are held (a batched write may not be sorted yet); for scans that
+        do not need key order, so they do not pay for the sort."""
+        return self._batch
+
+    @property
     def num_rows(self) -> int:
         """Rows in the segment."""
         return int(self._batch.num_rows)

@@ -587,8 +587,13 @@ class ValueTable(TableBase, interfaces.ValueTableAPI):
         key_struct, key_list = self._keys_from_table(keys)
         if not self._views and not self.ranges and self.runs and self._runs_in_memory():
             return self._get_many_arrow(key_struct)
-        get = self.get
-        vals = [get(k) for k in key_list]
+        get, view_of = self.get, self._views.get
+        # a live, non-expiring view answers in place; anything else takes the point-get path
+        vals = [
+            e[0] if type(e) is tuple and e[1] is None else get(k)
+            for k in key_list
+            for e in (view_of(k),)
+        ]
         return _values_table(self.spec.value_schema, vals)
 
     def put_many(self, keys: pa.Table, values: pa.Table) -> None:

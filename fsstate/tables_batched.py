@@ -34,7 +34,7 @@ import pyarrow.compute as pc
 from fsstate.errors import SchemaError
 from fsstate.run import Run
 from fsstate.schema import EXPIRES, OP, SEQ
-from fsstate.segment import Segment, key_tuples, same_as_next
+from fsstate.segment import Segment, key_tuples
 
 if TYPE_CHECKING:
     import threading
@@ -132,69 +132,88 @@ class BatchedOps:
 
     def _get_many_arrow(self, key_struct: pa.StructArray) -> pa.Table:
         """Vectorized lookup when no key is hot and every run is in memory (e.g. after
-        put_many): per run, newest first, a hash join of the unresolved keys against the
-        run's newest row per key."""
+        put_many). Per run, newest first: a hash join that builds on the keys still unresolved
+        (the small side) and probes every row of the run in any order (an unsorted batched
+        write is not sorted for it), then the highest sequence number per requested key."""
         names = [f"k{i}" for i in range(key_struct.type.num_fields)]
         n = len(key_struct)
-        pos = pa.array(range(n), type=pa.int64())
-        remaining = pa.Table.from_arrays([*key_struct.flatten(), pos], names=[*names, "_pos"])
-        vnames = [f"v{i}" for i in range(len(self.spec.value_schema))]
-        found_parts = []
+        remaining = pa.Table.from_arrays(
+            [*key_struct.flatten(), pa.array(np.arange(n, dtype=np.int64))],
+            names=[*names, "_pos"],
+        )
+        pos_parts: list[np.ndarray[Any, Any]] = []
+        value_parts: list[pa.Array] = []
         for run in reversed(self.runs):
             if remaining.num_rows == 0:
                 break
-            seg = run.segments(self.spec, self.ctx)
-            for s in seg:
-                batch = s.batch
+            hits = []
+            for s in run.segments(self.spec, self.ctx):
+                batch = s.rows_any_order
                 if not batch.num_rows:
                     continue
-                kcols = batch.column("key").flatten()
-                same = same_as_next(kcols)
-                newest = batch.filter(pa.array(~same))
                 side = pa.Table.from_arrays(
                     [
-                        *newest.column("key").flatten(),
-                        *newest.column("value").flatten(),
-                        newest.column(OP),
-                        newest.column(EXPIRES),
+                        *batch.column("key").flatten(),
+                        pa.array(np.arange(batch.num_rows, dtype=np.int64)),
                     ],
-                    names=[*names, *vnames, "_op", "_exp"],
+                    names=[*names, "_row"],
                 )
-                hit = remaining.join(side, keys=names, join_type="inner")
-                found_parts.append(hit.select(["_pos", *vnames, "_op", "_exp"]))
-                remaining = remaining.join(side.select(names), keys=names, join_type="left anti")
-        out_cols: list[pa.Array] = []
+                hit = side.join(remaining, keys=names, join_type="inner")
+                if hit.num_rows:
+                    rows = hit.column("_row").combine_chunks()
+                    hits.append(
+                        pa.table(
+                            {
+                                "_pos": hit.column("_pos"),
+                                "_seq": batch.column(SEQ).take(rows),
+                                "_live": _live(
+                                    batch.column(OP).take(rows),
+                                    batch.column(EXPIRES).take(rows),
+                                    self.now_ms,
+                                ),
+                                "_value": batch.column("value").take(rows),
+                            }
+                        )
+                    )
+            if not hits:
+                continue
+            # a key may have several rows in a run: the highest sequence number wins
+            run_hits = pa.concat_tables(hits).sort_by(
+                [("_pos", "ascending"), ("_seq", "descending")]
+            )
+            pos = run_hits.column("_pos").to_numpy()
+            first = np.ones(len(pos), dtype=bool)
+            first[1:] = pos[1:] != pos[:-1]
+            newest = run_hits.filter(pa.array(first))
+            live = newest.filter(newest.column("_live"))
+            pos_parts.append(live.column("_pos").to_numpy())
+            value_parts.append(live.column("_value").combine_chunks())
+            # resolved (found, deleted or expired here): older runs cannot change the answer
+            resolved = pc.is_in(remaining.column("_pos"), value_set=newest.column("_pos"))
+            remaining = remaining.filter(pc.invert(resolved))
         schema = self.spec.value_schema
-        if found_parts:
-            hits = pa.concat_tables(found_parts)
-            live = pc.equal(hits.column("_op"), 0)
-            exp = hits.column("_exp")
-            unexpired = pc.or_kleene(pc.is_null(exp), pc.greater(exp, self.now_ms))
-            live = pc.fill_null(pc.and_kleene(live, unexpired), False)
-            hits = hits.filter(live)
+        rows = np.full(n, -1, dtype=np.int64)
+        if pos_parts:
+            hit_pos = np.concatenate(pos_parts)
+            rows[hit_pos] = np.arange(len(hit_pos))
+        index = pa.array(rows, mask=rows < 0)
+        if value_parts and sum(len(v) for v in value_parts):
+            values = pa.concat_arrays(value_parts).take(index)
+            out_cols = [values.field(i).cast(f.type) for i, f in enumerate(schema)]
         else:
-            hits = None
-        index = pa.nulls(n, pa.int64())
-        if hits is not None and hits.num_rows:
-            # scatter: position -> row of ``hits``
-            order = pc.sort_indices(hits.column("_pos"))
-            hits = hits.take(order)
-            rows = np.full(n, -1, dtype=np.int64)
-            rows[hits.column("_pos").to_numpy()] = np.arange(hits.num_rows)
-            index = pa.array(rows, mask=rows < 0)
-        for i, f in enumerate(schema):
-            if hits is not None and hits.num_rows:
-                col = hits.column(f"v{i}").combine_chunks().take(index)
-            else:
-                col = pa.nulls(n, f.type)
-            out_cols.append(col.cast(f.type))
-        found = pc.is_valid(index)
+            out_cols = [pa.nulls(n, f.type) for f in schema]
         return pa.Table.from_arrays(
-            [*out_cols, found],
+            [*out_cols, pc.is_valid(index)],
             schema=pa.schema(
                 [*(f.with_nullable(True) for f in schema), pa.field("_found", pa.bool_())]
             ),
         )
+
+
+def _live(ops: pa.Array, expires: pa.Array, now_ms: int) -> pa.Array:
+    """Whether each op row holds a value visible at ``now_ms`` (a put, unexpired)."""
+    unexpired = pc.or_kleene(pc.is_null(expires), pc.greater(expires, now_ms))
+    return pc.fill_null(pc.and_kleene(pc.equal(ops, 0), unexpired), False)
 
 
 class _LazyKeys(Sequence[Key]):
@@ -247,20 +266,9 @@ def _struct_of(state: str, what: str, table: pa.Table | pa.RecordBatch, schema: 
 
 def _values_table(schema: pa.Schema, vals: list[Any]) -> pa.Table:
     """The result of a ``get_many``: value columns (None: not found) and ``_found``."""
-    cols: list[list[Any]] = [[] for _ in schema]
-    found = []
-    for v in vals:
-        if v is None:
-            found.append(False)
-            for c in cols:
-                c.append(None)
-        else:
-            found.append(True)
-            for c, x in zip(cols, v):
-                c.append(x)
-    arrays = [pa.array(c, type=f.type) for c, f in zip(cols, schema)]
+    struct = pa.array(vals, type=pa.struct(list(schema)))  # one C-level conversion
     return pa.Table.from_arrays(
-        [*arrays, pa.array(found, type=pa.bool_())],
+        [*struct.flatten(), struct.is_valid()],
         schema=pa.schema(
             [*(f.with_nullable(True) for f in schema), pa.field("_found", pa.bool_())]
         ),

@@ -188,9 +188,22 @@ def test_vectorized_get_many_matches_point_gets(make_store: Factory) -> None:
             v.seal()
             v.evict_clean()
             s.set_time(100 + 20 * round_)
-        probe = [f"k{i}" for i in range(0, 320, 3)]
+        # a last batched write with repeated keys, still unsorted when get_many reads it
+        keys = [f"k{rng.randrange(300)}" for _ in range(300)]
+        v.put_many(
+            pa.table({"user": keys}),
+            pa.table({"count": list(range(len(keys))), "label": ["last"] * len(keys)}),
+        )
+        if ttl is not None:  # a TTL-indexed table writes point by point: seal those views
+            v.seal()
+            v.evict_clean()
+        probe = [f"k{i}" for i in range(0, 320, 3)] + ["k3", "k3", "nope"]
+        rng.shuffle(probe)
         assert v._views == {} and all(r.in_memory for r in v.runs)
+        unsorted = ttl is None
+        assert v.runs[-1]._segment._sorted is not unsorted  # type: ignore[union-attr]
         got = v.get_many(pa.table({"user": probe}))
+        assert v.runs[-1]._segment._sorted is not unsorted  # type: ignore[union-attr]
         expected = [v.get((k,)) for k in probe]
         assert got.column("_found").to_pylist() == [e is not None for e in expected]
         counts = got.column("count").to_pylist()
