@@ -19,7 +19,8 @@ Invariants:
   except that it keeps views, pinned segments and the TTL index where they are still valid.
 * Rows with ``seq >= base.next_seq`` are exactly the changes made after the base version (seqs
   are per store and strictly increasing along a lineage); files holding any such row are the
-  only data files read. A view of a key with such rows is replayed over them (value: the newest
+  only data files read, and only for a table that holds views (only the rows of viewed keys
+  become Python objects; everything else is read lazily when touched). A view of a key with such rows is replayed over them (value: the newest
   row decides; list and map: the view's rows plus the new rows); other views stay valid.
 * A table whose identity changed (dropped and declared again: another ``incarnation``), whose
   shape or range tombstones changed, or that appeared or disappeared, is reset to the target's
@@ -56,7 +57,7 @@ if TYPE_CHECKING:
 
 Key = tuple[Any, ...]
 
-PIN_BYTES_MAX = 4 * 1024 * 1024  # delta files up to this size stay pinned in memory once read
+PIN_BYTES_MAX = 4 * 1024 * 1024  # delta files decoding to at most this stay pinned once read
 
 
 def descends(fileio: FileIO, store_dir: str, base: Manifest, target: Manifest) -> bool:
@@ -108,16 +109,23 @@ def view_rows(kind: str, view: Any) -> list[OpRow]:
 
 
 def _delta_rows(t: TableBase, runs: list[Run], seq_min: int) -> dict[Key, list[OpRow]]:
-    """Rows with ``seq >= seq_min`` of ``runs``, by grouping key; small files get pinned.
+    """Rows with ``seq >= seq_min`` of ``runs`` of the keys that have a view, by grouping key;
+    files of at most :data:`PIN_BYTES_MAX` decoded bytes get pinned.
 
-    A run that also holds older rows (a merge of old and new runs, often most of the table) is
-    filtered by Arrow first, so only the new rows become Python objects.
+    Only views need the delta (every other key is read from the runs when touched), so a table
+    without views reads nothing, and only the rows of viewed keys become Python objects: the
+    delta of a partition another worker filled is the size of that batch's state, which must
+    not pass through memory at once. A run that also holds older rows (a merge of old and new
+    runs, often most of the table) is filtered by Arrow first.
     """
     out: dict[Key, list[OpRow]] = {}
+    views = t._views
+    if not views:
+        return out
     spec, ctx = t.spec, t.ctx
     for run in runs:
         ref = run.ref
-        pin = ref is not None and not run.in_memory and ref.size_bytes <= PIN_BYTES_MAX
+        pin = ref is not None and not run.in_memory and ref.decoded_bytes <= PIN_BYTES_MAX
         segments = [run.load_pinned(spec, ctx)] if pin else run.segments(spec, ctx)
         mixed = run.min_seq < seq_min
         for seg in segments:
@@ -127,7 +135,7 @@ def _delta_rows(t: TableBase, runs: list[Run], seq_min: int) -> dict[Key, list[O
                 if not newer.num_rows:
                     continue
                 seg = Segment(spec, newer)  # still sorted: a filter keeps the order
-            gather_key_rows(seg, out)
+            gather_key_rows(seg, out, views)
     return out
 
 

@@ -16,7 +16,7 @@ Invariants:
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Container, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -143,10 +143,15 @@ def key_tuples(cols: Sequence[pa.Array]) -> list[tuple[Any, ...]]:
     return list(zip(*[c.to_pylist() for c in cols]))
 
 
-def gather_key_rows(seg: Segment, out: dict[tuple[Any, ...], list[OpRow]]) -> None:
+def gather_key_rows(
+    seg: Segment,
+    out: dict[tuple[Any, ...], list[OpRow]],
+    only: Container[tuple[Any, ...]] | None = None,
+) -> None:
     """Append each grouping key's op rows in ``seg`` to ``out[key]`` (segments oldest first keep
-    every key's rows in seq order)."""
-    for k, rows in seg.iter_key_rows():
+    every key's rows in seq order); with ``only``, just the keys in it (the others' values never
+    become Python objects)."""
+    for k, rows in seg.iter_key_rows(only):
         have = out.get(k)
         if have is None:
             out[k] = rows
@@ -281,19 +286,14 @@ class Segment:
 
     def rows(self, start: int, end: int) -> list[OpRow]:
         """Rows ``[start, end)`` as Python op rows."""
-        cols = self._row_columns()
         n = end - start
-        lists = [c.slice(start, n).to_pylist() for c in cols]
-        nv = len(self.spec.value_schema)
-        seqs, ops, exps = lists[0], lists[1], lists[2]
-        vals = list(zip(*lists[3 : 3 + nv]))
-        if self.spec.ukey_schema is not None:
-            ukeys: list[Any] = list(zip(*lists[3 + nv :]))
-        else:
-            ukeys = [()] * n
-        return [
-            (seqs[i], ops[i], ukeys[i], vals[i] if ops[i] == 0 else None, exps[i]) for i in range(n)
-        ]
+        return _op_rows(self.spec, [c.slice(start, n).to_pylist() for c in self._row_columns()], n)
+
+    def _rows_at(self, indices: list[int]) -> list[OpRow]:
+        """The op rows at the given row indices (ascending), as Python op rows."""
+        take = pa.array(indices, type=pa.int64())
+        lists = [c.take(take).to_pylist() for c in self._row_columns()]
+        return _op_rows(self.spec, lists, len(indices))
 
     def rows_for(self, key: tuple[Any, ...]) -> list[OpRow]:
         """All op rows of the grouping key (empty if none), ordered by ukey then seq."""
@@ -302,12 +302,22 @@ class Segment:
             return []
         return self.rows(*rng)
 
-    def iter_key_rows(self) -> Iterator[tuple[tuple[Any, ...], list[OpRow]]]:
-        """Every grouping key with its op rows, in key order (a full scan)."""
+    def iter_key_rows(
+        self, only: Container[tuple[Any, ...]] | None = None
+    ) -> Iterator[tuple[tuple[Any, ...], list[OpRow]]]:
+        """Every grouping key with its op rows, in key order (a full scan); with ``only``, just
+        the keys in it, whose rows alone are converted."""
         keys = key_tuples(self._key_columns())
+        if only is not None:
+            picked = [i for i, k in enumerate(keys) if k in only]
+            if not picked:
+                return
+            keys = [keys[i] for i in picked]
+            all_rows = self._rows_at(picked)
+        else:
+            all_rows = self.rows(0, len(keys)) if keys else []
         n = len(keys)
         i = 0
-        all_rows = self.rows(0, n) if n else []
         while i < n:
             j = i + 1
             k = keys[i]
@@ -326,3 +336,17 @@ class Segment:
             return []
         take = pa.array(rows, type=pa.int64())
         return key_tuples([c.take(take) for c in self._key_columns()])
+
+
+def _op_rows(spec: TableSpec, lists: list[list[Any]], n: int) -> list[OpRow]:
+    """Op rows from the Python lists of the row columns (seq, op, expires, values, ukeys)."""
+    nv = len(spec.value_schema)
+    seqs, ops, exps = lists[0], lists[1], lists[2]
+    vals = list(zip(*lists[3 : 3 + nv]))
+    if spec.ukey_schema is not None:
+        ukeys: list[Any] = list(zip(*lists[3 + nv :]))
+    else:
+        ukeys = [()] * n
+    return [
+        (seqs[i], ops[i], ukeys[i], vals[i] if ops[i] == 0 else None, exps[i]) for i in range(n)
+    ]

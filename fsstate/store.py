@@ -168,6 +168,7 @@ class PartitionStore:
         except FsStateError:
             return False  # a file could not be read: nothing changed; reopening will say why
         self.controller.touch(self)
+        self.controller.check()  # replayed views and pinned delta files count from now on
         return True
 
     @staticmethod

@@ -347,3 +347,62 @@ def test_alternating_copies_cross_many_bottom_merges(tmp_path: Path) -> None:
         s.compact(force=True)
         assert _snapshot(s, USERS) == _snapshot(_open(root, step), USERS)
     assert crossed >= 5  # bottom merges published by one copy, crossed by the other
+
+
+def test_refresh_reads_only_what_views_need(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The delta of a partition another copy filled is as big as that batch's state: a copy
+    converts only the rows of the keys it holds views of, and without views reads no data."""
+    from fsstate.fileio import FileIO
+    from fsstate.segment import Segment
+
+    root = tmp_path / "state"
+    a = _open(root, None)
+    va = a.value_table("v", VAL, KEY)
+    for u in ("u0", "u1", "u2"):
+        va.update((u,), (0, "a"))
+    a.commit(0)
+    b = _open(root, 0)
+    vb = b.value_table("v", VAL, KEY)
+    for i in range(2_000):
+        vb.update((f"n{i}",), (i, "x" * 100))
+    vb.update(("u1",), (1, "b"))
+    b.commit(1)
+    vb.update(("n5",), (5, "again"))
+    b.commit(2)
+
+    converted: list[int] = []
+    data_reads: list[str] = []
+    rows_at = Segment._rows_at
+    open_parquet = FileIO.open_parquet
+    read_bytes = FileIO.read_bytes
+
+    def spy_rows_at(self: Segment, indices: list[int]) -> Any:
+        converted.append(len(indices))
+        return rows_at(self, indices)
+
+    def spy_open(self: FileIO, path: str) -> Any:
+        data_reads.append(path)
+        return open_parquet(self, path)
+
+    def spy_read(self: FileIO, path: str) -> bytes:
+        if path.endswith(".parquet"):
+            data_reads.append(path)
+        return read_bytes(self, path)
+
+    monkeypatch.setattr(Segment, "_rows_at", spy_rows_at)
+    monkeypatch.setattr(FileIO, "open_parquet", spy_open)
+    monkeypatch.setattr(FileIO, "read_bytes", spy_read)
+    assert a.refresh(1) is True
+    assert sum(converted) == 1  # u1's one new row, not the 2,000 new keys'
+    assert a.stats().tables["v"].hot_keys == 3
+    assert va.get(("u1",)) == (1, "b")
+    va.evict_clean()  # a copy without views
+    data_reads.clear()
+    assert a.refresh(2) is True
+    assert data_reads == []
+    monkeypatch.undo()
+    users = ["u0", "u1", "u2", "n0", "n5", "n1999", "never"]
+    fresh = _open(root, 2).value_table("v", VAL, KEY)
+    assert [va.get((u,)) for u in users] == [fresh.get((u,)) for u in users]
