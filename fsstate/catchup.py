@@ -20,8 +20,9 @@ Invariants:
 * Rows with ``seq >= base.next_seq`` are exactly the changes made after the base version (seqs
   are per store and strictly increasing along a lineage); files holding any such row are the
   only data files read, and only for a table that holds views (only the rows of viewed keys
-  become Python objects; everything else is read lazily when touched). A view of a key with such rows is replayed over them (value: the newest
-  row decides; list and map: the view's rows plus the new rows); other views stay valid.
+  become Python objects; everything else is read lazily when touched). A view of a key with
+  such rows is replayed over them (value: the newest row decides; list and map: the view's
+  rows plus the new rows); other views stay valid.
 * A table whose identity changed (dropped and declared again: another ``incarnation``), whose
   shape or range tombstones changed, or that appeared or disappeared, is reset to the target's
   entry (no view kept). So is a table that gained a bottom compaction which may have dropped a
