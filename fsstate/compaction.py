@@ -31,11 +31,14 @@ Invariants:
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import dataclasses
 import logging
 import queue
 import threading
 import weakref
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -43,13 +46,14 @@ import pyarrow as pa
 
 from fsstate.controller import return_memory_to_os
 from fsstate.errors import FsStateError
-from fsstate.run import Run
+from fsstate.run import Run, write_run_stream
 from fsstate.schema import OP, OP_CLEAR, OP_DELETE, SEQ, TableSpec
 from fsstate.segment import Segment, same_as_next, sort_batch
 from fsstate.tombstones import RangeTombstones
 
 if TYPE_CHECKING:
     from fsstate.controller import MemoryController
+    from fsstate.run import RunContext
     from fsstate.tables import TableBase
 
 log = logging.getLogger("fsstate.compaction")
@@ -151,10 +155,117 @@ def merge_segments(
     return batch.filter(pa.array(keep))
 
 
-def compact_table(table: TableBase, bytes_max: int, max_runs: int, force: bool = False) -> int:
-    """One bounded compaction round of ``table``; returns the bytes written (0: nothing done)."""
+def pick_stream_window(runs: list[Run], width: int) -> tuple[int, int] | None:
+    """The ``[i, j)`` range of ``width`` written runs (at least two) with the smallest decoded
+    total: merged by :func:`merge_stream` when no window fits a round's byte bound."""
+    w = 0
+    while w < len(runs) and runs[w].ref is not None:
+        w += 1
+    width = min(width, w)
+    if width < 2:
+        return None
+    sizes = [r.ref.decoded_bytes if r.ref is not None else 0 for r in runs[:w]]
+    totals = [sum(sizes[i : i + width]) for i in range(w - width + 1)]
+    i = min(range(len(totals)), key=lambda x: (totals[x], -x))  # ties: the newest
+    return i, i + width
+
+
+def merge_stream(
+    spec: TableSpec,
+    ctx: RunContext,
+    runs: list[Run],
+    ranges: RangeTombstones,
+    bottom: bool,
+    horizon_seq: int | None = None,
+    stop: threading.Event | None = None,
+) -> Iterator[pa.RecordBatch]:
+    """Merge runs as :func:`merge_segments` does, a few row groups at a time, in key order.
+
+    ``stop`` (the compactor's shutdown) is checked between steps: :class:`_Stopped` then
+    abandons the merge, and the unpublished output file is discarded.
+
+    Each run is read segment by segment (row groups of a large file). Every round sorts what
+    is buffered together with one marker row per unfinished run: a copy of the last row that
+    run has delivered (its frontier). Keys before the first marker's key are complete (no run
+    can deliver more of them) and are merged and yielded; the rest stays buffered, and the
+    runs whose frontier is that key deliver their next segment. A yielded part holds all rows
+    of its keys, parts come in key order, and memory holds about two segments per run.
+    """
+    sources = [iter(run.segments(spec, ctx)) for run in runs]
+    frontier: dict[int, pa.RecordBatch] = {}
+    fresh: list[pa.RecordBatch] = []
+
+    def pull(i: int) -> None:
+        for seg in sources[i]:
+            batch = seg.batch
+            if batch.num_rows:
+                fresh.append(batch)
+                frontier[i] = batch.slice(batch.num_rows - 1, 1)
+                return
+        frontier.pop(i, None)  # the run is exhausted
+
+    for i in range(len(sources)):
+        pull(i)
+    carry: pa.RecordBatch | None = None
+    while True:
+        if stop is not None and stop.is_set():
+            raise _Stopped
+        parts = ([carry] if carry is not None else []) + fresh
+        fresh = []
+        if not parts:
+            return
+        if not frontier:  # every run delivered everything: the rest is complete
+            segments = [Segment(spec, p) for p in parts]  # several: merged and sorted
+            yield merge_segments(spec, segments, ranges, bottom, horizon_seq)
+            return
+        owners = list(frontier)
+        rows = pa.concat_batches(parts + [frontier[i] for i in owners])
+        n_real = rows.num_rows - len(owners)
+        mark = np.full(rows.num_rows, -1, dtype=np.int64)
+        mark[n_real:] = owners
+        rows = rows.append_column("_mark", pa.array(mark))
+        rows = sort_batch(spec, rows)
+        mark = rows.column("_mark").to_numpy()
+        first_marker = int(np.flatnonzero(mark >= 0)[0])
+        starts = np.flatnonzero(~_same_as_prev(rows.column("key").flatten()))
+        g = int(np.searchsorted(starts, first_marker, side="right")) - 1
+        q = int(starts[g])
+        end = int(starts[g + 1]) if g + 1 < len(starts) else rows.num_rows
+        bound_owners = [int(x) for x in mark[q:end] if x >= 0]
+        body = rows.drop_columns(["_mark"])
+        if q:
+            done = body.slice(0, q)
+            yield merge_segments(spec, [Segment(spec, done)], ranges, bottom, horizon_seq)
+        rest = body.slice(q).filter(pa.array(mark[q:] < 0))
+        carry = rest if rest.num_rows else None
+        for i in bound_owners:
+            pull(i)
+
+
+class _Stopped(Exception):
+    """The compactor is shutting down (the interpreter exits): the round is abandoned."""
+
+
+def compact_table(
+    table: TableBase,
+    bytes_max: int,
+    max_runs: int,
+    force: bool = False,
+    stream_width: int = 2,
+    stop: threading.Event | None = None,
+) -> int:
+    """One bounded compaction round of ``table``; returns the bytes written (0: nothing done).
+
+    A window that fits ``bytes_max`` is merged in memory; when none does while the table has
+    more than ``max_runs`` runs (state far beyond the budget), the ``stream_width`` adjacent
+    runs of smallest size are merged by :func:`merge_stream`, whose memory does not depend on
+    their size, so the run count stays bounded whatever the state size.
+    """
     runs = table.runs
     window = pick_window(runs, max_runs, bytes_max, force)
+    streamed = window is None and len(runs) > max_runs
+    if streamed:
+        window = pick_stream_window(runs, stream_width)
     if window is None:
         return 0
     i, j = window
@@ -163,8 +274,14 @@ def compact_table(table: TableBase, bytes_max: int, max_runs: int, force: bool =
     bottom = i == 0
     # read before the window: the store may commit meanwhile, which only raises the horizon
     horizon = table.tombstone_horizon_seq() if bottom else None
-    segments = [seg for run in chosen for seg in run.segments(spec, ctx)]
-    merged = merge_segments(spec, segments, table.ranges, bottom, horizon)
+    run: Run | None
+    if streamed:
+        parts = merge_stream(spec, ctx, chosen, table.ranges, bottom, horizon, stop)
+        run = write_run_stream(spec, ctx, table.file_prefix, parts)
+    else:
+        segments = [seg for run in chosen for seg in run.segments(spec, ctx)]
+        merged = merge_segments(spec, segments, table.ranges, bottom, horizon)
+        run = Run(Segment(spec, merged), None) if merged.num_rows else None
     refs = [r.ref for r in chosen if r.ref is not None]
     dropped = bottom or any(r.drops_tombstones for r in refs)
     # the output keeps the tombstones every input and this merge kept: the highest horizon;
@@ -173,8 +290,7 @@ def compact_table(table: TableBase, bytes_max: int, max_runs: int, force: bool =
     horizons = [h for h in (*(r.tombstones_from_seq for r in refs), horizon) if h is not None]
     new_runs: list[Run] = []
     written = 0
-    if merged.num_rows:
-        run = Run(Segment(spec, merged), None)
+    if run is not None:
         run.replaces = tuple(r.ref.path for r in chosen if r.ref is not None)
         ref = run.write(spec, ctx, table.file_prefix)
         if dropped:  # tombstones below the horizon are gone (catch-up must know)
@@ -213,6 +329,7 @@ class Compactor:
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=controller.config.compaction_queue_max)
         self._queued: set[int] = set()
         self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()
         self._lock = threading.Lock()
         self.rounds = 0
         self.bytes_written = 0
@@ -232,10 +349,13 @@ class Compactor:
                 return False
             self._queued.add(id(table))
             if self._thread is None or not self._thread.is_alive():
+                if self._stopping.is_set():
+                    return False  # the interpreter is exiting
                 self._thread = threading.Thread(
                     target=self._loop, name="fsstate-compaction", daemon=True
                 )
                 self._thread.start()
+                atexit.register(self.stop)
         return True
 
     def run_once(self, table: TableBase, force: bool = False) -> int:
@@ -244,7 +364,15 @@ class Compactor:
         # a round holds its window about three times (input, sorted, filtered): keep that
         # transient within a small share of the budget
         per_round = min(cfg.compaction_bytes_per_round, cfg.memory_limit_bytes // 16)
-        written = compact_table(table, per_round, cfg.compaction_max_runs, force)
+        # a streamed merge holds about two row groups per input run, three times over
+        width = per_round // (6 * table.ctx.config.row_group_bytes)
+        width = max(2, min(cfg.compaction_max_runs, width))
+        try:
+            written = compact_table(
+                table, per_round, cfg.compaction_max_runs, force, width, self._stopping
+            )
+        except _Stopped:
+            return 0
         if written:
             self.rounds += 1
             self.bytes_written += written
@@ -262,9 +390,22 @@ class Compactor:
         threading.Thread(target=waiter, daemon=True).start()
         done.wait(timeout_s)
 
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Stop the background thread (registered with ``atexit``): a streamed merge in
+        progress is abandoned, an in-memory round finishes; queued requests are dropped."""
+        self._stopping.set()
+        with contextlib.suppress(queue.Full):
+            self._queue.put_nowait(None)
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout_s)
+
     def _loop(self) -> None:
         while True:
             ref = self._queue.get()
+            if ref is None or self._stopping.is_set():
+                self._queue.task_done()
+                return
             table = ref()
             try:
                 if table is not None:

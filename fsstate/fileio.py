@@ -17,6 +17,7 @@ import contextlib
 import os
 import uuid
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -164,6 +165,39 @@ class FileIO:
         self.publish_bytes(path, data)
         return len(data), zlib.crc32(data)
 
+    @contextlib.contextmanager
+    def parquet_stream(
+        self, path: str, schema: pa.Schema, **options: Any
+    ) -> Iterator[ParquetStream]:
+        """Write a Parquet file row group by row group, published atomically at ``path`` when
+        the block ends without an exception (else discarded).
+
+        Unlike :meth:`write_parquet` the encoded file is never held in memory: a merge of runs
+        larger than the memory budget streams through. Size and CRC-32 of the whole file are
+        on the yielded stream after the block.
+        """
+        target = self.full(path)
+        tmp = self._temp_name(target)
+        published = False
+        try:
+            self._ensure_parent(target)
+            with self.fs.open_output_stream(tmp) as out:
+                sink = _CrcSink(out)
+                writer = pq.ParquetWriter(sink, schema, write_page_checksum=True, **options)
+                stream = ParquetStream(writer, sink)
+                try:
+                    yield stream
+                finally:
+                    writer.close()
+            if tmp != target:
+                self.fs.move(tmp, target)
+            published = True
+        except (OSError, pa.ArrowException) as exc:
+            raise StorageError(f"cannot write {self.describe(path)}: {exc}") from exc
+        finally:
+            if not published:
+                self._discard(tmp)
+
     def delete(self, path: str) -> bool:
         """Delete a file; returns False if it was already gone."""
         try:
@@ -198,3 +232,58 @@ class FileIO:
             return
         with contextlib.suppress(OSError):
             self.fs.delete_file(tmp)
+
+
+class _CrcSink:
+    """A write-only file object over an Arrow output stream that keeps size and CRC-32."""
+
+    def __init__(self, out: Any) -> None:
+        self._out = out
+        self.size = 0
+        self.crc = 0
+        self.closed = False
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data)
+        self.crc = zlib.crc32(view, self.crc)
+        self.size += view.nbytes
+        self._out.write(data)
+        return view.nbytes
+
+    def tell(self) -> int:
+        return self.size
+
+    def flush(self) -> None:
+        """Nothing buffered here (the Arrow stream flushes on close)."""
+
+    def writable(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        self.closed = True  # the Arrow stream is closed by its owner
+
+
+class ParquetStream:
+    """An open :meth:`FileIO.parquet_stream`: row groups in, footer metadata at the end."""
+
+    def __init__(self, writer: pq.ParquetWriter, sink: _CrcSink) -> None:
+        self._writer = writer
+        self._sink = sink
+
+    def write_row_group(self, batch: pa.RecordBatch) -> None:
+        """Append ``batch`` as one row group."""
+        self._writer.write_batch(batch, row_group_size=max(1, batch.num_rows))
+
+    def add_metadata(self, metadata: dict[bytes, bytes]) -> None:
+        """Key-value metadata for the footer (written when the block ends)."""
+        self._writer.add_key_value_metadata(metadata)
+
+    @property
+    def size_bytes(self) -> int:
+        """Bytes written so far (the whole file once the block has ended)."""
+        return self._sink.size
+
+    @property
+    def crc32(self) -> int:
+        """CRC-32 of the bytes written so far."""
+        return self._sink.crc

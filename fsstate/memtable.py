@@ -16,15 +16,23 @@ Invariants:
 * Dirty keys are pinned: their views are never evicted before a seal.
 * Sealing emits, per dirty key, a clear row (if cleared since the last seal) and the last op of
   every touched user key, each with its original sequence number, then forgets the dirt.
+* :func:`dirty_batches` cuts a large seal into chunks of whole keys in the global key order of
+  Arrow's sort (the order of every segment), so the chunks written one after the other form
+  one sorted run file while only one chunk exists as Arrow at a time.
 """
 
 from __future__ import annotations
 
 import itertools
 import sys
+from collections.abc import Iterator
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from fsstate.schema import KIND_LIST, KIND_MAP, KIND_VALUE, OP_CLEAR, OP_DELETE, OP_PUT, TableSpec
+from fsstate.segment import build_batch
 from fsstate.tombstones import ABSENT
 
 Key = tuple[Any, ...]
@@ -91,6 +99,37 @@ def seal_rows(spec: TableSpec, views: dict[Key, Any], dirty: dict[Key, Any]) -> 
                 else:
                     out.add(key, (elem,), None, seq, OP_DELETE, None)
     return out
+
+
+def dirty_batches(
+    spec: TableSpec, views: dict[Key, Any], dirty: dict[Key, Any], chunk_keys: int
+) -> Iterator[pa.RecordBatch]:
+    """The op rows of ``dirty`` as sorted batches of at most ``chunk_keys`` keys, in key order
+    across batches (each key's rows in one batch); ``dirty`` is read, not changed."""
+    keys = list(dirty)
+    if len(keys) > chunk_keys:
+        assert spec.key_schema is not None
+        struct = pa.array(keys, type=pa.struct(list(spec.key_schema)))
+        names = [f"k{i}" for i in range(struct.type.num_fields)]
+        order = pc.sort_indices(
+            pa.Table.from_arrays(struct.flatten(), names=names),
+            sort_keys=[(n, "ascending") for n in names],
+        )
+        keys = [keys[i] for i in order.to_numpy()]
+    has_ukey = spec.ukey_schema is not None
+    for start in range(0, len(keys), chunk_keys):
+        part = {k: dirty[k] for k in keys[start : start + chunk_keys]}
+        rows = seal_rows(spec, views, part)
+        if len(rows):
+            yield build_batch(
+                spec,
+                rows.keys,
+                rows.ukeys if has_ukey else None,
+                rows.values,
+                rows.seqs,
+                rows.ops,
+                rows.expires,
+            )
 
 
 def view_rows(kind: str, view: Any) -> int:

@@ -31,6 +31,7 @@ Invariants:
 from __future__ import annotations
 
 import bisect
+import contextlib
 import uuid
 import zlib
 from collections.abc import Iterator
@@ -335,7 +336,8 @@ class Run:
             yield self._segment
             return
         assert self.ref is not None
-        if self._read_whole(ctx) or self.ref.size_bytes <= 64 * 1024:
+        small = self.ref.size_bytes <= 64 * 1024 and self.ref.decoded_bytes <= WHOLE_FILE_BYTES_MAX
+        if self._read_whole(ctx) or small:  # (a tiny file may decode to much: compression)
             yield self._read_segment(spec, ctx)
             return
         disk = self._disk_run(ctx)
@@ -386,3 +388,66 @@ class Run:
         freed = self._segment.nbytes
         self._segment = None
         return freed
+
+
+def write_run_stream(
+    spec: TableSpec, ctx: RunContext, prefix: str, parts: Iterator[pa.RecordBatch]
+) -> Run | None:
+    """Write sorted op rows arriving in parts as one run file, row group by row group.
+
+    Every grouping key must have all its rows in one part and parts must come in key order
+    (what :func:`fsstate.compaction.merge_stream` yields), so the file has the layout and the
+    footer (Bloom filter, row-group key bounds) of :meth:`Run.write` while holding only one
+    part in memory. Returns the run, on disk only, or None if no row came (no file is left).
+    """
+    cfg = ctx.config
+    compression = None if cfg.compression == "none" else cfg.compression
+    path = new_data_path(prefix)
+    full = f"{ctx.store_dir}/{path}"
+    hashes: list[int] = []
+    firsts: list[Any] = []
+    lasts: list[Any] = []
+    rows = arrow_bytes = 0
+    min_seq, max_seq = -1, -1
+    with contextlib.ExitStack() as stack:
+        stream = None
+        for part in parts:
+            n = part.num_rows
+            if not n:
+                continue
+            if stream is None:
+                stream = stack.enter_context(
+                    ctx.fileio.parquet_stream(
+                        full,
+                        spec.row_schema().with_metadata(file_metadata(spec, "data")),
+                        compression=compression,
+                        use_dictionary=False,
+                    )
+                )
+            seg = Segment(spec, part)
+            hashes.extend(map(stable_hash, seg.distinct_keys()))
+            lo, hi = seg.min_max_seq()
+            min_seq = lo if min_seq < 0 else min(min_seq, lo)
+            max_seq = max(max_seq, hi)
+            row_bytes = max(1, part.nbytes // n)
+            group_rows = max(16, min(cfg.row_group_rows, cfg.row_group_bytes // row_bytes))
+            starts = list(range(0, n, group_rows))
+            firsts += seg.keys_at(starts)
+            lasts += seg.keys_at([min(st + group_rows, n) - 1 for st in starts])
+            for st in starts:
+                stream.write_row_group(part.slice(st, group_rows))
+            rows += n
+            arrow_bytes += part.nbytes
+        if stream is None:
+            return None
+        bloom = BloomFilter.for_hashes(hashes, len(hashes))
+        stream.add_metadata(  # known at the end: footer key-value metadata only
+            {
+                b"fsstate.bloom": bloom.to_text().encode(),
+                b"fsstate.rg_bounds": _encode_bounds(spec, firsts, lasts),
+            }
+        )
+    ref = FileRef(path, rows, stream.size_bytes, min_seq, max_seq, stream.crc32, arrow_bytes)
+    run = Run(None, ref)
+    run._disk = DiskRun(full, ctx.fileio.describe(full), bloom, firsts, lasts, len(firsts))
+    return run

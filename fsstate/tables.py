@@ -30,8 +30,8 @@ from fsstate.cursor import Getter, KeyCursor, Updater, Value, value_cursor_ops
 from fsstate.keyfilter import stable_hash
 from fsstate.manifest import TableEntry
 from fsstate.manifest_refs import FileRef
-from fsstate.memtable import deep_size, estimate_view_bytes, seal_rows
-from fsstate.run import Run, read_table_file
+from fsstate.memtable import deep_size, dirty_batches, estimate_view_bytes, seal_rows
+from fsstate.run import Run, read_table_file, write_run_stream
 from fsstate.schema import (
     KIND_MAP,
     KIND_VALUE,
@@ -343,62 +343,53 @@ class TableBase(BatchedOps, interfaces.StateTable):
         return runs
 
     def flush(self) -> list[Run]:
-        """Write every change to Parquet (for a commit): pinned runs, then the dirty views.
+        """Write every change to Parquet (for a commit): pinned runs, then the dirty views as
+        one run (:meth:`_write_dirty`); returns the runs written from dirty views."""
+        self._write_pinned()
+        run = self._write_dirty()
+        return [] if run is None else [run]
 
-        Dirty views are sealed chunk by chunk and each chunk is written and released at once,
-        so a commit holds at most one chunk in Arrow besides the (now clean) views.
-        """
+    def _write_pinned(self) -> int:
+        """Write the in-memory runs not yet on storage and release them; returns bytes written."""
+        written = 0
         for run in self.runs:
             if run.ref is None:
-                run.write(self.spec, self.ctx, self.file_prefix)
-                run.release()
-        items = list(self._dirty.items())
-        if not items:
-            return []
-        chunk = self._chunk_keys() if len(items) > 256 else len(items)
-        out = []
-        for start in range(0, len(items), chunk):
-            part = dict(items[start : start + chunk])
-            run = self._seal_part(part)
-            for k in part:  # sealed: a failed write below leaves an unwritten run, not dirt
-                del self._dirty[k]
-            run.write(self.spec, self.ctx, self.file_prefix)
+                written += run.write(self.spec, self.ctx, self.file_prefix).size_bytes
             run.release()
-            out.append(run)
-        return out
+        return written
+
+    def _write_dirty(self) -> Run | None:
+        """Stream the dirty views into one run file, chunk by chunk in key order (at most one
+        chunk in Arrow at a time); only once it is published does the run join the table and
+        the dirt go, so a failed write changes nothing. None if nothing was dirty."""
+        dirty = self._dirty
+        if not dirty:
+            return None
+        chunk = self._chunk_keys() if len(dirty) > 256 else len(dirty)
+        parts = dirty_batches(self.spec, self._views, dirty, chunk)
+        run = write_run_stream(self.spec, self.ctx, self.file_prefix, parts)
+        if run is not None:
+            with self.lock:
+                self.runs = [*self.runs, run]
+        dirty.clear()  # in place: the key-cursor accessors hold this dict
+        return run
 
     def release_segments(self) -> int:
         """Release pinned segments of runs already on disk; returns the bytes freed."""
         return sum(run.release() for run in self.runs)
 
     def spill(self) -> tuple[int, int]:
-        """Seal, write unwritten runs to Parquet, release them and evict clean views.
+        """Write pinned runs and dirty views to Parquet, release the runs and evict the views.
 
         Returns:
             (estimated bytes freed, bytes written to storage).
         """
         before = self.memory_bytes()
-        written = 0
-        for run in self.runs:
-            if run.ref is None:
-                written += run.write(self.spec, self.ctx, self.file_prefix).size_bytes
-            run.release()
-        # dirty views go out chunk by chunk: seal, write, release, evict, so a spill never
-        # holds more than one chunk twice (as Python views and as Arrow)
-        items = list(self._dirty.items())
-        chunk = self._chunk_keys()
-        views = self._views
-        for start in range(0, len(items), chunk):
-            part = dict(items[start : start + chunk])
-            run = self._seal_part(part)
-            for k in part:
-                del self._dirty[k]
-            written += run.write(self.spec, self.ctx, self.file_prefix).size_bytes
-            run.release()
-            for k in part:
-                views.pop(k, None)
-                self._partial.discard(k)
-        self.evict_clean()
+        written = self._write_pinned()
+        run = self._write_dirty()
+        if run is not None and run.ref is not None:
+            written += run.ref.size_bytes
+        self.evict_clean()  # every view is clean now (partial list views included)
         max_runs = self._ctl.config.compaction_max_runs
         if len(self.runs) > 2 * max_runs:  # the background compactor is behind: help it
             written += self._ctl.compactor().run_once(self)

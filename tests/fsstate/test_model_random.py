@@ -44,7 +44,7 @@ import pyarrow as pa
 import pytest
 
 from fsstate import PartitionStore, StoreConfig
-from fsstate.compaction import Compactor
+from fsstate.compaction import Compactor, compact_table
 from fsstate.controller import EngineConfig, MemoryController
 from fsstate.cursor import Getter, Updater
 from fsstate.errors import FsStateError, VersionNotFoundError
@@ -745,6 +745,11 @@ class Runner:
         self.store.commit(version)
         self.model.commit(version)
         if not self.controller.config.background_compaction:
+            if self.rng.random() < 0.5:  # a streamed merge (what a state beyond the budget gets)
+                t = self.rng.choice(list(self.tables.values()))
+                width = self.rng.randint(2, 4)
+                self.log(f"compact_table({t.name}, streamed, width {width})")
+                compact_table(t, 1, 2, stream_width=width)
             self.store.compact()  # the maintenance a background thread would do
         self.stats["commits"] = self.stats.get("commits", 0) + 1
         self.check(self.store.version, version, "store.version after commit")

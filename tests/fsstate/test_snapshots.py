@@ -209,18 +209,20 @@ def test_failed_data_write_then_retry_keeps_every_row_once(
     lst = s.list_table("l", VAL, KEY)
     for i in range(600):
         lst.append((f"k{i % 7}",), (i, "x"))
-    real = fileio_mod.FileIO.write_parquet
+    real = fileio_mod.ParquetStream.write_row_group
     calls = {"n": 0}
 
-    def flaky(self: fileio_mod.FileIO, path: str, table: pa.Table, **kw: object) -> object:
+    def flaky(self: fileio_mod.ParquetStream, batch: pa.RecordBatch) -> None:
         calls["n"] += 1
-        if calls["n"] == 1:
-            raise StorageError(f"transient failure writing {path}")
-        return real(self, path, table, **kw)
+        if calls["n"] == 1:  # mid-stream: the file is open, nothing published yet
+            raise StorageError("transient failure writing a row group")
+        real(self, batch)
 
-    monkeypatch.setattr(fileio_mod.FileIO, "write_parquet", flaky)
+    monkeypatch.setattr(fileio_mod.ParquetStream, "write_row_group", flaky)
     with pytest.raises(CommitError):
         s.commit(0)
+    data = tmp_path / "state"
+    assert not [p for p in data.rglob("*") if p.is_file()]  # the partial file is gone
     s.commit(0)
     monkeypatch.undo()
     r = PartitionStore.open(str(tmp_path / "state"), "op", 0, 0)
