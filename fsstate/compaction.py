@@ -3,7 +3,12 @@
 Window choice is size-tiered: starting from the newest written run, older runs join the window
 while each is at most twice the size of everything newer in it, and the window stays within
 ``compaction_bytes_per_round``. That keeps the number of runs logarithmic in the state size and
-bounds the work of one round.
+bounds the work of one round. When no window fits that bound while a table has more than
+``compaction_max_runs`` runs (state far beyond the memory budget: every run is larger than a
+round may hold), the few adjacent runs of smallest total size are merged by
+:func:`merge_stream` instead, a few row groups at a time into a file written row group by row
+group (:func:`fsstate.run.write_run_stream`): its memory depends on the row-group size and
+the number of runs merged, not on their size, so the run count stays bounded.
 
 Merging is vectorized with Arrow compute: rows are sorted by (key, ukey, seq); per grouping key
 the newest clear (or covering range tombstone) sets a floor; below it rows are shadowed; per

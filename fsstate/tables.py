@@ -10,6 +10,9 @@ Invariants (besides those of :mod:`fsstate.interfaces`):
   entry per grouping key for list state; every write, delete and cleanup keeps it so.
 * ``runs`` are ordered by sequence number; any batched write seals the memtable first, so the
   order holds.
+* A spill or commit writes the dirty views as one run file streamed in key order, one chunk
+  of at most 1/16 of the budget in Arrow at a time; the run joins the table and the dirt goes
+  only once the file is published, so a failed write changes nothing.
 
 Batched (Arrow) reads and writes live in :mod:`fsstate.tables_batched`, the bulk load of a
 table's views on its first cold miss in :mod:`fsstate.warmup`.
@@ -30,7 +33,7 @@ from fsstate.cursor import Getter, KeyCursor, Updater, Value, value_cursor_ops
 from fsstate.keyfilter import stable_hash
 from fsstate.manifest import TableEntry
 from fsstate.manifest_refs import FileRef
-from fsstate.memtable import deep_size, dirty_batches, estimate_view_bytes, seal_rows
+from fsstate.memtable import deep_size, dirty_batches, estimate_view_bytes
 from fsstate.run import Run, read_table_file, write_run_stream
 from fsstate.schema import (
     KIND_MAP,
@@ -41,7 +44,7 @@ from fsstate.schema import (
     infer_key_schema,
     make_checker,
 )
-from fsstate.segment import OpRow, Segment, build_batch
+from fsstate.segment import OpRow, Segment
 from fsstate.tables_batched import BatchedOps, _values_table
 from fsstate.tombstones import (
     ABSENT,
@@ -301,23 +304,6 @@ class TableBase(BatchedOps, interfaces.StateTable):
         return self._live(self._view(key)[1])
 
     # -- sealing ---------------------------------------------------------------------------------
-    def _seal_part(self, part: dict[Key, Any]) -> Run:
-        rows = seal_rows(self.spec, self._views, part)
-        has_ukey = self.spec.ukey_schema is not None
-        batch = build_batch(
-            self.spec,
-            rows.keys,
-            rows.ukeys if has_ukey else None,
-            rows.values,
-            rows.seqs,
-            rows.ops,
-            rows.expires,
-        )
-        run = Run(Segment(self.spec, batch), None)
-        with self.lock:
-            self.runs = [*self.runs, run]
-        return run
-
     def _chunk_keys(self) -> int:
         """Keys per sealed run, so one seal never builds more than ~1/16 of the budget."""
         self.memory_bytes()  # refreshes the sampled view size
@@ -330,16 +316,17 @@ class TableBase(BatchedOps, interfaces.StateTable):
         Large change sets are cut into several runs by grouping key; every key's rows stay in
         one run, so per key, runs remain ordered by sequence number.
         """
-        if not self._dirty:
+        dirty = self._dirty
+        if not dirty:
             return []
-        items = list(self._dirty.items())
-        chunk = self._chunk_keys() if len(items) > 256 else len(items)
-        runs = []
-        for start in range(0, len(items), chunk):
-            part = dict(items[start : start + chunk])
-            runs.append(self._seal_part(part))
-            for k in part:
-                del self._dirty[k]
+        chunk = self._chunk_keys() if len(dirty) > 256 else len(dirty)
+        runs = [
+            Run(Segment(self.spec, b), None)
+            for b in dirty_batches(self.spec, self._views, dirty, chunk)
+        ]
+        with self.lock:
+            self.runs = [*self.runs, *runs]
+        dirty.clear()  # in place: the key-cursor accessors hold this dict
         return runs
 
     def flush(self) -> list[Run]:
