@@ -372,10 +372,12 @@ class Compactor:
         # a streamed merge holds about two row groups per input run, three times over
         width = per_round // (6 * table.ctx.config.row_group_bytes)
         width = max(2, min(cfg.compaction_max_runs, width))
+        working = max(3 * per_round, 6 * width * table.ctx.config.row_group_bytes)
         try:
-            written = compact_table(
-                table, per_round, cfg.compaction_max_runs, force, width, self._stopping
-            )
+            with self._ctl.reserved(working):
+                written = compact_table(
+                    table, per_round, cfg.compaction_max_runs, force, width, self._stopping
+                )
         except _Stopped:
             return 0
         if written:

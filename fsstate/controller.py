@@ -21,15 +21,19 @@ Invariants:
   in place, so every store sees the same budget.
 * Reclaiming never loses data: only clean views are evicted and only written runs released.
 * Every figure in :meth:`MemoryController.stats` is cheap to compute (no I/O).
+* A compaction round reserves its working memory (:meth:`MemoryController.reserved`) for its
+  duration, so what it holds counts in the budget too; only writer threads reclaim.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import os
 import threading
 import weakref
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -127,6 +131,8 @@ class MemoryController:
         self.bytes_spilled = 0
         self.reclaims = 0
         self._compactor: Compactor | None = None
+        self.reserved_bytes = 0  # working memory of compaction rounds in progress
+        self._reserve_lock = threading.Lock()
 
     # -- configuration -----------------------------------------------------------------------
     def reconfigure(self, config: EngineConfig) -> None:
@@ -160,8 +166,25 @@ class MemoryController:
 
     # -- budget --------------------------------------------------------------------------------
     def usage_bytes(self) -> int:
-        """Bytes the engine holds now (estimated for Python objects, exact for Arrow)."""
-        return self.cache.used_bytes + sum(s.memory_bytes() for s in self.stores())
+        """Bytes the engine holds now (estimated for Python objects, exact for Arrow), with
+        the working memory reserved by a compaction round in progress."""
+        return (
+            self.cache.used_bytes
+            + self.reserved_bytes
+            + sum(s.memory_bytes() for s in self.stores())
+        )
+
+    @contextlib.contextmanager
+    def reserved(self, nbytes: int) -> Iterator[None]:
+        """Count ``nbytes`` of transient working memory (a compaction round) in the budget
+        while the block runs: writers then spill earlier instead of the process growing."""
+        with self._reserve_lock:
+            self.reserved_bytes += nbytes
+        try:
+            yield
+        finally:
+            with self._reserve_lock:
+                self.reserved_bytes -= nbytes
 
     def check(self) -> None:
         """Reclaim memory if usage is above the high watermark (called on growth)."""

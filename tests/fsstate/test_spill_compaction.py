@@ -328,3 +328,29 @@ def test_streamed_merge_equals_the_in_memory_merge(
     r = _open(tmp_path, small_controller, 5)
     v2, m2 = r.value_table("v", VAL, KEY), r.map_table("m", UKEY, VAL, KEY)
     assert {u: (v2.get((u,)), sorted(m2.items((u,)))) for u in before} == before
+
+
+def test_a_compaction_round_counts_its_working_memory_in_the_budget(
+    tmp_path: Path, small_controller: MemoryController, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import fsstate.compaction as compaction
+
+    ctl = small_controller
+    s = _open(tmp_path, ctl)
+    v = s.value_table("v", VAL, KEY)
+    for version in range(6):
+        v.update((f"k{version}",), (version, "x"))
+        s.commit(version)
+    base = ctl.usage_bytes()
+    seen: list[int] = []
+    real = compaction.compact_table
+
+    def spy(*args: object, **kwargs: object) -> int:
+        seen.append(ctl.usage_bytes() - base)
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(compaction, "compact_table", spy)
+    assert ctl.compactor().run_once(v, force=True) > 0
+    # three times the round's byte bound (1/16 of the 4 MiB budget), during the round only
+    assert seen == [3 * (4 * 1024 * 1024 // 16)]
+    assert ctl.reserved_bytes == 0
