@@ -356,29 +356,10 @@ class Run:
         if self.ref is not None:
             return self.ref
         seg = self._segment
-        assert seg is not None
-        n = seg.num_rows
-        row_bytes = max(1, seg.batch.nbytes // max(1, n))
-        group_rows = max(
-            16, min(ctx.config.row_group_rows, ctx.config.row_group_bytes // row_bytes)
-        )
-        meta = file_metadata(spec, "data")
-        distinct = seg.distinct_keys()
-        bloom = BloomFilter.for_hashes(map(stable_hash, distinct), len(distinct))
-        meta[b"fsstate.bloom"] = bloom.to_text().encode()
-        starts = list(range(0, n, group_rows))
-        firsts = seg.keys_at(starts)
-        lasts = seg.keys_at([min(s + group_rows, n) - 1 for s in starts])
-        if n:
-            meta[b"fsstate.rg_bounds"] = _encode_bounds(spec, firsts, lasts)
-        table = pa.Table.from_batches([seg.batch]).replace_schema_metadata(meta)
-        path = new_data_path(prefix)
-        size, crc = write_table_file(ctx.fileio, ctx.store_dir, path, table, ctx.config, group_rows)
-        full = f"{ctx.store_dir}/{path}"
-        self._disk = DiskRun(full, ctx.fileio.describe(full), bloom, firsts, lasts, len(starts))
-        self.ref = FileRef(
-            path, self.rows, size, self.min_seq, self.max_seq, crc, int(seg.batch.nbytes)
-        )
+        assert seg is not None and seg.num_rows, "a run holds rows"
+        written = write_run_stream(spec, ctx, prefix, iter([seg.batch]))
+        assert written is not None and written.ref is not None
+        self._disk, self.ref = written._disk, written.ref
         return self.ref
 
     def release(self) -> int:
@@ -396,9 +377,11 @@ def write_run_stream(
     """Write sorted op rows arriving in parts as one run file, row group by row group.
 
     Every grouping key must have all its rows in one part and parts must come in key order
-    (what :func:`fsstate.compaction.merge_stream` yields), so the file has the layout and the
-    footer (Bloom filter, row-group key bounds) of :meth:`Run.write` while holding only one
-    part in memory. Returns the run, on disk only, or None if no row came (no file is left).
+    (one sorted segment, :func:`fsstate.memtable.dirty_batches` or
+    :func:`fsstate.compaction.merge_stream`); the footer gets the Bloom filter and row-group
+    key bounds at the end, so only one part is in memory at a time. Every run file is written
+    here (:meth:`Run.write` too). Returns the run, on disk only, or None if no row came (no
+    file is left).
     """
     cfg = ctx.config
     compression = None if cfg.compression == "none" else cfg.compression

@@ -304,8 +304,11 @@ class TableBase(BatchedOps, interfaces.StateTable):
         return self._live(self._view(key)[1])
 
     # -- sealing ---------------------------------------------------------------------------------
-    def _chunk_keys(self) -> int:
-        """Keys per sealed run, so one seal never builds more than ~1/16 of the budget."""
+    def _chunk_keys(self, n: int) -> int:
+        """Keys per sealed chunk of ``n`` dirty keys, so one chunk never builds more than
+        ~1/16 of the budget in Arrow (small seals are one chunk without sampling)."""
+        if n <= 256:
+            return max(1, n)
         self.memory_bytes()  # refreshes the sampled view size
         budget = self._ctl.config.memory_limit_bytes // 16
         return max(256, int(budget / max(self._avg_view_bytes, 64.0)))
@@ -319,7 +322,7 @@ class TableBase(BatchedOps, interfaces.StateTable):
         dirty = self._dirty
         if not dirty:
             return []
-        chunk = self._chunk_keys() if len(dirty) > 256 else len(dirty)
+        chunk = self._chunk_keys(len(dirty))
         runs = [
             Run(Segment(self.spec, b), None)
             for b in dirty_batches(self.spec, self._views, dirty, chunk)
@@ -352,7 +355,7 @@ class TableBase(BatchedOps, interfaces.StateTable):
         dirty = self._dirty
         if not dirty:
             return None
-        chunk = self._chunk_keys() if len(dirty) > 256 else len(dirty)
+        chunk = self._chunk_keys(len(dirty))
         parts = dirty_batches(self.spec, self._views, dirty, chunk)
         run = write_run_stream(self.spec, self.ctx, self.file_prefix, parts)
         if run is not None:

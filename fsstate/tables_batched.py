@@ -33,7 +33,7 @@ import pyarrow.compute as pc
 
 from fsstate.errors import SchemaError
 from fsstate.run import Run
-from fsstate.schema import EXPIRES, OP, SEQ
+from fsstate.schema import EXPIRES, OP, OP_PUT, SEQ
 from fsstate.segment import Segment, key_tuples
 
 if TYPE_CHECKING:
@@ -202,18 +202,13 @@ class BatchedOps:
             out_cols = [values.field(i).cast(f.type) for i, f in enumerate(schema)]
         else:
             out_cols = [pa.nulls(n, f.type) for f in schema]
-        return pa.Table.from_arrays(
-            [*out_cols, pc.is_valid(index)],
-            schema=pa.schema(
-                [*(f.with_nullable(True) for f in schema), pa.field("_found", pa.bool_())]
-            ),
-        )
+        return pa.Table.from_arrays([*out_cols, pc.is_valid(index)], schema=_result_schema(schema))
 
 
 def _live(ops: pa.Array, expires: pa.Array, now_ms: int) -> pa.Array:
     """Whether each op row holds a value visible at ``now_ms`` (a put, unexpired)."""
     unexpired = pc.or_kleene(pc.is_null(expires), pc.greater(expires, now_ms))
-    return pc.fill_null(pc.and_kleene(pc.equal(ops, 0), unexpired), False)
+    return pc.fill_null(pc.and_kleene(pc.equal(ops, OP_PUT), unexpired), False)
 
 
 class _LazyKeys(Sequence[Key]):
@@ -268,8 +263,10 @@ def _values_table(schema: pa.Schema, vals: list[Any]) -> pa.Table:
     """The result of a ``get_many``: value columns (None: not found) and ``_found``."""
     struct = pa.array(vals, type=pa.struct(list(schema)))  # one C-level conversion
     return pa.Table.from_arrays(
-        [*struct.flatten(), struct.is_valid()],
-        schema=pa.schema(
-            [*(f.with_nullable(True) for f in schema), pa.field("_found", pa.bool_())]
-        ),
+        [*struct.flatten(), struct.is_valid()], schema=_result_schema(schema)
     )
+
+
+def _result_schema(schema: pa.Schema) -> pa.Schema:
+    """A ``get_many`` result: the value columns, nullable, then ``_found``."""
+    return pa.schema([*(f.with_nullable(True) for f in schema), pa.field("_found", pa.bool_())])
