@@ -92,7 +92,16 @@ def case_put_many(tmp: Path, n: int) -> Callable[[], Any]:
 
 
 def case_get_many_hot(tmp: Path, n: int) -> Callable[[], Any]:
-    """ValueTable.get_many of n keys whose views are all in memory."""
+    """ValueTable.get_many of n keys whose views are all in memory and dirty (per-key path)."""
+    kt, vtab = _batch(n)
+    vt = _store(tmp).value_table("v", VALUE_SCHEMA, KEY_SCHEMA)
+    for k, v in zip(python_keys(kt), python_values(vtab), strict=True):
+        vt.update(k, v)
+    return lambda: vt.get_many(kt)
+
+
+def case_get_many_runs(tmp: Path, n: int) -> Callable[[], Any]:
+    """ValueTable.get_many of n keys right after put_many of them (joins over the runs)."""
     kt, vtab = _batch(n)
     vt = _store(tmp).value_table("v", VALUE_SCHEMA, KEY_SCHEMA)
     vt.put_many(kt, vtab)
@@ -183,6 +192,7 @@ CASES: dict[str, Case] = {
     "hot_update_ttl": case_hot_update_ttl,
     "put_many": case_put_many,
     "get_many_hot": case_get_many_hot,
+    "get_many_runs": case_get_many_runs,
     "get_many_cold": case_get_many_cold,
     "commit_dirty": case_commit_dirty,
     "commit_put_many": case_commit_put_many,

@@ -566,7 +566,7 @@ class ValueTable(TableBase, interfaces.ValueTableAPI):
     def get_many(self, keys: pa.Table) -> pa.Table:
         """Values for a table of keys, in input order, with a boolean ``_found`` column."""
         key_struct, key_list = self._keys_from_table(keys)
-        if not self._views and not self.ranges and self.runs and self._runs_in_memory():
+        if self._arrow_lookup_pays(len(key_struct)):
             return self._get_many_arrow(key_struct)
         get, view_of = self.get, self._views.get
         # a live, non-expiring view answers in place; anything else takes the point-get path

@@ -16,15 +16,15 @@ Invariants:
   numbers from ``next_seq``, so runs stay ordered by sequence number; views of the written
   keys are dropped, so the next read replays them from the runs.
 * Key tuples of a batch are built only if someone iterates them (:class:`_LazyKeys`).
-* The vectorized lookup runs only when no view is held, there is no range tombstone and every
-  run is in memory; it returns what per-key ``get`` would: the newest row of each key, with
-  deleted and expired values not found.
+* The vectorized lookup runs only when no view is dirty (clean views mirror the runs), there
+  is no range tombstone and every run is in memory; it returns what per-key ``get`` would:
+  the newest row of each key, with deleted and expired values not found.
 * A ``get_many`` result is in input order: the value columns (nullable) and ``_found``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from fsstate.run import RunContext
     from fsstate.schema import Checker, TableSpec
     from fsstate.store import PartitionStore
+    from fsstate.tombstones import RangeTombstones
 
 Key = tuple[Any, ...]
 
@@ -59,6 +60,9 @@ class BatchedOps:
     now_ms: int
     lock: threading.Lock
     runs: list[Run]
+    ranges: RangeTombstones
+    _views: dict[Key, Any]
+    _dirty: dict[Key, Any]
     _store: PartitionStore
     _ctl: MemoryController
 
@@ -126,6 +130,20 @@ class BatchedOps:
         ctl.growth -= max(1, run.memory_bytes // 4096)
         self._after_growth()
 
+    def _arrow_lookup_pays(self, n: int) -> bool:
+        """Whether ``n`` keys are best looked up by joins over the runs (no per-key Python).
+
+        The runs must answer alone: every run in memory, no range tombstone, and no dirty
+        view (clean views mirror the runs, so either side gives the same answer). With
+        views in memory the joins, which probe every run row, must also be cheaper than
+        ``n`` dict lookups: ``n`` at least a quarter of the run rows.
+        """
+        if self.ranges or not self.runs or self._dirty:
+            return False
+        if self._views and 4 * n < sum(r.rows for r in self.runs):
+            return False
+        return self._runs_in_memory()
+
     def _runs_in_memory(self) -> bool:
         """Whether every run holds its segments in memory (a lookup reads no file)."""
         return all(r.in_memory for r in self.runs)
@@ -134,7 +152,8 @@ class BatchedOps:
         """Vectorized lookup when no key is hot and every run is in memory (e.g. after
         put_many). Per run, newest first: a hash join that builds on the keys still unresolved
         (the small side) and probes every row of the run in any order (an unsorted batched
-        write is not sorted for it), then the highest sequence number per requested key."""
+        write is not sorted for it), then the highest sequence number per requested key
+        (``np.maximum.at``: no sort)."""
         names = [f"k{i}" for i in range(key_struct.type.num_fields)]
         n = len(key_struct)
         remaining = pa.Table.from_arrays(
@@ -143,54 +162,26 @@ class BatchedOps:
         )
         pos_parts: list[np.ndarray[Any, Any]] = []
         value_parts: list[pa.Array] = []
-        for run in reversed(self.runs):
+        runs = self.runs
+        for i in range(len(runs) - 1, -1, -1):
             if remaining.num_rows == 0:
                 break
-            hits = []
-            for s in run.segments(self.spec, self.ctx):
-                batch = s.rows_any_order
-                if not batch.num_rows:
-                    continue
-                side = pa.Table.from_arrays(
-                    [
-                        *batch.column("key").flatten(),
-                        pa.array(np.arange(batch.num_rows, dtype=np.int64)),
-                    ],
-                    names=[*names, "_row"],
-                )
-                hit = side.join(remaining, keys=names, join_type="inner")
-                if hit.num_rows:
-                    rows = hit.column("_row").combine_chunks()
-                    hits.append(
-                        pa.table(
-                            {
-                                "_pos": hit.column("_pos"),
-                                "_seq": batch.column(SEQ).take(rows),
-                                "_live": _live(
-                                    batch.column(OP).take(rows),
-                                    batch.column(EXPIRES).take(rows),
-                                    self.now_ms,
-                                ),
-                                "_value": batch.column("value").take(rows),
-                            }
-                        )
-                    )
-            if not hits:
+            hit = _run_hits(runs[i].segments(self.spec, self.ctx), remaining, names, self.now_ms)
+            if hit is None:
                 continue
+            pos, seq, live, values = hit
             # a key may have several rows in a run: the highest sequence number wins
-            run_hits = pa.concat_tables(hits).sort_by(
-                [("_pos", "ascending"), ("_seq", "descending")]
-            )
-            pos = run_hits.column("_pos").to_numpy()
-            first = np.ones(len(pos), dtype=bool)
-            first[1:] = pos[1:] != pos[:-1]
-            newest = run_hits.filter(pa.array(first))
-            live = newest.filter(newest.column("_live"))
-            pos_parts.append(live.column("_pos").to_numpy())
-            value_parts.append(live.column("_value").combine_chunks())
-            # resolved (found, deleted or expired here): older runs cannot change the answer
-            resolved = pc.is_in(remaining.column("_pos"), value_set=newest.column("_pos"))
-            remaining = remaining.filter(pc.invert(resolved))
+            best = np.full(n, -1, dtype=np.int64)
+            np.maximum.at(best, pos, seq)
+            newest = seq == best[pos]
+            found = newest & live
+            pos_parts.append(pos[found])
+            value_parts.append(values.filter(pa.array(found)))
+            if i:  # resolved here (found, deleted or expired): older runs cannot change it
+                resolved = np.zeros(n, dtype=bool)
+                resolved[pos] = True
+                left = ~resolved[remaining.column("_pos").to_numpy()]
+                remaining = remaining.filter(pa.array(left))
         schema = self.spec.value_schema
         rows = np.full(n, -1, dtype=np.int64)
         if pos_parts:
@@ -203,6 +194,37 @@ class BatchedOps:
         else:
             out_cols = [pa.nulls(n, f.type) for f in schema]
         return pa.Table.from_arrays([*out_cols, pc.is_valid(index)], schema=_result_schema(schema))
+
+
+def _run_hits(
+    segments: Iterable[Segment], remaining: pa.Table, names: list[str], now_ms: int
+) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any], pa.Array] | None:
+    """Rows of one run whose key is in ``remaining``: requested positions, sequence numbers,
+    liveness and values (None: no row). Each segment is joined in any row order."""
+    pos: list[np.ndarray[Any, Any]] = []
+    seq: list[np.ndarray[Any, Any]] = []
+    live: list[np.ndarray[Any, Any]] = []
+    values: list[pa.Array] = []
+    for s in segments:
+        batch = s.rows_any_order
+        if not batch.num_rows:
+            continue
+        side = pa.Table.from_arrays(
+            [*batch.column("key").flatten(), pa.array(np.arange(batch.num_rows, dtype=np.int64))],
+            names=[*names, "_row"],
+        )
+        hit = side.join(remaining, keys=names, join_type="inner")
+        if not hit.num_rows:
+            continue
+        rows = hit.column("_row").combine_chunks()
+        pos.append(hit.column("_pos").to_numpy())
+        seq.append(batch.column(SEQ).take(rows).to_numpy())
+        ok = _live(batch.column(OP).take(rows), batch.column(EXPIRES).take(rows), now_ms)
+        live.append(ok.to_numpy(zero_copy_only=False))
+        values.append(batch.column("value").take(rows))
+    if not pos:
+        return None
+    return np.concatenate(pos), np.concatenate(seq), np.concatenate(live), pa.concat_arrays(values)
 
 
 def _live(ops: pa.Array, expires: pa.Array, now_ms: int) -> pa.Array:
