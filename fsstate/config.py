@@ -86,6 +86,10 @@ class StoreConfig:
             to a commit under way in another attempt).
         orphan_scan_every_commits: how often (in commits) the store lists its directory to
             delete orphans left by failed attempts; the scan is bounded by the directory size.
+        fsync: flush every published local file, and its directory entry, to disk before a
+            manifest can name it (a committed version survives a power loss); False skips
+            the flushes (faster commits, for scratch state). A FileIO passed to the store
+            keeps its own setting.
     """
 
     retain_versions: int = 100
@@ -94,6 +98,7 @@ class StoreConfig:
     compression: str = "zstd"
     orphan_grace_ms: int = 10 * 60 * 1000
     orphan_scan_every_commits: int = 50
+    fsync: bool = True
 
     def __post_init__(self) -> None:
         if not isinstance(self.retain_versions, int) or self.retain_versions < 1:
@@ -114,3 +119,5 @@ class StoreConfig:
             raise ConfigError(
                 f"orphan_scan_every_commits={self.orphan_scan_every_commits!r} must be >= 1"
             )
+        if not isinstance(self.fsync, bool):
+            raise ConfigError(f"fsync={self.fsync!r} must be True or False")

@@ -131,8 +131,8 @@ class PartitionStore:
             VersionNotFoundError: ``version`` was never committed or is no longer retained.
             ManifestCorruptError: the manifest of ``version`` is damaged.
         """
-        fileio = uri if isinstance(uri, FileIO) else FileIO(uri)
         config = config or StoreConfig()
+        fileio = uri if isinstance(uri, FileIO) else FileIO(uri, fsync=config.fsync)
         manifest = None
         if version is not None:
             manifest = read_manifest(fileio, store_dir_for(operator, partition), version)

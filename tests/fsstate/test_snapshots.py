@@ -196,6 +196,55 @@ def test_config_validation() -> None:
 
     with pytest.raises(ConfigError, match="retain_versions"):
         StoreConfig(retain_versions=0)
+    with pytest.raises(ConfigError, match="fsync"):
+        StoreConfig(fsync="yes")  # type: ignore[arg-type]
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc to name fds")
+@pytest.mark.parametrize("fsync", [True, False])
+def test_commit_flushes_files_and_directories_before_the_manifest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fsync: bool
+) -> None:
+    """Every published file is fsynced before its rename and its directory after it, and a
+    version's manifest is published only once its files are durable; fsync=False skips
+    the flushes (and still commits)."""
+    from fsstate import fileio as fileio_mod
+
+    events: list[tuple[str, str]] = []
+    real_fsync, real_publish = os.fsync, fileio_mod.FileIO._publish
+
+    def rec_fsync(fd: int) -> None:
+        events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+        real_fsync(fd)
+
+    def rec_publish(self: fileio_mod.FileIO, tmp: str, target: str) -> None:
+        events.append(("publish", target))
+        real_publish(self, tmp, target)
+
+    monkeypatch.setattr(os, "fsync", rec_fsync)
+    monkeypatch.setattr(fileio_mod.FileIO, "_publish", rec_publish)
+    s = PartitionStore.open(str(tmp_path / "state"), "op", 0, config=StoreConfig(fsync=fsync))
+    s.value_table("v", VAL, KEY, ttl_ms=60_000).update(("a",), (1, "x"))
+    s.list_table("l", VAL, KEY).append(("a",), (2, "y"))
+    s.commit(0)
+    published = [p for e, p in events if e == "publish"]
+    # 2 runs, a TTL index run, then the manifest
+    assert len(published) == 4 and published[-1].endswith(".json")
+    if not fsync:
+        assert [e for e in events if e[0] == "fsync"] == []
+    else:
+        for target in published:
+            i = events.index(("publish", target))
+            parent = os.path.dirname(target)
+            # the file's data before the rename (under its temp name), its directory after
+            tmp_synced = events[i + 1]
+            assert tmp_synced[0] == "fsync" and os.path.dirname(tmp_synced[1]) == parent
+            assert os.path.basename(tmp_synced[1]).startswith(".tmp-")
+            assert events[i + 2] == ("fsync", parent)
+        manifest_at = events.index(("publish", published[-1]))
+        assert all(events.index(("publish", p)) + 2 < manifest_at for p in published[:-1])
+    again = PartitionStore.open(str(tmp_path / "state"), "op", 0, 0)
+    assert again.value_table("v", VAL, KEY).get(("a",)) == (1, "x")
 
 
 def test_failed_data_write_then_retry_keeps_every_row_once(

@@ -76,5 +76,12 @@ def test_bad_settings_fail_at_tiered(spark: SparkSession, tmp_path: Path) -> Non
         assert processor.config.state_uri == good
         assert processor.config.name == "sink.v2"
         assert processor.config.memory_limit_bytes == 256 * 1024**2  # conf/spark-defaults.conf
+        assert processor.config.store.fsync  # durable by default
+        spark.conf.set("spark.fsstate.fsync", "false")
+        assert not tiered(KitchenSink()).config.store.fsync
+        spark.conf.set("spark.fsstate.fsync", "maybe")
+        with pytest.raises(ConfigError, match="fsync"):
+            tiered(KitchenSink())
     finally:
         spark.conf.unset("spark.fsstate.stateUri")
+        spark.conf.unset("spark.fsstate.fsync")
