@@ -149,7 +149,7 @@ class BatchedOps:
         return all(r.in_memory for r in self.runs)
 
     def _get_many_arrow(self, key_struct: pa.StructArray) -> pa.Table:
-        """Vectorized lookup when no key is hot and every run is in memory (e.g. after
+        """Vectorized lookup when the runs answer alone (:meth:`_arrow_lookup_pays`; e.g. after
         put_many). Per run, newest first: a hash join that builds on the keys still unresolved
         (the small side) and probes every row of the run in any order (an unsorted batched
         write is not sorted for it), then the highest sequence number per requested key
