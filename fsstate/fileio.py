@@ -47,8 +47,8 @@ class FileIO:
     Args:
         uri: a local path (``/tmp/state``, ``./state``) or any URI pyarrow understands
             (``file:///...``, ``s3://bucket/prefix``, ``gs://...``, ``hdfs://...``).
-        fsync: flush published local files and their directory entries to disk (about half a
-            millisecond per file on an SSD); False trades crash durability for latency.
+        fsync: flush published local files and their directory entries to disk (0.5 ms to a
+            few ms per file, with the disk's load); False trades crash durability for latency.
 
     Raises:
         ConfigError: if the URI cannot be resolved to a filesystem.
