@@ -31,7 +31,8 @@ Invariants:
   and never lets an exception escape (it is counted in ``errors`` and logged). A round of an
   idle copy whose files another process has already retired (a copy older than the retained
   versions, which will be reopened, never advanced) is counted in ``stale_skips`` and logged at
-  INFO without a traceback.
+  INFO without a traceback; so is a round that fails because its store was closed meanwhile
+  (counted in ``abandoned``: its directory may be gone, its output is an orphan anyway).
 """
 
 from __future__ import annotations
@@ -340,6 +341,7 @@ class Compactor:
         self.bytes_written = 0
         self.errors = 0
         self.stale_skips = 0  # rounds given up because the copy's files were retired elsewhere
+        self.abandoned = 0  # rounds that failed because their store was closed meanwhile
 
     def request(self, table: TableBase) -> bool:
         """Queue a table for a background round; False if not queued (full or disabled)."""
@@ -425,7 +427,14 @@ class Compactor:
                         if progressed and len(table.runs) > cfg.compaction_max_runs:
                             self.request(table)  # more to do; no progress waits for a commit
             except FsStateError as exc:
-                if table is not None and _retired_elsewhere(table):
+                if table is not None and table.closed:
+                    # closed during the round (an evicted copy, a dropped scratch store): its
+                    # files may be gone and nothing will read the merged run
+                    self.abandoned += 1
+                    log.info(
+                        "fsstate compaction of %r abandoned: store closed (%s)", table.name, exc
+                    )
+                elif table is not None and _retired_elsewhere(table):
                     # an idle copy older than the retained versions: another process deleted
                     # its files; reading fails as expected and the copy will be reopened
                     self.stale_skips += 1

@@ -266,6 +266,46 @@ def test_compaction_of_a_copy_whose_files_were_retired_is_skipped_not_an_error(
     assert comp.stale_skips == 1
 
 
+def test_a_round_whose_store_closes_and_vanishes_is_abandoned_not_an_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A background round of a store closed (and its directory deleted) while it merges fails
+    on real files; it is counted as abandoned and logged at INFO, not as an error."""
+    import logging
+    import shutil
+
+    from fsstate import fileio as fileio_mod
+
+    ctl = MemoryController(
+        EngineConfig(
+            memory_limit_bytes=64 * 1024 * 1024, compaction_max_runs=2, background_compaction=True
+        )
+    )
+    s = _open(tmp_path, ctl)
+    v = s.value_table("v", VAL, KEY)
+    for version in range(3):
+        v.update((f"k{version}",), (version, "x"))
+        s.commit(version)
+    real_publish = fileio_mod.FileIO._publish
+
+    def close_then_publish(self: fileio_mod.FileIO, tmp: str, target: str) -> None:
+        s.close()  # the store goes away while the merged run is being published
+        shutil.rmtree(tmp_path / "state")
+        real_publish(self, tmp, target)
+
+    monkeypatch.setattr(fileio_mod.FileIO, "_publish", close_then_publish)
+    comp = ctl.compactor()
+    errors_before, abandoned_before = comp.errors, comp.abandoned
+    with caplog.at_level(logging.INFO, logger="fsstate"):
+        assert comp.request(v)  # the store is open: the round starts normally
+        comp.wait_idle()
+    assert s.closed
+    assert comp.errors == errors_before
+    assert comp.abandoned == abandoned_before + 1
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert any("abandoned" in r.getMessage() for r in caplog.records)
+
+
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_streamed_merge_equals_the_in_memory_merge(
     tmp_path: Path, small_controller: MemoryController, seed: int
