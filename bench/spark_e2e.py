@@ -55,6 +55,10 @@ Figures, per key-space size and flavour:
   in-worker figure of the goal is the steady state (tasks whose worker had a copy of the
   partition: at the version or caught up); restored tasks are reported as ``first visit``,
   and the ratio over all tasks is in the notes;
+* fsstate ms per batch (tiered): the time spent inside fsstate, summed over the batch's tasks:
+  the state calls plus getting and committing the stores (the adapter's cumulative
+  ``acquire_s`` / ``finish_s`` per worker, recorded in every stats line); its share of the
+  batch's wall time is what the end-to-end ratios cannot resolve from noise;
 * ratios tiered/native and tiered/no_state of throughput. The notes of tiered/native give its
   ceiling, no_state/native: what state at no cost at all would reach, so a goal above it
   cannot be met by any backend on that run.
@@ -186,6 +190,7 @@ class BenchProcessor(StatefulProcessor):
             "pid": os.getpid(),
             "store": self._store,
         }
+        line.update(_store_times())
         with open(os.path.join(self.stats_dir, f"{os.getpid()}.jsonl"), "a") as f:
             f.write(json.dumps(line) + "\n")
 
@@ -196,6 +201,14 @@ def _store_outcome(handle: StatefulProcessorHandle) -> str:
     from fsstate_spark.lifecycle import store_cache
 
     return store_cache().last_outcome if isinstance(handle, TieredHandle) else ""
+
+
+def _store_times() -> dict[str, float]:
+    """This process's cumulative seconds getting and committing tiered stores."""
+    from fsstate_spark.lifecycle import store_cache
+
+    cache = store_cache()
+    return {"acquire_s": cache.acquire_s, "finish_s": cache.finish_s}
 
 
 def _count_frames(frames: Iterator[pd.DataFrame]) -> tuple[int, int]:
@@ -476,10 +489,51 @@ def _tree_cpu_s() -> float:
 
 
 def _read_stats(stats_dir: Path) -> list[dict[str, Any]]:
+    """Stats lines of every worker; each line also gets ``store_s``: the seconds its task
+    spent getting its store and committing it (tiered; 0 otherwise)."""
     lines: list[dict[str, Any]] = []
     for p in stats_dir.glob("*.jsonl"):
-        lines += [json.loads(x) for x in p.read_text().splitlines() if x.strip()]
+        mine = [json.loads(x) for x in p.read_text().splitlines() if x.strip()]
+        _add_store_s(mine)
+        lines += mine
     return lines
+
+
+def _add_store_s(lines: list[dict[str, Any]]) -> None:
+    """``store_s`` of each line of one worker, from the cumulative counters: a task gets its
+    store before its line is written and commits after, so its commit shows in the next line
+    of the worker (the worker's mean commit for its last task)."""
+    acq = [x.get("acquire_s", 0.0) for x in lines]
+    fin = [x.get("finish_s", 0.0) for x in lines]
+    tiered = [i for i, x in enumerate(lines) if x.get("store")]
+    commits = [fin[i + 1] - fin[i] for i in tiered if i + 1 < len(lines)]
+    mean_commit = sum(commits) / len(commits) if commits else 0.0
+    for i, x in enumerate(lines):
+        if not x.get("store"):
+            x["store_s"] = 0.0
+            continue
+        got = acq[i] - (acq[i - 1] if i else 0.0)
+        commit = fin[i + 1] - fin[i] if i + 1 < len(lines) else mean_commit
+        x["store_s"] = got + commit
+
+
+def _fsstate_ms_per_batch(
+    stats: list[dict[str, Any]], v: Variant, measured: list[int]
+) -> tuple[list[float], list[float], list[float]]:
+    """Per measured batch of tiered variant ``v``: fsstate's ms (state calls + getting and
+    committing the stores, summed over the batch's tasks), the calls' share and its share of
+    the batch's wall time."""
+    total, calls_ms, share = [], [], []
+    for b in measured:
+        lines = [x for x in stats if x["tag"] == v.tag and x["batch"] == b]
+        if not lines or b not in v.wall_ms:
+            continue
+        c = sum(x["state_s"] for x in lines) * 1000
+        t = c + sum(x["store_s"] for x in lines) * 1000
+        total.append(t)
+        calls_ms.append(c)
+        share.append(t / v.wall_ms[b])
+    return total, calls_ms, share
 
 
 def _make_variants(cfg: Config, root: Path, stats_dir: Path, state_uri: Path) -> list[Variant]:
@@ -740,6 +794,22 @@ def _results(
                 "version and loads the table (once per worker and partition)",
             )
         )
+        ours, ours_calls, ours_share = _fsstate_ms_per_batch(stats, tie, measured)
+        if ours:
+            out.append(
+                Result(
+                    SUITE,
+                    f"{lab} {kind} tiered: fsstate ms/batch",
+                    median(ours),
+                    "ms",
+                    notes=f"time inside fsstate per batch, summed over its tasks: state calls "
+                    f"(median {median(ours_calls):.0f} ms) plus getting and committing the "
+                    f"stores; median share of the batch's wall time "
+                    f"{100 * median(ours_share):.1f} % (tasks run in parallel, so this is an "
+                    "upper bound of what fsstate adds to a batch)",
+                    samples=ours,
+                )
+            )
         if calls >= 2:
             # wall-based ratio: a tiered cost within noise of zero makes it unbounded, so
             # the in-worker figures (measured around the calls) are the primary ratio, net of

@@ -27,6 +27,7 @@ Rules that follow (the invariants of this module):
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
@@ -104,6 +105,9 @@ class StoreCache:
         self.caught_up = 0  # of the hits, advanced from an older version
         self.restores = 0  # opened from storage
         self.last_outcome = ""  # "hit", "caught_up" or "restored": the latest acquire
+        # cumulative wall seconds of this process's streaming tasks (benchmarks, diagnostics)
+        self.acquire_s = 0.0  # getting the store (reuse, catch-up or open)
+        self.finish_s = 0.0  # TTL cleanup, commit and handing the store back
 
     @staticmethod
     def key_of(config: TieredConfig, task: TaskInfo) -> StoreKey:
@@ -223,7 +227,11 @@ def apply_engine_settings(config: TieredConfig) -> None:
 def open_store(config: TieredConfig, task: TaskInfo) -> AnyStore:
     """The store a task works on (see the module docstring for the rules)."""
     if task.mode == MODE_STREAMING:
-        return _cache.acquire(config, task)
+        t0 = time.perf_counter()
+        try:
+            return _cache.acquire(config, task)
+        finally:
+            _cache.acquire_s += time.perf_counter() - t0
     return MemoryStore(per_key=task.mode == MODE_BOUNDED)
 
 
@@ -240,8 +248,12 @@ def finish_store(config: TieredConfig, store: AnyStore, task: TaskInfo, now_ms: 
         store.close()
         return
     assert task.batch_id is not None
-    if now_ms is not None:
-        store.set_time(now_ms)
-        store.expire()
-    store.commit(task.batch_id)
-    _cache.release(config, task, store)
+    t0 = time.perf_counter()
+    try:
+        if now_ms is not None:
+            store.set_time(now_ms)
+            store.expire()
+        store.commit(task.batch_id)
+        _cache.release(config, task, store)
+    finally:
+        _cache.finish_s += time.perf_counter() - t0
