@@ -178,9 +178,7 @@ class BatchedOps:
             pos_parts.append(pos[found])
             value_parts.append(values.filter(pa.array(found)))
             if i:  # resolved here (found, deleted or expired): older runs cannot change it
-                resolved = np.zeros(n, dtype=bool)
-                resolved[pos] = True
-                left = ~resolved[remaining.column("_pos").to_numpy()]
+                left = best[remaining.column("_pos").to_numpy()] < 0  # no row in this run
                 remaining = remaining.filter(pa.array(left))
         schema = self.spec.value_schema
         rows = np.full(n, -1, dtype=np.int64)
