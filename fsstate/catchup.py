@@ -48,7 +48,7 @@ from fsstate.manifest import LINEAGE_STEPS_MAX, Manifest, TableEntry, read_manif
 from fsstate.run import Run
 from fsstate.schema import KIND_LIST, KIND_MAP, KIND_VALUE, OP_PUT, SEQ
 from fsstate.segment import OpRow, Segment, gather_key_rows
-from fsstate.tombstones import RangeTombstones, replay_value
+from fsstate.tombstones import RangeTombstones, cell_expiry, cell_value, replay_value
 from fsstate.ttl_index import TtlIndex
 
 if TYPE_CHECKING:
@@ -101,10 +101,15 @@ def same_table(t: TableBase, old: TableEntry | None, new: TableEntry) -> bool:
     return _ranges_equal(t.ranges, RangeTombstones.from_batch(new.range_tombstones))
 
 
-def view_rows(kind: str, view: Any) -> list[OpRow]:
-    """A list or map view as the put rows it stands for (inverse of replay for live rows)."""
+def view_rows(kind: str, view: Any, seq: int) -> list[OpRow]:
+    """A list or map view as the put rows it stands for (inverse of replay for live rows).
+
+    Map cells hold no sequence number: their rows all get ``seq``, which must be newer than
+    every range tombstone and older than every row the view is replayed with (the last seq
+    of the version the view reflects); equal seqs keep the view's order in the replay.
+    """
     if kind == KIND_MAP:
-        return [(e[2], OP_PUT, uk, e[0], e[1]) for uk, e in view.items()]
+        return [(seq, OP_PUT, uk, cell_value(c), cell_expiry(c)) for uk, c in view.items()]
     assert kind == KIND_LIST
     return [(e[2], OP_PUT, (e[2],), e[0], e[1]) for e in view]
 
@@ -149,6 +154,7 @@ class TablePlan:
     runs: list[Run]
     delta: dict[Key, list[OpRow]]
     ttl_rows: list[tuple[int, int, Any, int | None]] | None  # None: reload the index lazily
+    seq_min: int  # every delta row has seq >= seq_min; the views reflect rows below it
 
 
 def _adopt_local_merges(t: TableBase, runs: list[Run], old_paths: set[str]) -> list[Run]:
@@ -213,7 +219,7 @@ def plan_table(t: TableBase, old: TableEntry, new: TableEntry, seq_min: int) -> 
     ttl_rows: list[tuple[int, int, Any, int | None]] | None = None
     if t.ttl_loaded and extends:
         ttl_rows = list(t.index_rows(new.ttl_runs[n_old:]))
-    return TablePlan(t, new, runs, delta, ttl_rows)
+    return TablePlan(t, new, runs, delta, ttl_rows, seq_min)
 
 
 def apply_plan(plan: TablePlan) -> int:
@@ -236,7 +242,7 @@ def apply_plan(plan: TablePlan) -> int:
         if kind == KIND_VALUE:
             views[k] = replay_value(rows, floor)  # every new row is newer than the view
         else:
-            views[k] = t._replay(k, view_rows(kind, view) + rows)
+            views[k] = t._replay(k, view_rows(kind, view, plan.seq_min - 1) + rows)
         replayed += 1
     with t.lock:
         t.runs = plan.runs

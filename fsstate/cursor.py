@@ -13,9 +13,9 @@ With ``method=True`` they take a leading ``self`` so that a class can hold them 
 
 Invariants:
 
-* Fast path = the hit path of the table method, exactly. Value ``get`` returns the value of
-  a view that exists, is not ``ABSENT`` and carries no expiry; ``update`` stores
-  ``(value, None, seq)`` with the store's next sequence number and marks the key dirty, only
+* Fast path = the hit path of the table method, exactly. Value ``get`` returns a view that
+  is a plain value tuple (not ``ABSENT``, not an expiring ``Timed`` pair); ``update`` stores
+  the value as the view and marks the key dirty with the store's next sequence number, only
   when the key already has a view, the table is not TTL-indexed and the value passes the
   exact-type test of :func:`fsstate.schema.fast_check_source` (so the checker would return it
   unchanged). Map and list accessors follow their methods the same way (see their docs).
@@ -32,8 +32,9 @@ import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
+import pyarrow as pa
+
 from fsstate.schema import fast_check_source
-from fsstate.tombstones import ABSENT
 
 if TYPE_CHECKING:
     from fsstate.tables import TableBase, ValueTable
@@ -55,19 +56,19 @@ class KeyCursor(Protocol):
 # included): LOAD_DEREF is one code unit where LOAD_GLOBAL carries a five-unit inline cache,
 # and in a cache-cold worker every line of bytecode read is a miss.
 _SRC = """
-def make(views, dirty, store, table, cursor, ABSENT, get_slow, update_slow, type, len{types}):
+def make(views, dirty, store, table, cursor, get_slow, update_slow, type, len, tuple{types}):
     def get({s0}):
         e = views.get(cursor.key)
-        if e is None or e is ABSENT or e[1] is not None:
-            return get_slow({s0})
-        return e[0]
+        if type(e) is tuple:
+            return e
+        return get_slow({s0})
 
     def update({s}v):
         key = cursor.key
         if {cond} and key in views and not table.indexed:
             seq = store.next_seq
             store.next_seq = seq + 1
-            views[key] = (v, None, seq)
+            views[key] = v
             dirty[key] = seq
         else:
             update_slow({s}v)
@@ -86,36 +87,52 @@ def _factory(source: str) -> Callable[..., Any]:
 
 _MAP_SRC = """
 def make(
-    views, dirty, store, table, cursor, get_slow, contains_slow, update_slow, type, len{types}
+    views, dirty, store, table, cursor, ctl, get_slow, contains_slow, update_slow,
+    type, len, tuple{types}
 ):
     def get_value({s}u):
         view = views.get(cursor.key)
         if view is not None:
-            e = view.get(u)
-            if e is not None and e[1] is None:
-                return e[0]
+            c = view.get(u)
+            if type(c) is tuple:
+                return c
+            if c is None and {ucond}:
+                return None
         return get_slow({s}u)
 
     def contains_key({s}u):
         view = views.get(cursor.key)
         if view is not None:
-            e = view.get(u)
-            if e is not None and e[1] is None:
+            c = view.get(u)
+            if type(c) is tuple:
                 return True
+            if c is None and {ucond}:
+                return False
         return contains_slow({s}u)
 
     def update_value({s}u, v):
         key = cursor.key
         view = views.get(key)
-        if view is not None and {cond} and u in view and not table.indexed:
+        if view is not None and {cond} and not table.indexed:
+            if u in view:
+                del view[u]  # re-inserted last: maps iterate in last-write order
+                grew = False
+            elif {ucond}:
+                grew = True
+            else:
+                update_slow({s}u, v)
+                return
             seq = store.next_seq
             store.next_seq = seq + 1
-            del view[u]  # re-inserted last: maps iterate in last-write order
-            view[u] = (v, None, seq)
+            view[u] = v
             d = dirty.get(key)
             if d is None:
                 d = dirty[key] = [None, {{}}]
             d[1][u] = seq
+            if grew:
+                ctl.growth -= 1
+                if ctl.growth <= 0:
+                    ctl.check()
         else:
             update_slow({s}u, v)
 
@@ -124,7 +141,7 @@ def make(
 
 
 _LIST_SRC = """
-def make(views, dirty, store, table, cursor, ctl, append_slow, type, len{types}):
+def make(views, dirty, store, table, cursor, ctl, append_slow, type, len, tuple{types}):
     def append_value({s}v):
         key = cursor.key
         view = views.get(key)
@@ -166,7 +183,7 @@ def value_cursor_ops(
     Returns:
         ``(get, update)``, each one Python frame on the fast path.
     """
-    ops: tuple[Getter, Updater] = _build(_SRC, table, cursor, method, ABSENT, get_slow, update_slow)
+    ops: tuple[Getter, Updater] = _build(_SRC, table, cursor, method, get_slow, update_slow)
     return ops
 
 
@@ -180,10 +197,12 @@ def map_cursor_ops(
 ) -> tuple[Callable[..., Value | None], Callable[..., bool], Callable[..., None]]:
     """Generate ``get_value(u)`` / ``contains_key(u)`` / ``update_value(u, v)`` at ``cursor.key``.
 
-    The fast paths are the hit paths of :class:`fsstate.tables_collections.MapTable`'s ``get``,
-    ``contains`` and ``update``: a user key present in the key's view without an expiry (its
-    key was validated when it was first written); an update also needs a value passing the
-    exact-type test and a table without TTL index. Anything else calls the slow callables.
+    The fast paths are the paths of :class:`fsstate.tables_collections.MapTable`'s ``get``,
+    ``contains`` and ``update`` for a grouping key whose view is in memory: a user key whose
+    cell is a plain value (validated when it was first written, no expiry), or absent and
+    passing the user key's exact-type test (a miss answers None / False, an update inserts it
+    and counts one unit of growth, as the methods do). An update also needs a value passing
+    the exact-type test and a table without TTL index. Anything else calls the slow callables.
 
     Args:
         table: the map table.
@@ -197,7 +216,7 @@ def map_cursor_ops(
         ``(get_value, contains_key, update_value)``, each one Python frame on the fast path.
     """
     ops: tuple[Callable[..., Value | None], Callable[..., bool], Callable[..., None]] = _build(
-        _MAP_SRC, table, cursor, method, get_slow, contains_slow, update_slow
+        _MAP_SRC, table, cursor, method, table._ctl, get_slow, contains_slow, update_slow
     )
     return ops
 
@@ -227,30 +246,37 @@ def list_cursor_ops(
 
 
 def _build(source: str, table: TableBase, cursor: KeyCursor, method: bool, *cells: Any) -> Any:
-    """Compile ``source`` for the table's value test and call its ``make``.
+    """Compile ``source`` for the table's exact-type tests and call its ``make``.
 
     Every ``make`` takes the table's views, dirty state, store, the table and the cursor, then
     ``cells`` (the kind's own: sentinels, controller, slow callables), then the builtins and
-    the value test's types.
+    the tests' types. ``{cond}`` in ``source`` is the value test of ``v``; ``{ucond}`` the user
+    key test of ``u`` (map tables).
 
     With ``method`` the accessors take a leading ``self`` (ignored, passed on to the slow
     callables), so a class can hold them as its methods.
     """
-    cond, types = _value_test(table)
+    cond, types = _exact_test(table.spec.value_schema, "v", "_t")
+    ucond = "False"
+    if table.spec.user_key_schema is not None:
+        ucond, utypes = _exact_test(table.spec.user_key_schema, "u", "_u")
+        types = {**types, **utypes}
     make = _factory(
         source.format(
             types="".join(f", {t}" for t in types),
             cond=cond,
+            ucond=ucond,
             s0="self" if method else "",
             s="self, " if method else "",
         )
     )
+    builtins = (type, len, tuple)
     return make(
-        table._views, table._dirty, table._store, table, cursor, *cells, type, len, *types.values()
+        table._views, table._dirty, table._store, table, cursor, *cells, *builtins, *types.values()
     )
 
 
-def _value_test(table: TableBase) -> tuple[str, dict[str, Any]]:
-    """The exact-type test of the table's values (``False`` when the checker must always run)."""
-    fast = fast_check_source(table.spec.value_schema, "v")
+def _exact_test(schema: pa.Schema, var: str, prefix: str) -> tuple[str, dict[str, Any]]:
+    """The exact-type test of ``var`` (``False`` when the checker must always run)."""
+    fast = fast_check_source(schema, var, prefix)
     return fast if fast is not None else ("False", {})

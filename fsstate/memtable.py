@@ -1,13 +1,15 @@
 """The memtable: hot per-key views plus the changes not yet sealed into a segment.
 
 Each table keeps ``views``: grouping key -> its complete current state as Python objects
-(value: ``(value, expiry, seq)`` or ABSENT; map: ``{ukey: (value, expiry, seq)}``; list:
-``[(value, expiry, elem_seq)]``). A view is loaded from the sealed tiers on the first touch of
-a key and then serves every read and write of that key at dict speed; this is the hot tier (the
-only way a Python caller gets microsecond calls).
+(value: the value tuple itself, a ``Timed((value, expiry))`` pair when it expires, or ABSENT;
+map: ``{ukey: cell}`` with the same cells; list: ``[(value, expiry, elem_seq)]``). A view is
+loaded from the sealed tiers on the first touch of a key and then serves every read and write
+of that key at dict speed; this is the hot tier (the only way a Python caller gets microsecond
+calls).
 
-``dirty`` records what changed since the last seal: value tables map key -> seq of the last op;
-list and map tables map key -> ``[clear_seq | None, {ukey: seq of last op}]``.
+``dirty`` records what changed since the last seal: value tables map key -> seq of the last op
+(the only place a value's sequence number lives until the seal writes it); list and map
+tables map key -> ``[clear_seq | None, {ukey: seq of last op}]``.
 
 Invariants:
 
@@ -33,7 +35,7 @@ import pyarrow.compute as pc
 
 from fsstate.schema import KIND_LIST, KIND_MAP, KIND_VALUE, OP_CLEAR, OP_DELETE, OP_PUT, TableSpec
 from fsstate.segment import build_batch
-from fsstate.tombstones import ABSENT
+from fsstate.tombstones import ABSENT, Timed, cell_value
 
 Key = tuple[Any, ...]
 
@@ -73,10 +75,10 @@ def seal_rows(spec: TableSpec, views: dict[Key, Any], dirty: dict[Key, Any]) -> 
         vs = [views[k] for k in keys]
         out.keys = keys
         out.ukeys = [None] * len(keys)
-        out.values = [None if v is ABSENT else v[0] for v in vs]
-        out.seqs = [s if v is ABSENT else v[2] for s, v in zip(dirty.values(), vs)]
+        out.values = [None if v is ABSENT else cell_value(v) for v in vs]
+        out.seqs = list(dirty.values())
         out.ops = [OP_CLEAR if v is ABSENT else OP_PUT for v in vs]
-        out.expires = [None if v is ABSENT else v[1] for v in vs]
+        out.expires = [v[1] if type(v) is Timed else None for v in vs]
         return out
     for key, (clear_seq, touched) in dirty.items():
         view = views[key]
@@ -84,11 +86,13 @@ def seal_rows(spec: TableSpec, views: dict[Key, Any], dirty: dict[Key, Any]) -> 
             out.add(key, None, None, clear_seq, OP_CLEAR, None)
         if spec.kind == KIND_MAP:
             for ukey, seq in touched.items():
-                e = view.get(ukey)
-                if e is not None and e[2] == seq:
-                    out.add(key, ukey, e[0], seq, OP_PUT, e[1])
-                else:
+                c = view.get(ukey)  # present iff the last op on ukey was a put (complete view)
+                if c is None:
                     out.add(key, ukey, None, seq, OP_DELETE, None)
+                elif type(c) is Timed:
+                    out.add(key, ukey, c[0], seq, OP_PUT, c[1])
+                else:
+                    out.add(key, ukey, c, seq, OP_PUT, None)
         else:
             assert spec.kind == KIND_LIST
             by_seq = {e[2]: e for e in view} if touched else {}

@@ -317,7 +317,9 @@ def make_checker(state: str, what: str, schema: pa.Schema) -> Checker:
     return check
 
 
-def fast_check_source(schema: pa.Schema, var: str) -> tuple[str, dict[str, Any]] | None:
+def fast_check_source(
+    schema: pa.Schema, var: str, prefix: str = "_t"
+) -> tuple[str, dict[str, Any]] | None:
     """A Python expression true when ``var`` already is a valid plain tuple of ``schema``.
 
     The test is exact: the tuple type, the arity, each field's exact Python type and, for
@@ -327,9 +329,10 @@ def fast_check_source(schema: pa.Schema, var: str) -> tuple[str, dict[str, Any]]
     Args:
         schema: the Arrow schema of the tuple.
         var: the variable name the expression tests.
+        prefix: the prefix of the names of the globals (several tests can share one scope).
 
     Returns:
-        ``(source, env)``: the expression and the globals it needs (names ``_t<i>``), or None
+        ``(source, env)``: the expression and the globals it needs (names ``<prefix><i>``), or None
         when some field has no exact-type test (the checker must always run).
     """
     fields = list(schema)
@@ -343,8 +346,8 @@ def fast_check_source(schema: pa.Schema, var: str) -> tuple[str, dict[str, Any]]
             lo, hi = _INT_RANGES[field.type]
             conds.append(f"type({var}[{i}]) is int and {lo} <= {var}[{i}] <= {hi}")
         else:
-            env[f"_t{i}"] = fast_type
-            conds.append(f"type({var}[{i}]) is _t{i}")
+            env[f"{prefix}{i}"] = fast_type
+            conds.append(f"type({var}[{i}]) is {prefix}{i}")
     return " and ".join(conds), env
 
 

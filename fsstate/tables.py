@@ -49,6 +49,8 @@ from fsstate.tables_batched import BatchedOps, _values_table
 from fsstate.tombstones import (
     ABSENT,
     RangeTombstones,
+    Timed,
+    cell,
     in_range,
     replay_list,
     replay_map,
@@ -295,9 +297,10 @@ class TableBase(BatchedOps, interfaces.StateTable):
     def _live(self, view: Any) -> bool:
         now = self.now_ms
         if self.kind == KIND_VALUE:
-            return view is not ABSENT and (view[1] is None or view[1] > now)
-        entries = view.values() if self.kind == KIND_MAP else view
-        return any(e[1] is None or e[1] > now for e in entries)
+            return view is not ABSENT and (type(view) is not Timed or view[1] > now)
+        if self.kind == KIND_MAP:
+            return any(type(c) is not Timed or c[1] > now for c in view.values())
+        return any(e[1] is None or e[1] > now for e in view)
 
     def exists(self, key: Key) -> bool:
         """Whether the key holds live state in this table."""
@@ -474,13 +477,13 @@ class ValueTable(TableBase, interfaces.ValueTableAPI):
         if e is None:
             e = self._view(key)[1]
             self._after_growth()
+        if type(e) is tuple:
+            return e
         if e is ABSENT:
             return None
-        exp = e[1]
-        if exp is not None and exp <= self.now_ms:
-            return None
-        v: tuple[Any, ...] = e[0]
-        return v
+        if type(e) is Timed:
+            return None if e[1] <= self.now_ms else e[0]
+        return e  # type: ignore[no-any-return]
 
     def exists(self, key: Key) -> bool:
         """Whether the key holds a live value."""
@@ -497,7 +500,7 @@ class ValueTable(TableBase, interfaces.ValueTableAPI):
                 key = self._check_key(key)
                 seq = st.next_seq
                 st.next_seq = seq + 1
-                views[key] = (value, None, seq)
+                views[key] = value
                 self._dirty[key] = seq
                 ctl = self._ctl
                 ctl.growth -= 1
@@ -506,14 +509,14 @@ class ValueTable(TableBase, interfaces.ValueTableAPI):
                 return
             seq = st.next_seq
             st.next_seq = seq + 1
-            views[key] = (value, None, seq)
+            views[key] = value
             self._dirty[key] = seq
             return
         key, _ = self._view(key)
         idx = self.ttl_index()
         seq = self._next_seq()
         exp = self._expiry()
-        views[key] = (value, exp, seq)
+        views[key] = cell(value, exp)
         self._dirty[key] = seq
         if exp is None:
             idx.discard(key)
@@ -552,13 +555,13 @@ class ValueTable(TableBase, interfaces.ValueTableAPI):
             view = self._views.get(key)  # type: ignore[call-overload]
             if view is None:
                 view = self._load(key)  # type: ignore[arg-type]
-            if view is ABSENT:
-                continue
-            if view[1] is not None and view[1] <= now:
+            if type(view) is not Timed:
+                continue  # gone, or rewritten without an expiry since
+            if view[1] <= now:
                 self._views[key] = ABSENT  # type: ignore[index]
                 self._dirty[key] = self._next_seq()  # type: ignore[index]
                 removed += 1
-            elif view[1] is not None:
+            else:
                 idx.set(key, view[1])
         self._after_growth()
         return removed
@@ -569,12 +572,9 @@ class ValueTable(TableBase, interfaces.ValueTableAPI):
         if self._arrow_lookup_pays(len(key_struct)):
             return self._get_many_arrow(key_struct)
         get, view_of = self.get, self._views.get
-        # a live, non-expiring view answers in place; anything else takes the point-get path
-        vals = [
-            e[0] if type(e) is tuple and e[1] is None else get(k)
-            for k in key_list
-            for e in (view_of(k),)
-        ]
+        # a live, non-expiring view (a plain tuple) answers in place; anything else takes the
+        # point-get path
+        vals = [e if type(e) is tuple else get(k) for k in key_list for e in (view_of(k),)]
         return _values_table(self.spec.value_schema, vals)
 
     def put_many(self, keys: pa.Table, values: pa.Table) -> None:

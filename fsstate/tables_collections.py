@@ -5,7 +5,9 @@ Invariants (besides those of :mod:`fsstate.tables`):
 * A list element is identified by the sequence number that appended it; elements are returned
   in append order. ``put`` is a clear followed by appends.
 * Map entries are returned in the order of their last write (an update moves the entry to the
-  end), the order a reload from the sealed tiers reproduces.
+  end), the order a reload from the sealed tiers reproduces. A map view holds one cell per
+  user key (the value tuple, or a ``Timed`` pair when it expires; see
+  :class:`fsstate.tombstones.Timed`).
 * TTL index: list state keeps one entry per grouping key holding the minimum expiry of its
   elements and the element count; map state keeps one entry per (grouping key, user key).
 """
@@ -23,6 +25,7 @@ from fsstate.errors import SchemaError
 from fsstate.schema import KIND_LIST, KIND_MAP, LIST_UKEY_SCHEMA, make_checker
 from fsstate.tables import Key, TableBase
 from fsstate.tables_batched import _struct_of, _values_table
+from fsstate.tombstones import Timed, cell_value
 
 if TYPE_CHECKING:
     from fsstate.manifest import TableEntry
@@ -228,28 +231,25 @@ class MapTable(TableBase, interfaces.MapTableAPI):
         ``cursor.key``; see :func:`fsstate.cursor.map_cursor_ops`."""
         return map_cursor_ops(self, cursor, get_slow, contains_slow, update_slow, method)
 
-    def _entry(self, key: Key, ukey: Key) -> Any:
+    def get(self, key: Key, user_key: Key) -> tuple[Any, ...] | None:
+        """The live value under ``user_key``, or None."""
         view = self._views.get(key)
         if view is None:
             view = self._view(key)[1]
             self._after_growth()
-        e = view.get(ukey)
-        if e is None:
-            self._ukey_check(ukey)
+        c = view.get(user_key)
+        if type(c) is tuple:
+            return c
+        if c is None:
+            self._ukey_check(user_key)
             return None
-        exp = e[1]
-        if exp is not None and exp <= self.now_ms:
-            return None
-        return e
-
-    def get(self, key: Key, user_key: Key) -> tuple[Any, ...] | None:
-        """The live value under ``user_key``, or None."""
-        e = self._entry(key, user_key)
-        return None if e is None else e[0]
+        if type(c) is Timed:
+            return None if c[1] <= self.now_ms else c[0]
+        return c  # type: ignore[no-any-return]
 
     def contains(self, key: Key, user_key: Key) -> bool:
         """Whether ``user_key`` holds a live value."""
-        return self._entry(key, user_key) is not None
+        return self.get(key, user_key) is not None
 
     def update(self, key: Key, user_key: Key, value: tuple[Any, ...]) -> None:
         """Set the value under ``user_key``."""
@@ -267,7 +267,7 @@ class MapTable(TableBase, interfaces.MapTableAPI):
         seq = st.next_seq
         st.next_seq = seq + 1
         exp = self._expiry()
-        view[user_key] = (value, exp, seq)
+        view[user_key] = value if exp is None else Timed((value, exp))
         _touch(self._dirty, key)[user_key] = seq
         if self.indexed:
             idx = self.ttl_index()
@@ -310,9 +310,13 @@ class MapTable(TableBase, interfaces.MapTableAPI):
             view = self._view(key)[1]
             self._after_growth()
         if not self.indexed:
-            return [(u, e[0]) for u, e in view.items()]
+            return [(u, cell_value(c)) for u, c in view.items()]
         now = self.now_ms
-        return [(u, e[0]) for u, e in view.items() if e[1] is None or e[1] > now]
+        return [
+            (u, c[0] if type(c) is Timed else c)
+            for u, c in view.items()
+            if type(c) is not Timed or c[1] > now
+        ]
 
     def items(self, key: Key) -> Iterator[tuple[Key, tuple[Any, ...]]]:
         """Live (user key, value) pairs in last-write order."""
@@ -338,15 +342,15 @@ class MapTable(TableBase, interfaces.MapTableAPI):
             pair: tuple[Key, Key] = entry  # type: ignore[assignment]
             key, ukey = pair
             k, view = self._view(key)
-            e = view.get(ukey)
-            if e is None:
-                continue
-            if e[1] is not None and e[1] <= now:
+            c = view.get(ukey)
+            if type(c) is not Timed:
+                continue  # gone, or rewritten without an expiry since
+            if c[1] <= now:
                 del view[ukey]
                 _touch(self._dirty, k)[ukey] = self._next_seq()
                 removed += 1
-            elif e[1] is not None:
-                idx.set(entry, e[1])
+            else:
+                idx.set(entry, c[1])
         self._after_growth()
         return removed
 

@@ -27,7 +27,7 @@ from fsstate.schema import OP_CLEAR, OP_DELETE, OP_PUT
 from fsstate.segment import OpRow
 
 Key = tuple[Any, ...]
-# value view: (value, expires_at_ms | None, seq)
+# list view element: (value, expires_at_ms | None, elem_seq); the seq is the element's identity
 Entry = tuple[Any, Any, int]
 
 
@@ -41,6 +41,34 @@ class _Absent:
 
 
 ABSENT: Any = _Absent()
+
+
+class Timed(tuple):  # type: ignore[type-arg]
+    """A cell whose value expires: ``(value, expires_at_ms)``.
+
+    A *cell* is how the memtable holds one live value (a value-state view, or the entry of a
+    map view under a user key): the value tuple itself when it never expires (the common
+    case, so a hit is one dict lookup and one exact-type test), else a ``Timed`` pair. The
+    pair is a tuple subclass, so ``type(c) is tuple`` tells a plain value from it. Cells hold
+    no sequence number: the dirty set has the one of the last op until the seal writes it.
+    """
+
+    __slots__ = ()
+
+
+def cell(value: Any, expires: int | None) -> Any:
+    """The cell of a live value: the value itself, or a :class:`Timed` pair."""
+    return value if expires is None else Timed((value, expires))
+
+
+def cell_value(c: Any) -> Any:
+    """The value of a cell."""
+    return c[0] if type(c) is Timed else c
+
+
+def cell_expiry(c: Any) -> int | None:
+    """The expiry of a cell (None: never expires)."""
+    return c[1] if type(c) is Timed else None
 
 
 def in_range(key: Key, lo: Key, hi: Key) -> bool:
@@ -108,18 +136,19 @@ def _clear_floor(rows: list[OpRow], range_floor: int) -> int:
 
 
 def replay_value(rows: list[OpRow], range_floor: int) -> Any:
-    """Current value view ``(value, expiry, seq)`` or ABSENT from the key's op rows."""
+    """Current value view (see :class:`Timed`) or ABSENT from the key's op rows."""
     best: OpRow | None = None
     for r in rows:
         if best is None or r[0] > best[0]:
             best = r
     if best is None or best[0] < range_floor or best[1] != OP_PUT:
         return ABSENT
-    return (best[3], best[4], best[0])
+    return best[3] if best[4] is None else Timed((best[3], best[4]))
 
 
-def replay_map(rows: list[OpRow], range_floor: int) -> dict[Key, Entry]:
-    """Current map view ``{user key: (value, expiry, seq)}`` in last-write order."""
+def replay_map(rows: list[OpRow], range_floor: int) -> dict[Key, Any]:
+    """Current map view ``{user key: cell}`` (see :class:`Timed`) in last-write order; rows of
+    equal sequence numbers keep their order (a caught-up view's rows, see ``catchup``)."""
     floor = _clear_floor(rows, range_floor)
     latest: dict[Key, OpRow] = {}
     for r in rows:
@@ -129,7 +158,7 @@ def replay_map(rows: list[OpRow], range_floor: int) -> dict[Key, Entry]:
         if cur is None or r[0] > cur[0]:
             latest[r[2]] = r
     live = sorted((r for r in latest.values() if r[1] == OP_PUT), key=lambda r: r[0])
-    return {r[2]: (r[3], r[4], r[0]) for r in live}
+    return {r[2]: r[3] if r[4] is None else Timed((r[3], r[4])) for r in live}
 
 
 def replay_list(rows: list[OpRow], range_floor: int) -> list[Entry]:

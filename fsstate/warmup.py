@@ -24,9 +24,9 @@ import numpy as np
 import pyarrow as pa
 
 from fsstate.bulk import gc_paused
-from fsstate.schema import EXPIRES, KIND_VALUE, OP, SEQ
+from fsstate.schema import EXPIRES, KIND_VALUE, OP
 from fsstate.segment import OpRow, gather_key_rows, key_tuples, same_as_next
-from fsstate.tombstones import ABSENT
+from fsstate.tombstones import ABSENT, cell
 
 if TYPE_CHECKING:
     from fsstate.tables import TableBase
@@ -89,8 +89,10 @@ def _warm_up_values(table: TableBase) -> None:
             key_cols = batch.column("key").flatten()
             sub = batch.filter(pa.array(~same_as_next(key_cols)))
             keys = key_tuples(sub.column("key").flatten())
-            vals = zip(*[c.to_pylist() for c in sub.column("value").flatten()])
-            views = list(zip(vals, sub.column(EXPIRES).to_pylist(), sub.column(SEQ).to_pylist()))
+            views: list[Any] = list(zip(*[c.to_pylist() for c in sub.column("value").flatten()]))
+            expires = sub.column(EXPIRES)
+            if expires.null_count < len(expires):  # some values expire: Timed views for those
+                views = [cell(v, e) for v, e in zip(views, expires.to_pylist())]
             ops = sub.column(OP).to_numpy(zero_copy_only=False)
             for j in np.flatnonzero(ops != 0).tolist():
                 views[j] = ABSENT

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fsstate.tables import TableBase
-from fsstate.tombstones import ABSENT
+from fsstate.tombstones import ABSENT, cell_expiry
 
 Key = tuple[Any, ...]
 Value = tuple[Any, ...]
@@ -273,9 +273,9 @@ def engine_rows_with_ttl(table: TableBase) -> int:
     for k in table.all_keys():
         view = table._view_nocache(k)
         if table.kind == VALUE:
-            total += 0 if view is ABSENT or view[1] is None else 1
+            total += 0 if view is ABSENT or cell_expiry(view) is None else 1
         elif table.kind == MAP:
-            total += sum(1 for e in view.values() if e[1] is not None)
+            total += sum(1 for c in view.values() if cell_expiry(c) is not None)
         else:
             total += 1 if any(e[1] is not None for e in view) else 0
     return total

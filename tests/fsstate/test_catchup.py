@@ -41,7 +41,7 @@ def _snapshot(store: PartitionStore, users: list[str]) -> dict[str, Any]:
     v, lst, m = _declare(store)
     out: dict[str, Any] = {}
     for u in users:
-        out[u] = (v.get((u,)), lst.get((u,)), sorted(m.items((u,))))
+        out[u] = (v.get((u,)), lst.get((u,)), list(m.items((u,))))  # maps in last-write order
     return out
 
 

@@ -224,19 +224,40 @@ def test_map_hot_calls_take_the_fast_path_and_bad_input_is_refused(make_store: F
     store = make_store()
     t = store.map_table("m", UKEY, VAL, KEY)
     c = MapCounted(t).at(("a",))
-    c.update_value(("x",), (1, "v"))  # a new user key: the table's own update
+    c.update_value(("x",), (1, "v"))  # the key's first touch (view not loaded): the table's
     slow = c.slow
     for n in range(2, 20):
         assert c.get_value(("x",)) == (n - 1, "v") and c.contains_key(("x",))
         c.update_value(("x",), (n, "v"))
+    # a new user key of a loaded key: the miss and the insert stay on the fast path too, and
+    # the insert counts one unit of growth for the memory controller, as the table's update
+    ctl = store.controller
+    growth = ctl.growth
+    assert c.get_value(("y",)) is None and not c.contains_key(("y",))
+    c.update_value(("y",), (7, "w"))
+    assert ctl.growth == growth - 1
     assert c.slow == slow
+    assert list(t.items(("a",))) == [(("x",), (19, "v")), (("y",), (7, "w"))]
+    c.update_value(("x",), (19, "v"))  # moves x last
+    assert [u for u, _ in t.items(("a",))] == [("y",), ("x",)]
+    assert c.get_value((np.str_("y"),)) == (7, "w") and c.get_value((np.str_("q"),)) is None
     seq = store.next_seq
     for bad in [(1,), ("1", "v"), 5]:
         with pytest.raises(SchemaError):
             c.update_value(("x",), bad)
     assert store.next_seq == seq and t.get(("a",), ("x",)) == (19, "v")
-    with pytest.raises(SchemaError):
-        c.get_value((5,))  # a user key of the wrong type, not in the view: the table checks it
+    slow = c.slow
+    for bad_key in [(5,), ("x", "y"), "x", (1.5,)]:
+        # a user key that fails the exact test, not in the view: the table checks it
+        with pytest.raises(SchemaError):
+            c.get_value(bad_key)
+        with pytest.raises(SchemaError):
+            c.contains_key(bad_key)
+        with pytest.raises(SchemaError):
+            c.update_value(bad_key, (1, "v"))
+    assert c.slow == slow + 12 and store.next_seq == seq
+    c.update_value((np.str_("z"),), (3, "v"))  # normalized by the table's checker
+    assert t.get(("a",), ("z",)) == (3, "v") and c.contains_key(("z",))
     t.ttl_ms = 100
     c.update_value(("x",), (20, "v"))
     store.set_time(store.now_ms + 100)

@@ -42,12 +42,12 @@ def test_dirty_batches_are_chunks_of_one_sorted_run(kind: str) -> None:
     for k in keys:
         seq += 1
         if kind == KIND_VALUE:
-            views[k] = ABSENT if rng.random() < 0.2 else ((seq,), None, seq)
+            views[k] = ABSENT if rng.random() < 0.2 else (seq,)
             dirty[k] = seq
         else:
-            items = {(f"i{j}",): ((seq + j,), None, seq + j) for j in range(rng.randint(0, 3))}
+            items = {(f"i{j}",): (seq + j,) for j in range(rng.randint(0, 3))}
             views[k] = items
-            dirty[k] = [seq if not items else None, {u: e[2] for u, e in items.items()}]
+            dirty[k] = [seq if not items else None, {u: c[0] for u, c in items.items()}]
             seq += 3
     spec = TableSpec("t", kind, VAL, KEY, UKEY if kind == KIND_MAP else None, None)
     whole = list(dirty_batches(spec, views, dirty, len(dirty)))
