@@ -167,6 +167,41 @@ def test_ttl_visibility(make_store: Factory, tier: str) -> None:
     assert not lst.exists(("a",)) and not m.exists(("a",))
 
 
+def test_lasting_and_expiring_values_mix(make_store: Factory, tier: str) -> None:
+    """Values written before a TTL was set never expire; later ones do, on every tier (the
+    memtable holds the two as different cells; a reopened table warms up from a mix)."""
+    s = make_store()
+    s.set_time(100)
+    v = s.value_table("v", VAL, KEY)
+    m = s.map_table("m", UKEY, VAL, KEY)
+    for i in range(6):
+        v.update((f"k{i}",), (i, "lasting"))
+        m.update(("a",), (f"u{i}",), (i, "lasting"))
+    v.ttl_ms = m.ttl_ms = 500
+    for i in range(3, 9):  # k3..k5 / u3..u5 rewritten with an expiry, k6.. new
+        v.update((f"k{i}",), (i, "expiring"))
+        m.update(("a",), (f"u{i}",), (i, "expiring"))
+    s = to_tier(s, tier, 0)
+    v, m = s.table("v"), s.table("m")
+    keys = pa.table({"user": [f"k{i}" for i in range(10)]})
+    expect = [(i, "lasting") for i in range(3)] + [(i, "expiring") for i in range(3, 9)]
+    assert [v.get((f"k{i}",)) for i in range(10)] == [*expect, None]
+    assert v.get_many(keys).column("count").to_pylist() == [*range(9), None]
+    assert list(m.items(("a",))) == [((f"u{i}",), e) for i, e in enumerate(expect)]
+    s.set_time(600)
+    assert [v.get((f"k{i}",)) for i in range(10)] == [*expect[:3], *[None] * 7]
+    assert v.get_many(keys).column("count").to_pylist() == [0, 1, 2, *[None] * 7]
+    assert [u for u, _ in m.items(("a",))] == [("u0",), ("u1",), ("u2",)]
+    assert m.get(("a",), ("u4",)) is None and m.contains(("a",), ("u2",))
+    assert s.expire() == 12
+    assert sorted(v.keys()) == [("k0",), ("k1",), ("k2",)] and m.exists(("a",))
+    s.commit(1)
+    again = PartitionStore.open(s.fileio, s.operator, s.partition, 1, s.config)
+    again.set_time(10**9)  # lasting values outlive any clock
+    assert sorted(again.table("v").keys()) == [("k0",), ("k1",), ("k2",)]
+    assert len(list(again.table("m").items(("a",)))) == 3
+
+
 def test_vectorized_get_many_matches_point_gets(make_store: Factory) -> None:
     """get_many's Arrow path (no hot view, runs in memory) agrees with point reads."""
     import random
