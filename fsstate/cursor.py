@@ -14,13 +14,15 @@ With ``method=True`` they take a leading ``self`` so that a class can hold them 
 Invariants:
 
 * Fast path = the hit path of the table method, exactly. Value ``get`` returns a view that
-  is a plain value tuple (not ``ABSENT``, not an expiring ``Timed`` pair); ``update`` stores
-  the value as the view and marks the key dirty with the store's next sequence number, only
-  when the key already has a view, the table is not TTL-indexed and the value passes the
-  exact-type test of :func:`fsstate.schema.fast_check_source` (so the checker would return it
-  unchanged). Map and list accessors follow their methods the same way (see their docs).
-* Everything else (no key bound, a key not in memory, a tombstone view, an expiry, a TTL
-  index to maintain, a value that needs normalizing or is wrong) goes to the caller's slow
+  is a plain value tuple, or the value of an unexpired ``Timed`` pair; ``update`` stores the
+  value as the view and marks the key dirty with the store's next sequence number, only when
+  the key already has a view and the value passes the exact-type test of
+  :func:`fsstate.schema.fast_check_source` (so the checker would return it unchanged). In a
+  TTL-indexed table it does so only with a TTL set and the index in memory, and then stores
+  a ``Timed`` pair expiring at now + TTL and moves the key's index entry there, as the
+  method does. Map and list accessors follow their methods the same way (see their docs).
+* Everything else (no key bound, a key not in memory, a tombstone or expired view, an index
+  not loaded, a value that needs normalizing or is wrong) goes to the caller's slow
   callables, which are the reference path: results and errors are the slow path's.
 * The accessors hold the table's ``_views`` and ``_dirty`` dicts: the table never replaces
   them (it clears and refills in place), so they stay valid for the table's life.
@@ -35,6 +37,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import pyarrow as pa
 
 from fsstate.schema import fast_check_source
+from fsstate.tombstones import Timed
 
 if TYPE_CHECKING:
     from fsstate.tables import TableBase, ValueTable
@@ -56,22 +59,37 @@ class KeyCursor(Protocol):
 # included): LOAD_DEREF is one code unit where LOAD_GLOBAL carries a five-unit inline cache,
 # and in a cache-cold worker every line of bytecode read is a miss.
 _SRC = """
-def make(views, dirty, store, table, cursor, get_slow, update_slow, type, len, tuple{types}):
+def make(
+    views, dirty, store, table, cursor, Timed, get_slow, update_slow, type, len, tuple{types}
+):
     def get({s0}):
         e = views.get(cursor.key)
         if type(e) is tuple:
             return e
+        if type(e) is Timed and e[1] > table.now_ms:
+            return e[0]
         return get_slow({s0})
 
     def update({s}v):
         key = cursor.key
-        if {cond} and key in views and not table.indexed:
-            seq = store.next_seq
-            store.next_seq = seq + 1
-            views[key] = v
-            dirty[key] = seq
-        else:
-            update_slow({s}v)
+        if {cond} and key in views:
+            if not table.indexed:
+                seq = store.next_seq
+                store.next_seq = seq + 1
+                views[key] = v
+                dirty[key] = seq
+                return
+            idx = table._ttl
+            ttl = table._ttl_ms
+            if idx is not None and ttl is not None:
+                seq = store.next_seq
+                store.next_seq = seq + 1
+                exp = table.now_ms + ttl
+                views[key] = Timed((v, exp))
+                dirty[key] = seq
+                idx.set(key, exp)
+                return
+        update_slow({s}v)
 
     return get, update
 """
@@ -87,7 +105,7 @@ def _factory(source: str) -> Callable[..., Any]:
 
 _MAP_SRC = """
 def make(
-    views, dirty, store, table, cursor, ctl, get_slow, contains_slow, update_slow,
+    views, dirty, store, table, cursor, ctl, Timed, get_slow, contains_slow, update_slow,
     type, len, tuple{types}
 ):
     def get_value({s}u):
@@ -96,8 +114,11 @@ def make(
             c = view.get(u)
             if type(c) is tuple:
                 return c
-            if c is None and {ucond}:
-                return None
+            if c is None:
+                if {ucond}:
+                    return None
+            elif type(c) is Timed and c[1] > table.now_ms:
+                return c[0]
         return get_slow({s}u)
 
     def contains_key({s}u):
@@ -106,35 +127,50 @@ def make(
             c = view.get(u)
             if type(c) is tuple:
                 return True
-            if c is None and {ucond}:
-                return False
+            if c is None:
+                if {ucond}:
+                    return False
+            elif type(c) is Timed and c[1] > table.now_ms:
+                return True
         return contains_slow({s}u)
 
     def update_value({s}u, v):
         key = cursor.key
         view = views.get(key)
-        if view is not None and {cond} and not table.indexed:
-            if u in view:
-                del view[u]  # re-inserted last: maps iterate in last-write order
-                grew = False
-            elif {ucond}:
-                grew = True
-            else:
+        if view is None or not ({cond}):
+            update_slow({s}u, v)
+            return
+        idx = None
+        if table.indexed:
+            idx = table._ttl
+            ttl = table._ttl_ms
+            if idx is None or ttl is None:
                 update_slow({s}u, v)
                 return
-            seq = store.next_seq
-            store.next_seq = seq + 1
-            view[u] = v
-            d = dirty.get(key)
-            if d is None:
-                d = dirty[key] = [None, {{}}]
-            d[1][u] = seq
-            if grew:
-                ctl.growth -= 1
-                if ctl.growth <= 0:
-                    ctl.check()
+        if u in view:
+            del view[u]  # re-inserted last: maps iterate in last-write order
+            grew = False
+        elif {ucond}:
+            grew = True
         else:
             update_slow({s}u, v)
+            return
+        seq = store.next_seq
+        store.next_seq = seq + 1
+        if idx is None:
+            view[u] = v
+        else:
+            exp = table.now_ms + ttl
+            view[u] = Timed((v, exp))
+            idx.set((key, u), exp)
+        d = dirty.get(key)
+        if d is None:
+            d = dirty[key] = [None, {{}}]
+        d[1][u] = seq
+        if grew:
+            ctl.growth -= 1
+            if ctl.growth <= 0:
+                ctl.check()
 
     return get_value, contains_key, update_value
 """
@@ -183,7 +219,7 @@ def value_cursor_ops(
     Returns:
         ``(get, update)``, each one Python frame on the fast path.
     """
-    ops: tuple[Getter, Updater] = _build(_SRC, table, cursor, method, get_slow, update_slow)
+    ops: tuple[Getter, Updater] = _build(_SRC, table, cursor, method, Timed, get_slow, update_slow)
     return ops
 
 
@@ -199,10 +235,12 @@ def map_cursor_ops(
 
     The fast paths are the paths of :class:`fsstate.tables_collections.MapTable`'s ``get``,
     ``contains`` and ``update`` for a grouping key whose view is in memory: a user key whose
-    cell is a plain value (validated when it was first written, no expiry), or absent and
-    passing the user key's exact-type test (a miss answers None / False, an update inserts it
-    and counts one unit of growth, as the methods do). An update also needs a value passing
-    the exact-type test and a table without TTL index. Anything else calls the slow callables.
+    cell is a plain value or an unexpired ``Timed`` pair (validated when it was first
+    written), or absent and passing the user key's exact-type test (a miss answers None /
+    False, an update inserts it and counts one unit of growth, as the methods do). An update
+    also needs a value passing the exact-type test and, in a TTL-indexed table, a TTL set and
+    the index in memory (it then writes a ``Timed`` pair and moves the entry's index entry).
+    Anything else calls the slow callables.
 
     Args:
         table: the map table.
@@ -216,7 +254,7 @@ def map_cursor_ops(
         ``(get_value, contains_key, update_value)``, each one Python frame on the fast path.
     """
     ops: tuple[Callable[..., Value | None], Callable[..., bool], Callable[..., None]] = _build(
-        _MAP_SRC, table, cursor, method, table._ctl, get_slow, contains_slow, update_slow
+        _MAP_SRC, table, cursor, method, table._ctl, Timed, get_slow, contains_slow, update_slow
     )
     return ops
 

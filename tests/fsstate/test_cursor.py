@@ -121,12 +121,32 @@ def test_ttl_tables_keep_their_index_and_expire(make_store: Factory) -> None:
     c.update((1, "x"))
     c.update((2, "x"))
     t.ttl_ms = 500  # a TTL declared later: writes must now carry an expiry and index it
-    c.update((3, "x"))
-    assert c.get() == (3, "x")
-    assert len(t.ttl_index()) == 1
-    store.set_time(store.now_ms + 500)
-    assert c.get() is None and t.get(("a",)) is None
-    assert t.expire() == 1
+    slow = (c.slow_gets, c.slow_updates)
+    c.update((3, "x"))  # indexed, index in memory: still one frame, and the entry moves
+    assert c.get() == (3, "x") and (c.slow_gets, c.slow_updates) == slow
+    assert t.ttl_index().entries() == [(store.now_ms + 500, ("a",))]
+    store.set_time(store.now_ms + 100)
+    c.update((4, "x"))
+    assert t.ttl_index().entries() == [(store.now_ms + 500, ("a",))]
+    assert (c.slow_gets, c.slow_updates) == slow
+    store.set_time(store.now_ms + 499)
+    assert c.get() == (4, "x")
+    store.set_time(store.now_ms + 1)  # expiry == now: expired, the slow path answers
+    assert c.get() is None and t.get(("a",)) is None and c.slow_gets == slow[0] + 1
+    assert t.expire() == 1 and len(t.ttl_index()) == 0
+    c.at(("b",)).update((5, "y"))
+    store.commit(1)
+    again = PartitionStore.open(store.fileio, store.operator, store.partition, 1, store.config)
+    again.set_time(store.now_ms)
+    t2 = again.value_table("v", VAL, KEY, ttl_ms=500)
+    c2 = Counted(t2).at(("b",))
+    assert c2.get() == (5, "y") and not t2.ttl_loaded  # view loaded, index not read
+    assert c2.get() == (5, "y") and c2.slow_gets == 1  # now a hot Timed view
+    c2.update((6, "y"))  # the index is not in memory: the table's update loads it
+    assert c2.slow_updates == 1 and t2.ttl_loaded
+    c2.update((7, "y"))
+    assert c2.slow_updates == 1
+    assert t2.ttl_index().entries() == [(again.now_ms + 500, ("b",))]
 
 
 def test_eviction_keeps_the_accessors_valid(make_store: Factory) -> None:
@@ -258,10 +278,21 @@ def test_map_hot_calls_take_the_fast_path_and_bad_input_is_refused(make_store: F
     assert c.slow == slow + 12 and store.next_seq == seq
     c.update_value((np.str_("z"),), (3, "v"))  # normalized by the table's checker
     assert t.get(("a",), ("z",)) == (3, "v") and c.contains_key(("z",))
-    t.ttl_ms = 100
+    t.ttl_ms = 100  # indexed from now on; the index is in memory: still the fast path
+    slow = c.slow
     c.update_value(("x",), (20, "v"))
-    store.set_time(store.now_ms + 100)
+    c.update_value(("w",), (21, "v"))  # a new user key with an expiry
+    assert c.get_value(("x",)) == (20, "v") and c.contains_key(("w",)) and c.slow == slow
+    now = store.now_ms
+    assert sorted(t.ttl_index().entries()) == [
+        (now + 100, (("a",), ("w",))),
+        (now + 100, (("a",), ("x",))),
+    ]
+    store.set_time(now + 100)
     assert c.get_value(("x",)) is None and not c.contains_key(("x",))
+    assert c.slow == slow + 2  # expired: the table answers
+    assert t.expire() == 2 and len(t.ttl_index()) == 0
+    assert [u for u, _ in t.items(("a",))] == [("y",), ("z",)]
 
 
 def test_list_accessor_matches_the_table_on_every_tier(make_store: Factory, tier: str) -> None:
