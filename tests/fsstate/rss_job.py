@@ -27,19 +27,24 @@ def value_of(store: int, i: int) -> str:
     return (f"{store:02d}:{i:09d}|" * (ROW_BYTES // 13 + 1))[:ROW_BYTES]
 
 
-def _rss_mib() -> float:
+def _mem_mib() -> tuple[float, float]:
+    """(resident, resident file-backed and shared) MiB of this process, from statm."""
     with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * 4096 / 2**20
+        fields = f.read().split()
+    return int(fields[1]) * 4096 / 2**20, int(fields[2]) * 4096 / 2**20
 
 
 def main() -> None:
     root, total_mib, budget_mib = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     phase = ["import"]
     peaks: dict[str, float] = {}
+    anon = [0.0]  # peak of resident memory not backed by files (what the process allocated)
 
     def sample() -> None:
         while True:
-            peaks[phase[0]] = max(peaks.get(phase[0], 0.0), _rss_mib())
+            rss, shared = _mem_mib()
+            peaks[phase[0]] = max(peaks.get(phase[0], 0.0), rss)
+            anon[0] = max(anon[0], rss - shared)
             time.sleep(0.01)
 
     threading.Thread(target=sample, daemon=True).start()
@@ -75,11 +80,17 @@ def main() -> None:
                 bad += 1
         s.close()
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    _, shared_mib = _mem_mib()
     stats = ctl.stats()
     print(
         json.dumps(
             {
                 "peak_rss_mib": round(peak_mib, 1),
+                # the exact peak less the file-backed pages (shared libraries: how many are
+                # resident depends on the page cache, e.g. +30 MiB right after a pip install),
+                # or the sampled anonymous peak if higher
+                "peak_private_mib": round(max(peak_mib - shared_mib, anon[0]), 1),
+                "shared_mib": round(shared_mib, 1),
                 "budget_mib": budget_mib,
                 "written_mib": rows_per_store * stores * ROW_BYTES / 2**20,
                 "bad": bad,

