@@ -35,7 +35,7 @@ import pyarrow.compute as pc
 
 from fsstate.schema import KIND_LIST, KIND_MAP, KIND_VALUE, OP_CLEAR, OP_DELETE, OP_PUT, TableSpec
 from fsstate.segment import build_batch
-from fsstate.tombstones import ABSENT, Timed, cell_value
+from fsstate.tombstones import ABSENT, cell_expiry, cell_value
 
 Key = tuple[Any, ...]
 
@@ -78,7 +78,7 @@ def seal_rows(spec: TableSpec, views: dict[Key, Any], dirty: dict[Key, Any]) -> 
         out.values = [None if v is ABSENT else cell_value(v) for v in vs]
         out.seqs = list(dirty.values())
         out.ops = [OP_CLEAR if v is ABSENT else OP_PUT for v in vs]
-        out.expires = [v[1] if type(v) is Timed else None for v in vs]
+        out.expires = [None if v is ABSENT else cell_expiry(v) for v in vs]
         return out
     for key, (clear_seq, touched) in dirty.items():
         view = views[key]
@@ -89,10 +89,8 @@ def seal_rows(spec: TableSpec, views: dict[Key, Any], dirty: dict[Key, Any]) -> 
                 c = view.get(ukey)  # present iff the last op on ukey was a put (complete view)
                 if c is None:
                     out.add(key, ukey, None, seq, OP_DELETE, None)
-                elif type(c) is Timed:
-                    out.add(key, ukey, c[0], seq, OP_PUT, c[1])
                 else:
-                    out.add(key, ukey, c, seq, OP_PUT, None)
+                    out.add(key, ukey, cell_value(c), seq, OP_PUT, cell_expiry(c))
         else:
             assert spec.kind == KIND_LIST
             by_seq = {e[2]: e for e in view} if touched else {}

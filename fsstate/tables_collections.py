@@ -25,7 +25,7 @@ from fsstate.errors import SchemaError
 from fsstate.schema import KIND_LIST, KIND_MAP, LIST_UKEY_SCHEMA, make_checker
 from fsstate.tables import Key, TableBase
 from fsstate.tables_batched import _struct_of, _values_table
-from fsstate.tombstones import Timed, cell_value
+from fsstate.tombstones import Timed, cell, cell_value
 
 if TYPE_CHECKING:
     from fsstate.manifest import TableEntry
@@ -267,7 +267,7 @@ class MapTable(TableBase, interfaces.MapTableAPI):
         seq = st.next_seq
         st.next_seq = seq + 1
         exp = self._expiry()
-        view[user_key] = value if exp is None else Timed((value, exp))
+        view[user_key] = cell(value, exp)
         _touch(self._dirty, key)[user_key] = seq
         if self.indexed:
             idx = self.ttl_index()

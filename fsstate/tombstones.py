@@ -143,7 +143,7 @@ def replay_value(rows: list[OpRow], range_floor: int) -> Any:
             best = r
     if best is None or best[0] < range_floor or best[1] != OP_PUT:
         return ABSENT
-    return best[3] if best[4] is None else Timed((best[3], best[4]))
+    return cell(best[3], best[4])
 
 
 def replay_map(rows: list[OpRow], range_floor: int) -> dict[Key, Any]:
@@ -158,7 +158,7 @@ def replay_map(rows: list[OpRow], range_floor: int) -> dict[Key, Any]:
         if cur is None or r[0] > cur[0]:
             latest[r[2]] = r
     live = sorted((r for r in latest.values() if r[1] == OP_PUT), key=lambda r: r[0])
-    return {r[2]: r[3] if r[4] is None else Timed((r[3], r[4])) for r in live}
+    return {r[2]: cell(r[3], r[4]) for r in live}
 
 
 def replay_list(rows: list[OpRow], range_floor: int) -> list[Entry]:
