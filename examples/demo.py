@@ -48,7 +48,11 @@ def main() -> None:
     """Run the demo query and print what happened."""
     shutil.rmtree(DEMO_DIR, ignore_errors=True)
     write_batches(DEMO_DIR / "input", make_clicks())
-    spark = local_session("fsstate-demo")
+    # no no-data micro-batches: with TTL in ProcessingTime mode Spark would otherwise keep
+    # scheduling them, and an availableNow query would never end
+    spark = local_session(
+        "fsstate-demo", **{"spark.sql.streaming.noDataMicroBatches.enabled": "false"}
+    )
     state_uri = str(DEMO_DIR / "state")
     processor = tiered(SessionTracker(), state_uri=state_uri, name="sessions")
     print(f"state_uri={state_uri} memory_limit={processor.config.memory_limit_bytes} bytes")
@@ -82,9 +86,7 @@ def main() -> None:
         .trigger(availableNow=True)
         .start()
     )
-    # ProcessingTime mode keeps running no-data batches: stop after the last data batch
-    while len(done) < BATCHES and query.isActive and query.exception() is None:
-        time.sleep(0.2)
+    query.awaitTermination(600)
     query.stop()
     if query.exception() is not None:
         raise SystemExit(f"query failed: {query.exception()}")
