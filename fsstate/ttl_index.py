@@ -8,9 +8,18 @@ Following SPARK-50302:
   elements and the element count; a cleanup pass rewrites the list and re-inserts the next
   minimum.
 
-In memory the index is ``entry -> expiry`` plus buckets ``expiry -> entries`` and a heap of
-bucket expiries, so a cleanup pass pops exactly the expired entries (work proportional to what
-expired; a bucket emptied by updates costs one heap pop, once).
+In memory the index is ``entry -> expiry`` (the truth) plus buckets ``expiry -> [entries]`` and
+a heap of bucket expiries, so a cleanup pass visits only buckets that expired. Buckets are
+lazy: moving or removing an entry appends it to its new bucket (if any) and leaves its old
+occurrence in place, *stale*; a cleanup pass skips an occurrence whose entry no longer has that
+bucket's expiry. An update is therefore two dict writes and a list append, no unlinking
+(under Spark's processing time every update of a batch lands in the same bucket). Invariants:
+
+* every live entry has an occurrence in the bucket of its expiry; occurrences = live + stale;
+* stale occurrences never exceed ``max(live, STALE_MIN)``: past that the buckets are rebuilt
+  from ``entry -> expiry`` (O(live), paid for by at least as many cheap updates), so memory
+  stays within twice the live entries and a cleanup pass's work is proportional to what
+  expired plus what went stale.
 
 On disk (index runs, format version 1), one Parquet file per commit holds the changes since the
 previous snapshot, sorted by expiry:
@@ -41,17 +50,21 @@ from fsstate.schema import EXPIRES, KIND_LIST, KIND_MAP, OP, OP_DELETE, OP_PUT, 
 COUNT = "_count"
 
 
+STALE_MIN = 1024  # stale bucket occurrences always tolerated before a rebuild
+
+
 class TtlIndex:
     """In-memory TTL index of one table, with a change log since the last snapshot."""
 
-    __slots__ = ("_buckets", "_count", "_exp", "_heap", "_orig", "lookups")
+    __slots__ = ("_buckets", "_count", "_exp", "_heap", "_orig", "_stale", "lookups")
 
     def __init__(self) -> None:
         self._exp: dict[Hashable, int] = {}
         self._count: dict[Hashable, int] = {}
-        self._buckets: dict[int, dict[Hashable, None]] = {}
+        self._buckets: dict[int, list[Hashable]] = {}
         self._heap: list[int] = []
         self._orig: dict[Hashable, int | None] = {}
+        self._stale = 0  # bucket occurrences whose entry has moved or gone
         self.lookups = 0  # primary lookups made by cleanup passes (for tests and stats)
 
     def __len__(self) -> int:
@@ -65,59 +78,72 @@ class TtlIndex:
         """Element count stored with a one-to-many entry."""
         return self._count.get(entry)
 
-    def _log(self, entry: Hashable) -> None:
-        if entry not in self._orig:
-            self._orig[entry] = self._exp.get(entry)
-
-    def _unlink(self, entry: Hashable, exp: int) -> None:
-        bucket = self._buckets.get(exp)
-        if bucket is not None:
-            bucket.pop(entry, None)
-            if not bucket:
-                del self._buckets[exp]
-
     def set(self, entry: Hashable, exp: int, count: int | None = None, log: bool = True) -> None:
         """Insert or move an entry to ``exp`` (and store ``count`` for list entries)."""
         old = self._exp.get(entry)
         if log:
-            self._log(entry)
+            orig = self._orig
+            if entry not in orig:
+                orig[entry] = old
         if count is not None:
             self._count[entry] = count
         if old == exp:
             return
-        if old is not None:
-            self._unlink(entry, old)
         self._exp[entry] = exp
         bucket = self._buckets.get(exp)
         if bucket is None:
-            self._buckets[exp] = {entry: None}
+            self._buckets[exp] = [entry]
             heapq.heappush(self._heap, exp)
         else:
-            bucket[entry] = None
+            bucket.append(entry)
+        if old is not None:
+            stale = self._stale = self._stale + 1
+            if stale > STALE_MIN and stale > len(self._exp):
+                self._rebuild()
 
     def discard(self, entry: Hashable, log: bool = True) -> None:
         """Remove an entry if present."""
-        old = self._exp.get(entry)
+        old = self._exp.pop(entry, None)
         if old is None:
             return
         if log:
-            self._log(entry)
-        del self._exp[entry]
+            orig = self._orig
+            if entry not in orig:
+                orig[entry] = old
         self._count.pop(entry, None)
-        self._unlink(entry, old)
+        stale = self._stale = self._stale + 1
+        if stale > STALE_MIN and stale > len(self._exp):
+            self._rebuild()
+
+    def _rebuild(self) -> None:
+        """Buckets from ``entry -> expiry`` alone (no stale occurrence)."""
+        buckets: dict[int, list[Hashable]] = {}
+        for entry, exp in self._exp.items():
+            bucket = buckets.get(exp)
+            if bucket is None:
+                buckets[exp] = [entry]
+            else:
+                bucket.append(entry)
+        self._buckets = buckets
+        self._heap = list(buckets)
+        heapq.heapify(self._heap)
+        self._stale = 0
 
     def pop_expired(self, now_ms: int) -> list[tuple[int, Hashable]]:
         """Remove and return every entry with ``expiry <= now_ms``, oldest first."""
         out: list[tuple[int, Hashable]] = []
         heap = self._heap
+        exps = self._exp
+        orig = self._orig
         while heap and heap[0] <= now_ms:
             exp = heapq.heappop(heap)
-            bucket = self._buckets.pop(exp, None)
-            if not bucket:
-                continue
-            for entry in bucket:
-                self._log(entry)
-                del self._exp[entry]
+            for entry in self._buckets.pop(exp, ()):
+                if exps.get(entry) != exp:
+                    self._stale -= 1  # moved or removed since it was put here
+                    continue
+                if entry not in orig:
+                    orig[entry] = exp
+                del exps[entry]
                 self._count.pop(entry, None)
                 out.append((exp, entry))
         return out
@@ -133,7 +159,7 @@ class TtlIndex:
     @property
     def nbytes_estimate(self) -> int:
         """Rough bytes held (Python objects), for memory stats."""
-        return 200 * len(self._exp) + 64 * len(self._heap)
+        return 200 * len(self._exp) + 64 * len(self._heap) + 8 * self._stale
 
     # -- persistence -------------------------------------------------------------------------
     @property

@@ -112,3 +112,52 @@ def test_ttl_index_unit() -> None:
     assert idx.pop_expired(15) == []
     assert idx.pop_expired(20) == [(20, "a")]
     assert len(idx) == 0
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_lazy_buckets_match_a_dict_and_stay_bounded(seed: int) -> None:
+    """Moves and removals leave stale bucket occurrences behind: cleanup must skip them (an
+    entry moved away and back must expire once), the occurrences must stay within twice the
+    live entries (rebuilds), and the change log must replay to the same index."""
+    import random
+
+    rng = random.Random(seed)
+    idx, replica = TtlIndex(), TtlIndex()
+    model: dict[str, int] = {}
+    now = 0
+    for step in range(20_000):
+        r = rng.random()
+        entry = f"e{rng.randrange(300)}"
+        if r < 0.75:
+            exp = now + rng.choice([5, 5, 5, 40, 41, 200])  # few distinct expiries: moves back
+            idx.set(entry, exp)
+            model[entry] = exp
+        elif r < 0.9:
+            idx.discard(entry)
+            model.pop(entry, None)
+        else:
+            now += rng.randrange(1, 30)
+            want = sorted((e, k) for k, e in model.items() if e <= now)
+            got = idx.pop_expired(now)
+            assert sorted(got) == want, f"seed {seed} step {step}"
+            assert [e for e, _ in got] == sorted(e for e, _ in got), f"seed {seed} step {step}"
+            for _, k in want:
+                del model[k]
+        if step % 97 == 0:  # a snapshot: the replica replays the change rows
+            for op, exp, ent, count in idx.changes():
+                replica.apply_row(op, exp, ent, count)
+            idx.mark_snapshotted()
+            assert sorted(replica.entries()) == sorted(idx.entries()), f"seed {seed} step {step}"
+        occurrences = sum(len(b) for b in idx._buckets.values())
+        assert occurrences <= 2 * len(model) + 1025, f"seed {seed} step {step}"
+        assert sorted(idx.entries()) == sorted((e, k) for k, e in model.items()), step
+    # entries flipping between two far expiries and never expiring: only rebuilds bound it
+    for step in range(5_000):
+        entry = f"e{step % 300}"
+        exp = 10**9 + (step // 300) % 2
+        idx.set(entry, exp)
+        model[entry] = exp
+        occurrences = sum(len(b) for b in idx._buckets.values())
+        assert occurrences <= 2 * len(model) + 1025, f"seed {seed} flip {step}"
+    assert sorted(idx.pop_expired(2 * 10**9)) == sorted((e, k) for k, e in model.items())
+    assert len(idx) == 0 and not idx._buckets
