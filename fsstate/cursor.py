@@ -111,7 +111,10 @@ def make(
     def get_value({s}u):
         view = views.get(cursor.key)
         if view is not None:
-            c = view.get(u)
+            try:
+                c = view.get(u)
+            except TypeError:  # an unhashable user key: the method normalizes or refuses it
+                return get_slow({s}u)
             if type(c) is tuple:
                 return c
             if c is None:
@@ -124,7 +127,10 @@ def make(
     def contains_key({s}u):
         view = views.get(cursor.key)
         if view is not None:
-            c = view.get(u)
+            try:
+                c = view.get(u)
+            except TypeError:  # an unhashable user key: the method normalizes or refuses it
+                return contains_slow({s}u)
             if type(c) is tuple:
                 return True
             if c is None:
@@ -147,7 +153,12 @@ def make(
             if idx is None or ttl is None:
                 update_slow({s}u, v)
                 return
-        if u in view:
+        try:
+            known = u in view
+        except TypeError:  # an unhashable user key: the method normalizes or refuses it
+            update_slow({s}u, v)
+            return
+        if known:
             del view[u]  # re-inserted last: maps iterate in last-write order
             grew = False
         elif {ucond}:

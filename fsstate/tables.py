@@ -50,7 +50,6 @@ from fsstate.tombstones import (
     ABSENT,
     RangeTombstones,
     Timed,
-    cell,
     in_range,
     replay_list,
     replay_map,
@@ -189,8 +188,18 @@ class TableBase(BatchedOps, interfaces.StateTable):
         if ctl.growth <= 0:
             ctl.check()
 
+    def _checked_view(self, key: Any) -> tuple[Key, Any]:
+        """The checked key and its view or None, for a key the views dict could not hash (a
+        list, which the checker turns into a tuple; anything else it refuses with a typed
+        error). Hot paths call it from ``except TypeError`` only: the ``try`` costs nothing."""
+        key = self._check_key(key)
+        return key, self._views.get(key)
+
     def _view(self, key: Any) -> tuple[Key, Any]:
-        view = self._views.get(key)
+        try:
+            view = self._views.get(key)
+        except TypeError:
+            key, view = self._checked_view(key)
         if view is None:
             key = self._check_key(key)
             view = self._views.get(key)
@@ -473,7 +482,10 @@ class ValueTable(TableBase, interfaces.ValueTableAPI):
 
     def get(self, key: Key) -> tuple[Any, ...] | None:
         """The live value of the key, or None."""
-        e = self._views.get(key)
+        try:
+            e = self._views.get(key)
+        except TypeError:
+            key, e = self._checked_view(key)
         if e is None:
             e = self._view(key)[1]
             self._after_growth()
@@ -495,7 +507,11 @@ class ValueTable(TableBase, interfaces.ValueTableAPI):
         views = self._views
         if not self.indexed:
             st = self._store
-            if key not in views:
+            try:
+                new = key not in views
+            except TypeError:  # an unhashable key (a list): checked below
+                new = True
+            if new:
                 st._check_open()
                 key = self._check_key(key)
                 seq = st.next_seq
@@ -512,22 +528,36 @@ class ValueTable(TableBase, interfaces.ValueTableAPI):
             views[key] = value
             self._dirty[key] = seq
             return
-        key, _ = self._view(key)
-        idx = self.ttl_index()
-        seq = self._next_seq()
-        exp = self._expiry()
-        views[key] = cell(value, exp)
-        self._dirty[key] = seq
-        if exp is None:
+        idx = self._ttl
+        try:
+            known = key in views
+        except TypeError:  # an unhashable key (a list): _view checks it
+            known = False
+        if idx is None or not known:  # first touch, or the index not loaded yet
+            key, _ = self._view(key)
+            idx = self.ttl_index()
+        st = self._store
+        seq = st.next_seq
+        st.next_seq = seq + 1
+        ttl = self._ttl_ms
+        if ttl is None:
+            views[key] = value
+            self._dirty[key] = seq
             idx.discard(key)
         else:
+            exp = self.now_ms + ttl
+            views[key] = Timed((value, exp))
+            self._dirty[key] = seq
             idx.set(key, exp)
         self._after_growth()
 
     def clear(self, key: Key) -> None:
         """Remove the key's value."""
         indexed = self.indexed
-        view = self._views.get(key)
+        try:
+            view = self._views.get(key)
+        except TypeError:
+            key, view = self._checked_view(key)
         if view is None:
             if indexed:
                 key, view = self._view(key)

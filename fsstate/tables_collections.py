@@ -47,7 +47,10 @@ class ListTable(TableBase, interfaces.ListTableAPI):
 
     def get(self, key: Key) -> list[tuple[Any, ...]]:
         """Live elements in append order (a new list; mutating it changes nothing)."""
-        view = self._views.get(key)
+        try:
+            view = self._views.get(key)
+        except TypeError:
+            key, view = self._checked_view(key)
         if view is None or (self._partial and key in self._partial):
             view = self._view(key)[1]
             self._after_growth()
@@ -87,7 +90,10 @@ class ListTable(TableBase, interfaces.ListTableAPI):
     def append(self, key: Key, value: tuple[Any, ...]) -> None:
         """Append one element."""
         value = self._value_check(value)
-        view = self._views.get(key)
+        try:
+            view = self._views.get(key)
+        except TypeError:
+            key, view = self._checked_view(key)
         if view is None:
             key, view = self._blind_view(key)
         st = self._store
@@ -142,7 +148,10 @@ class ListTable(TableBase, interfaces.ListTableAPI):
         checked = [check(v) for v in _as_sequence(self.name, values)]
         if not checked:
             return
-        view = self._views.get(key)
+        try:
+            view = self._views.get(key)
+        except TypeError:
+            key, view = self._checked_view(key)
         if view is None:
             key, view = self._blind_view(key)
         exp = self._expiry()
@@ -233,15 +242,22 @@ class MapTable(TableBase, interfaces.MapTableAPI):
 
     def get(self, key: Key, user_key: Key) -> tuple[Any, ...] | None:
         """The live value under ``user_key``, or None."""
-        view = self._views.get(key)
+        try:
+            view = self._views.get(key)
+        except TypeError:
+            key, view = self._checked_view(key)
         if view is None:
             view = self._view(key)[1]
             self._after_growth()
-        c = view.get(user_key)
+        try:
+            c = view.get(user_key)
+        except TypeError:  # an unhashable user key (a list): normalized or refused
+            user_key = self._ukey_check(user_key)
+            c = view.get(user_key)
         if type(c) is tuple:
             return c
         if c is None:
-            self._ukey_check(user_key)
+            self._ukey_check(user_key)  # a miss still refuses a bad user key
             return None
         if type(c) is Timed:
             return None if c[1] <= self.now_ms else c[0]
@@ -254,10 +270,17 @@ class MapTable(TableBase, interfaces.MapTableAPI):
     def update(self, key: Key, user_key: Key, value: tuple[Any, ...]) -> None:
         """Set the value under ``user_key``."""
         value = self._value_check(value)
-        view = self._views.get(key)
+        try:
+            view = self._views.get(key)
+        except TypeError:
+            key, view = self._checked_view(key)
         if view is None:
             key, view = self._view(key)
-        if user_key in view:
+        try:
+            known = user_key in view
+        except TypeError:  # an unhashable user key (a list): checked below
+            known = False
+        if known:
             del view[user_key]
         else:
             user_key = self._ukey_check(user_key)
@@ -305,7 +328,10 @@ class MapTable(TableBase, interfaces.MapTableAPI):
         self._after_growth()
 
     def _live_items(self, key: Key) -> list[tuple[Key, tuple[Any, ...]]]:
-        view = self._views.get(key)
+        try:
+            view = self._views.get(key)
+        except TypeError:
+            key, view = self._checked_view(key)
         if view is None:
             view = self._view(key)[1]
             self._after_growth()

@@ -267,15 +267,20 @@ def test_map_hot_calls_take_the_fast_path_and_bad_input_is_refused(make_store: F
             c.update_value(("x",), bad)
     assert store.next_seq == seq and t.get(("a",), ("x",)) == (19, "v")
     slow = c.slow
-    for bad_key in [(5,), ("x", "y"), "x", (1.5,)]:
-        # a user key that fails the exact test, not in the view: the table checks it
+    for bad_key in [(5,), ("x", "y"), "x", (1.5,), {"x"}, ["x", "y"]]:
+        # a user key that fails the exact test, not in the view (or not hashable): the table
+        # checks it
         with pytest.raises(SchemaError):
             c.get_value(bad_key)
         with pytest.raises(SchemaError):
             c.contains_key(bad_key)
         with pytest.raises(SchemaError):
             c.update_value(bad_key, (1, "v"))
-    assert c.slow == slow + 12 and store.next_seq == seq
+    assert c.slow == slow + 18 and store.next_seq == seq
+    # a user key given as a list is the tuple of its items (the table normalizes it)
+    assert c.get_value(["y"]) == (7, "w") and c.contains_key(["y"])
+    c.update_value(["y"], (8, "w"))
+    assert t.get(("a",), ("y",)) == (8, "w") and c.slow == slow + 21
     c.update_value((np.str_("z"),), (3, "v"))  # normalized by the table's checker
     assert t.get(("a",), ("z",)) == (3, "v") and c.contains_key(("z",))
     t.ttl_ms = 100  # indexed from now on; the index is in memory: still the fast path

@@ -279,3 +279,57 @@ def _check_get_many_with_clean_views(s: Any, v: Any, probe: list[str]) -> None:
     assert _found(v.get_many(table)) == expected and expected[0] == (-1, "dirty")
     assert len(arrow_calls) == 2  # a dirty view: the runs alone are not the answer
     del v._get_many_arrow
+
+
+def test_list_keys_are_accepted_and_unhashable_junk_is_refused(
+    make_store: Factory, tier: str
+) -> None:
+    """A key or user key given as a list means the tuple of its items (the checkers accept
+    lists), on every path, including the hot ones that look the key up before checking it; an
+    unhashable key that is no valid key raises the typed SchemaError, not Python's TypeError."""
+    import pytest
+
+    from fsstate.errors import SchemaError
+
+    s = make_store()
+    v = s.value_table("v", VAL, KEY)
+    t = s.value_table("t", VAL, KEY, ttl_ms=1000)
+    m = s.map_table("m", UKEY, VAL, KEY)
+    lst = s.list_table("l", VAL, KEY)
+    for tbl in (v, t):
+        tbl.update(("a",), (1, "x"))  # the key is known (a view), then written as a list
+        tbl.update(["a"], (2, "y"))
+        tbl.update(["b"], (3, "z"))
+    m.update(("a",), ("i",), (1, "x"))
+    m.update(["a"], ["i"], (2, "y"))
+    m.update(["b"], ["j"], (3, "z"))
+    lst.append(("a",), (1, "x"))
+    lst.append(["a"], (2, "y"))
+    lst.extend(["b"], [(3, "z")])
+    s = to_tier(s, tier, 0)
+    v, t, m, lst = s.table("v"), s.table("t"), s.table("m"), s.table("l")
+    for tbl in (v, t):
+        assert tbl.get(["a"]) == tbl.get(("a",)) == (2, "y")
+        assert tbl.get(["b"]) == (3, "z") and tbl.get(["c"]) is None
+    assert m.get(["a"], ["i"]) == (2, "y") and m.contains(["b"], ["j"])
+    assert m.get(["a"], ["zz"]) is None and list(m.items(["b"])) == [(("j",), (3, "z"))]
+    assert lst.get(["a"]) == [(1, "x"), (2, "y")] and lst.get(["b"]) == [(3, "z")]
+    v.clear(["a"])
+    assert v.get(("a",)) is None
+    junk: list[Any] = [{"a"}, {"a": 1}, ["a", "b"], [["a"]]]
+    calls: list[Callable[[Any], Any]] = [
+        v.get,
+        lambda k: v.update(k, (1, "x")),
+        lambda k: t.update(k, (1, "x")),
+        v.clear,
+        lst.get,
+        lambda k: lst.append(k, (1, "x")),
+        lambda k: m.get(k, ("i",)),
+        lambda k: m.get(("a",), k),
+        lambda k: m.update(("a",), k, (1, "x")),
+    ]
+    for bad in junk:
+        for call in calls:
+            with pytest.raises(SchemaError):
+                call(bad)
+    assert v.get(("b",)) == (3, "z") and m.get(("a",), ("i",)) == (2, "y")
