@@ -505,13 +505,13 @@ class ValueTable(TableBase, interfaces.ValueTableAPI):
         """Set the key's value; with a TTL its expiry becomes now + ttl."""
         value = self._value_check(value)
         views = self._views
+        try:
+            known = key in views
+        except TypeError:  # an unhashable key (a list): checked below
+            known = False
         if not self.indexed:
             st = self._store
-            try:
-                new = key not in views
-            except TypeError:  # an unhashable key (a list): checked below
-                new = True
-            if new:
+            if not known:
                 st._check_open()
                 key = self._check_key(key)
                 seq = st.next_seq
@@ -529,10 +529,6 @@ class ValueTable(TableBase, interfaces.ValueTableAPI):
             self._dirty[key] = seq
             return
         idx = self._ttl
-        try:
-            known = key in views
-        except TypeError:  # an unhashable key (a list): _view checks it
-            known = False
         if idx is None or not known:  # first touch, or the index not loaded yet
             key, _ = self._view(key)
             idx = self.ttl_index()
