@@ -31,10 +31,11 @@ test-engine: $(STAMP)  ## engine tests only (fast)
 test-spark: $(STAMP)  ## Spark suites only
 	$(PY) -m pytest -q tests -m spark
 
-lint: $(STAMP)  ## ruff and mypy
+lint: $(STAMP)  ## ruff, ruff format, mypy and the import contracts (the package layout)
 	$(PY) -m ruff check fsstate fsstate_spark tests examples bench
 	$(PY) -m ruff format --check fsstate fsstate_spark tests examples bench
 	$(PY) -m mypy
+	$(VENV)/bin/lint-imports
 
 bench: $(STAMP)  ## run the benchmarks, write bench/results/*.json, a chart and docs/benchmarks.md
 	$(PY) -m bench.run --full

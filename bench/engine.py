@@ -194,8 +194,8 @@ def _hot_cursor_pair(vt: Any, keys: list[Any], vals: list[Any], repeat: int) -> 
         None,
         "ops/s",
         f"{len(keys):,} keys with hot views; per key: bind the key in a cell, get(), update(v) "
-        "through fsstate.cursor accessors (what ValueState.get/update run in Spark); baseline: "
-        "the same loop on a dict",
+        "through fsstate.tables.cursor accessors (what ValueState.get/update run in Spark); "
+        "baseline: the same loop on a dict",
     )
 
 

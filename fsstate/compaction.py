@@ -7,7 +7,7 @@ bounds the work of one round. When no window fits that bound while a table has m
 ``compaction_max_runs`` runs (state far beyond the memory budget: every run is larger than a
 round may hold), the few adjacent runs of smallest total size are merged by
 :func:`merge_stream` instead, a few row groups at a time into a file written row group by row
-group (:func:`fsstate.run.write_run_stream`): its memory depends on the row-group size and
+group (:func:`fsstate.storage.runs.write_run_stream`): its memory depends on the row-group size and
 the number of runs merged, not on their size, so the run count stays bounded.
 
 Merging is vectorized with Arrow compute: rows are sorted by (key, ukey, seq); per grouping key
@@ -45,24 +45,31 @@ import queue
 import threading
 import weakref
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
 
-from fsstate.controller import return_memory_to_os
+from fsstate.config import EngineConfig
 from fsstate.errors import FsStateError
-from fsstate.run import Run, write_run_stream
-from fsstate.schema import OP, OP_CLEAR, OP_DELETE, SEQ, TableSpec
-from fsstate.segment import Segment, same_as_next, sort_batch
-from fsstate.tombstones import RangeTombstones
-
-if TYPE_CHECKING:
-    from fsstate.controller import MemoryController
-    from fsstate.run import RunContext
-    from fsstate.tables import TableBase
+from fsstate.format.schema import OP, OP_CLEAR, OP_DELETE, SEQ, TableSpec
+from fsstate.format.segment import Segment, same_as_next, sort_batch
+from fsstate.format.tombstones import RangeTombstones
+from fsstate.osmem import return_memory_to_os
+from fsstate.storage.runs import Run, RunContext, write_run_stream
+from fsstate.tables.base import TableBase
 
 log = logging.getLogger("fsstate.compaction")
+
+
+class RoundBudget(Protocol):
+    """What the compactor uses of the memory controller (:mod:`fsstate.controller`)."""
+
+    config: EngineConfig
+
+    def reserved(self, nbytes: int) -> AbstractContextManager[None]:
+        """Count ``nbytes`` of working memory in the budget while the block runs."""
 
 
 def pick_window(
@@ -330,7 +337,7 @@ def _retired_elsewhere(table: TableBase) -> bool:
 class Compactor:
     """The background compaction thread of a process (bounded queue, bounded rounds)."""
 
-    def __init__(self, controller: MemoryController) -> None:
+    def __init__(self, controller: RoundBudget) -> None:
         self._ctl = controller
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=controller.config.compaction_queue_max)
         self._queued: set[int] = set()

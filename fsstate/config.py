@@ -1,5 +1,8 @@
 """Configuration of the engine and of partition stores: frozen, validated dataclasses.
 
+:class:`StoreConfig` holds the settings of one partition store, :class:`EngineConfig` the
+process-wide ones (the memory budget shared by every store, compaction bounds).
+
 Invariants:
 
 * Every config object is immutable and validated in ``__post_init__``; an invalid value raises
@@ -121,3 +124,55 @@ class StoreConfig:
             )
         if not isinstance(self.fsync, bool):
             raise ConfigError(f"fsync={self.fsync!r} must be True or False")
+
+
+DEFAULT_MEMORY_LIMIT = 1024**3
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Process-wide settings.
+
+    Attributes:
+        memory_limit_bytes: the byte budget of everything the engine holds in memory.
+        high_watermark: fraction of the budget above which the controller reclaims.
+        low_watermark: fraction of the budget reclaiming brings usage down to.
+        block_cache_fraction: share of the budget the block cache may use.
+        check_every_growth: growth events between two budget checks (bounds the overshoot).
+        compaction_max_runs: a table with more runs than this is queued for compaction.
+        compaction_bytes_per_round: most run bytes one compaction round merges.
+        compaction_queue_max: bound of the compaction queue (extra requests are dropped and
+            made again at the next commit).
+        background_compaction: run compaction on a background thread (else only on request).
+    """
+
+    memory_limit_bytes: int = DEFAULT_MEMORY_LIMIT
+    high_watermark: float = 0.75
+    low_watermark: float = 0.45
+    block_cache_fraction: float = 0.2
+    check_every_growth: int = 512
+    compaction_max_runs: int = 8
+    compaction_bytes_per_round: int = 64 * 1024 * 1024
+    compaction_queue_max: int = 256
+    background_compaction: bool = True
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.memory_limit_bytes, int) or self.memory_limit_bytes < 1024 * 1024:
+            raise ConfigError(
+                f"memory_limit={self.memory_limit_bytes!r} must be at least 1 MiB (e.g. '256MiB')"
+            )
+        if not 0 < self.low_watermark < self.high_watermark <= 1:
+            raise ConfigError(
+                f"watermarks must satisfy 0 < low ({self.low_watermark}) < high "
+                f"({self.high_watermark}) <= 1"
+            )
+        if not 0 <= self.block_cache_fraction < 1:
+            raise ConfigError(f"block_cache_fraction={self.block_cache_fraction} must be in [0, 1)")
+        for name in ("check_every_growth", "compaction_max_runs", "compaction_queue_max"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{name}={value!r} must be an integer >= 1")
+        if self.compaction_max_runs < 2:
+            raise ConfigError("compaction_max_runs must be >= 2")
+        if self.compaction_bytes_per_round < 1024 * 1024:
+            raise ConfigError("compaction_bytes_per_round must be at least 1 MiB")

@@ -28,93 +28,37 @@ Invariants:
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
 import os
 import threading
 import weakref
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from dataclasses import replace
+from typing import Any, Protocol
 
-import pyarrow as pa
-
-from fsstate.cache import BlockCache, CacheStats
-from fsstate.config import parse_bytes
+from fsstate.compaction import Compactor
+from fsstate.config import EngineConfig, parse_bytes
 from fsstate.errors import ConfigError
-
-if TYPE_CHECKING:
-    from fsstate.compaction import Compactor
-    from fsstate.store import PartitionStore, StoreStats
-
-DEFAULT_MEMORY_LIMIT = 1024**3
+from fsstate.osmem import return_memory_to_os
+from fsstate.stats import ProcessStats, StoreStats
+from fsstate.storage.cache import BlockCache
 
 
-@dataclass(frozen=True)
-class EngineConfig:
-    """Process-wide settings.
+class ManagedStore(Protocol):
+    """What the controller uses of a store (:class:`fsstate.store.partition.PartitionStore`)."""
 
-    Attributes:
-        memory_limit_bytes: the byte budget of everything the engine holds in memory.
-        high_watermark: fraction of the budget above which the controller reclaims.
-        low_watermark: fraction of the budget reclaiming brings usage down to.
-        block_cache_fraction: share of the budget the block cache may use.
-        check_every_growth: growth events between two budget checks (bounds the overshoot).
-        compaction_max_runs: a table with more runs than this is queued for compaction.
-        compaction_bytes_per_round: most run bytes one compaction round merges.
-        compaction_queue_max: bound of the compaction queue (extra requests are dropped and
-            made again at the next commit).
-        background_compaction: run compaction on a background thread (else only on request).
-    """
+    last_used: int
 
-    memory_limit_bytes: int = DEFAULT_MEMORY_LIMIT
-    high_watermark: float = 0.75
-    low_watermark: float = 0.45
-    block_cache_fraction: float = 0.2
-    check_every_growth: int = 512
-    compaction_max_runs: int = 8
-    compaction_bytes_per_round: int = 64 * 1024 * 1024
-    compaction_queue_max: int = 256
-    background_compaction: bool = True
+    def memory_bytes(self) -> int:
+        """Bytes the store holds in memory."""
 
-    def __post_init__(self) -> None:
-        if not isinstance(self.memory_limit_bytes, int) or self.memory_limit_bytes < 1024 * 1024:
-            raise ConfigError(
-                f"memory_limit={self.memory_limit_bytes!r} must be at least 1 MiB (e.g. '256MiB')"
-            )
-        if not 0 < self.low_watermark < self.high_watermark <= 1:
-            raise ConfigError(
-                f"watermarks must satisfy 0 < low ({self.low_watermark}) < high "
-                f"({self.high_watermark}) <= 1"
-            )
-        if not 0 <= self.block_cache_fraction < 1:
-            raise ConfigError(f"block_cache_fraction={self.block_cache_fraction} must be in [0, 1)")
-        for name in ("check_every_growth", "compaction_max_runs", "compaction_queue_max"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ConfigError(f"{name}={value!r} must be an integer >= 1")
-        if self.compaction_max_runs < 2:
-            raise ConfigError("compaction_max_runs must be >= 2")
-        if self.compaction_bytes_per_round < 1024 * 1024:
-            raise ConfigError("compaction_bytes_per_round must be at least 1 MiB")
+    def release_segments(self) -> int:
+        """Release pinned segments already on disk; returns the bytes freed."""
 
+    def spill(self) -> tuple[int, int]:
+        """Spill every table to Parquet: (bytes freed, bytes written)."""
 
-@dataclass
-class ProcessStats:
-    """Process-wide figures."""
-
-    memory_limit_bytes: int
-    memory_bytes: int
-    disk_bytes: int
-    stores: int
-    spills: int
-    bytes_spilled: int
-    reclaims: int
-    compactions: int
-    compaction_bytes_written: int
-    compaction_errors: int
-    cache: CacheStats
-    store_stats: list[StoreStats] = field(default_factory=list)
+    def stats(self) -> StoreStats:
+        """Per-store figures."""
 
 
 class MemoryController:
@@ -124,7 +68,7 @@ class MemoryController:
         self.config = config
         self.cache = BlockCache(int(config.memory_limit_bytes * config.block_cache_fraction))
         self.growth = config.check_every_growth
-        self._stores: weakref.WeakSet[PartitionStore] = weakref.WeakSet()
+        self._stores: weakref.WeakSet[ManagedStore] = weakref.WeakSet()
         self._clock = 0
         self._lock = threading.RLock()
         self.spills = 0
@@ -143,23 +87,23 @@ class MemoryController:
         self.growth = config.check_every_growth
 
     # -- stores --------------------------------------------------------------------------------
-    def register(self, store: PartitionStore) -> None:
+    def register(self, store: ManagedStore) -> None:
         """Count a store in the budget."""
         with self._lock:
             self._stores.add(store)
         self.touch(store)
 
-    def unregister(self, store: PartitionStore) -> None:
+    def unregister(self, store: ManagedStore) -> None:
         """Stop counting a (closed) store."""
         with self._lock:
             self._stores.discard(store)
 
-    def touch(self, store: PartitionStore) -> None:
+    def touch(self, store: ManagedStore) -> None:
         """Mark a store as recently used (reclaiming starts with the least recent)."""
         self._clock += 1
         store.last_used = self._clock
 
-    def stores(self) -> list[PartitionStore]:
+    def stores(self) -> list[ManagedStore]:
         """Registered stores, least recently used first."""
         with self._lock:
             return sorted(self._stores, key=lambda s: s.last_used)
@@ -222,8 +166,6 @@ class MemoryController:
     def compactor(self) -> Compactor:
         """The background compactor (started on first use)."""
         if self._compactor is None:
-            from fsstate.compaction import Compactor
-
             self._compactor = Compactor(self)
         return self._compactor
 
@@ -247,28 +189,6 @@ class MemoryController:
             cache=self.cache.stats(),
             store_stats=store_stats if per_store else [],
         )
-
-
-def _load_malloc_trim() -> Any:
-    name = ctypes.util.find_library("c")
-    if not name:
-        return None
-    try:
-        fn = ctypes.CDLL(name).malloc_trim
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes = [ctypes.c_size_t]
-    return fn
-
-
-_malloc_trim = _load_malloc_trim()
-
-
-def return_memory_to_os() -> None:
-    """Hand freed memory back to the OS (Arrow's pool, then glibc's heap), so RSS follows usage."""
-    pa.default_memory_pool().release_unused()
-    if _malloc_trim is not None:
-        _malloc_trim(0)
 
 
 _controller: MemoryController | None = None

@@ -2,8 +2,9 @@
 
 Invariants:
 
-* Plain data: built by :class:`fsstate.store.PartitionStore` (``commit``, ``stats``) and the
-  memory controller, read by users, the Spark layer and the demo; nothing here touches storage.
+* Plain data: built by :class:`fsstate.store.partition.PartitionStore` (``commit``,
+  ``stats``), the block cache and the memory controller, read by users, the Spark layer and
+  the demo; nothing here touches storage or imports another fsstate module.
 """
 
 from __future__ import annotations
@@ -50,3 +51,33 @@ class StoreStats:
     spills: int
     compactions: int
     tables: dict[str, TableStats] = field(default_factory=dict)
+
+
+@dataclass
+class CacheStats:
+    """Counters of a block cache."""
+
+    capacity_bytes: int
+    used_bytes: int
+    entries: int
+    hits: int
+    misses: int
+    evictions: int
+
+
+@dataclass
+class ProcessStats:
+    """Process-wide figures (:meth:`fsstate.controller.MemoryController.stats`)."""
+
+    memory_limit_bytes: int
+    memory_bytes: int
+    disk_bytes: int
+    stores: int
+    spills: int
+    bytes_spilled: int
+    reclaims: int
+    compactions: int
+    compaction_bytes_written: int
+    compaction_errors: int
+    cache: CacheStats
+    store_stats: list[StoreStats] = field(default_factory=list)

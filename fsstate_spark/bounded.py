@@ -23,17 +23,16 @@ from typing import Any
 
 import pyarrow as pa
 
+from fsstate import interfaces
 from fsstate.errors import StateKindError
-from fsstate.schema import Checker, check_ttl, infer_key_schema, make_checker
-
-Key = tuple[Any, ...]
-Value = tuple[Any, ...]
+from fsstate.format.schema import Checker, check_ttl, infer_key_schema, make_checker
+from fsstate.interfaces import Key, StateKind, Value
 
 
-class _MemTable:
+class _MemTable(interfaces.KeyedTable):
     """Shared part: checkers and the per-key dict."""
 
-    kind = ""
+    kind: StateKind
 
     def __init__(
         self,
@@ -71,10 +70,10 @@ class _MemTable:
         self.data.pop(self._k(key), None)
 
 
-class MemValueTable(_MemTable):
+class MemValueTable(_MemTable, interfaces.KeyedValueTable):
     """Value state held in a dict."""
 
-    kind = "value"
+    kind = StateKind.VALUE
 
     def get(self, key: Key) -> Value | None:
         """The key's value or None."""
@@ -91,10 +90,10 @@ class MemValueTable(_MemTable):
         self.data[self._k(key)] = v
 
 
-class MemListTable(_MemTable):
+class MemListTable(_MemTable, interfaces.KeyedListTable):
     """List state held in a dict of lists."""
 
-    kind = "list"
+    kind = StateKind.LIST
 
     def get(self, key: Key) -> list[Value]:
         """A copy of the key's list."""
@@ -121,10 +120,10 @@ class MemListTable(_MemTable):
             self.data.setdefault(self._k(key), []).extend(checked)
 
 
-class MemMapTable(_MemTable):
+class MemMapTable(_MemTable, interfaces.KeyedMapTable):
     """Map state held in a dict of dicts (insertion ordered)."""
 
-    kind = "map"
+    kind = StateKind.MAP
 
     def _u(self, user_key: Any) -> Key:
         assert self._ukey is not None
@@ -170,7 +169,7 @@ class MemMapTable(_MemTable):
         return iter(list(self.data.get(self._k(key), {}).values()))
 
 
-class MemoryStore:
+class MemoryStore(interfaces.KeyedStore):
     """A store-shaped object holding state in memory only (see the module docstring).
 
     Args:
@@ -180,9 +179,13 @@ class MemoryStore:
     def __init__(self, per_key: bool) -> None:
         self.per_key = per_key
         self.version: int | None = None
-        self.dirty = False
         self._tables: dict[str, _MemTable] = {}
         self._bound: Key | None = None
+
+    @property
+    def dirty(self) -> bool:
+        """Always False: nothing here is ever committed."""
+        return False
 
     def bind(self, key: Key) -> None:
         """Note the grouping key about to be processed (drops older keys' state if per_key)."""

@@ -29,10 +29,9 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from fsstate.config import StoreConfig, parse_bytes
-from fsstate.controller import EngineConfig
+from fsstate.config import EngineConfig, StoreConfig, parse_bytes
 from fsstate.errors import ConfigError, FsStateError
-from fsstate.fileio import FileIO
+from fsstate.storage.fileio import FileIO
 
 CONF_PREFIX = "spark.fsstate."
 DEFAULT_DIR_NAME = "fsstate_state"

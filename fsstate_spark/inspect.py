@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from fsstate import PartitionStore, StoreStats
-from fsstate.fileio import FileIO
+from fsstate.storage.fileio import FileIO
 
 
 @dataclass

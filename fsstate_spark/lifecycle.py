@@ -30,6 +30,7 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 from pyspark import TaskContext
@@ -38,15 +39,35 @@ from fsstate import PartitionStore
 from fsstate.controller import configure as configure_engine
 from fsstate.controller import get_controller
 from fsstate.errors import VersionNotFoundError
+from fsstate.interfaces import KeyedStore
 from fsstate_spark.bounded import MemoryStore
 from fsstate_spark.config import TieredConfig
 
-AnyStore = PartitionStore | MemoryStore
 StoreKey = tuple[str, str, int]
 
-MODE_DRIVER = "driver"
-MODE_BOUNDED = "bounded"
-MODE_STREAMING = "streaming"
+
+class TaskMode(str, Enum):
+    """Where a processor runs (see the module docstring)."""
+
+    DRIVER = "driver"  # no TaskContext: Spark collects schemas
+    BOUNDED = "bounded"  # a batch DataFrame: no batch id
+    STREAMING = "streaming"  # a micro-batch of a streaming query
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class StoreOutcome(str, Enum):
+    """How a streaming task got its store."""
+
+    NONE = ""  # no streaming task yet
+    HIT = "hit"  # the worker's copy was at the version
+    CAUGHT_UP = "caught_up"  # the worker's copy was advanced to the version
+    RESTORED = "restored"  # opened from storage
+
+    def __str__(self) -> str:
+        return self.value
+
 
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
@@ -57,14 +78,14 @@ class TaskInfo:
     """Where the processor runs.
 
     Attributes:
-        mode: ``driver``, ``bounded`` or ``streaming``.
+        mode: driver, bounded or streaming.
         partition: Spark partition id (None on the driver).
         batch_id: micro-batch id (streaming only).
         query_id: the streaming query's id, stable across restarts (streaming only).
         attempt: the task attempt number (0 for the first attempt).
     """
 
-    mode: str
+    mode: TaskMode
     partition: int | None = None
     batch_id: int | None = None
     query_id: str | None = None
@@ -75,12 +96,12 @@ def current_task() -> TaskInfo:
     """Describe the current task from Spark's TaskContext and local properties."""
     tc = TaskContext.get()
     if tc is None:
-        return TaskInfo(MODE_DRIVER)
+        return TaskInfo(TaskMode.DRIVER)
     batch = tc.getLocalProperty(BATCH_ID_PROPERTY)
     if batch is None or batch == "":
-        return TaskInfo(MODE_BOUNDED, tc.partitionId(), attempt=tc.attemptNumber())
+        return TaskInfo(TaskMode.BOUNDED, tc.partitionId(), attempt=tc.attemptNumber())
     query_id = tc.getLocalProperty(QUERY_ID_PROPERTY) or "unknown-query"
-    return TaskInfo(MODE_STREAMING, tc.partitionId(), int(batch), query_id, tc.attemptNumber())
+    return TaskInfo(TaskMode.STREAMING, tc.partitionId(), int(batch), query_id, tc.attemptNumber())
 
 
 def query_root(config: TieredConfig, query_id: str) -> str:
@@ -104,7 +125,7 @@ class StoreCache:
         self.hits = 0  # reused (at the version, or caught up)
         self.caught_up = 0  # of the hits, advanced from an older version
         self.restores = 0  # opened from storage
-        self.last_outcome = ""  # "hit", "caught_up" or "restored": the latest acquire
+        self.last_outcome = StoreOutcome.NONE  # the latest acquire
         # cumulative wall seconds of this process's streaming tasks (benchmarks, diagnostics)
         self.acquire_s = 0.0  # getting the store (reuse, catch-up or open)
         self.finish_s = 0.0  # TTL cleanup, commit and handing the store back
@@ -137,7 +158,7 @@ class StoreCache:
                     self._active[key] = cached
                 return cached
             self.restores += 1
-            self.last_outcome = "restored"
+            self.last_outcome = StoreOutcome.RESTORED
             store = PartitionStore.open(key[0], config.name, key[2], want, config.store)
         except VersionNotFoundError as exc:
             raise VersionNotFoundError(
@@ -167,7 +188,7 @@ class StoreCache:
                 cached.close()
         if reused:
             self.hits += 1
-            self.last_outcome = "caught_up" if before != want else "hit"
+            self.last_outcome = StoreOutcome.CAUGHT_UP if before != want else StoreOutcome.HIT
         return reused
 
     def release(self, config: TieredConfig, task: TaskInfo, store: PartitionStore) -> None:
@@ -224,18 +245,20 @@ def apply_engine_settings(config: TieredConfig) -> None:
         configure_engine(memory_limit=limit, **wanted)
 
 
-def open_store(config: TieredConfig, task: TaskInfo) -> AnyStore:
+def open_store(config: TieredConfig, task: TaskInfo) -> KeyedStore:
     """The store a task works on (see the module docstring for the rules)."""
-    if task.mode == MODE_STREAMING:
+    if task.mode == TaskMode.STREAMING:
         t0 = time.perf_counter()
         try:
             return _cache.acquire(config, task)
         finally:
             _cache.acquire_s += time.perf_counter() - t0
-    return MemoryStore(per_key=task.mode == MODE_BOUNDED)
+    return MemoryStore(per_key=task.mode == TaskMode.BOUNDED)
 
 
-def finish_store(config: TieredConfig, store: AnyStore, task: TaskInfo, now_ms: int | None) -> None:
+def finish_store(
+    config: TieredConfig, store: KeyedStore, task: TaskInfo, now_ms: int | None
+) -> None:
     """End of a task: TTL cleanup and commit of version ``batch_id`` (streaming only).
 
     Args:
@@ -244,7 +267,7 @@ def finish_store(config: TieredConfig, store: AnyStore, task: TaskInfo, now_ms: 
         task: the task.
         now_ms: the batch's processing time if the task saw it; TTL cleanup runs only then.
     """
-    if isinstance(store, MemoryStore):
+    if not isinstance(store, PartitionStore):  # in memory: nothing to commit
         store.close()
         return
     assert task.batch_id is not None

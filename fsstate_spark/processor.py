@@ -31,10 +31,11 @@ from pyspark.sql.streaming.stateful_processor import (
 )
 
 from fsstate.errors import ConfigError, FsStateError
+from fsstate.interfaces import Key, KeyedStore
 from fsstate_spark.bounded import MemoryStore
 from fsstate_spark.config import TieredConfig, resolve_config
-from fsstate_spark.handles import Key, KeyBinding, TieredHandle, normalize_key
-from fsstate_spark.lifecycle import AnyStore, TaskInfo, current_task, finish_store, open_store
+from fsstate_spark.handles import KeyBinding, TieredHandle, normalize_key
+from fsstate_spark.lifecycle import TaskInfo, current_task, finish_store, open_store
 
 
 class _TaskState:
@@ -42,7 +43,7 @@ class _TaskState:
 
     __slots__ = ("_store_bind", "binding", "handle", "now_ms", "store", "task")
 
-    def __init__(self, task: TaskInfo, store: AnyStore, handle: TieredHandle) -> None:
+    def __init__(self, task: TaskInfo, store: KeyedStore, handle: TieredHandle) -> None:
         self.task = task
         self.store = store
         self.handle = handle

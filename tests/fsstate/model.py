@@ -23,8 +23,8 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
-from fsstate.tables import TableBase
-from fsstate.tombstones import ABSENT, cell_expiry
+from fsstate.format.tombstones import ABSENT, cell_expiry
+from fsstate.tables.base import TableBase
 
 Key = tuple[Any, ...]
 Value = tuple[Any, ...]

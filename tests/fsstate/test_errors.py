@@ -20,7 +20,7 @@ from fsstate.errors import (
     UnknownStateError,
     VersionNotFoundError,
 )
-from tests.fsstate.conftest import KEY, UKEY, VAL
+from tests.fsstate.common import KEY, UKEY, VAL
 
 Factory = Callable[..., PartitionStore]
 

@@ -45,10 +45,11 @@ import pytest
 
 from fsstate import PartitionStore, StoreConfig
 from fsstate.compaction import Compactor, compact_table
-from fsstate.controller import EngineConfig, MemoryController
-from fsstate.cursor import Getter, Updater
+from fsstate.config import EngineConfig
+from fsstate.controller import MemoryController
 from fsstate.errors import FsStateError, VersionNotFoundError
 from fsstate.tables import ListTable, MapTable, TableBase, ValueTable
+from fsstate.tables.cursor import Getter, Updater
 from tests.fsstate.model import LIST, MAP, VALUE, ModelStore, engine_rows_with_ttl
 
 OPERATOR = "model-op"

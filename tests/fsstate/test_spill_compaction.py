@@ -11,9 +11,10 @@ import pyarrow as pa
 import pytest
 
 from fsstate import PartitionStore, StoreConfig
-from fsstate.controller import EngineConfig, MemoryController
-from fsstate.manifest import LINEAGE_STEPS_MAX, list_versions, read_manifest
-from tests.fsstate.conftest import KEY, UKEY, VAL
+from fsstate.config import EngineConfig
+from fsstate.controller import MemoryController
+from fsstate.storage.manifest import LINEAGE_STEPS_MAX, list_versions, read_manifest
+from tests.fsstate.common import KEY, UKEY, VAL
 
 Factory = Callable[..., PartitionStore]
 
@@ -274,7 +275,7 @@ def test_a_round_whose_store_closes_and_vanishes_is_abandoned_not_an_error(
     import logging
     import shutil
 
-    from fsstate import fileio as fileio_mod
+    from fsstate.storage import fileio as fileio_mod
 
     ctl = MemoryController(
         EngineConfig(
@@ -313,7 +314,7 @@ def test_streamed_merge_equals_the_in_memory_merge(
     """merge_stream, a few row groups at a time, yields exactly merge_segments' rows, in key
     order and with every key whole in one part; a streamed compaction reads back the same."""
     from fsstate.compaction import merge_segments, merge_stream
-    from fsstate.segment import Segment
+    from fsstate.format.segment import Segment
 
     rng = random.Random(seed)
     s = _open(tmp_path, small_controller)

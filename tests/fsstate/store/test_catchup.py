@@ -15,9 +15,8 @@ import pyarrow as pa
 import pytest
 
 from fsstate import PartitionStore, StoreConfig
-from fsstate.catchup import descends
-from fsstate.manifest import LINEAGE_STEPS_MAX, read_manifest
-from tests.fsstate.conftest import KEY, UKEY, VAL
+from fsstate.storage.manifest import LINEAGE_STEPS_MAX, descends, read_manifest
+from tests.fsstate.common import KEY, UKEY, VAL
 
 NOW = 1_000
 ELEM = pa.schema([pa.field("x", pa.int64())])
@@ -354,8 +353,8 @@ def test_refresh_reads_only_what_views_need(
 ) -> None:
     """The delta of a partition another copy filled is as big as that batch's state: a copy
     converts only the rows of the keys it holds views of, and without views reads no data."""
-    from fsstate.fileio import FileIO
-    from fsstate.segment import Segment
+    from fsstate.format.segment import Segment
+    from fsstate.storage.fileio import FileIO
 
     root = tmp_path / "state"
     a = _open(root, None)

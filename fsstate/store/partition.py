@@ -30,9 +30,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from fsstate.catchup import advance_store, descends
+from fsstate import interfaces
 from fsstate.config import StoreConfig
-from fsstate.controller import MemoryController, get_controller, return_memory_to_os
+from fsstate.controller import MemoryController, get_controller
 from fsstate.errors import (
     CommitError,
     FsStateError,
@@ -41,21 +41,24 @@ from fsstate.errors import (
     StoreClosedError,
     UnknownStateError,
 )
-from fsstate.fileio import FileIO
-from fsstate.manifest import (
+from fsstate.format.refs import FileRef
+from fsstate.format.schema import KIND_LIST, KIND_MAP, KIND_VALUE, TableSpec, schema_to_text
+from fsstate.osmem import return_memory_to_os
+from fsstate.stats import CommitInfo, StoreStats, TableStats
+from fsstate.storage.fileio import FileIO
+from fsstate.storage.manifest import (
     Manifest,
     TableEntry,
+    descends,
     list_versions,
-    manifest_path,
     read_manifest,
     write_manifest,
 )
-from fsstate.manifest_refs import FileRef
-from fsstate.run import RunContext, file_metadata, new_data_path, write_table_file
-from fsstate.schema import KIND_LIST, KIND_MAP, KIND_VALUE, TableSpec, schema_to_text
-from fsstate.stats import CommitInfo, StoreStats, TableStats
+from fsstate.storage.runs import RunContext, file_metadata, new_data_path, write_table_file
+from fsstate.store.catchup import apply_plan, plan_store
+from fsstate.store.retention import Retention
 from fsstate.tables import ListTable, MapTable, TableBase, ValueTable
-from fsstate.ttl_index import encode_changes
+from fsstate.tables.ttl_index import encode_changes
 
 __all__ = ["CommitInfo", "PartitionStore", "StoreStats", "TableStats", "store_dir_for"]
 
@@ -70,7 +73,7 @@ def store_dir_for(operator: str, partition: int) -> str:
     return f"{safe}/{int(partition)}"
 
 
-class PartitionStore:
+class PartitionStore(interfaces.KeyedStore):
     """The state of one (operator, partition): named value, list and map tables.
 
     Use :meth:`open`; the constructor is internal.
@@ -98,8 +101,7 @@ class PartitionStore:
         self._tables: dict[str, TableBase] = {}
         self._dropped = False
         self._closed = False
-        self._versions: list[int] | None = None
-        self._file_sets: dict[int, frozenset[str]] = {}
+        self._retention = Retention(fileio, self.store_dir)
         self._commits = 0
         self._bytes_written = 0
         self.spills = 0
@@ -143,8 +145,9 @@ class PartitionStore:
 
         The store must be open and clean. If it is at that exact version (same manifest
         checksum) nothing changes. If ``version`` descends from the store's version (see
-        :mod:`fsstate.catchup`), the changes committed since are applied and the hot views that
-        are still valid are kept: the cost scales with what changed, not with the state.
+        :mod:`fsstate.store.catchup`), the changes committed since are applied and the hot
+        views that are still valid are kept: the cost scales with what changed, not with the
+        state.
 
         Returns:
             True if the store is now at ``version``; False if it cannot get there in place
@@ -164,9 +167,20 @@ class PartitionStore:
         if not descends(self.fileio, self.store_dir, base, target):
             return False
         try:
-            advance_store(self, target)
+            plans, resets = plan_store(self._tables, base, target)  # reads every file first
         except FsStateError:
             return False  # a file could not be read: nothing changed; reopening will say why
+        for plan in plans:
+            apply_plan(plan)
+        for name in resets:
+            del self._tables[name]  # declared again from the target's entry, cold
+        self._entries = {n: e for n, e in target.tables.items() if n not in self._tables}
+        self._manifest = target
+        self.version = target.version
+        self.next_seq = max(self.next_seq, target.next_seq)
+        self._dropped = False
+        self._retention.forget_listing()  # other processes committed: listed again if needed
+        self._retention.remember(target.version, target.files())
         self.controller.touch(self)
         self.controller.check()  # replayed views and pinned delta files count from now on
         return True
@@ -178,14 +192,15 @@ class PartitionStore:
         return list_versions(fileio, store_dir_for(operator, partition))
 
     # -- tables --------------------------------------------------------------------------------
-    def _check_open(self) -> None:
+    def check_open(self) -> None:
+        """Raise :class:`fsstate.errors.StoreClosedError` if the store was closed."""
         if self._closed:
             raise StoreClosedError(
                 f"store {self.store_dir} is closed; open it again with PartitionStore.open"
             )
 
     def _declare(self, spec: TableSpec) -> TableBase:
-        self._check_open()
+        self.check_open()
         existing = self._tables.get(spec.name)
         old_spec = existing.spec if existing else None
         entry = self._entries.get(spec.name)
@@ -273,7 +288,7 @@ class PartitionStore:
         Raises:
             UnknownStateError: no state of that name was declared or stored.
         """
-        self._check_open()
+        self.check_open()
         t = self._tables.get(name)
         if t is not None:
             return t
@@ -292,7 +307,7 @@ class PartitionStore:
 
     def drop_table(self, name: str) -> bool:
         """Delete a state table (its files go once no retained version needs them)."""
-        self._check_open()
+        self.check_open()
         found = self._tables.pop(name, None) is not None
         found = self._entries.pop(name, None) is not None or found
         self._dropped = self._dropped or found
@@ -307,7 +322,7 @@ class PartitionStore:
 
     def expire(self) -> int:
         """Remove every row expired at the current time, in every table; returns rows removed."""
-        self._check_open()
+        self.check_open()
         for name, entry in list(self._entries.items()):
             if entry.ttl_runs or entry.spec.ttl_ms is not None:
                 self.table(name)
@@ -327,7 +342,7 @@ class PartitionStore:
         Raises:
             CommitError: storage failed; the previous version is intact, retry is safe.
         """
-        self._check_open()
+        self.check_open()
         if isinstance(version, bool) or not isinstance(version, int) or version < 0:
             raise CommitError(f"version {version!r} must be a non-negative integer")
         t0 = time.perf_counter()
@@ -386,8 +401,8 @@ class PartitionStore:
         return_memory_to_os()
         self._commits += 1
         self._bytes_written += written
-        self._file_sets[version] = frozenset(manifest.files())
-        self._retain(version)
+        self._retention.remember(version, manifest.files())
+        self._retention.after_commit(version, self._commits, self._live_paths(), self.config)
         self.controller.touch(self)
         max_runs = self.controller.config.compaction_max_runs
         for t in self._tables.values():
@@ -410,9 +425,9 @@ class PartitionStore:
         """Tombstones with a seq at or above this must survive a bottom compaction.
 
         A clean copy of this store's lineage may later catch up across the merge only if every
-        deletion made after its version is still visible as a row (see :mod:`fsstate.catchup`);
-        copies older than the lineage a catch-up can walk reopen instead. A store that never
-        committed has no such copies: everything it holds may go.
+        deletion made after its version is still visible as a row (see
+        :mod:`fsstate.store.catchup`); copies older than the lineage a catch-up can walk reopen
+        instead. A store that never committed has no such copies: everything it holds may go.
         """
         base = self._manifest
         return self.next_seq if base is None else base.tombstone_horizon_seq()
@@ -447,7 +462,7 @@ class PartitionStore:
         Args:
             force: merge even tables below the run-count trigger (as far as one round allows).
         """
-        self._check_open()
+        self.check_open()
         total = 0
         comp = self.controller.compactor()
         for t in list(self._tables.values()):
@@ -465,66 +480,22 @@ class PartitionStore:
         return FileRef(path, table.num_rows, size, crc32=crc)
 
     # -- retention -----------------------------------------------------------------------------
-    def _files_of(self, version: int) -> frozenset[str]:
-        files = self._file_sets.get(version)
-        if files is None:
-            try:
-                files = frozenset(read_manifest(self.fileio, self.store_dir, version).files())
-            except FsStateError:
-                files = frozenset()  # unreadable manifests pin nothing
-            self._file_sets[version] = files
-        return files
-
-    def _retain(self, committed: int) -> None:
-        if self._versions is None:
-            self._versions = list_versions(self.fileio, self.store_dir)
-        elif committed not in self._versions:
-            self._versions.append(committed)
-            self._versions.sort()
-        keep_n = self.config.retain_versions
-        versions = self._versions
-        if len(versions) > keep_n:
-            drop, keep = versions[:-keep_n], versions[-keep_n:]
-            live: set[str] = set()
-            for v in keep:
-                live |= self._files_of(v)
-            doomed: set[str] = set()
-            for v in drop:
-                doomed |= self._files_of(v)
-            for v in drop:
-                self.fileio.delete(manifest_path(self.store_dir, v))
-                self._file_sets.pop(v, None)
-            for path in doomed - live:
-                self.fileio.delete(f"{self.store_dir}/{path}")
-            self._versions = keep
-        if self._commits % self.config.orphan_scan_every_commits == 0:
-            self._delete_orphans()
-
-    def _delete_orphans(self) -> int:
-        """Delete data files no retained manifest or live run references (after a grace time)."""
-        assert self._versions is not None
-        live: set[str] = set()
-        for v in self._versions:
-            live |= self._files_of(v)
+    def _live_paths(self) -> list[str]:
+        """Files the loaded tables' runs and TTL index runs reference (never deleted)."""
+        live: list[str] = []
         for t in self._tables.values():
-            live.update(r.ref.path for r in t.runs if r.ref is not None)
-            live.update(r.path for r in t.ttl_refs)
-        cutoff = int(time.time() * 1000) - self.config.orphan_grace_ms
-        removed = 0
-        prefix = self.store_dir + "/"
-        for f in self.fileio.list(f"{self.store_dir}/data"):
-            rel = f.path[len(prefix) :] if f.path.startswith(prefix) else f.path
-            if rel in live or (f.mtime_ms is not None and f.mtime_ms > cutoff):
-                continue
-            if self.fileio.delete(f.path):
-                removed += 1
-        return removed
+            live.extend(r.ref.path for r in t.runs if r.ref is not None)
+            live.extend(r.path for r in t.ttl_refs)
+        return live
+
+    def delete_orphans(self) -> int:
+        """Delete unreferenced data files older than the grace time now (see
+        :mod:`fsstate.store.retention`); returns how many were deleted."""
+        return self._retention.delete_orphans(self._live_paths(), self.config.orphan_grace_ms)
 
     def retained_versions(self) -> list[int]:
         """Committed versions currently kept on storage, ascending."""
-        if self._versions is None:
-            self._versions = list_versions(self.fileio, self.store_dir)
-        return list(self._versions)
+        return self._retention.versions()
 
     # -- stats and lifecycle -----------------------------------------------------------------
     def stats(self) -> StoreStats:

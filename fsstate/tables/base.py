@@ -1,4 +1,9 @@
-"""Typed state tables: value, list and map state over the memtable, segments and runs.
+"""TableBase: the machinery shared by value, list and map tables.
+
+Views and their loading from the sealed tiers, the TTL index, whole-table operations (range
+deletes, scans), sealing, spilling and memory accounting, and catch-up of a table to a newer
+version of its lineage (:meth:`TableBase.advance`). The fields live in
+:class:`fsstate.tables.core.TableCore`.
 
 Invariants (besides those of :mod:`fsstate.interfaces`):
 
@@ -14,134 +19,40 @@ Invariants (besides those of :mod:`fsstate.interfaces`):
   of at most 1/16 of the budget in Arrow at a time; the run joins the table and the dirt goes
   only once the file is published, so a failed write changes nothing.
 
-Batched (Arrow) reads and writes live in :mod:`fsstate.tables_batched`, the bulk load of a
-table's views on its first cold miss in :mod:`fsstate.warmup`.
+Batched (Arrow) reads and writes live in :mod:`fsstate.tables.batched`, the bulk load of a
+table's views on its first cold miss in :mod:`fsstate.tables.warmup`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
-import threading
-from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
-
-import pyarrow as pa
+from collections.abc import Iterator, KeysView, Sequence
+from typing import Any
 
 from fsstate import interfaces
-from fsstate.cursor import Getter, KeyCursor, Updater, Value, value_cursor_ops
-from fsstate.keyfilter import stable_hash
-from fsstate.manifest import TableEntry
-from fsstate.manifest_refs import FileRef
-from fsstate.memtable import deep_size, dirty_batches, estimate_view_bytes
-from fsstate.run import Run, read_table_file, write_run_stream
-from fsstate.schema import (
-    KIND_MAP,
-    KIND_VALUE,
-    OP_CLEAR,
-    Checker,
-    TableSpec,
-    infer_key_schema,
-    make_checker,
-)
-from fsstate.segment import OpRow, Segment
-from fsstate.tables_batched import BatchedOps, _values_table
-from fsstate.tombstones import (
-    ABSENT,
-    RangeTombstones,
-    Timed,
-    in_range,
-    replay_list,
-    replay_map,
-    replay_value,
-)
-from fsstate.ttl_index import TtlIndex, decode_rows
-from fsstate.warmup import warm_up
-
-if TYPE_CHECKING:
-    from fsstate.store import PartitionStore
-
-Key = tuple[Any, ...]
+from fsstate.format.keyfilter import stable_hash
+from fsstate.format.refs import FileRef
+from fsstate.format.schema import KIND_MAP, KIND_VALUE, OP_CLEAR
+from fsstate.format.segment import OpRow, Segment
+from fsstate.format.tombstones import ABSENT, Timed, in_range, replay_value
+from fsstate.interfaces import Key
+from fsstate.storage.manifest import TableEntry
+from fsstate.storage.runs import Run, read_table_file, write_run_stream
+from fsstate.tables.core import TableCore
+from fsstate.tables.memtable import deep_size, dirty_batches, estimate_view_bytes, view_rows
+from fsstate.tables.ttl_index import TtlIndex, decode_rows
+from fsstate.tables.warmup import warm_up
 
 
-class TableBase(BatchedOps, interfaces.StateTable):
+class TableBase(TableCore, interfaces.StateTable):
     """Machinery shared by the three kinds: views, dirt, runs, TTL index, range tombstones."""
-
-    kind = ""
-    name: str
-    spec: TableSpec
-
-    def __init__(self, store: PartitionStore, entry: TableEntry) -> None:
-        self._store = store
-        self.spec = entry.spec
-        self.name = entry.spec.name
-        self.incarnation = entry.incarnation
-        self.indexed = bool(entry.ttl_runs)  # writes maintain the TTL index
-        self._ttl_ms: int | None = None
-        self.ttl_ms = entry.spec.ttl_ms
-        self.now_ms: int = store.now_ms
-        self.ctx = store.ctx
-        self._ctl = store.controller
-        self.lock = threading.Lock()  # guards replacing ``runs`` (seal, spill, compaction)
-        self.file_prefix = store.file_prefix(entry.spec.name)
-        self.compactions = 0
-        self._avg_view_bytes = 0.0
-        self._avg_at_n = 0
-        self._size_calls = 0
-        self._views: dict[Key, Any] = {}
-        self._partial: set[Key] = set()  # list views holding only blind appends (see append)
-        self._warmed = False  # whether the first cold miss tried to load the table whole
-        self._dirty: dict[Key, Any] = {}
-        self.runs: list[Run] = [Run(None, ref) for ref in entry.runs]  # copy-on-write
-        self.ttl_refs: list[FileRef] = list(entry.ttl_runs)
-        self._ttl: TtlIndex | None = None if entry.ttl_runs else TtlIndex()
-        self.ranges = RangeTombstones.from_batch(entry.range_tombstones)
-        self.ranges_dirty = False
-        self._value_check = make_checker(self.name, "value", self.spec.value_schema)
-        self._key_check = (
-            make_checker(self.name, "grouping key", self.spec.key_schema)
-            if self.spec.key_schema is not None
-            else None
-        )
-
-    # -- keys and schema ---------------------------------------------------------------------
-    def _set_key_schema(self, schema: pa.Schema) -> Checker:
-        """Fix the grouping-key schema (declared late or inferred); returns its checker."""
-        self.spec = dataclasses.replace(self.spec, key_schema=schema)
-        check = self._key_check = make_checker(self.name, "grouping key", schema)
-        return check
-
-    def _check_key(self, key: Any) -> Key:
-        check = self._key_check
-        if check is None:
-            check = self._set_key_schema(infer_key_schema(self.name, key))
-        return check(key)
 
     @property
     def dirty(self) -> bool:
         """Whether the table changed since its last seal or commit."""
         return bool(self._dirty) or self.ranges_dirty or any(r.ref is None for r in self.runs)
 
-    def _next_seq(self) -> int:
-        st = self._store
-        seq = st.next_seq
-        st.next_seq = seq + 1
-        return seq
-
-    def _expiry(self) -> int | None:
-        ttl = self.ttl_ms
-        return None if ttl is None else self.now_ms + ttl
-
     # -- cold reads ----------------------------------------------------------------------------
-    @property
-    def closed(self) -> bool:
-        """Whether the owning store was closed."""
-        return self._store.closed
-
-    def tombstone_horizon_seq(self) -> int:
-        """See :meth:`fsstate.store.PartitionStore.tombstone_horizon_seq`."""
-        return self._store.tombstone_horizon_seq()
-
     def _cold_rows(self, key: Key) -> list[OpRow]:
         """Op rows of ``key`` from the sealed runs, newest run first, stopping when shadowed."""
         out: list[OpRow] = []
@@ -157,17 +68,9 @@ class TableBase(BatchedOps, interfaces.StateTable):
                 break
         return out
 
-    def _replay(self, key: Key, rows: list[OpRow]) -> Any:
-        floor = self.ranges.floor(key) if self.ranges else -1
-        if self.kind == KIND_VALUE:
-            return replay_value(rows, floor)
-        if self.kind == KIND_MAP:
-            return replay_map(rows, floor)
-        return replay_list(rows, floor)
-
     def _load(self, key: Key) -> Any:
         """Load (and cache) the complete view of a validated key from the sealed tiers."""
-        self._store._check_open()  # a closed store's tables hold nothing any more
+        self._store.check_open()  # a closed store's tables hold nothing any more
         if not self.runs:
             view = self._empty()
         else:
@@ -181,12 +84,6 @@ class TableBase(BatchedOps, interfaces.StateTable):
         self._views[key] = view
         self._ctl.growth -= 1
         return view
-
-    def _after_growth(self) -> None:
-        """A safe point (no view held by the caller): let the controller check the budget."""
-        ctl = self._ctl
-        if ctl.growth <= 0:
-            ctl.check()
 
     def _checked_view(self, key: Any) -> tuple[Key, Any]:
         """The checked key and its view or None, for a key the views dict could not hash (a
@@ -218,9 +115,6 @@ class TableBase(BatchedOps, interfaces.StateTable):
         self._partial.discard(key)
         return merged
 
-    def _empty(self) -> Any:
-        return ABSENT if self.kind == KIND_VALUE else ({} if self.kind == KIND_MAP else [])
-
     # -- TTL index -----------------------------------------------------------------------------
     def ttl_index(self) -> TtlIndex:
         """The table's TTL index, loaded from its index runs on first use."""
@@ -237,23 +131,6 @@ class TableBase(BatchedOps, interfaces.StateTable):
         st = self._store
         for ref in refs:
             yield from decode_rows(self.spec, read_table_file(st.fileio, st.store_dir, ref))
-
-    @property
-    def ttl_ms(self) -> int | None:
-        """Time to live of new writes (None: no TTL)."""
-        return self._ttl_ms
-
-    @ttl_ms.setter
-    def ttl_ms(self, value: int | None) -> None:
-        self._ttl_ms = value
-        if value is not None:
-            # once a table has had a TTL its index may hold entries: keep maintaining it
-            self.indexed = True
-
-    @property
-    def ttl_loaded(self) -> bool:
-        """Whether the TTL index is in memory."""
-        return self._ttl is not None
 
     # -- whole-table operations ----------------------------------------------------------------
     def delete_range(self, lo: Key, hi: Key) -> None:
@@ -431,7 +308,7 @@ class TableBase(BatchedOps, interfaces.StateTable):
                 keep[k] = v
             else:
                 freed += estimate_view_bytes(kind, v)
-        views.clear()  # in place: key-cursor accessors hold this dict (see fsstate.cursor)
+        views.clear()  # in place: key-cursor accessors hold this dict (see fsstate.tables.cursor)
         views.update(keep)
         if self._partial:
             self._partial = {k for k in self._partial if k in keep}
@@ -454,6 +331,65 @@ class TableBase(BatchedOps, interfaces.StateTable):
         self.runs = []
         self._ttl = None
 
+    # -- catch-up ------------------------------------------------------------------------------
+    def view_keys(self) -> KeysView[Key]:
+        """The grouping keys that have a view in memory (a live view of the dict's keys)."""
+        return self._views.keys()
+
+    def advance(
+        self,
+        new: TableEntry,
+        runs: list[Run],
+        delta: dict[Key, list[OpRow]],
+        ttl_rows: list[tuple[int, int, Any, int | None]] | None,
+        seq_min: int,
+    ) -> int:
+        """Advance this clean table to ``new``, as :func:`fsstate.store.catchup.plan_table` planned.
+
+        Args:
+            new: the target version's entry of the table.
+            runs: the target's runs (objects of this table reused where the file is the same).
+            delta: rows with ``seq >= seq_min`` of the keys that have a view, by key.
+            ttl_rows: index rows to apply to the loaded TTL index, or None to reload it lazily.
+            seq_min: the ``next_seq`` of the version the views reflect.
+
+        Returns:
+            The number of views replayed.
+        """
+        views = self._views
+        partial = self._partial
+        replayed = 0
+        kind = self.kind
+        ranges = self.ranges
+        for k, rows in delta.items():
+            view = views.get(k)
+            if view is None:
+                continue
+            if k in partial:  # blind appends only: the next read merges them with the runs
+                del views[k]
+                partial.discard(k)
+                continue
+            floor = ranges.floor(k) if ranges else -1
+            if kind == KIND_VALUE:
+                views[k] = replay_value(rows, floor)  # every new row is newer than the view
+            else:
+                views[k] = self._replay(k, view_rows(kind, view, seq_min - 1) + rows)
+            replayed += 1
+        with self.lock:
+            self.runs = runs
+        idx = self._ttl
+        if idx is not None and ttl_rows is not None:
+            for op, exp, entry, count in ttl_rows:
+                idx.apply_row(op, exp, entry, count)
+        else:
+            self._ttl = None if new.ttl_runs else TtlIndex()
+        self.ttl_refs = list(new.ttl_runs)
+        if new.ttl_runs:
+            self.indexed = True
+        if new.spec.key_schema is not None and self.spec.key_schema is None:
+            self._set_key_schema(new.spec.key_schema)
+        return replayed
+
     # -- stats -----------------------------------------------------------------------------------
     def hot_keys(self) -> int:
         """Views held in memory."""
@@ -463,158 +399,3 @@ class TableBase(BatchedOps, interfaces.StateTable):
         """Estimated bytes of the views."""
         kind = self.kind
         return sum(estimate_view_bytes(kind, v) for v in self._views.values())
-
-
-class ValueTable(TableBase, interfaces.ValueTableAPI):
-    """One value per grouping key (Spark's ValueState)."""
-
-    kind = KIND_VALUE
-
-    def cursor_ops(
-        self,
-        cursor: KeyCursor,
-        get_slow: Callable[..., Value | None],
-        update_slow: Callable[..., None],
-        method: bool = False,
-    ) -> tuple[Getter, Updater]:
-        """One-frame ``get()`` / ``update(value)`` at ``cursor.key``; see :mod:`fsstate.cursor`."""
-        return value_cursor_ops(self, cursor, get_slow, update_slow, method)
-
-    def get(self, key: Key) -> tuple[Any, ...] | None:
-        """The live value of the key, or None."""
-        try:
-            e = self._views.get(key)
-        except TypeError:
-            key, e = self._checked_view(key)
-        if e is None:
-            e = self._view(key)[1]
-            self._after_growth()
-        if type(e) is tuple:
-            return e
-        if e is ABSENT:
-            return None
-        if type(e) is Timed:
-            return None if e[1] <= self.now_ms else e[0]
-        return e  # type: ignore[no-any-return]
-
-    def exists(self, key: Key) -> bool:
-        """Whether the key holds a live value."""
-        return self.get(key) is not None
-
-    def update(self, key: Key, value: tuple[Any, ...]) -> None:
-        """Set the key's value; with a TTL its expiry becomes now + ttl."""
-        value = self._value_check(value)
-        views = self._views
-        try:
-            known = key in views
-        except TypeError:  # an unhashable key (a list): checked below
-            known = False
-        if not self.indexed:
-            st = self._store
-            if not known:
-                st._check_open()
-                key = self._check_key(key)
-                seq = st.next_seq
-                st.next_seq = seq + 1
-                views[key] = value
-                self._dirty[key] = seq
-                ctl = self._ctl
-                ctl.growth -= 1
-                if ctl.growth <= 0:
-                    ctl.check()
-                return
-            seq = st.next_seq
-            st.next_seq = seq + 1
-            views[key] = value
-            self._dirty[key] = seq
-            return
-        idx = self._ttl
-        if idx is None or not known:  # first touch, or the index not loaded yet
-            key, _ = self._view(key)
-            idx = self.ttl_index()
-        st = self._store
-        seq = st.next_seq
-        st.next_seq = seq + 1
-        ttl = self._ttl_ms
-        if ttl is None:
-            views[key] = value
-            self._dirty[key] = seq
-            idx.discard(key)
-        else:
-            exp = self.now_ms + ttl
-            views[key] = Timed((value, exp))
-            self._dirty[key] = seq
-            idx.set(key, exp)
-        self._after_growth()
-
-    def clear(self, key: Key) -> None:
-        """Remove the key's value."""
-        indexed = self.indexed
-        try:
-            view = self._views.get(key)
-        except TypeError:
-            key, view = self._checked_view(key)
-        if view is None:
-            if indexed:
-                key, view = self._view(key)
-            else:
-                key = self._check_key(key)
-                view = self._views.get(key)
-        if view is ABSENT:
-            return
-        seq = self._next_seq()
-        self._views[key] = ABSENT
-        self._dirty[key] = seq
-        if indexed:
-            self.ttl_index().discard(key)
-        self._after_growth()
-
-    def expire(self) -> int:
-        """Remove values expired at the current time; returns how many were removed."""
-        if not self.indexed:
-            return 0
-        idx = self.ttl_index()
-        now = self.now_ms
-        removed = 0
-        for _exp, key in idx.pop_expired(now):
-            idx.lookups += 1
-            view = self._views.get(key)  # type: ignore[call-overload]
-            if view is None:
-                view = self._load(key)  # type: ignore[arg-type]
-            if type(view) is not Timed:
-                continue  # gone, or rewritten without an expiry since
-            if view[1] <= now:
-                self._views[key] = ABSENT  # type: ignore[index]
-                self._dirty[key] = self._next_seq()  # type: ignore[index]
-                removed += 1
-            else:
-                idx.set(key, view[1])
-        self._after_growth()
-        return removed
-
-    def get_many(self, keys: pa.Table) -> pa.Table:
-        """Values for a table of keys, in input order, with a boolean ``_found`` column."""
-        key_struct, key_list = self._keys_from_table(keys)
-        if self._arrow_lookup_pays(len(key_struct)):
-            return self._get_many_arrow(key_struct)
-        get, view_of = self.get, self._views.get
-        # a live, non-expiring view (a plain tuple) answers in place; anything else takes the
-        # point-get path
-        vals = [e if type(e) is tuple else get(k) for k in key_list for e in (view_of(k),)]
-        return _values_table(self.spec.value_schema, vals)
-
-    def put_many(self, keys: pa.Table, values: pa.Table) -> None:
-        """Set values for many keys; later rows win over earlier rows of the same key."""
-        key_struct, key_list, value_struct = self._keys_and_values(keys, values)
-        if not key_list:
-            return
-        if self.indexed:
-            for k, v in zip(key_list, value_struct.to_pylist()):
-                self.update(k, tuple(v.values()))
-            return
-        self._append_batch(key_struct, None, value_struct, key_list)
-
-
-from fsstate.tables_collections import ListTable, MapTable  # noqa: E402
-
-__all__ = ["ListTable", "MapTable", "TableBase", "ValueTable"]

@@ -3,7 +3,8 @@
 ``put_many``, ``append_many`` and ``get_many`` take pyarrow tables. The helpers here validate
 them into struct arrays cast to the table's schemas, append a batched write as one run after
 the sealed memtable with no per-row Python, and look up many value-state keys at once with
-Arrow joins. :class:`BatchedOps` is a mixin of :class:`fsstate.tables.TableBase`.
+Arrow joins. :class:`BatchedTable` adds them to :class:`fsstate.tables.base.TableBase`; the
+value, list and map tables derive from it.
 
 Invariants:
 
@@ -25,56 +26,22 @@ Invariants:
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from fsstate.errors import SchemaError
-from fsstate.run import Run
-from fsstate.schema import EXPIRES, OP, OP_PUT, SEQ
-from fsstate.segment import Segment, key_tuples
-
-if TYPE_CHECKING:
-    import threading
-
-    from fsstate.controller import MemoryController
-    from fsstate.run import RunContext
-    from fsstate.schema import Checker, TableSpec
-    from fsstate.store import PartitionStore
-    from fsstate.tombstones import RangeTombstones
-
-Key = tuple[Any, ...]
+from fsstate.format.schema import EXPIRES, OP, OP_PUT, SEQ
+from fsstate.format.segment import Segment, key_tuples
+from fsstate.interfaces import Key
+from fsstate.storage.runs import Run
+from fsstate.tables.base import TableBase
 
 
-class BatchedOps:
-    """Batched reads and writes of a table; a mixin of :class:`fsstate.tables.TableBase`.
-
-    The attributes and methods declared here are provided by ``TableBase``.
-    """
-
-    name: str
-    spec: TableSpec
-    ctx: RunContext
-    now_ms: int
-    lock: threading.Lock
-    runs: list[Run]
-    ranges: RangeTombstones
-    _views: dict[Key, Any]
-    _dirty: dict[Key, Any]
-    _store: PartitionStore
-    _ctl: MemoryController
-
-    if TYPE_CHECKING:
-
-        def _set_key_schema(self, schema: pa.Schema) -> Checker: ...
-
-        def seal(self) -> list[Run]: ...
-
-        def _forget_views(self, keys: Sequence[Key]) -> None: ...
-
-        def _after_growth(self) -> None: ...
+class BatchedTable(TableBase):
+    """Batched reads and writes of a table (the value, list and map tables derive from it)."""
 
     def _keys_from_table(self, keys: pa.Table) -> tuple[pa.StructArray, Sequence[Key]]:
         """Validate a table of keys against the key schema; returns the struct and tuples."""
@@ -86,7 +53,7 @@ class BatchedOps:
         if schema is None:
             schema = pa.schema([f.with_nullable(True) for f in keys.schema])
             self._set_key_schema(schema)
-        struct = _struct_of(self.name, "grouping key", keys, schema)
+        struct = struct_of(self.name, "grouping key", keys, schema)
         return struct, _LazyKeys(struct)
 
     def _keys_and_values(
@@ -94,7 +61,7 @@ class BatchedOps:
     ) -> tuple[pa.StructArray, Sequence[Key], pa.StructArray]:
         """Validate the two tables of a batched write (same length, matching schemas)."""
         key_struct, key_list = self._keys_from_table(keys)
-        value_struct = _struct_of(self.name, "value", values, self.spec.value_schema)
+        value_struct = struct_of(self.name, "value", values, self.spec.value_schema)
         if len(key_list) != len(value_struct):
             raise SchemaError(
                 f"state {self.name!r}: {len(key_list)} keys but {len(value_struct)} values"
@@ -108,7 +75,11 @@ class BatchedOps:
         value_struct: pa.StructArray,
         key_list: Sequence[Key],
     ) -> None:
-        """Append a sorted run of put rows built from Arrow arrays (no per-row Python)."""
+        """Append the rows as one run of put rows built from Arrow arrays (no per-row Python).
+
+        The run is held unsorted: its segment sorts it, and builds its key index, on the first
+        read or commit that needs key order (:attr:`fsstate.format.segment.Segment.batch`), so
+        that work is deferred, not avoided."""
         self.seal()
         n = len(key_list)
         st = self._store
@@ -191,7 +162,7 @@ class BatchedOps:
             out_cols = [values.field(i).cast(f.type) for i, f in enumerate(schema)]
         else:
             out_cols = [pa.nulls(n, f.type) for f in schema]
-        return pa.Table.from_arrays([*out_cols, pc.is_valid(index)], schema=_result_schema(schema))
+        return pa.Table.from_arrays([*out_cols, pc.is_valid(index)], schema=result_schema(schema))
 
 
 def _run_hits(
@@ -253,7 +224,7 @@ class _LazyKeys(Sequence[Key]):
         return iter(self._materialize())
 
 
-def _struct_of(state: str, what: str, table: pa.Table | pa.RecordBatch, schema: pa.Schema) -> Any:
+def struct_of(state: str, what: str, table: pa.Table | pa.RecordBatch, schema: pa.Schema) -> Any:
     """Cast a table to ``schema`` (by position) and return it as one struct array."""
     if not isinstance(table, (pa.Table, pa.RecordBatch)):
         raise SchemaError(f"state {state!r}: {what}s must be a pyarrow Table, got {type(table)}")
@@ -279,14 +250,14 @@ def _struct_of(state: str, what: str, table: pa.Table | pa.RecordBatch, schema: 
     return pa.StructArray.from_arrays(arrays, fields=list(schema))
 
 
-def _values_table(schema: pa.Schema, vals: list[Any]) -> pa.Table:
+def values_table(schema: pa.Schema, vals: list[Any]) -> pa.Table:
     """The result of a ``get_many``: value columns (None: not found) and ``_found``."""
     struct = pa.array(vals, type=pa.struct(list(schema)))  # one C-level conversion
     return pa.Table.from_arrays(
-        [*struct.flatten(), struct.is_valid()], schema=_result_schema(schema)
+        [*struct.flatten(), struct.is_valid()], schema=result_schema(schema)
     )
 
 
-def _result_schema(schema: pa.Schema) -> pa.Schema:
+def result_schema(schema: pa.Schema) -> pa.Schema:
     """A ``get_many`` result: the value columns, nullable, then ``_found``."""
     return pa.schema([*(f.with_nullable(True) for f in schema), pa.field("_found", pa.bool_())])

@@ -1,4 +1,4 @@
-"""Key-cursor accessors (fsstate.cursor) against the table's own get / update, on every tier."""
+"""Key-cursor accessors (fsstate.tables.cursor) against the table's own methods, on every tier."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ import pyarrow as pa
 import pytest
 
 from fsstate import PartitionStore
-from fsstate.cursor import Getter, Updater
 from fsstate.errors import SchemaError
-from fsstate.tables import ValueTable
-from fsstate.tables_collections import MapTable
-from tests.fsstate.conftest import KEY, UKEY, VAL, to_tier
+from fsstate.tables.cursor import Getter, Updater
+from fsstate.tables.maps import MapTable
+from fsstate.tables.value import ValueTable
+from tests.fsstate.common import KEY, UKEY, VAL, to_tier
 
 Factory = Callable[..., PartitionStore]
 

@@ -1,6 +1,6 @@
 """Immutable Arrow segments of op rows, with a lazily built, compact key index.
 
-A segment is one Arrow record batch in the row layout of :mod:`fsstate.schema`, sorted by
+A segment is one Arrow record batch in the row layout of :mod:`fsstate.format.schema`, sorted by
 (key, ukey, ``_seq``); a batched write hands over its rows unsorted and the segment sorts them
 the first time anything reads them, so the write itself costs no sort. It is what the memtable
 seals into, what a batched write appends and what a Parquet run decodes to.
@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from fsstate.schema import EXPIRES, OP, SEQ, TableSpec
+from fsstate.format.schema import EXPIRES, OP, SEQ, TableSpec
 
 # One op row as Python objects: (seq, op, ukey | None, value | None, expires_at_ms | None)
 OpRow = tuple[int, int, Any, Any, Any]

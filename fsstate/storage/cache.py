@@ -15,21 +15,9 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
 
-from fsstate.segment import Segment
-
-
-@dataclass
-class CacheStats:
-    """Counters of a block cache."""
-
-    capacity_bytes: int
-    used_bytes: int
-    entries: int
-    hits: int
-    misses: int
-    evictions: int
+from fsstate.format.segment import Segment
+from fsstate.stats import CacheStats
 
 
 class BlockCache:

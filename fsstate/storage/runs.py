@@ -4,7 +4,7 @@ A run starts as an in-memory Arrow segment (sealed memtable or batched write). I
 once as a Parquet file with a unique name, by a spill or by a commit, whichever comes first;
 the commit reuses what a spill wrote. After that the in-memory copy may be released.
 
-Run file format (version 1): the row layout of :mod:`fsstate.schema`, sorted by (key, ukey,
+Run file format (version 1): the row layout of :mod:`fsstate.format.schema`, sorted by (key, ukey,
 seq), in row groups of about ``row_group_bytes``, with footer key-value metadata:
 
 ========================  ==================================================================
@@ -13,7 +13,7 @@ key                       value
 ``fsstate.format_version`` ``1``
 ``fsstate.state``          state name; ``fsstate.kind``: value, list or map
 ``fsstate.role``           ``data`` or ``ttl``
-``fsstate.bloom``          Bloom filter of the grouping keys (:mod:`fsstate.keyfilter`)
+``fsstate.bloom``          Bloom filter of the grouping keys (:mod:`fsstate.format.keyfilter`)
 ``fsstate.rg_bounds``      base64 Arrow IPC batch: first and last grouping key of each row group
 ========================  ==================================================================
 
@@ -41,14 +41,14 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from fsstate.cache import BlockCache
 from fsstate.config import StoreConfig
 from fsstate.errors import DataFileCorruptError, StorageError
-from fsstate.fileio import FileIO
-from fsstate.keyfilter import BloomFilter, stable_hash
-from fsstate.manifest_refs import FileRef, decode_batch, encode_batch
-from fsstate.schema import FORMAT_VERSION, TableSpec
-from fsstate.segment import OpRow, Segment
+from fsstate.format.keyfilter import BloomFilter, stable_hash
+from fsstate.format.refs import FileRef, decode_batch, encode_batch
+from fsstate.format.schema import FORMAT_VERSION, TableSpec
+from fsstate.format.segment import OpRow, Segment
+from fsstate.storage.cache import BlockCache
+from fsstate.storage.fileio import FileIO
 
 WHOLE_FILE_BYTES_MAX = 4 * 1024 * 1024
 
@@ -377,7 +377,7 @@ def write_run_stream(
     """Write sorted op rows arriving in parts as one run file, row group by row group.
 
     Every grouping key must have all its rows in one part and parts must come in key order
-    (one sorted segment, :func:`fsstate.memtable.dirty_batches` or
+    (one sorted segment, :func:`fsstate.tables.memtable.dirty_batches` or
     :func:`fsstate.compaction.merge_stream`); the footer gets the Bloom filter and row-group
     key bounds at the end, so only one part is in memory at a time. Every run file is written
     here (:meth:`Run.write` too). Returns the run, on disk only, or None if no row came (no

@@ -16,7 +16,7 @@ from fsstate.errors import (
     ManifestCorruptError,
     VersionNotFoundError,
 )
-from tests.fsstate.conftest import KEY, VAL
+from tests.fsstate.common import KEY, VAL
 
 Factory = Callable[..., PartitionStore]
 
@@ -172,8 +172,8 @@ def test_corrupt_data_file_names_file_and_previous_opens(
 def test_failed_commit_keeps_previous_version(
     make_store: Factory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from fsstate import fileio as fileio_mod
     from fsstate.errors import CommitError, StorageError
+    from fsstate.storage import fileio as fileio_mod
 
     s = make_store()
     t = s.value_table("v", VAL, KEY)
@@ -214,7 +214,7 @@ def test_commit_flushes_files_and_directories_before_the_manifest(
     """Every published file is fsynced before its rename and its directory after it, and a
     version's manifest is published only once its files are durable; fsync=False skips
     the flushes (and still commits)."""
-    from fsstate import fileio as fileio_mod
+    from fsstate.storage import fileio as fileio_mod
 
     events: list[tuple[str, str]] = []
     real_fsync, real_publish = os.fsync, fileio_mod.FileIO._publish
@@ -257,8 +257,8 @@ def test_failed_data_write_then_retry_keeps_every_row_once(
     make_store: Factory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A commit that fails while writing data files can be retried without losing rows."""
-    from fsstate import fileio as fileio_mod
     from fsstate.errors import CommitError, StorageError
+    from fsstate.storage import fileio as fileio_mod
 
     s = make_store()
     lst = s.list_table("l", VAL, KEY)

@@ -36,14 +36,16 @@ from typing import Any
 
 import pyarrow as pa
 
+from fsstate.codegen import compile_source
 from fsstate.errors import InvalidTtlError, KeyArityError, SchemaError
+from fsstate.interfaces import StateKind
 
 FORMAT_VERSION = 1
 
-KIND_VALUE = "value"
-KIND_LIST = "list"
-KIND_MAP = "map"
-KINDS = (KIND_VALUE, KIND_LIST, KIND_MAP)
+KIND_VALUE = StateKind.VALUE
+KIND_LIST = StateKind.LIST
+KIND_MAP = StateKind.MAP
+KINDS = tuple(StateKind)
 
 OP_PUT = 0
 OP_DELETE = 1
@@ -72,7 +74,7 @@ class TableSpec:
     """
 
     name: str
-    kind: str
+    kind: StateKind
     value_schema: pa.Schema
     key_schema: pa.Schema | None = None
     user_key_schema: pa.Schema | None = None
@@ -81,8 +83,13 @@ class TableSpec:
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
             raise SchemaError(f"state name {self.name!r} must be a non-empty string")
-        if self.kind not in KINDS:
-            raise SchemaError(f"state {self.name!r}: kind {self.kind!r} is not one of {KINDS}")
+        try:
+            object.__setattr__(self, "kind", StateKind(self.kind))
+        except ValueError:
+            raise SchemaError(
+                f"state {self.name!r}: kind {self.kind!r} is not one of "
+                f"{[k.value for k in StateKind]}"
+            ) from None
         check_ttl(self.name, self.ttl_ms)
         for label, schema in (("value", self.value_schema), ("user key", self.user_key_schema)):
             if schema is not None and len(schema) == 0:
@@ -312,8 +319,8 @@ def make_checker(state: str, what: str, schema: pa.Schema) -> Checker:
     # exact-type fast path, generated so a hit costs one type test (and range test) per field
     cond, env = fast
     env["slow"] = slow
-    exec(f"def check(v):\n    if {cond}:\n        return v\n    return slow(v)\n", env)
-    check: Checker = env["check"]
+    source = f"def check(v):\n    if {cond}:\n        return v\n    return slow(v)\n"
+    check: Checker = compile_source(source, "checker", env)["check"]
     return check
 
 

@@ -7,7 +7,7 @@ under unique names, so a crash at any point leaves either the old or the new ver
 
 Format (``format_version`` 2)::
 
-    {"format": "fsstate.manifest", "format_version": 2, "version": 7,
+    {"format": "fsstate.storage.manifest", "format_version": 2, "version": 7,
      "operator": "...", "partition": 0, "created_ms": ..., "next_seq": 1234,
      "parent_version": 6, "parent_checksum": "<checksum of the manifest it was built on>",
      "lineage_next_seqs": [1001, 1100, 1180],
@@ -24,20 +24,22 @@ Version 2 added ``parent_version`` / ``parent_checksum`` (the lineage: which com
 the store was at when it committed this one; null for a store opened empty) and the tables'
 ``incarnation`` (the sequence number consumed when the table was created, so a table dropped
 and declared again is a different table). Lineage lets a process holding a clean copy of an
-older version catch up incrementally (:mod:`fsstate.catchup`). Version 1 manifests are read
-with those fields null and are never caught up from.
+older version catch up incrementally (:mod:`fsstate.store.catchup`); :func:`descends` walks it.
+Version 1 manifests are read with those fields null and are never caught up from.
 
 Optional fields added within version 2 (absent means "unknown"; older readers ignore them and
 stay correct, only more conservative): ``lineage_next_seqs``, the ``next_seq`` of up to
 :data:`LINEAGE_STEPS_MAX` ancestors along the parent links, oldest first (a bottom compaction
 keeps the tombstones that a copy at any of them would need to catch up), and the run files'
-``tombstones_from_seq`` (:class:`fsstate.manifest_refs.FileRef`).
+``tombstones_from_seq`` (:class:`fsstate.format.refs.FileRef`).
 
 Invariants:
 
 * A manifest that is truncated, fails its checksum, or has a newer format version raises
   :class:`fsstate.errors.ManifestCorruptError` naming the file; it is never half-applied.
 * Readers accept every format version up to :data:`MANIFEST_FORMAT_VERSION`.
+* :func:`descends` never answers True for a target that was not committed on top of the base:
+  a missing or damaged intermediate manifest means "cannot tell", which is False.
 """
 
 from __future__ import annotations
@@ -50,16 +52,21 @@ from typing import Any
 
 import pyarrow as pa
 
-from fsstate.errors import ManifestCorruptError, StorageError, VersionNotFoundError
-from fsstate.fileio import FileIO
-from fsstate.manifest_refs import (
+from fsstate.errors import (
+    FsStateError,
+    ManifestCorruptError,
+    StorageError,
+    VersionNotFoundError,
+)
+from fsstate.format.refs import (
     FileRef,
     decode_batch,
     decode_schema,
     encode_batch,
     encode_schema,
 )
-from fsstate.schema import TableSpec
+from fsstate.format.schema import TableSpec
+from fsstate.storage.fileio import FileIO
 
 MANIFEST_FORMAT_VERSION = 2
 LINEAGE_STEPS_MAX = 32  # manifests read at most to prove that a target descends from a base
@@ -157,7 +164,7 @@ class Manifest:
     def to_bytes(self) -> bytes:
         """Serialized manifest with its checksum."""
         body = {
-            "format": "fsstate.manifest",
+            "format": "fsstate.storage.manifest",
             "format_version": MANIFEST_FORMAT_VERSION,
             "version": self.version,
             "operator": self.operator,
@@ -195,7 +202,7 @@ class Manifest:
                 where,
             )
         fmt = body.get("format_version")
-        if body.get("format") != "fsstate.manifest" or not isinstance(fmt, int):
+        if body.get("format") != "fsstate.storage.manifest" or not isinstance(fmt, int):
             raise ManifestCorruptError(f"{where} is not an fsstate manifest", where)
         if fmt > MANIFEST_FORMAT_VERSION:
             raise ManifestCorruptError(
@@ -274,3 +281,31 @@ def _summarize(versions: list[int]) -> str:
     if len(versions) <= 6:
         return ", ".join(map(str, versions))
     return f"{versions[0]}..{versions[-1]} ({len(versions)} versions)"
+
+
+def descends(fileio: FileIO, store_dir: str, base: Manifest, target: Manifest) -> bool:
+    """Whether ``target`` was committed on top of ``base`` (directly or through versions).
+
+    Lineage: every manifest records the version and checksum of the manifest its store was at
+    when it committed. The target descends from the base if walking ``parent`` links from the
+    target reaches the base's version with the base's exact checksum, reading at most
+    :data:`LINEAGE_STEPS_MAX` intermediate manifests. A re-committed version (a retried or
+    speculative task) has another checksum, so a diverged copy is never advanced.
+    """
+    if not base.checksum or target.version <= base.version:
+        return False
+    m = target
+    for _ in range(LINEAGE_STEPS_MAX):
+        pv, ps = m.parent_version, m.parent_checksum
+        if pv is None or ps is None or pv < base.version:
+            return False
+        if pv == base.version:
+            return ps == base.checksum
+        try:
+            parent = read_manifest(fileio, store_dir, pv)
+        except FsStateError:
+            return False
+        if parent.checksum != ps:
+            return False
+        m = parent
+    return False

@@ -45,7 +45,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from fsstate.schema import EXPIRES, KIND_LIST, KIND_MAP, OP, OP_DELETE, OP_PUT, TableSpec
+from fsstate.format.schema import EXPIRES, KIND_LIST, KIND_MAP, OP, OP_DELETE, OP_PUT, TableSpec
 
 COUNT = "_count"
 

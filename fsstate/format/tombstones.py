@@ -23,10 +23,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from fsstate.schema import OP_CLEAR, OP_DELETE, OP_PUT
-from fsstate.segment import OpRow
+from fsstate.format.schema import OP_CLEAR, OP_DELETE, OP_PUT
+from fsstate.format.segment import OpRow
+from fsstate.interfaces import Key
 
-Key = tuple[Any, ...]
 # list view element: (value, expires_at_ms | None, elem_seq); the seq is the element's identity
 Entry = tuple[Any, Any, int]
 

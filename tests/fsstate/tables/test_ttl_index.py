@@ -8,8 +8,8 @@ import pyarrow as pa
 import pytest
 
 from fsstate import PartitionStore
-from fsstate.ttl_index import TtlIndex
-from tests.fsstate.conftest import KEY, VAL, to_tier
+from fsstate.tables.ttl_index import TtlIndex
+from tests.fsstate.common import KEY, VAL, to_tier
 from tests.fsstate.model import engine_rows_with_ttl
 
 Factory = Callable[..., PartitionStore]

@@ -8,7 +8,7 @@ from typing import Any
 import pyarrow as pa
 
 from fsstate import PartitionStore
-from tests.fsstate.conftest import KEY, UKEY, VAL, to_tier
+from tests.fsstate.common import KEY, UKEY, VAL, to_tier
 
 Factory = Callable[..., PartitionStore]
 

@@ -8,10 +8,10 @@ import random
 import pyarrow as pa
 import pytest
 
-from fsstate.memtable import dirty_batches
-from fsstate.schema import KIND_MAP, KIND_VALUE, TableSpec
-from fsstate.segment import Segment
-from fsstate.tombstones import ABSENT
+from fsstate.format.schema import KIND_MAP, KIND_VALUE, TableSpec
+from fsstate.format.segment import Segment
+from fsstate.format.tombstones import ABSENT
+from fsstate.tables.memtable import dirty_batches
 
 KEY = pa.schema(
     [

@@ -33,11 +33,18 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from fsstate.schema import KIND_LIST, KIND_MAP, KIND_VALUE, OP_CLEAR, OP_DELETE, OP_PUT, TableSpec
-from fsstate.segment import build_batch
-from fsstate.tombstones import ABSENT, cell_expiry, cell_value
-
-Key = tuple[Any, ...]
+from fsstate.format.schema import (
+    KIND_LIST,
+    KIND_MAP,
+    KIND_VALUE,
+    OP_CLEAR,
+    OP_DELETE,
+    OP_PUT,
+    TableSpec,
+)
+from fsstate.format.segment import OpRow, build_batch
+from fsstate.format.tombstones import ABSENT, cell_expiry, cell_value
+from fsstate.interfaces import Key
 
 
 class SealRows:
@@ -134,13 +141,6 @@ def dirty_batches(
             )
 
 
-def view_rows(kind: str, view: Any) -> int:
-    """Number of primary rows a view holds (expired rows included)."""
-    if kind == KIND_VALUE:
-        return 0 if view is ABSENT else 1
-    return len(view)
-
-
 def estimate_view_bytes(kind: str, view: Any) -> int:
     """Rough Python-object size of a view, for memory accounting."""
     if kind == KIND_VALUE:
@@ -163,3 +163,25 @@ def deep_size(obj: Any, depth: int = 0) -> int:
         if sample:
             size += sum(deep_size(i, depth + 1) for i in sample) * len(obj) // len(sample)
     return size
+
+
+def view_rows(kind: str, view: Any, seq: int) -> list[OpRow]:
+    """A list or map view as the put rows it stands for (inverse of replay for live rows).
+
+    Map cells hold no sequence number: their rows all get ``seq``, which must be newer than
+    every range tombstone and older than every row the view is replayed with (the last seq
+    of the version the view reflects); equal seqs keep the view's order in the replay.
+    """
+    if kind == KIND_MAP:
+        return [(seq, OP_PUT, uk, cell_value(c), cell_expiry(c)) for uk, c in view.items()]
+    assert kind == KIND_LIST
+    return [(e[2], OP_PUT, (e[2],), e[0], e[1]) for e in view]
+
+
+def touch(dirty: dict[Key, Any], key: Key) -> dict[Any, int]:
+    """The ``{user key: seq}`` change record of ``key`` in a list or map table's dirt."""
+    d = dirty.get(key)
+    if d is None:
+        d = dirty[key] = [None, {}]
+    touched: dict[Any, int] = d[1]
+    return touched

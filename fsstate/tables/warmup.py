@@ -3,8 +3,9 @@
 A store restored in another worker process (the common case under Spark, where a partition
 rarely returns to the same Python worker) would otherwise pay one point lookup per key when
 its keys come back one by one; one sequential pass over the runs costs a few microseconds per
-row, and a vectorized pass over a value table about 0.3 µs. :meth:`fsstate.tables.TableBase._load`
-calls :func:`warm_up` once per table, on its first cold miss.
+row, and a vectorized pass over a value table about 0.3 µs.
+:meth:`fsstate.tables.base.TableBase._load` calls :func:`warm_up` once per table, on its first
+cold miss.
 
 Invariants:
 
@@ -13,28 +14,25 @@ Invariants:
 * Views are authoritative: a key that already has a view keeps it; only keys without one get
   a view, and each loaded view equals what a point lookup of the key would replay.
 * The controller's growth counter drops by one per view added, as for a point lookup.
-* The cyclic garbage collector is paused during the load (:func:`fsstate.bulk.gc_paused`).
+* The cyclic garbage collector is paused during the load (:func:`fsstate.osmem.gc_paused`).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from fsstate.bulk import gc_paused
-from fsstate.schema import EXPIRES, KIND_VALUE, OP
-from fsstate.segment import OpRow, gather_key_rows, key_tuples, same_as_next
-from fsstate.tombstones import ABSENT, cell
-
-if TYPE_CHECKING:
-    from fsstate.tables import TableBase
-
-Key = tuple[Any, ...]
+from fsstate.format.schema import EXPIRES, KIND_VALUE, OP
+from fsstate.format.segment import OpRow, gather_key_rows, key_tuples, same_as_next
+from fsstate.format.tombstones import ABSENT, cell
+from fsstate.interfaces import Key
+from fsstate.osmem import gc_paused
+from fsstate.tables.core import TableCore
 
 
-def warm_up(table: TableBase) -> bool:
+def warm_up(table: TableCore) -> bool:
     """Load a small table's views whole in one pass (called on its first cold miss).
 
     Args:
@@ -55,7 +53,7 @@ def warm_up(table: TableBase) -> bool:
     return True
 
 
-def _warm_up_rows(table: TableBase) -> None:
+def _warm_up_rows(table: TableCore) -> None:
     """Any table: replay every key's rows from one sequential pass over the runs."""
     runs = table.runs
     rows_by_key: dict[Key, list[OpRow]] = {}
@@ -72,7 +70,7 @@ def _warm_up_rows(table: TableBase) -> None:
     table._ctl.growth -= loaded
 
 
-def _warm_up_values(table: TableBase) -> None:
+def _warm_up_values(table: TableCore) -> None:
     """Value tables: the newest row of each key, run by run, vectorized.
 
     Per segment, numpy marks the last row of each key (rows are sorted by key, then seq)

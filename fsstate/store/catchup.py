@@ -1,4 +1,4 @@
-"""Catch-up: advance a clean in-memory store to a newer committed version of its own lineage.
+"""Catch-up plans: what advancing each table of a clean store to a newer version takes.
 
 A process that keeps a committed store for reuse (the Spark adapter keeps one per partition
 in each Python worker) often finds, when the partition comes back, that other processes have
@@ -6,11 +6,13 @@ committed versions since. Reopening would lose the hot views and reload the tabl
 when the newer version *descends* from the cached one, only what changed since is applied.
 
 Lineage: every manifest records the version and checksum of the manifest its store was at
-when it committed (format version 2). The target descends from the cached version if walking
-``parent`` links from the target reaches the cached version with the cached manifest's exact
-checksum, reading at most :data:`LINEAGE_STEPS_MAX` intermediate manifests. A re-committed
-version (a retried or speculative task) has another checksum, so a diverged copy is never
-advanced; the caller reopens instead.
+when it committed (format version 2); :func:`fsstate.storage.manifest.descends` proves that
+the target descends from the cached version. A re-committed version (a retried or speculative
+task) has another checksum, so a diverged copy is never advanced; the caller reopens instead.
+
+This module reads (the plans); :meth:`fsstate.tables.base.TableBase.advance` applies a plan
+to its table and :meth:`fsstate.store.partition.PartitionStore.refresh` keeps the store's own
+bookkeeping.
 
 Invariants:
 
@@ -38,52 +40,21 @@ Invariants:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow.compute as pc
 
-from fsstate.errors import FsStateError
-from fsstate.manifest import LINEAGE_STEPS_MAX, Manifest, TableEntry, read_manifest
-from fsstate.run import Run
-from fsstate.schema import KIND_LIST, KIND_MAP, KIND_VALUE, OP_PUT, SEQ
-from fsstate.segment import OpRow, Segment, gather_key_rows
-from fsstate.tombstones import RangeTombstones, cell_expiry, cell_value, replay_value
-from fsstate.ttl_index import TtlIndex
-
-if TYPE_CHECKING:
-    from fsstate.fileio import FileIO
-    from fsstate.store import PartitionStore
-    from fsstate.tables import TableBase
-
-Key = tuple[Any, ...]
+from fsstate.format.schema import SEQ
+from fsstate.format.segment import OpRow, Segment, gather_key_rows
+from fsstate.format.tombstones import RangeTombstones
+from fsstate.interfaces import Key
+from fsstate.storage.manifest import Manifest, TableEntry
+from fsstate.storage.runs import Run
+from fsstate.tables import TableBase
 
 PIN_BYTES_MAX = 4 * 1024 * 1024  # delta files decoding to at most this stay pinned once read
-
-
-def descends(fileio: FileIO, store_dir: str, base: Manifest, target: Manifest) -> bool:
-    """Whether ``target`` was committed on top of ``base`` (directly or through versions).
-
-    Reads the intermediate manifests (at most :data:`LINEAGE_STEPS_MAX`); a missing or damaged
-    one means "cannot tell", which is False.
-    """
-    if not base.checksum or target.version <= base.version:
-        return False
-    m = target
-    for _ in range(LINEAGE_STEPS_MAX):
-        pv, ps = m.parent_version, m.parent_checksum
-        if pv is None or ps is None or pv < base.version:
-            return False
-        if pv == base.version:
-            return ps == base.checksum
-        try:
-            parent = read_manifest(fileio, store_dir, pv)
-        except FsStateError:
-            return False
-        if parent.checksum != ps:
-            return False
-        m = parent
-    return False
 
 
 def _ranges_equal(a: RangeTombstones, b: RangeTombstones) -> bool:
@@ -101,19 +72,6 @@ def same_table(t: TableBase, old: TableEntry | None, new: TableEntry) -> bool:
     return _ranges_equal(t.ranges, RangeTombstones.from_batch(new.range_tombstones))
 
 
-def view_rows(kind: str, view: Any, seq: int) -> list[OpRow]:
-    """A list or map view as the put rows it stands for (inverse of replay for live rows).
-
-    Map cells hold no sequence number: their rows all get ``seq``, which must be newer than
-    every range tombstone and older than every row the view is replayed with (the last seq
-    of the version the view reflects); equal seqs keep the view's order in the replay.
-    """
-    if kind == KIND_MAP:
-        return [(seq, OP_PUT, uk, cell_value(c), cell_expiry(c)) for uk, c in view.items()]
-    assert kind == KIND_LIST
-    return [(e[2], OP_PUT, (e[2],), e[0], e[1]) for e in view]
-
-
 def _delta_rows(t: TableBase, runs: list[Run], seq_min: int) -> dict[Key, list[OpRow]]:
     """Rows with ``seq >= seq_min`` of ``runs`` of the keys that have a view, by grouping key;
     files of at most :data:`PIN_BYTES_MAX` decoded bytes get pinned.
@@ -125,7 +83,7 @@ def _delta_rows(t: TableBase, runs: list[Run], seq_min: int) -> dict[Key, list[O
     runs, often most of the table) is filtered by Arrow first.
     """
     out: dict[Key, list[OpRow]] = {}
-    views = t._views
+    views = t.view_keys()
     if not views:
         return out
     spec, ctx = t.spec, t.ctx
@@ -224,54 +182,20 @@ def plan_table(t: TableBase, old: TableEntry, new: TableEntry, seq_min: int) -> 
 
 def apply_plan(plan: TablePlan) -> int:
     """Advance the table as planned; returns the number of views replayed."""
-    t, new = plan.table, plan.new
-    views = t._views
-    partial = t._partial
-    replayed = 0
-    kind = t.kind
-    ranges = t.ranges
-    for k, rows in plan.delta.items():
-        view = views.get(k)
-        if view is None:
-            continue
-        if k in partial:  # blind appends only: the next read merges them with the runs
-            del views[k]
-            partial.discard(k)
-            continue
-        floor = ranges.floor(k) if ranges else -1
-        if kind == KIND_VALUE:
-            views[k] = replay_value(rows, floor)  # every new row is newer than the view
-        else:
-            views[k] = t._replay(k, view_rows(kind, view, plan.seq_min - 1) + rows)
-        replayed += 1
-    with t.lock:
-        t.runs = plan.runs
-    idx = t._ttl
-    if idx is not None and plan.ttl_rows is not None:
-        for op, exp, entry, count in plan.ttl_rows:
-            idx.apply_row(op, exp, entry, count)
-    else:
-        t._ttl = None if new.ttl_runs else TtlIndex()
-    t.ttl_refs = list(new.ttl_runs)
-    if new.ttl_runs:
-        t.indexed = True
-    if new.spec.key_schema is not None and t.spec.key_schema is None:
-        t._set_key_schema(new.spec.key_schema)
-    return replayed
+    return plan.table.advance(plan.new, plan.runs, plan.delta, plan.ttl_rows, plan.seq_min)
 
 
-def advance_store(store: PartitionStore, target: Manifest) -> int:
-    """Advance a clean ``store`` to ``target``, which must descend from its manifest.
-
-    Every file is read first; if a read fails the store is untouched and the error raised.
-    Returns the number of views replayed.
+def plan_store(
+    tables: Mapping[str, TableBase], base: Manifest, target: Manifest
+) -> tuple[list[TablePlan], list[str]]:
+    """Plans for the loaded ``tables`` of a store at ``base`` to reach ``target`` (which must
+    descend from it), and the names of the tables to reset instead (declared again from the
+    target's entry, cold). Every file a plan needs is read here; nothing changes.
     """
-    base = store._manifest
-    assert base is not None
     seq_min = base.next_seq
     plans: list[TablePlan] = []
     resets: list[str] = []
-    for name, t in store._tables.items():
+    for name, t in tables.items():
         new = target.tables.get(name)
         plan = None
         if new is not None and same_table(t, base.tables.get(name), new):
@@ -280,14 +204,4 @@ def advance_store(store: PartitionStore, target: Manifest) -> int:
             resets.append(name)
         else:
             plans.append(plan)
-    replayed = sum(apply_plan(p) for p in plans)
-    for name in resets:
-        del store._tables[name]  # declared again from the target's entry, cold
-    store._entries = {name: e for name, e in target.tables.items() if name not in store._tables}
-    store._manifest = target
-    store.version = target.version
-    store.next_seq = max(store.next_seq, target.next_seq)
-    store._dropped = False
-    store._versions = None  # listed again at the next commit
-    store._file_sets[target.version] = frozenset(target.files())
-    return replayed
+    return plans, resets

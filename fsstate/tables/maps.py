@@ -1,0 +1,220 @@
+"""Map state tables (Spark's MapState) with per-entry TTL.
+
+Invariants (besides those of :mod:`fsstate.tables.base`):
+
+* A view is ``{user key: cell}`` (the value tuple, or a ``Timed`` pair when it expires; see
+  :class:`fsstate.format.tombstones.Timed`).
+* Map entries are returned in the order of their last write (an update moves the entry to the
+  end), the order a reload from the sealed tiers reproduces.
+* TTL index: one entry per (grouping key, user key) with an expiry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pyarrow as pa
+
+from fsstate import interfaces
+from fsstate.errors import SchemaError
+from fsstate.format.schema import KIND_MAP, make_checker
+from fsstate.format.tombstones import Timed, cell, cell_value
+from fsstate.interfaces import Key
+from fsstate.storage.manifest import TableEntry
+from fsstate.tables.batched import BatchedTable, struct_of, values_table
+from fsstate.tables.core import StoreHost
+from fsstate.tables.cursor import KeyCursor, map_cursor_ops
+from fsstate.tables.memtable import touch
+
+
+class MapTable(BatchedTable, interfaces.MapTableAPI):
+    """A map from user key to value per grouping key."""
+
+    kind = KIND_MAP
+
+    def __init__(self, store: StoreHost, entry: TableEntry) -> None:
+        super().__init__(store, entry)
+        assert entry.spec.user_key_schema is not None
+        self._ukey_check = make_checker(self.name, "user key", entry.spec.user_key_schema)
+
+    def cursor_ops(
+        self,
+        cursor: KeyCursor,
+        get_slow: Callable[..., tuple[Any, ...] | None],
+        contains_slow: Callable[..., bool],
+        update_slow: Callable[..., None],
+        method: bool = False,
+    ) -> tuple[Callable[..., tuple[Any, ...] | None], Callable[..., bool], Callable[..., None]]:
+        """One-frame ``get_value(u)`` / ``contains_key(u)`` / ``update_value(u, v)`` at
+        ``cursor.key``; see :func:`fsstate.tables.cursor.map_cursor_ops`."""
+        return map_cursor_ops(self, cursor, get_slow, contains_slow, update_slow, method)
+
+    def get(self, key: Key, user_key: Key) -> tuple[Any, ...] | None:
+        """The live value under ``user_key``, or None."""
+        try:
+            view = self._views.get(key)
+        except TypeError:
+            key, view = self._checked_view(key)
+        if view is None:
+            view = self._view(key)[1]
+            self._after_growth()
+        try:
+            c = view.get(user_key)
+        except TypeError:  # an unhashable user key (a list): normalized or refused
+            user_key = self._ukey_check(user_key)
+            c = view.get(user_key)
+        if type(c) is tuple:
+            return c
+        if c is None:
+            self._ukey_check(user_key)  # a miss still refuses a bad user key
+            return None
+        if type(c) is Timed:
+            return None if c[1] <= self.now_ms else c[0]
+        return c  # type: ignore[no-any-return]
+
+    def contains(self, key: Key, user_key: Key) -> bool:
+        """Whether ``user_key`` holds a live value."""
+        return self.get(key, user_key) is not None
+
+    def update(self, key: Key, user_key: Key, value: tuple[Any, ...]) -> None:
+        """Set the value under ``user_key``."""
+        value = self._value_check(value)
+        try:
+            view = self._views.get(key)
+        except TypeError:
+            key, view = self._checked_view(key)
+        if view is None:
+            key, view = self._view(key)
+        try:
+            known = user_key in view
+        except TypeError:  # an unhashable user key (a list): checked below
+            known = False
+        if known:
+            del view[user_key]
+        else:
+            user_key = self._ukey_check(user_key)
+            view.pop(user_key, None)
+            self._ctl.growth -= 1
+        st = self._store
+        seq = st.next_seq
+        st.next_seq = seq + 1
+        exp = self._expiry()
+        view[user_key] = cell(value, exp)
+        touch(self._dirty, key)[user_key] = seq
+        if self.indexed:
+            idx = self.ttl_index()
+            if exp is None:
+                idx.discard((key, user_key))
+            else:
+                idx.set((key, user_key), exp)
+        ctl = self._ctl
+        if ctl.growth <= 0:
+            ctl.check()
+
+    def remove(self, key: Key, user_key: Key) -> None:
+        """Remove ``user_key`` (no-op if absent)."""
+        key, view = self._view(key)
+        user_key = self._ukey_check(user_key)
+        if view.pop(user_key, None) is None:
+            return
+        touch(self._dirty, key)[user_key] = self._next_seq()
+        if self.indexed:
+            self.ttl_index().discard((key, user_key))
+        self._after_growth()
+
+    def clear(self, key: Key) -> None:
+        """Remove every entry of the key."""
+        key, view = self._view(key)
+        if not view and key not in self._dirty:
+            return
+        seq = self._next_seq()
+        self._views[key] = {}
+        self._dirty[key] = [seq, {}]
+        if self.indexed:
+            idx = self.ttl_index()
+            for u in view:
+                idx.discard((key, u))
+        self._after_growth()
+
+    def _live_items(self, key: Key) -> list[tuple[Key, tuple[Any, ...]]]:
+        try:
+            view = self._views.get(key)
+        except TypeError:
+            key, view = self._checked_view(key)
+        if view is None:
+            view = self._view(key)[1]
+            self._after_growth()
+        if not self.indexed:
+            return [(u, cell_value(c)) for u, c in view.items()]
+        now = self.now_ms
+        return [
+            (u, c[0] if type(c) is Timed else c)
+            for u, c in view.items()
+            if type(c) is not Timed or c[1] > now
+        ]
+
+    def items(self, key: Key) -> Iterator[tuple[Key, tuple[Any, ...]]]:
+        """Live (user key, value) pairs in last-write order."""
+        return iter(self._live_items(key))
+
+    def user_keys(self, key: Key) -> Iterator[Key]:
+        """Live user keys."""
+        return iter([u for u, _ in self._live_items(key)])
+
+    def values(self, key: Key) -> Iterator[tuple[Any, ...]]:
+        """Live values."""
+        return iter([v for _, v in self._live_items(key)])
+
+    def expire(self) -> int:
+        """Remove expired entries; returns how many were removed."""
+        if not self.indexed:
+            return 0
+        idx = self.ttl_index()
+        now = self.now_ms
+        removed = 0
+        for _exp, entry in idx.pop_expired(now):
+            idx.lookups += 1
+            pair: tuple[Key, Key] = entry  # type: ignore[assignment]
+            key, ukey = pair
+            k, view = self._view(key)
+            c = view.get(ukey)
+            if type(c) is not Timed:
+                continue  # gone, or rewritten without an expiry since
+            if c[1] <= now:
+                del view[ukey]
+                touch(self._dirty, k)[ukey] = self._next_seq()
+                removed += 1
+            else:
+                idx.set(entry, c[1])
+        self._after_growth()
+        return removed
+
+    def get_many(self, keys: pa.Table, user_keys: pa.Table) -> pa.Table:
+        """Values for (key row i, user key row i), in order, with a ``_found`` column."""
+        _, key_list = self._keys_from_table(keys)
+        assert self.spec.user_key_schema is not None
+        ustruct = struct_of(self.name, "user key", user_keys, self.spec.user_key_schema)
+        ukeys = list(zip(*[c.to_pylist() for c in ustruct.flatten()]))
+        get = self.get
+        return values_table(self.spec.value_schema, [get(k, u) for k, u in zip(key_list, ukeys)])
+
+    def put_many(self, keys: pa.Table, user_keys: pa.Table, values: pa.Table) -> None:
+        """Set many entries; later rows win."""
+        key_struct, key_list = self._keys_from_table(keys)
+        assert self.spec.user_key_schema is not None
+        ustruct = struct_of(self.name, "user key", user_keys, self.spec.user_key_schema)
+        vstruct = struct_of(self.name, "value", values, self.spec.value_schema)
+        if not len(key_list) == len(ustruct) == len(vstruct):
+            raise SchemaError(
+                f"state {self.name!r}: {len(key_list)} keys, {len(ustruct)} user keys and "
+                f"{len(vstruct)} values must have the same length"
+            )
+        if not key_list:
+            return
+        if self.indexed:
+            ulist = list(zip(*[c.to_pylist() for c in ustruct.flatten()]))
+            for k, u, v in zip(key_list, ulist, vstruct.to_pylist()):
+                self.update(k, u, tuple(v.values()))
+            return
+        self._append_batch(key_struct, ustruct, vstruct, key_list)

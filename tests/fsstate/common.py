@@ -1,0 +1,45 @@
+"""Shared test constants and helpers of the engine suites (a plain module: import it)."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from fsstate import PartitionStore
+
+KEY = pa.schema([pa.field("user", pa.string())])
+VAL = pa.schema([pa.field("count", pa.int64()), pa.field("label", pa.string())])
+UKEY = pa.schema([pa.field("item", pa.string())])
+
+TIERS = ("memory", "sealed", "spilled", "reopened")
+
+
+def to_tier(store: PartitionStore, tier: str, version: int) -> PartitionStore:
+    """Move everything the store holds to ``tier`` and return the store to read from.
+
+    memory: nothing moves (hot views); sealed: memtables sealed into in-memory Arrow segments
+    and views dropped; spilled: sealed, written to Parquet, segments and views dropped;
+    reopened: committed and opened again from storage in a fresh store object.
+    """
+    if tier == "memory":
+        return store
+    if tier == "sealed":
+        for name in store.table_names():
+            t = store.table(name)
+            t.seal()
+            t.evict_clean()
+        return store
+    if tier == "spilled":
+        store.commit(version)
+        for name in store.table_names():
+            t = store.table(name)
+            t.evict_clean()
+            for run in t.runs:
+                run.release()
+        return store
+    assert tier == "reopened"
+    store.commit(version)
+    reopened = PartitionStore.open(
+        store.fileio, store.operator, store.partition, version, store.config
+    )
+    reopened.set_time(store.now_ms)
+    return reopened
