@@ -34,7 +34,7 @@ Conventions (invariants of every implementation):
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from enum import Enum
 from typing import Any
 
@@ -127,7 +127,12 @@ class KeyedMapTable(KeyedTable):
 
     @abstractmethod
     def items(self, key: Key) -> Iterator[tuple[Key, Value]]:
-        """Live (user key, value) pairs of the key, in user-key insertion order."""
+        """Live (user key, value) pairs of the key, in user-key order.
+
+        The order is the table's user-key order (a sort key given when the table is declared,
+        e.g. Spark's MapState order) or natural user-key order (ascending field by field,
+        nulls last); it never depends on the order of writes.
+        """
 
     @abstractmethod
     def user_keys(self, key: Key) -> Iterator[Key]:
@@ -176,8 +181,9 @@ class KeyedStore(ABC):
         value_schema: pa.Schema,
         key_schema: pa.Schema | None = None,
         ttl_ms: int | None = None,
+        user_key_order: Callable[[Key], Any] | None = None,
     ) -> KeyedMapTable:
-        """Declare (or get) a map state table."""
+        """Declare (or get) a map state table; ``user_key_order`` sorts its entries."""
 
     @abstractmethod
     def drop_table(self, name: str) -> bool:

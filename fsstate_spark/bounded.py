@@ -25,7 +25,14 @@ import pyarrow as pa
 
 from fsstate import interfaces
 from fsstate.errors import StateKindError
-from fsstate.format.schema import Checker, check_ttl, infer_key_schema, make_checker
+from fsstate.format.schema import (
+    Checker,
+    UserKeyOrder,
+    check_ttl,
+    infer_key_schema,
+    make_checker,
+    sort_entries,
+)
 from fsstate.interfaces import Key, StateKind, Value
 
 
@@ -121,9 +128,11 @@ class MemListTable(_MemTable, interfaces.KeyedListTable):
 
 
 class MemMapTable(_MemTable, interfaces.KeyedMapTable):
-    """Map state held in a dict of dicts (insertion ordered)."""
+    """Map state held in a dict of dicts, iterated in user-key order (as the engine's)."""
 
     kind = StateKind.MAP
+
+    user_key_order: UserKeyOrder | None = None
 
     def _u(self, user_key: Any) -> Key:
         assert self._ukey is not None
@@ -156,17 +165,21 @@ class MemMapTable(_MemTable, interfaces.KeyedMapTable):
             if not m:
                 del self.data[k]
 
+    def _sorted(self, key: Key) -> list[tuple[Key, Value]]:
+        items = list(self.data.get(self._k(key), {}).items())
+        return sort_entries(items, self.user_key_order)
+
     def items(self, key: Key) -> Iterator[tuple[Key, Value]]:
-        """(user key, value) pairs, in insertion order."""
-        return iter(list(self.data.get(self._k(key), {}).items()))
+        """(user key, value) pairs, in user-key order (the engine's rule)."""
+        return iter(self._sorted(key))
 
     def user_keys(self, key: Key) -> Iterator[Key]:
-        """User keys, in insertion order."""
-        return iter(list(self.data.get(self._k(key), {})))
+        """User keys, in the order of :meth:`items`."""
+        return iter([u for u, _ in self._sorted(key)])
 
     def values(self, key: Key) -> Iterator[Value]:
-        """Values, in user-key insertion order."""
-        return iter(list(self.data.get(self._k(key), {}).values()))
+        """Values, in the order of :meth:`items`."""
+        return iter([v for _, v in self._sorted(key)])
 
 
 class MemoryStore(interfaces.KeyedStore):
@@ -235,9 +248,11 @@ class MemoryStore(interfaces.KeyedStore):
         value_schema: pa.Schema,
         key_schema: pa.Schema | None = None,
         ttl_ms: int | None = None,
+        user_key_order: UserKeyOrder | None = None,
     ) -> MemMapTable:
-        """Declare a map table."""
+        """Declare a map table (``user_key_order``: the sort key of its iteration)."""
         table = MemMapTable(name, value_schema, key_schema, ttl_ms, user_key_schema)
+        table.user_key_order = user_key_order
         t: MemMapTable = self._declare(table)
         return t
 

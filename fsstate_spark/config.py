@@ -32,8 +32,10 @@ from typing import Any
 from fsstate.config import EngineConfig, StoreConfig, parse_bytes
 from fsstate.errors import ConfigError, FsStateError
 from fsstate.storage.fileio import FileIO
+from fsstate_spark.map_order import ENCODINGS, UNSAFEROW
 
 CONF_PREFIX = "spark.fsstate."
+ENCODING_CONF = "spark.sql.streaming.stateStore.encodingFormat"
 DEFAULT_DIR_NAME = "fsstate_state"
 MAX_CACHED_STORES_DEFAULT = 256
 
@@ -61,6 +63,9 @@ class TieredConfig:
         max_cached_stores: how many committed stores one worker process keeps for reuse by the
             next micro-batch (least recently used ones are closed beyond that; 0 disables
             reuse, so every micro-batch restores its store from storage).
+        state_encoding: Spark's state encoding (``spark.sql.streaming.stateStore.encodingFormat``,
+            read on the driver): map state iterates in Spark's MapState order for it
+            (:mod:`fsstate_spark.map_order`); bounded input always uses ``unsaferow``, as Spark.
     """
 
     state_uri: str
@@ -69,6 +74,7 @@ class TieredConfig:
     store: StoreConfig = field(default_factory=StoreConfig)
     engine: tuple[tuple[str, Any], ...] = ()
     max_cached_stores: int = MAX_CACHED_STORES_DEFAULT
+    state_encoding: str = UNSAFEROW
 
 
 def snake_case(name: str) -> str:
@@ -81,7 +87,8 @@ def spark_settings() -> dict[str, str]:
 
     Returns:
         Setting names in snake_case without the prefix, mapped to their string values.
-        ``spark.sql.streaming.checkpointLocation`` is returned as ``_checkpoint_location``.
+        ``spark.sql.streaming.checkpointLocation`` is returned as ``_checkpoint_location``,
+        ``spark.sql.streaming.stateStore.encodingFormat`` as ``_state_encoding``.
     """
     try:
         from pyspark.sql import SparkSession
@@ -102,6 +109,8 @@ def spark_settings() -> dict[str, str]:
             found[snake_case(key[len(CONF_PREFIX) :])] = value
         elif key == "spark.sql.streaming.checkpointLocation" and value:
             found["_checkpoint_location"] = value
+        elif key == ENCODING_CONF and value:
+            found["_state_encoding"] = value.strip().lower()
     return found
 
 
@@ -191,6 +200,12 @@ def resolve_config(
     """
     conf = spark_settings() if conf is None else dict(conf)
     checkpoint = conf.pop("_checkpoint_location", None)
+    encoding = conf.pop("_state_encoding", UNSAFEROW)
+    if encoding not in ENCODINGS:
+        raise ConfigError(
+            f"{ENCODING_CONF}={encoding!r} is not an encoding fsstate knows ({ENCODINGS}); "
+            "tiered map state follows Spark's MapState order for it"
+        )
     merged: dict[str, Any] = {}
     known = _STORE_FIELDS | _ENGINE_FIELDS | _ADAPTER_FIELDS
     for source, items in (("spark.fsstate", conf), ("tiered()", options)):
@@ -247,4 +262,5 @@ def resolve_config(
         store=store,
         engine=tuple(sorted(engine_kwargs.items())),
         max_cached_stores=max_cached,
+        state_encoding=encoding,
     )

@@ -44,6 +44,7 @@ from fsstate.interfaces import (
     KeyedTable,
     KeyedValueTable,
 )
+from fsstate_spark.map_order import UNSAFEROW, user_key_order
 from fsstate_spark.schemas import SparkSchema, to_arrow
 
 _PLAIN = frozenset({str, int, float, bool, bytes, type(None)})
@@ -278,14 +279,21 @@ class TieredHandle(StatefulProcessorHandle):
         spark_handle: Spark's real handle (timers are delegated to it).
         store: the partition store (or in-memory store) of this task.
         binding: the shared current-key binding.
+        state_encoding: Spark's state encoding in effect for this task: map state iterates in
+            Spark's MapState order for it.
     """
 
     def __init__(
-        self, spark_handle: StatefulProcessorHandle, store: KeyedStore, binding: KeyBinding
+        self,
+        spark_handle: StatefulProcessorHandle,
+        store: KeyedStore,
+        binding: KeyBinding,
+        state_encoding: str = UNSAFEROW,
     ) -> None:
         self._spark_handle = spark_handle
         self._store = store
         self._binding = binding
+        self._encoding = state_encoding
         client = getattr(spark_handle, "_statefulProcessorApiClient", None)
         parse = getattr(client, "_parse_string_schema", None)
         self._ddl_fallback: Callable[[str], StructType] | None = parse
@@ -338,8 +346,9 @@ class TieredHandle(StatefulProcessorHandle):
         """Declare (or get) a map state variable; see Spark's StatefulProcessorHandle."""
         user_key_schema = to_arrow(stateName, userKeySchema, self._ddl_fallback)
         value_schema = to_arrow(stateName, valueSchema, self._ddl_fallback)
+        order = user_key_order(user_key_schema, self._encoding)  # Spark's MapState order
         table = self._store.map_table(
-            stateName, user_key_schema, value_schema, self._key_schema, ttlDurationMs
+            stateName, user_key_schema, value_schema, self._key_schema, ttlDurationMs, order
         )
         return _with_accessors(
             TieredMapState,

@@ -35,7 +35,8 @@ from fsstate.interfaces import Key, KeyedStore
 from fsstate_spark.bounded import MemoryStore
 from fsstate_spark.config import TieredConfig, resolve_config
 from fsstate_spark.handles import KeyBinding, TieredHandle, normalize_key
-from fsstate_spark.lifecycle import TaskInfo, current_task, finish_store, open_store
+from fsstate_spark.lifecycle import TaskInfo, TaskMode, current_task, finish_store, open_store
+from fsstate_spark.map_order import UNSAFEROW
 
 
 class _TaskState:
@@ -133,7 +134,10 @@ class TieredProcessor(StatefulProcessor):
         """Open this task's store and initialize the user's processor with a tiered handle."""
         task = current_task()
         store = open_store(self._config, task)
-        tiered_handle = TieredHandle(handle, store, KeyBinding())
+        # Spark's MapState order follows its state encoding; bounded input always uses
+        # unsaferow (its store is built from a fresh SQLConf)
+        encoding = self._config.state_encoding if task.mode == TaskMode.STREAMING else UNSAFEROW
+        tiered_handle = TieredHandle(handle, store, KeyBinding(), encoding)
         self._task = _TaskState(task, store, tiered_handle)
         self._processor.init(tiered_handle)
 

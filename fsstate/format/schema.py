@@ -402,3 +402,33 @@ def schema_to_text(schema: pa.Schema | None) -> str | None:
     if schema is None:
         return None
     return ", ".join(f"{f.name} {f.type}" for f in schema)
+
+
+UserKeyOrder = Callable[[tuple[Any, ...]], Any]
+"""A sort key for map user keys (e.g. Spark's MapState order, :mod:`fsstate_spark.map_order`)."""
+
+
+def _nulls_last(key: tuple[Any, ...]) -> tuple[tuple[bool, Any], ...]:
+    return tuple((True, 0) if v is None else (False, v) for v in key)
+
+
+def sort_entries(
+    items: list[tuple[tuple[Any, ...], Any]], order: UserKeyOrder | None
+) -> list[tuple[tuple[Any, ...], Any]]:
+    """Sort (user key, value) pairs in place by ``order`` of the user key, or, without one, in
+    natural user-key order: field by field ascending, nulls last (the order of the ``ukey``
+    columns in every segment and run file); returns ``items``."""
+    if len(items) < 2:
+        return items
+    if order is not None:
+        items.sort(key=lambda kv: order(kv[0]))
+        return items
+    try:
+        items.sort(key=_first)
+    except TypeError:  # a null among the fields compared
+        items.sort(key=lambda kv: _nulls_last(kv[0]))
+    return items
+
+
+def _first(kv: tuple[Any, Any]) -> Any:
+    return kv[0]

@@ -42,7 +42,14 @@ from fsstate.errors import (
     UnknownStateError,
 )
 from fsstate.format.refs import FileRef
-from fsstate.format.schema import KIND_LIST, KIND_MAP, KIND_VALUE, TableSpec, schema_to_text
+from fsstate.format.schema import (
+    KIND_LIST,
+    KIND_MAP,
+    KIND_VALUE,
+    TableSpec,
+    UserKeyOrder,
+    schema_to_text,
+)
 from fsstate.osmem import return_memory_to_os
 from fsstate.stats import CommitInfo, StoreStats, TableStats
 from fsstate.storage.fileio import FileIO
@@ -58,7 +65,7 @@ from fsstate.storage.runs import RunContext, file_metadata, new_data_path, write
 from fsstate.store.catchup import apply_plan, plan_store
 from fsstate.store.retention import Retention
 from fsstate.tables import ListTable, MapTable, TableBase, ValueTable
-from fsstate.tables.ttl_index import encode_changes
+from fsstate.tables.ttl_index import encode_changes, needs_snapshot
 
 __all__ = ["CommitInfo", "PartitionStore", "StoreStats", "TableStats", "store_dir_for"]
 
@@ -275,11 +282,17 @@ class PartitionStore(interfaces.KeyedStore):
         value_schema: pa.Schema,
         key_schema: pa.Schema | None = None,
         ttl_ms: int | None = None,
+        user_key_order: UserKeyOrder | None = None,
     ) -> MapTable:
-        """Declare (or get) a map state table; see :class:`fsstate.interfaces.MapTableAPI`."""
+        """Declare (or get) a map state table; see :class:`fsstate.interfaces.MapTableAPI`.
+
+        ``user_key_order`` is the sort key of its entries' iteration (None: natural user-key
+        order); it is not stored, every declaration sets it.
+        """
         spec = TableSpec(name, KIND_MAP, value_schema, key_schema, user_key_schema, ttl_ms)
         t = self._declare(spec)
         assert isinstance(t, MapTable)
+        t.user_key_order = user_key_order
         return t
 
     def table(self, name: str) -> TableBase:
@@ -359,12 +372,20 @@ class PartitionStore(interfaces.KeyedStore):
                     written += run.ref.size_bytes
                 ttl_refs = list(t.ttl_refs)
                 if t.ttl_loaded and t.ttl_index().dirty:
-                    rows = t.ttl_index().changes()
+                    idx = t.ttl_index()
+                    rows = idx.changes()
                     if rows:
-                        ref = self._write_index(t, rows)
-                        ttl_refs.append(ref)
-                        files += 1
-                        written += ref.size_bytes
+                        delta_rows = sum(r.rows for r in ttl_refs[1:]) + len(rows)
+                        if needs_snapshot(
+                            len(ttl_refs) + 1, ttl_refs[0].rows if ttl_refs else 0, delta_rows
+                        ):
+                            ttl_refs = []  # one file of the whole index replaces the chain
+                            rows = idx.snapshot_rows()
+                        if rows:
+                            ref = self._write_index(t, rows)
+                            ttl_refs.append(ref)
+                            files += 1
+                            written += ref.size_bytes
                 ttl_updates.append((t, ttl_refs))
                 ranges = None
                 if t.ranges and t.spec.key_schema is not None:

@@ -4,8 +4,10 @@ Invariants (besides those of :mod:`fsstate.tables.base`):
 
 * A view is ``{user key: cell}`` (the value tuple, or a ``Timed`` pair when it expires; see
   :class:`fsstate.format.tombstones.Timed`).
-* Map entries are returned in the order of their last write (an update moves the entry to the
-  end), the order a reload from the sealed tiers reproduces.
+* Map entries are returned in user-key order: the table's ``user_key_order`` (a sort key
+  given at declaration, e.g. Spark's MapState order) or, without one, natural user-key order
+  (field by field ascending, nulls last: the order of the rows in every segment and run). The
+  order never depends on the history of writes or on the tier a view was loaded from.
 * TTL index: one entry per (grouping key, user key) with an expiry.
 """
 
@@ -18,7 +20,7 @@ import pyarrow as pa
 
 from fsstate import interfaces
 from fsstate.errors import SchemaError
-from fsstate.format.schema import KIND_MAP, make_checker
+from fsstate.format.schema import KIND_MAP, UserKeyOrder, make_checker, sort_entries
 from fsstate.format.tombstones import Timed, cell, cell_value
 from fsstate.interfaces import Key
 from fsstate.storage.manifest import TableEntry
@@ -37,6 +39,7 @@ class MapTable(BatchedTable, interfaces.MapTableAPI):
         super().__init__(store, entry)
         assert entry.spec.user_key_schema is not None
         self._ukey_check = make_checker(self.name, "user key", entry.spec.user_key_schema)
+        self.user_key_order: UserKeyOrder | None = None  # set at declaration (not stored)
 
     def cursor_ops(
         self,
@@ -146,24 +149,26 @@ class MapTable(BatchedTable, interfaces.MapTableAPI):
             view = self._view(key)[1]
             self._after_growth()
         if not self.indexed:
-            return [(u, cell_value(c)) for u, c in view.items()]
-        now = self.now_ms
-        return [
-            (u, c[0] if type(c) is Timed else c)
-            for u, c in view.items()
-            if type(c) is not Timed or c[1] > now
-        ]
+            items = [(u, cell_value(c)) for u, c in view.items()]
+        else:
+            now = self.now_ms
+            items = [
+                (u, c[0] if type(c) is Timed else c)
+                for u, c in view.items()
+                if type(c) is not Timed or c[1] > now
+            ]
+        return sort_entries(items, self.user_key_order)
 
     def items(self, key: Key) -> Iterator[tuple[Key, tuple[Any, ...]]]:
-        """Live (user key, value) pairs in last-write order."""
+        """Live (user key, value) pairs in user-key order (see the module docstring)."""
         return iter(self._live_items(key))
 
     def user_keys(self, key: Key) -> Iterator[Key]:
-        """Live user keys."""
+        """Live user keys, in the order of :meth:`items`."""
         return iter([u for u, _ in self._live_items(key)])
 
     def values(self, key: Key) -> Iterator[tuple[Any, ...]]:
-        """Live values."""
+        """Live values, in the order of :meth:`items`."""
         return iter([v for _, v in self._live_items(key)])
 
     def expire(self) -> int:

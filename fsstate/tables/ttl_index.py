@@ -22,7 +22,12 @@ bucket's expiry. An update is therefore two dict writes and a list append, no un
   expired plus what went stale.
 
 On disk (index runs, format version 1), one Parquet file per commit holds the changes since the
-previous snapshot, sorted by expiry:
+previous snapshot, sorted by expiry. The chain is bounded: when the change files after the first
+hold as many rows as it does, or the chain would pass :data:`INDEX_RUNS_MAX` files, the commit
+writes one file of the whole index (:meth:`TtlIndex.snapshot_rows`) in place of the chain
+(:func:`needs_snapshot`). Loading an index so reads at most ``INDEX_RUNS_MAX`` files, and the
+rows written stay within about twice the changes (each rewrite is paid by as many changed
+rows).
 
 =====================  =====================================================================
 column                 meaning
@@ -51,6 +56,18 @@ COUNT = "_count"
 
 
 STALE_MIN = 1024  # stale bucket occurrences always tolerated before a rebuild
+INDEX_RUNS_MAX = 16  # index files a table's chain holds at most (see needs_snapshot)
+
+
+def needs_snapshot(runs_after: int, base_rows: int, delta_rows: int) -> bool:
+    """Whether a commit writes the whole index instead of one more change file.
+
+    Args:
+        runs_after: files the chain would hold with this commit's change file.
+        base_rows: rows of the chain's first file (the last whole-index file, or the oldest).
+        delta_rows: rows of the later files, this commit's changes included.
+    """
+    return runs_after > INDEX_RUNS_MAX or (runs_after > 1 and delta_rows >= max(base_rows, 1024))
 
 
 class TtlIndex:
@@ -180,6 +197,11 @@ class TtlIndex:
             if new is not None:
                 rows.append((OP_PUT, new, entry, self._count.get(entry)))
         return rows
+
+    def snapshot_rows(self) -> list[tuple[int, int, Hashable, int | None]]:
+        """Every entry as a put row: replaying these alone rebuilds the index."""
+        count = self._count
+        return [(OP_PUT, exp, entry, count.get(entry)) for entry, exp in self._exp.items()]
 
     def mark_snapshotted(self) -> None:
         """Forget the change log: the current entries are in a published snapshot."""

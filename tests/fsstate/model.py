@@ -6,8 +6,8 @@ pass removes and what the TTL index must hold:
 
 * value tables: ``key -> (value, expiry)``
 * list tables: ``key -> [(value, expiry), ...]`` in append order
-* map tables: ``key -> {user key: (value, expiry)}`` in last-write order (an update moves the
-  entry to the end)
+* map tables: ``key -> {user key: (value, expiry)}``; reads return entries in natural
+  user-key order (ascending field by field, nulls last), whatever the order of writes
 
 ``expiry`` is ``now + ttl_ms`` at the time of the write, or None for a table without TTL. A row
 is expired iff ``expiry <= now``; expired rows are never returned by reads.
@@ -163,9 +163,10 @@ class ModelStore:
         return value
 
     def map_items(self, name: str, key: Key) -> list[tuple[Key, Value]]:
-        """Live (user key, value) pairs in last-write order."""
+        """Live (user key, value) pairs in natural user-key order (ascending, nulls last)."""
         m = self.tables[name].rows.get(key, {})
-        return [(u, e[0]) for u, e in m.items() if self._live(e[1])]
+        live = [(u, e[0]) for u, e in m.items() if self._live(e[1])]
+        return sorted(live, key=lambda kv: [(0, v) if v is not None else (1, 0) for v in kv[0]])
 
     def map_update(self, name: str, key: Key, ukey: Key, value: Value) -> None:
         """Set the value under ``ukey`` (moves the entry to the end)."""

@@ -48,6 +48,7 @@ from fsstate.compaction import Compactor, compact_table
 from fsstate.config import EngineConfig
 from fsstate.controller import MemoryController
 from fsstate.errors import FsStateError, VersionNotFoundError
+from fsstate.storage.manifest import LINEAGE_STEPS_MAX
 from fsstate.tables import ListTable, MapTable, TableBase, ValueTable
 from fsstate.tables.cursor import Getter, Updater
 from tests.fsstate.model import LIST, MAP, VALUE, ModelStore, engine_rows_with_ttl
@@ -221,7 +222,15 @@ class Runner:
         self.opened: list[PartitionStore] = []
         self.workers: list[PartitionStore | None] = [None, None, None]  # op_switch_worker
         self.worker = 0
+        self.prev_worker = 1
+        # lineage, as storage holds it: version -> (commit id, parent version, parent commit id),
+        # and the (version, commit id) each store object was last opened, committed or caught
+        # up at (by id(); ``opened`` keeps the objects alive)
+        self.commit_ids = 0
+        self.manifests: dict[int, tuple[int, int | None, int | None]] = {}
+        self.heads: dict[int, tuple[int, int] | None] = {}
         self.store = self._open(None)
+        self.heads[id(self.store)] = None
         self.tables: dict[str, TableBase] = {}
         self._declare_all()
         self.stats: dict[str, int] = {}
@@ -730,8 +739,10 @@ class Runner:
             t.release_segments()
         if what == "table.spill":
             t.spill()
+            self.stats["spill_ops"] = self.stats.get("spill_ops", 0) + 1
         if what == "store.spill":
             self.store.spill()
+            self.stats["spill_ops"] = self.stats.get("spill_ops", 0) + 1
         if what.startswith("store.compact"):
             self.store.compact(force=what.endswith("(force)"))
 
@@ -745,6 +756,7 @@ class Runner:
         self.log(f"commit({version})")
         self.store.commit(version)
         self.model.commit(version)
+        self._record_commit(version)
         if not self.controller.config.background_compaction:
             if self.rng.random() < 0.5:  # a streamed merge (what a state beyond the budget gets)
                 t = self.rng.choice(list(self.tables.values()))
@@ -762,6 +774,45 @@ class Runner:
             "committed versions on storage",
         )
 
+    def _record_commit(self, version: int) -> None:
+        """Track the manifest a commit publishes: its parent is the version the store was at
+        (a re-commit keeps the replaced manifest's parent); retention drops old ones."""
+        head = self.heads[id(self.store)]
+        parent: tuple[int | None, int | None] = (None, None)
+        if head is not None and head[0] < version:
+            parent = head
+        elif head is not None and head[0] == version:
+            parent = self.manifests[version][1:]
+        self.commit_ids += 1
+        self.manifests[version] = (self.commit_ids, *parent)
+        self.heads[id(self.store)] = (version, self.commit_ids)
+        retained = set(self.model.retained())
+        self.manifests = {v: m for v, m in self.manifests.items() if v in retained}
+
+    def refresh_must_succeed(self, copy: tuple[int, int] | None, latest: int) -> bool:
+        """Whether a clean, open copy at ``copy`` must catch up to ``latest``: it is that very
+        manifest, or walking parent links from ``latest`` (reading at most LINEAGE_STEPS_MAX
+        retained intermediate manifests) reaches it with the same commit."""
+        if copy is None or latest not in self.manifests:
+            return False
+        if copy == (latest, self.manifests[latest][0]):
+            return True
+        base_v, base_cid = copy
+        if latest <= base_v:
+            return False
+        m = self.manifests[latest]
+        for _ in range(LINEAGE_STEPS_MAX):
+            _cid, pv, pcid = m
+            if pv is None or pv < base_v:
+                return False
+            if pv == base_v:
+                return pcid == base_cid
+            parent = self.manifests.get(pv)
+            if parent is None or parent[0] != pcid:
+                return False  # the intermediate manifest is gone or was re-committed
+            m = parent
+        return False
+
     def reopen(self, version: int, why: str) -> None:
         """Open a fresh store at ``version`` (sometimes changing a table's TTL)."""
         change = ""
@@ -774,6 +825,7 @@ class Runner:
             self.store.close()
         self.model.open(version)
         self.store = self._open(version)
+        self.heads[id(self.store)] = (version, self.manifests[version][0])
         self._declare_all()
         self.check(self.store.version, version, "store.version after open")
         self.check(self.store.dirty, False, "store.dirty after open")
@@ -810,15 +862,25 @@ class Runner:
         latest = self.store.version
         assert latest is not None
         self.workers[self.worker] = self.store
-        self.worker = w = self.rng.randrange(len(self.workers))
+        if self.rng.random() < 0.5:  # back to the previous worker: its copy is a few commits old
+            w = self.prev_worker
+        else:
+            w = self.rng.randrange(len(self.workers))
+        self.prev_worker, self.worker = self.worker, w
         store = self.workers[w]
         if store is None:
             self.reopen(latest, f"worker {w} starts")
+            self.workers[w] = self.store
             return
         before = None if store.closed else store.version
+        head = self.heads[id(store)]
+        # a copy that was left dirty (abandoned by a reopen mid-batch) is refused too
+        must = not store.closed and not store.dirty and self.refresh_must_succeed(head, latest)
         ok = store.refresh(latest)
         self.log(f"switch to worker {w}: copy at {before} refresh({latest}) -> {ok}")
+        self.check(ok, must, f"refresh({latest}) of a copy at (version, commit) {head}")
         if ok:
+            self.heads[id(store)] = (latest, self.manifests[latest][0])
             key = "refreshed" if before != latest else "same_version"
             self.stats[key] = self.stats.get(key, 0) + 1
             self.store = store
@@ -973,10 +1035,24 @@ def test_engine_matches_model(seed: int, tmp_path: Path) -> None:
     finally:
         runner.close_all()
     ctl = runner.controller.stats()
-    print(
-        f"seed={seed} ops={_ops_per_seed()} profile={runner.profile} {runner.stats} "
-        f"spills={ctl.spills} compactions={ctl.compactions}"
-    )
+    got = {
+        **runner.stats,
+        "spills": ctl.spills + runner.stats.get("spill_ops", 0),
+        "compactions": ctl.compactions,
+    }
+    # every seed must exercise each path it exists to test (else it proves nothing about it)
+    minimums = {
+        "commits": 15,
+        "reopens": 5,
+        "refreshed": 2,  # catch-ups across versions committed by another "worker"
+        "refresh_refused": 1,
+        "expired_rows": 50,
+        "spills": 3,
+        "compactions": 20,
+        "full_compares": 10,
+    }
+    short = {k: (got.get(k, 0), n) for k, n in minimums.items() if got.get(k, 0) < n}
+    assert not short, f"seed={seed} profile={runner.profile} exercised too little: {short} ({got})"
 
 
 @pytest.mark.parametrize("seed", [7, 8])

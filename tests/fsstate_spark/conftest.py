@@ -76,6 +76,10 @@ class StreamRunner:
 
         Returns:
             Sorted (batch id, *output row) tuples of the data batches.
+
+        Raises:
+            AssertionError: a data batch of this run never reached the sink (the query ended
+                or was stopped early): a comparison of outputs would prove nothing.
         """
         self.runs += 1
         tag = name or f"run{self.runs}"
@@ -117,6 +121,9 @@ class StreamRunner:
             query.stop()
         if query.exception() is not None:
             raise RuntimeError(f"streaming query failed: {query.exception()}")
+        expected = set(range(last + 1 - len(batches), last + 1))  # this run's data batches
+        missing = expected - set(seen)
+        assert not missing, f"micro-batches {sorted(missing)} never reached the sink ({seen})"
         return sorted(r for r in rows if r[0] <= last)
 
 

@@ -2,8 +2,9 @@
 
 Each processor is run twice over the same micro-batches, once with Spark's native state and
 once through ``fsstate_spark.tiered``; the outputs must be identical. Outputs are
-deterministic: map contents are sorted, TTLs are either far longer than a test run or far
-shorter than the gap between two micro-batches.
+deterministic (map contents in iteration order, which tiered state reproduces: see
+``MapListOrder``); TTLs are either far longer than a test run or far shorter than the gap
+between two micro-batches.
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ ROW_SCHEMA = "k STRING, count BIGINT, recent STRING, seen STRING"
 
 
 def _fmt_map(pairs: Iterator[tuple[tuple[Any, ...], tuple[Any, ...]]]) -> str:
-    return ";".join(f"{k[0]}:{v[0]}" for k, v in sorted(pairs))
+    # unsorted: the iteration order itself must match Spark's handles
+    return ";".join(f"{k[0]}:{v[0]}" for k, v in pairs)
 
 
 def _failing_attempt(batch: str) -> bool:
@@ -197,6 +199,89 @@ class RowCounter(StatefulProcessor):
             recent=",".join(map(str, recent)),
             seen=_fmt_map(self.seen.iterator()),
         )
+
+    def close(self) -> None:
+        pass
+
+
+ORDER_INPUT_SCHEMA = "k STRING, i BIGINT, op STRING, s STRING, n BIGINT"
+ORDER_SCHEMA = "k STRING, maps STRING, list STRING"
+
+
+class MapListOrder(StatefulProcessor):
+    """Emits the *unsorted* iteration order of map and list state after each key's rows.
+
+    Rows are applied in ``i`` order (Spark does not keep the input order within a key).
+    ``op``: ``put`` / ``del`` an entry keyed by ``s`` / ``n`` in maps with string, BIGINT, INT,
+    composite (STRING, BIGINT) and DOUBLE user keys; ``mclr`` clears the string map; ``app``,
+    ``appl``, ``lput``, ``lclr`` append to, extend, replace or clear the list.
+
+    Args:
+        flavour: ``"pandas"`` (transformWithStateInPandas) or ``"row"`` (transformWithState).
+    """
+
+    def __init__(self, flavour: str = "pandas") -> None:
+        self.flavour = flavour
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.m_str = handle.getMapState("m_str", "u STRING", "v BIGINT")
+        self.m_long = handle.getMapState("m_long", "u BIGINT", "v BIGINT")
+        self.m_int = handle.getMapState("m_int", "u INT", "v BIGINT")
+        self.m_comp = handle.getMapState("m_comp", "s STRING, n BIGINT", "v BIGINT")
+        self.m_dbl = handle.getMapState("m_dbl", "d DOUBLE", "v BIGINT")
+        self.lst = handle.getListState("lst", "v BIGINT")
+
+    def _apply(self, i: int, op: str, s: str, n: int) -> None:
+        small = n if -(2**31) <= n < 2**31 else n % 2**31
+        if op == "put":
+            self.m_str.updateValue((s,), (n,))
+            self.m_long.updateValue((n,), (i,))
+            self.m_int.updateValue((small,), (i,))
+            self.m_comp.updateValue((s, n), (i,))
+            self.m_dbl.updateValue((n / 4.0,), (i,))
+        elif op == "del":
+            self.m_str.removeKey((s,))
+            self.m_long.removeKey((n,))
+            self.m_int.removeKey((small,))
+            self.m_comp.removeKey((s, n))
+            self.m_dbl.removeKey((n / 4.0,))
+        elif op == "mclr":
+            self.m_str.clear()
+        elif op == "app":
+            self.lst.appendValue((n,))
+        elif op == "appl":
+            self.lst.appendList([(n,), (n + 1,)])
+        elif op == "lput":
+            self.lst.put([(n,), (i,)])
+        elif op == "lclr":
+            self.lst.clear()
+
+    def _orders(self) -> tuple[str, str]:
+        import json
+
+        maps = {
+            "str_keys": [k[0] for k in self.m_str.keys()],
+            "str_values": [v[0] for v in self.m_str.values()],
+            "long_keys": [k[0] for k in self.m_long.keys()],
+            "int_items": [[k[0], v[0]] for k, v in self.m_int.iterator()],
+            "comp_items": [[list(k), v[0]] for k, v in self.m_comp.iterator()],
+            "dbl_keys": [k[0] for k in self.m_dbl.keys()],
+        }
+        return json.dumps(maps), json.dumps([v[0] for v in self.lst.get()])
+
+    def handleInputRows(self, key: Any, rows: Any, timerValues: TimerValues) -> Iterator[Any]:
+        if self.flavour == "row":
+            ops = sorted((int(r.i), r.op, r.s, int(r.n)) for r in rows)
+        else:
+            pdf = pd.concat(list(rows)).sort_values("i")
+            ops = [(int(i), op, s, int(n)) for i, op, s, n in pdf[["i", "op", "s", "n"]].values]
+        for op in ops:
+            self._apply(*op)
+        maps, lst = self._orders()
+        if self.flavour == "row":
+            yield Row(k=key[0], maps=maps, list=lst)
+        else:
+            yield pd.DataFrame({"k": [key[0]], "maps": [maps], "list": [lst]})
 
     def close(self) -> None:
         pass

@@ -97,6 +97,7 @@ def test_restart_restores_state_from_storage(
         total_batches=3,
     )
     assert sorted(first + second) == native
+    assert {r[0] for r in first} == {0, 1} and {r[0] for r in second} == {2}  # every batch seen
 
 
 def test_ttl_and_timers_match_native(spark: Any, runner: StreamRunner, tmp_path: Path) -> None:

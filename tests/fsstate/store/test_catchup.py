@@ -40,7 +40,7 @@ def _snapshot(store: PartitionStore, users: list[str]) -> dict[str, Any]:
     v, lst, m = _declare(store)
     out: dict[str, Any] = {}
     for u in users:
-        out[u] = (v.get((u,)), lst.get((u,)), list(m.items((u,))))  # maps in last-write order
+        out[u] = (v.get((u,)), lst.get((u,)), list(m.items((u,))))  # maps in user-key order
     return out
 
 

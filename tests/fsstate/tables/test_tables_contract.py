@@ -90,14 +90,14 @@ def test_map_semantics(make_store: Factory, tier: str) -> None:
     m.update(("a",), ("i2",), (2, "y"))
     m.update(("a",), ("i3",), (3, "z"))
     m.remove(("a",), ("i2",))
-    m.update(("a",), ("i1",), (4, "w"))  # moves i1 to the end (last-write order)
+    m.update(("a",), ("i1",), (4, "w"))  # entries iterate in user-key order, not write order
     m.update(("b",), ("i1",), (5, "v"))
     m.clear(("b",))
     s = to_tier(s, tier, 0)
     m = s.table("m")
-    assert list(m.items(("a",))) == [(("i3",), (3, "z")), (("i1",), (4, "w"))]
-    assert list(m.user_keys(("a",))) == [("i3",), ("i1",)]
-    assert list(m.values(("a",))) == [(3, "z"), (4, "w")]
+    assert list(m.items(("a",))) == [(("i1",), (4, "w")), (("i3",), (3, "z"))]
+    assert list(m.user_keys(("a",))) == [("i1",), ("i3",)]
+    assert list(m.values(("a",))) == [(4, "w"), (3, "z")]
     assert m.contains(("a",), ("i3",)) and not m.contains(("a",), ("i2",))
     assert not m.exists(("b",)) and list(m.items(("b",))) == []
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -161,3 +162,48 @@ def test_lazy_buckets_match_a_dict_and_stay_bounded(seed: int) -> None:
         assert occurrences <= 2 * len(model) + 1025, f"seed {seed} flip {step}"
     assert sorted(idx.pop_expired(2 * 10**9)) == sorted((e, k) for k, e in model.items())
     assert len(idx) == 0 and not idx._buckets
+
+
+@pytest.mark.parametrize("kind", ["value", "list", "map"])
+def test_index_file_chain_stays_bounded(make_store: Factory, kind: str) -> None:
+    """A TTL table committed every batch keeps at most INDEX_RUNS_MAX index files (the commit
+    that would pass it writes the whole index instead), and every version's index, rebuilt from
+    its files alone, equals the live one."""
+    import random
+
+    from fsstate.storage.manifest import read_manifest
+    from fsstate.tables.ttl_index import INDEX_RUNS_MAX
+
+    rng = random.Random(5)
+    s = make_store()
+    ukey = pa.schema([pa.field("u", pa.string())])
+
+    def declare(store: PartitionStore) -> Any:
+        if kind == "value":
+            return store.value_table("t", VAL, KEY, ttl_ms=5_000)
+        if kind == "list":
+            return store.list_table("t", VAL, KEY, ttl_ms=5_000)
+        return store.map_table("t", ukey, VAL, KEY, ttl_ms=5_000)
+
+    t = declare(s)
+    longest = 0
+    for version in range(120):
+        s.set_time(1_000 + 1_000 * version)
+        for _ in range(rng.randint(1, 30)):
+            k = (f"k{rng.randrange(300)}",)
+            if kind == "value":
+                t.update(k, (version, "x"))
+            elif kind == "list":
+                t.append(k, (version, "x"))
+            else:
+                t.update(k, (f"u{rng.randrange(3)}",), (version, "x"))
+        s.expire()
+        s.commit(version)
+        runs = read_manifest(s.fileio, s.store_dir, version).tables["t"].ttl_runs
+        longest = max(longest, len(runs))
+        assert len(runs) <= INDEX_RUNS_MAX == 16
+        if version % 17 == 0:
+            again = PartitionStore.open(s.fileio, s.operator, s.partition, version, s.config)
+            assert sorted(declare(again).ttl_index().entries()) == sorted(t.ttl_index().entries())
+            again.close()
+    assert longest > 2  # change files did chain up between whole-index files
