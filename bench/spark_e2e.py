@@ -71,9 +71,12 @@ Figures, per key-space size and flavour:
   cannot be met by any backend on that run.
 
 A second part (full mode, pandas flavour only) runs a memory-bounded query:
-``tiered(..., memory_limit=...)`` with value state of ~2 KiB per key, at least 10x the memory
-limit in total, and reports throughput and the Python workers' peak RSS (``ru_maxrss``
-after each task's commit), from a fresh SparkSession so the workers start clean.
+``tiered(..., memory_limit=...)`` with value state of ~2 KiB per key, at least 10x one worker's
+budget in total, and reports throughput and the Python workers' peak RSS (``ru_maxrss`` after
+each task's commit), and the same query with the ``no_state`` processor; each query from a
+fresh SparkSession so its workers start clean. Goals: the tiered workers' peak RSS within the
+budget + 200 MiB, and their peak RSS minus the no-state workers' within the budget + 64 MiB.
+The notes give the state per worker (by partition, and what each worker's stores served).
 
 The JVM's and the Python workers' stderr go to ``bench/results/tmp/spark_e2e-jvm.log``.
 """
@@ -122,6 +125,7 @@ GOAL_PER_CALL_FACTOR = 50.0  # native µs per state call / tiered µs per state 
 GOAL_VS_NO_STATE = 0.95  # tiered throughput / no-state throughput (within 5 %)
 GOAL_VS_NATIVE = 1.3  # tiered throughput / native throughput at 2 state calls per key
 RSS_SLACK_MIB = 200.0  # worker peak RSS <= memory_limit + this
+RSS_NET_SLACK_MIB = 64.0  # worker peak RSS - no-state worker peak RSS <= memory_limit + this
 
 
 # -- processors (imported by Spark's Python workers as bench.spark_e2e) ------------------------
@@ -1004,44 +1008,121 @@ def _fmt_us(x: float | None) -> str:
 
 
 # -- memory-bounded run ---------------------------------------------------------------------------
+def _memory_query(
+    ctx: BenchContext,
+    root: Path,
+    bench: BenchProcessor,
+    proc: StatefulProcessor,
+    keys: int,
+    batches: int,
+) -> tuple[Variant, list[dict[str, Any]]]:
+    """Run ``proc`` over ``keys`` new keys in ``batches`` batches from a fresh SparkSession
+    (new Python workers, so their ``ru_maxrss`` covers this query only); returns the variant
+    and the stats lines of its tasks. ``bench`` is the processor that writes the lines (its
+    ``stats_dir`` must be ``root / "stats"``)."""
+    input_dir = root / "input"
+    for d in (input_dir, root / "stats"):
+        d.mkdir(parents=True, exist_ok=True)
+    mode = "none" if proc is bench else "tiered"
+    kind = bench.tag.rpartition("/")[2]
+    variant = Variant(kind, mode, Recorder(proc, bench), root / "checkpoint", bench.calls_per_key)
+    per = keys // batches
+    spark = _session(ctx, f"fsstate-bench-{bench.tag.replace('/', '-')}")
+    try:
+        for b in range(batches):
+            rows = _write_batch(input_dir, b, np.arange(b * per, (b + 1) * per))
+            _run_once(spark, variant, input_dir)
+            ms = variant.wall_ms.get(b, float("nan"))
+            ctx.log(f"  {bench.tag} batch {b}: {rows:,} new keys, {ms / 1000:.2f} s")
+    finally:
+        spark.stop()
+    return variant, _read_stats(root / "stats")
+
+
+def _state_by_worker(
+    stats: list[dict[str, Any]], value_bytes: int
+) -> tuple[dict[int, int], dict[int, int]]:
+    """Logical state bytes (keys x ``value_bytes``; every batch brings new keys) of each
+    partition at the end, and of each worker process: the sum over the partitions it served of
+    their state at the last version it served (what its stores held, at most)."""
+    keys: dict[tuple[int, int], int] = {}
+    for x in stats:
+        k = (x["partition"], x["batch"])
+        keys[k] = keys.get(k, 0) + x["keys"]
+    by_part: dict[int, int] = {}
+    for (p, _), n in keys.items():
+        by_part[p] = by_part.get(p, 0) + n * value_bytes
+    last: dict[tuple[int, int], int] = {}  # (pid, partition) -> last batch served
+    for x in stats:
+        k = (x["pid"], x["partition"])
+        last[k] = max(last.get(k, -1), x["batch"])
+    by_worker: dict[int, int] = {}
+    for (pid, p), b in last.items():
+        held = sum(n for (q, c), n in keys.items() if q == p and c <= b) * value_bytes
+        by_worker[pid] = by_worker.get(pid, 0) + held
+    return by_part, by_worker
+
+
+def _peaks_mib(stats: list[dict[str, Any]]) -> dict[int, float]:
+    """Peak RSS of each worker process, MiB (the largest ``ru_maxrss`` of its lines)."""
+    out: dict[int, float] = {}
+    for x in stats:
+        out[x["pid"]] = max(out.get(x["pid"], 0.0), x["maxrss_kib"] / 1024)
+    return out
+
+
 def _memory_bounded(
-    ctx: BenchContext, spark: Any, root: Path, limit_mib: int, keys: int, batches: int
+    ctx: BenchContext, root: Path, limit_mib: int, keys: int, batches: int
 ) -> list[Result]:
-    """``tiered(BigValue(), memory_limit=...)`` over ``keys`` new keys in ``batches`` batches."""
+    """``tiered(BigValue(), memory_limit=...)`` over ``keys`` new keys in ``batches`` batches,
+    and the same query with the ``no_state`` processor, each from a fresh SparkSession."""
     from fsstate_spark import tiered
 
-    input_dir = root / "input"
-    stats_dir = root / "stats"
-    for d in (input_dir, stats_dir):
-        d.mkdir(parents=True)
-    bench = BigValue("memory/tiered", str(stats_dir))
-    proc = Recorder(
-        tiered(
-            bench,
-            state_uri=str(root / "state"),
-            memory_limit=f"{limit_mib}MiB",
-            name="big",
-        ),
+    # the same query without state: what a worker's RSS is without fsstate or its data
+    base_dir = root / "no_state"
+    base_bench = NoState("memory/no_state", str(base_dir / "stats"))
+    _, base_stats = _memory_query(ctx, base_dir, base_bench, base_bench, keys, batches)
+
+    tie_dir = root / "tiered"
+    bench = BigValue("memory/tiered", str(tie_dir / "stats"))
+    proc = tiered(
         bench,
+        state_uri=str(tie_dir / "state"),
+        memory_limit=f"{limit_mib}MiB",
+        name="big",
     )
-    variant = Variant("big_value", "tiered", proc, root / "checkpoint", BigValue.calls_per_key)
-    per = keys // batches
-    for b in range(batches):
-        ids = np.arange(b * per, (b + 1) * per)
-        rows = _write_batch(input_dir, b, ids)
-        _run_once(spark, variant, input_dir)
-        ms = variant.wall_ms.get(b, float("nan"))
-        ctx.log(f"  memory batch {b}: {rows:,} new keys, {ms / 1000:.2f} s")
-    stats = _read_stats(stats_dir)
-    peak_mib = max(s["maxrss_kib"] for s in stats) / 1024
+    variant, stats = _memory_query(ctx, tie_dir, bench, proc, keys, batches)
+
+    peaks, base_peaks = _peaks_mib(stats), _peaks_mib(base_stats)
+    peak, base_peak = max(peaks.values()), max(base_peaks.values())
+    by_part, by_worker = _state_by_worker(stats, BigValue.value_bytes)
     logical = keys * BigValue.value_bytes
-    on_disk = sum(p.stat().st_size for p in (root / "state").rglob("*") if p.is_file())
+    on_disk = sum(p.stat().st_size for p in (tie_dir / "state").rglob("*") if p.is_file())
+    per = keys // batches
     measured = list(range(1, batches))
     rates = [variant.rows[i] / variant.wall_ms[i] * 1000 for i in measured if i in variant.wall_ms]
-    notes = (
-        f"memory_limit {limit_mib} MiB per worker, {keys:,} keys x {BigValue.value_bytes} B "
-        f"values = {logical / MIB:,.0f} MiB of state ({logical / (limit_mib * MIB):.1f}x the "
-        f"limit; {on_disk / MIB:,.0f} MiB on disk), {batches} batches of {per:,} new keys"
+    budget = limit_mib * MIB
+    workers = len(by_worker)
+    parts_txt = ", ".join(
+        f"partition {p} {n / MIB:,.0f} MiB ({n / budget:.1f}x)" for p, n in sorted(by_part.items())
+    )
+    workers_txt = ", ".join(
+        f"{n / MIB:,.0f} MiB ({n / budget:.1f}x)" for n in sorted(by_worker.values(), reverse=True)
+    )
+    state_txt = (
+        f"state per worker (memory_limit {limit_mib} MiB is per worker process): by partition "
+        f"at the end {parts_txt}; the most each of the {workers} workers' stores held (the "
+        f"partitions it served, each at the last version it served): {workers_txt}; in total "
+        f"{logical / MIB:,.0f} MiB = "
+        f"{logical / budget:.1f}x one worker's budget, "
+        f"{logical / (workers * budget):.1f}x the {workers} workers' budgets together"
+    )
+    peaks_txt = ", ".join(f"{x:,.0f}" for x in sorted(peaks.values(), reverse=True))
+    base_txt = ", ".join(f"{x:,.0f}" for x in sorted(base_peaks.values(), reverse=True))
+    run_txt = (
+        f"{keys:,} keys x {BigValue.value_bytes} B values in {batches} batches of {per:,} new "
+        f"keys, transformWithStateInPandas, {logical / MIB:,.0f} MiB of state "
+        f"({on_disk / MIB:,.0f} MiB on disk)"
     )
     return [
         Result(
@@ -1049,19 +1130,46 @@ def _memory_bounded(
             "memory-bounded tiered",
             median(rates),
             "rows/s",
-            notes=notes + "; median of the batches after the first",
+            notes=f"tiered(..., memory_limit={limit_mib}MiB), {run_txt}; median of the "
+            "batches after the first",
             samples=rates,
         ),
         Result(
             SUITE,
             "memory-bounded worker peak RSS",
-            peak_mib,
+            peak,
             "MiB",
             goal=limit_mib + RSS_SLACK_MIB,
             goal_op="<=",
-            notes=f"max ru_maxrss of the Python workers ({len({s['pid'] for s in stats})} "
-            f"processes); goal: budget {limit_mib} MiB + {RSS_SLACK_MIB:.0f} MiB",
-            samples=sorted({s["maxrss_kib"] / 1024 for s in stats}),
+            notes=f"largest ru_maxrss (taken after each task's commit) over the Python workers "
+            f"of the tiered query, fresh SparkSession; per worker {peaks_txt} MiB; goal: "
+            f"budget {limit_mib} MiB + {RSS_SLACK_MIB:.0f} MiB; {state_txt}",
+            samples=sorted(peaks.values()),
+            stat="max",
+        ),
+        Result(
+            SUITE,
+            "memory-bounded no-state worker peak RSS",
+            base_peak,
+            "MiB",
+            notes=f"the same query (same input batches, same output) with the no_state "
+            f"processor, from its own fresh SparkSession: largest ru_maxrss over its Python "
+            f"workers; per worker {base_txt} MiB",
+            samples=sorted(base_peaks.values()),
+            stat="max",
+        ),
+        Result(
+            SUITE,
+            "memory-bounded peak RSS over no-state",
+            peak - base_peak,
+            "MiB",
+            goal=limit_mib + RSS_NET_SLACK_MIB,
+            goal_op="<=",
+            notes=f"worker peak RSS of the tiered query ({peak:,.0f} MiB) minus that of the "
+            f"no-state query ({base_peak:,.0f} MiB), the largest worker of each: what state "
+            f"adds to a worker; goal: budget {limit_mib} MiB + {RSS_NET_SLACK_MIB:.0f} MiB "
+            "(fsstate's code, Arrow/Parquet buffers and allocator slack outside the budget)",
+            stat="derived",
         ),
     ]
 
@@ -1113,12 +1221,13 @@ def run(ctx: BenchContext) -> list[Result]:
             ctx.log(f"spark_e2e/{cfg.label} done in {time.perf_counter() - t0:.0f} s")
             out.extend(res)
         if not ctx.quick and ctx.wants("memory"):
-            # a fresh session: new Python workers, so ru_maxrss covers this run only
+            # fresh sessions (one per query): new Python workers, so ru_maxrss covers one
+            # query only
             spark.stop()
-            spark = _session(ctx, "fsstate-bench-memory")
+            spark = None
             ctx.log("spark_e2e/memory-bounded ...")
             try:
-                res = _memory_bounded(ctx, spark, scratch / "memory", 32, 176_000, 4)
+                res = _memory_bounded(ctx, scratch / "memory", 32, 176_000, 4)
             except Exception as exc:
                 ctx.log(f"spark_e2e/memory FAILED: {exc!r}")
                 traceback.print_exc()
@@ -1126,7 +1235,8 @@ def run(ctx: BenchContext) -> list[Result]:
             for r in res:
                 ctx.log(f"  {r.name}: {r.value:,.4g} {r.unit} ({r.status})")
             out.extend(res)
-        spark.stop()
+        if spark is not None:
+            spark.stop()
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return out
