@@ -257,17 +257,18 @@ def median_ci(xs: list[float], level: float = 0.95) -> tuple[float, float, float
 
 
 def spread_text(xs: list[float], fmt: Callable[[float], str] = lambda x: f"{x:.3g}") -> str:
-    """``n=9, CI of the median [1.2, 1.5] (96 %), range [1.1, 1.7]`` for notes."""
+    """``n=9, CI of the median [1.2, 1.5] (96 %), range [1.1, 1.7]`` for notes (just the range
+    and its coverage when the interval is the whole range)."""
     xs = [x for x in xs if not math.isnan(x)]
     if not xs:
         return "no samples"
     if len(xs) == 1:
         return f"n=1 ({fmt(xs[0])})"
     lo, hi, cov = median_ci(xs)
-    return (
-        f"n={len(xs)}, CI of the median [{fmt(lo)}, {fmt(hi)}] ({100 * cov:.0f} %), "
-        f"range [{fmt(min(xs))}, {fmt(max(xs))}]"
-    )
+    rng = f"range [{fmt(min(xs))}, {fmt(max(xs))}]"
+    if (lo, hi) == (min(xs), max(xs)):
+        return f"n={len(xs)}, {rng} (as an interval of the median: {100 * cov:.0f} %)"
+    return f"n={len(xs)}, CI of the median [{fmt(lo)}, {fmt(hi)}] ({100 * cov:.0f} %), {rng}"
 
 
 def rates(count: float, seconds: list[float]) -> list[float]:

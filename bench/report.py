@@ -217,10 +217,11 @@ HOW_TO_READ = """\
   interval reaches 95 %: the cell then shows the whole range with its lower coverage (94 % for
   5 samples, 75 % for 3, 50 % for 2). A status whose interval straddles the goal is not settled
   by the run.
-* **Dict baseline** is the same workload done with a plain Python `dict` in the same process,
-  interleaved sample by sample with the engine, the two taking turns to go first (the ceiling
-  for a pure-Python hot path); **Engine/dict** is the engine's median over the dict's median
-  (0.5 = half as fast as a dict).
+* **Dict baseline** is the same workload done with a plain Python `dict` in the same process
+  (for *put_many + commit*, a dict plus the same rows written to a Parquet file), interleaved
+  sample by sample with the engine, the two taking turns to go first (the ceiling for a
+  pure-Python hot path); **Engine/dict** is the engine's median over the dict's median (0.5 =
+  half as fast as a dict).
 * *batch put_many* rows: `put_many` only appends the batch; its sort and key index are built
   by the first read or commit. *put_many + first get_many* (the goal row) times `put_many` and
   the `get_many` that follows it on a fresh store, *put_many + commit* times `put_many` and the
@@ -247,12 +248,13 @@ HOW_TO_READ = """\
     batches, partitions and keys on both sides, tasks that restored their store included (the
     notes count them). Gross: nothing is subtracted from either side (the timer's own cost per
     key, measured on the no-state query, is in the notes).
-  * *µs/call tiered all-in*: per measured batch, (time in the state calls + getting the stores
-    + committing them (TTL cleanup, commit, hand-back), summed over the batch's tiered tasks,
-    each measured in its worker around the adapter's calls) / state calls of the batch. Spark
-    commits native state in the JVM, outside native's in-worker figure; the notes give native
-    in-worker over tiered all-in as well. *first visit* is the same all-in figure for each task
-    that restored its store; *fsstate ms/batch* is the all-in numerator per batch.
+  * *µs/call tiered all-in*: per measured batch, (time in the state calls + time getting the
+    stores + time committing them (TTL cleanup, commit, hand-back), summed over the batch's
+    tiered tasks, each measured in its worker around the adapter's calls) / state calls of the
+    batch. Spark commits native state in the JVM, outside native's in-worker figure; the notes
+    give native in-worker over tiered all-in as well. *first visit* is the same all-in figure
+    for each task that restored its store; *fsstate ms/batch* is the all-in numerator per
+    batch.
   * *memory-bounded* rows (full runs): the tiered query and the same query with no state, each
     from a fresh SparkSession; peak RSS is the largest `ru_maxrss` (taken after each task's
     commit) over the query's Python workers, and *peak RSS over no-state* is the difference of
