@@ -245,7 +245,7 @@ def median_ci(xs: list[float], level: float = 0.95) -> tuple[float, float, float
         return s[0], s[0], 0.0
 
     def coverage(j: int) -> float:
-        return sum(math.comb(n, i) for i in range(j, n - j + 1)) / 2**n
+        return sum(math.comb(n, i) for i in range(j, n - j + 1)) / float(2**n)
 
     best = (s[0], s[-1], coverage(1))
     for j in range(2, n // 2 + 1):

@@ -158,11 +158,11 @@ def write_chart(path: Path, suite: str, results: list[Result], subtitle: str) ->
         factors = [r.goal_factor or 0.0 for r in goals][::-1]
         colors = ["#2e7d32" if r.passed else "#c62828" for r in goals][::-1]
         # the CI of the median as an error bar, in the same measured/goal scale
-        lows, highs = [], []
+        lows: list[float] = []
+        highs: list[float] = []
         for r, f in zip(goals[::-1], factors, strict=True):
             ci = r.ci
-            ends = [_factor(r, x) for x in ci[:2]] if ci is not None else []
-            ends = [e for e in ends if e is not None]
+            ends = [e for x in (ci[:2] if ci else ()) if (e := _factor(r, x)) is not None]
             lows.append(max(0.0, f - min(ends)) if ends else 0.0)
             highs.append(max(0.0, max(ends) - f) if ends else 0.0)
         ax.barh(names, factors, color=colors, xerr=[lows, highs], ecolor="#555555", capsize=2)
