@@ -5,11 +5,14 @@ Every suite is a function ``run(ctx: BenchContext) -> list[Result]`` (see :mod:`
 Measurement rules used by every helper here:
 
 * ``time.perf_counter`` only; each figure is the median of several samples after warm-ups.
-* A full ``gc.collect()`` runs before every sample (once per engine/baseline pair), and the
+* A full ``gc.collect()`` runs before every sample, engine and baseline alike, and the
   collector stays enabled while the sample runs (engine and baseline pay the same allocation
   costs, as they would in a real process).
-* Engine and baseline are measured in the same process, interleaved sample by sample, so both
-  see the same CPU frequency, cache and allocator state.
+* Engine and baseline are measured in the same process, interleaved sample by sample and
+  alternating which of the two goes first, so both see the same CPU frequency, cache and
+  allocator state, and neither always runs right after the other's garbage.
+* A row's ``value`` is the median of its ``samples`` (unless its ``stat`` says otherwise), its
+  status is decided on that median, and :func:`median_ci` gives the spread shown beside it.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import datetime as _dt
 import gc
 import json
+import math
 import os
 import platform
 import statistics
@@ -55,6 +59,9 @@ class Result:
         notes: workload parameters and anything needed to read the figure.
         passed: whether ``value`` meets ``goal`` (None without a goal).
         samples: every sample behind ``value`` (same unit), for spread.
+        stat: how ``value`` comes from ``samples``: ``median`` (the default), ``max`` (e.g.
+            peak RSS over workers) or ``derived`` (computed once from other figures; the notes
+            say how).
     """
 
     suite: str
@@ -68,6 +75,7 @@ class Result:
     notes: str = ""
     passed: bool | None = None
     samples: list[float] = field(default_factory=list)
+    stat: str = "median"
 
     def __post_init__(self) -> None:
         if self.ratio is None and self.baseline_value:
@@ -92,10 +100,21 @@ class Result:
             return "info"
         return "pass" if self.passed else "miss"
 
+    @property
+    def ci(self) -> tuple[float, float, float] | None:
+        """``(low, high, coverage)`` of the median (:func:`median_ci`), or None (fewer than
+        two samples, or a value that is not their median)."""
+        xs = [x for x in self.samples if not math.isnan(x)]
+        if self.stat != "median" or len(xs) < 2:
+            return None
+        return median_ci(xs)
+
     def to_json(self) -> dict[str, Any]:
-        """JSON form (the dataclass fields plus ``status``)."""
+        """JSON form (the dataclass fields plus ``status`` and ``ci``)."""
         out = asdict(self)
         out["status"] = self.status
+        ci = self.ci
+        out["ci"] = None if ci is None else {"low": ci[0], "high": ci[1], "coverage": ci[2]}
         return out
 
     @staticmethod
@@ -182,14 +201,22 @@ def sample_pair(
     warmup: int = 1,
     setup: Callable[[], Any] | None = None,
 ) -> tuple[list[float], list[float]]:
-    """Interleaved samples of an engine call and its dict baseline (seconds per call)."""
+    """Interleaved samples of an engine call and its dict baseline (seconds per call).
+
+    ``setup`` (untimed) runs before each pair. The engine goes first in even pairs, the
+    baseline in odd ones; a full collection runs before each of the two calls.
+    """
     eng: list[float] = []
     base: list[float] = []
     for i in range(warmup + repeat):
         if setup is not None:
             setup()
-        de = time_call(engine)
-        db = time_call(baseline, collect=False)
+        if i % 2 == 0:
+            de = time_call(engine)
+            db = time_call(baseline)
+        else:
+            db = time_call(baseline)
+            de = time_call(engine)
         if i >= warmup:
             eng.append(de)
             base.append(db)
@@ -199,6 +226,49 @@ def sample_pair(
 def median(xs: list[float]) -> float:
     """Median of a non-empty list."""
     return float(statistics.median(xs))
+
+
+def median_ci(xs: list[float], level: float = 0.95) -> tuple[float, float, float]:
+    """Distribution-free confidence interval of the median of ``xs``: ``(low, high, coverage)``.
+
+    The interval runs from the ``j``-th smallest to the ``j``-th largest sample, with the
+    largest ``j`` whose coverage ``P(j <= B <= n - j)``, ``B ~ Binomial(n, 1/2)``, is at least
+    ``level`` (exact for any continuous distribution, independent samples). With fewer than 6
+    samples no such interval reaches 95 %: the result is then min..max with its coverage
+    (``1 - 2 / 2**n``: 94 % for 5 samples, 75 % for 3, 50 % for 2).
+    """
+    s = sorted(xs)
+    n = len(s)
+    if n == 0:
+        raise ValueError("median_ci of no samples")
+    if n == 1:
+        return s[0], s[0], 0.0
+
+    def coverage(j: int) -> float:
+        return sum(math.comb(n, i) for i in range(j, n - j + 1)) / float(2**n)
+
+    best = (s[0], s[-1], coverage(1))
+    for j in range(2, n // 2 + 1):
+        c = coverage(j)
+        if c < level:
+            break
+        best = (s[j - 1], s[n - j], c)
+    return best
+
+
+def spread_text(xs: list[float], fmt: Callable[[float], str] = lambda x: f"{x:.3g}") -> str:
+    """``n=9, CI of the median [1.2, 1.5] (96 %), range [1.1, 1.7]`` for notes (just the range
+    and its coverage when the interval is the whole range)."""
+    xs = [x for x in xs if not math.isnan(x)]
+    if not xs:
+        return "no samples"
+    if len(xs) == 1:
+        return f"n=1 ({fmt(xs[0])})"
+    lo, hi, cov = median_ci(xs)
+    rng = f"range [{fmt(min(xs))}, {fmt(max(xs))}]"
+    if (lo, hi) == (min(xs), max(xs)):
+        return f"n={len(xs)}, {rng} (as an interval of the median: {100 * cov:.0f} %)"
+    return f"n={len(xs)}, CI of the median [{fmt(lo)}, {fmt(hi)}] ({100 * cov:.0f} %), {rng}"
 
 
 def rates(count: float, seconds: list[float]) -> list[float]:

@@ -5,7 +5,8 @@
     {"suite": "engine", "mode": "full", "duration_s": 123.4, "machine": {...},
      "results": [{"suite": ..., "name": ..., "value": ..., "unit": ..., "goal": ...,
                   "goal_op": ">=", "baseline_value": ..., "ratio": ..., "notes": ...,
-                  "passed": true, "samples": [...], "status": "pass"}, ...]}
+                  "passed": true, "samples": [...], "stat": "median", "status": "pass",
+                  "ci": {"low": ..., "high": ..., "coverage": ...}}, ...]}
 
 The markdown page is rebuilt from every suite file present, so a run of one suite keeps the
 latest figures of the others (each section shows when and how its figures were taken).
@@ -100,11 +101,41 @@ def fmt_status(r: Result) -> str:
     return {"pass": "pass", "miss": "**miss**", "info": "info"}[r.status]
 
 
+def fmt_range(lo: float, hi: float, unit: str) -> str:
+    """``[1.2, 1.5] x``: an interval with its unit once."""
+    a, b = fmt_value(lo, unit), fmt_value(hi, unit)
+    suffix = f" {unit}"
+    if a.endswith(suffix) and b.endswith(suffix):
+        return f"[{a[: -len(suffix)]}, {b[: -len(suffix)]}]{suffix}"
+    return f"[{a}, {b}]"
+
+
+def fmt_ci(r: Result) -> str:
+    """The spread cell: CI of the median with its coverage and n, ``max of n`` or a dash."""
+    n = len(r.samples)
+    if r.stat == "max":
+        return f"max of {n}" if n else "—"
+    if r.stat == "derived":
+        return "derived"
+    ci = r.ci
+    if ci is None:
+        return "—" if n == 0 else f"n={n}"
+    lo, hi, cov = ci
+    return f"{fmt_range(lo, hi, r.unit)} ({100 * cov:.0f} %, n={n})"
+
+
 def _md_escape(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
 # -- chart ----------------------------------------------------------------------------------------
+def _factor(r: Result, x: float) -> float | None:
+    """``x`` on the measured/goal scale of ``r`` (> 1 meets the goal)."""
+    if r.goal is None or x <= 0 or r.goal <= 0:
+        return None
+    return x / r.goal if r.goal_op == ">=" else r.goal / x
+
+
 def write_chart(path: Path, suite: str, results: list[Result], subtitle: str) -> Path | None:
     """A two-panel PNG: value relative to goal, and engine relative to the dict baseline."""
     import matplotlib
@@ -126,13 +157,21 @@ def write_chart(path: Path, suite: str, results: list[Result], subtitle: str) ->
         names = [r.name for r in goals][::-1]
         factors = [r.goal_factor or 0.0 for r in goals][::-1]
         colors = ["#2e7d32" if r.passed else "#c62828" for r in goals][::-1]
-        ax.barh(names, factors, color=colors)
+        # the CI of the median as an error bar, in the same measured/goal scale
+        lows: list[float] = []
+        highs: list[float] = []
+        for r, f in zip(goals[::-1], factors, strict=True):
+            ci = r.ci
+            ends = [e for x in (ci[:2] if ci else ()) if (e := _factor(r, x)) is not None]
+            lows.append(max(0.0, f - min(ends)) if ends else 0.0)
+            highs.append(max(0.0, max(ends) - f) if ends else 0.0)
+        ax.barh(names, factors, color=colors, xerr=[lows, highs], ecolor="#555555", capsize=2)
         ax.axvline(1.0, color="black", linewidth=1)
         ax.set_xscale("log")
         ax.set_xlabel("measured / goal (higher is better; > 1 meets the goal)")
-        ax.set_title("Against the goals (green: pass, red: miss)")
+        ax.set_title("Against the goals (green: pass, red: miss; bars: CI of the median)")
         for i, f in enumerate(factors):
-            ax.text(f, i, f" {f:.2g}", va="center", fontsize=8)
+            ax.text(f + highs[i], i, f" {f:.2g}", va="center", fontsize=8)
     if bases:
         ax = axes[0][col]
         names = [r.name for r in bases][::-1]
@@ -161,16 +200,36 @@ def write_chart(path: Path, suite: str, results: list[Result], subtitle: str) ->
 HOW_TO_READ = """\
 ## How to read
 
-* **Measured** is the median of several samples taken after warm-up calls
-  (`time.perf_counter`, garbage collector enabled, a full collection before each sample).
-  Throughputs are single-threaded, so *ops/s* is *ops/s per core*.
-* **Goal** is the target for the figure; **Status** says whether the median meets it
-  (*info* rows have no goal and are there to explain other rows).
+* **Measured** is the median of the row's samples (`samples` in the JSON), unless its
+  **CI of median** cell says otherwise: *max of n* rows show the largest sample (peak RSS over
+  the worker processes), *derived* rows are computed once from other figures (their notes say
+  how). Engine rows take several samples after warm-up calls (`time.perf_counter`, garbage
+  collector enabled, a full collection before every sample of the engine and of the
+  baseline); their throughputs are single-threaded, so *ops/s* is *ops/s per core*.
+  End-to-end rows take one sample per measured micro-batch.
+* **Goal** is the target for the figure; **Status** says whether Measured meets it (*info*
+  rows have no goal and are there to explain other rows).
   **vs goal** is measured/goal for higher-is-better figures and goal/measured for
   lower-is-better ones: above 1 meets the goal, 0.5 means twice too slow.
-* **Dict baseline** is the same workload done with a plain Python `dict` in the same process,
-  interleaved sample by sample with the engine (the ceiling for a pure-Python hot path);
-  **Engine/dict** is engine throughput over dict throughput (0.5 = half as fast as a dict).
+* **CI of median** is a distribution-free confidence interval of the median: from the j-th
+  smallest to the j-th largest sample, with the largest j whose coverage (binomial with p = 1/2)
+  is at least 95 %; its coverage and the number of samples follow. Under 6 samples no such
+  interval reaches 95 %: the cell then shows the whole range with its lower coverage (94 % for
+  5 samples, 75 % for 3, 50 % for 2). A status whose interval straddles the goal is not settled
+  by the run.
+* **Dict baseline** is the same workload done with a plain Python `dict` in the same process
+  (for *put_many + commit*, a dict plus the same rows written to a Parquet file), interleaved
+  sample by sample with the engine, the two taking turns to go first (the ceiling for a
+  pure-Python hot path); **Engine/dict** is the engine's median over the dict's median (0.5 =
+  half as fast as a dict).
+* *batch put_many* rows: `put_many` only appends the batch; its sort and key index are built
+  by the first read or commit. *put_many + first get_many* (the goal row) times `put_many` and
+  the `get_many` that follows it on a fresh store, *put_many + commit* times `put_many` and the
+  commit (Parquet run, manifest, fsync); both count the rows put over the time of both calls,
+  and their baselines do comparable work (the notes say what). *put_many alone* leaves the
+  deferred work out and is informational.
+* *TTL table* rows move the store's clock by 1 s before every sample, as Spark's micro-batches
+  do, so every update moves its key's TTL index entry to a new expiry bucket.
 * *write_amp* rows divide the bytes a commit writes (Parquet data files, from
   `CommitInfo.bytes_written`) by the Arrow `nbytes` of the key and value columns of the rows
   changed since the previous commit.
@@ -178,6 +237,29 @@ HOW_TO_READ = """\
   under `bench/results/tmp/` (gitignored); the build time is reported (from the cache when it
   was reused). "first get" rows are the latency of the first `get` after opening, which loads
   the runs the key needs.
+* End-to-end rows (`spark_e2e`): every variant (no state, Spark's native state, tiered state;
+  per API flavour) processes the same micro-batch in each round, in rotating order. Rows/s,
+  throughput ratios and wall-based *µs/call* rows are one sample per measured batch, paired by
+  batch when they compare variants. **No-state baseline** is the median rows/s of the same
+  query without state and **Variant/no-state** the variant's median over it.
+  * *per-call native/tiered* (the per-call goal): per measured batch, native's in-worker µs per
+    state call divided by tiered's. In-worker is the time measured in the Python worker around
+    the processor's state calls, summed over all the batch's tasks on each side: the same
+    batches, partitions and keys on both sides, tasks that restored their store included (the
+    notes count them). Gross: nothing is subtracted from either side (the timer's own cost per
+    key, measured on the no-state query, is in the notes).
+  * *µs/call tiered all-in*: per measured batch, (time in the state calls + time getting the
+    stores + time committing them (TTL cleanup, commit, hand-back), summed over the batch's
+    tiered tasks, each measured in its worker around the adapter's calls) / state calls of the
+    batch. Spark commits native state in the JVM, outside native's in-worker figure; the notes
+    give native in-worker over tiered all-in as well. *first visit* is the same all-in figure
+    for each task that restored its store; *fsstate ms/batch* is the all-in numerator per
+    batch.
+  * *memory-bounded* rows (full runs): the tiered query and the same query with no state, each
+    from a fresh SparkSession; peak RSS is the largest `ru_maxrss` (taken after each task's
+    commit) over the query's Python workers, and *peak RSS over no-state* is the difference of
+    the two. `memory_limit` is per worker process: the notes give the state per partition and
+    per worker against it.
 * Figures depend on the machine (below) and on what else runs on it; compare ratios rather than
   absolute values across machines.
 """
@@ -216,8 +298,9 @@ def _suite_section(doc: dict[str, Any], docs_dir: Path) -> list[str]:
         f"{doc.get('duration_s', 0):.0f} s; raw figures in "
         f"`bench/results/{suite}.json`.",
         "",
-        f"| Benchmark | Measured | Goal | Status | vs goal | {base_head} | {ratio_head} | Notes |",
-        "|---|---:|---:|---|---:|---:|---:|---|",
+        f"| Benchmark | Measured | Goal | Status | CI of median | vs goal | {base_head} | "
+        f"{ratio_head} | Notes |",
+        "|---|---:|---:|---|---:|---:|---:|---:|---|",
     ]
     for r in results:
         factor = r.goal_factor
@@ -229,6 +312,7 @@ def _suite_section(doc: dict[str, Any], docs_dir: Path) -> list[str]:
                     fmt_value(r.value, r.unit) if not r.notes.startswith("ERROR") else "—",
                     fmt_goal(r),
                     fmt_status(r),
+                    fmt_ci(r) if not r.notes.startswith("ERROR") else "—",
                     f"{factor:.2f}" if factor is not None else "—",
                     fmt_value(r.baseline_value, r.unit),
                     f"{r.ratio:.2f}" if r.ratio is not None else "—",
@@ -284,8 +368,9 @@ def write_docs(results_dir: Path, path: Path = DOCS_PATH) -> Path:
     lines += [
         "## Reproducing and profiling",
         "",
-        "* `make bench-quick` (about a minute) or `make bench` (a few minutes, builds a 1 GiB "
-        "store once). `python -m bench.run --quick --only hot` runs one group.",
+        "* `make bench-quick` (a few minutes with the Spark suite) or `make bench` (about half "
+        "an hour on 2 cores; builds a 1 GiB store once). `python -m bench.run --quick --only "
+        "hot` runs one group; `--engine-only` skips Spark.",
         "* `python -m bench.profile --list` lists the profiled engine calls; "
         "`python -m bench.profile get_many_cold` prints where the time of one goes (cProfile).",
         "",

@@ -30,7 +30,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.common import RESULTS_DIR, BenchContext, Result, SuiteSkipped, machine_info
-from bench.report import DOCS_PATH, fmt_goal, fmt_value, write_chart, write_docs, write_suite_json
+from bench.report import (
+    DOCS_PATH,
+    fmt_ci,
+    fmt_goal,
+    fmt_value,
+    write_chart,
+    write_docs,
+    write_suite_json,
+)
 
 
 @dataclass(frozen=True)
@@ -97,8 +105,8 @@ register(
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.split("\n")[0])
     size = p.add_mutually_exclusive_group()
-    size.add_argument("--quick", action="store_true", help="small sizes, about a minute")
-    size.add_argument("--full", action="store_true", help="full sizes, a few minutes")
+    size.add_argument("--quick", action="store_true", help="small sizes, a few minutes")
+    size.add_argument("--full", action="store_true", help="full sizes, about half an hour")
     p.add_argument("--engine-only", action="store_true", help="skip non-engine suites (Spark)")
     p.add_argument(
         "--suite", action="append", default=[], metavar="NAME", help="run only this suite"
@@ -123,7 +131,7 @@ def _print_table(results: list[Result]) -> None:
         ratio = f"  engine/dict {r.ratio:.2f}" if r.ratio is not None else ""
         print(
             f"  {r.name:<{width}}  {fmt_value(r.value, r.unit):>16}  goal {fmt_goal(r):<18} "
-            f"{r.status:<5}{ratio}"
+            f"{r.status:<5} CI {fmt_ci(r):<34}{ratio}"
         )
 
 
