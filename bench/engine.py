@@ -424,46 +424,73 @@ def _batch_put_with_deferred(
 
 # -- commit ---------------------------------------------------------------------------------------
 def bench_commit(ctx: BenchContext, scratch: _Scratch, rng: np.random.Generator) -> list[Result]:
-    """Median latency of committing a store in which nothing changed."""
+    """Median latency of committing a store in which nothing changed, durable (fsync, the
+    default) and with ``StoreConfig(fsync=False)``, the two stores taking turns."""
     n = 100_000
     commits = ctx.pick(150, 300)
-    st = scratch.store()
-    vt = st.value_table("v", VALUE_SCHEMA, KEY_SCHEMA)
-    vt.put_many(key_table(range(n)), value_table(rng, n, VALUE_WIDTH))
-    lt = st.list_table("l", pa.schema([pa.field("x", pa.int64())]), KEY_SCHEMA)
-    mt = st.map_table(
-        "m",
-        pa.schema([pa.field("u", pa.string())]),
-        pa.schema([pa.field("x", pa.int64())]),
-        KEY_SCHEMA,
-    )
-    for i in range(1000):
-        k = key_of(i)
-        for j in range(10):
-            lt.append(k, (j,))
-            mt.update(k, (f"u{j}",), (j,))
-    st.commit(1)
-    for i in range(0, n, 10):  # clean views loaded by reads must not cost anything either
-        vt.get(key_of(i))
-    times = []
+    stores = []
+    for fsync in (True, False):
+        count = scratch.count = scratch.count + 1
+        st = PartitionStore.open(
+            str(scratch.root / f"s{count}"), OPERATOR, 0, None, StoreConfig(fsync=fsync)
+        )
+        vt = st.value_table("v", VALUE_SCHEMA, KEY_SCHEMA)
+        vt.put_many(key_table(range(n)), value_table(rng, n, VALUE_WIDTH))
+        lt = st.list_table("l", pa.schema([pa.field("x", pa.int64())]), KEY_SCHEMA)
+        mt = st.map_table(
+            "m",
+            pa.schema([pa.field("u", pa.string())]),
+            pa.schema([pa.field("x", pa.int64())]),
+            KEY_SCHEMA,
+        )
+        for i in range(1000):
+            k = key_of(i)
+            for j in range(10):
+                lt.append(k, (j,))
+                mt.update(k, (f"u{j}",), (j,))
+        st.commit(1)
+        for i in range(0, n, 10):  # clean views loaded by reads must not cost anything either
+            vt.get(key_of(i))
+        stores.append(st)
+    times: list[list[float]] = [[], []]
     for v in range(2, 2 + commits):
-        times.append(time_call(lambda v=v: st.commit(v), collect=False) * 1000)  # type: ignore[misc]
-    st.close()
+        order = (0, 1) if v % 2 else (1, 0)
+        for i in order:
+            st = stores[i]
+            times[i].append(time_call(lambda st=st, v=v: st.commit(v), collect=False) * 1000)  # type: ignore[misc]
+    for st in stores:
+        st.close()
+    what = (
+        f"{commits} commits of a store with 3 tables ({n:,} value rows, 10k list and 10k map "
+        "entries), nothing changed"
+    )
+    durable, scratch_times = times
     return [
         Result(
             SUITE,
             "commit untouched",
-            median(times),
+            median(durable),
             "ms",
             goal=GOAL_COMMIT_MS,
             goal_op="<=",
             notes=(
-                f"{commits} commits of a store with 3 tables ({n:,} value rows, 10k list and 10k "
-                f"map entries), nothing changed; p95 {percentile(times, 0.95):.2f} ms, max "
-                f"{max(times):.2f} ms (old versions are pruned past 100 retained)"
+                f"{what}; durable (fsync of the manifest and its directory); p95 "
+                f"{percentile(durable, 0.95):.2f} ms, max {max(durable):.2f} ms (old versions "
+                "are pruned past 100 retained)"
             ),
-            samples=times,
-        )
+            samples=durable,
+        ),
+        Result(
+            SUITE,
+            "commit untouched, fsync off",
+            median(scratch_times),
+            "ms",
+            notes=(
+                f"{what}; StoreConfig(fsync=False), commits alternating with the durable "
+                f"store's; p95 {percentile(scratch_times, 0.95):.2f} ms"
+            ),
+            samples=scratch_times,
+        ),
     ]
 
 
