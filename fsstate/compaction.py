@@ -325,12 +325,18 @@ def compact_table(
 
 
 def _retired_elsewhere(table: TableBase) -> bool:
-    """Whether a run file of ``table`` that is not held in memory is gone from storage."""
+    """Whether a run file of ``table`` that is not held in memory is gone from storage (False
+    when storage cannot say: the failure is then reported as an error)."""
     fileio, store_dir = table.ctx.fileio, table.ctx.store_dir
     for run in table.runs:
         ref = run.ref
-        if ref is not None and not run.in_memory and not fileio.exists(f"{store_dir}/{ref.path}"):
-            return True
+        if ref is None or run.in_memory:
+            continue
+        try:
+            if not fileio.exists(f"{store_dir}/{ref.path}"):
+                return True
+        except FsStateError:
+            return False
     return False
 
 

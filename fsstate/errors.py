@@ -49,6 +49,14 @@ class StorageError(FsStateError, OSError):
     """Storage could not be read or written (permissions, missing directory, I/O failure)."""
 
 
+class StorageNotFoundError(StorageError, FileNotFoundError):
+    """A file or object that was expected on storage does not exist."""
+
+
+class CommitConflictError(FsStateError):
+    """Another attempt published the version on another history; nothing was published."""
+
+
 class VersionNotFoundError(FsStateError, LookupError):
     """A store was asked to open a version that has no manifest (never committed or deleted)."""
 

@@ -20,6 +20,7 @@ class CommitInfo:
     files_written: int
     bytes_written: int
     duration_ms: float
+    adopted: bool = False  # another attempt had published the version first (same parent)
 
 
 @dataclass

@@ -32,6 +32,7 @@ from typing import Any
 from fsstate.config import EngineConfig, StoreConfig, parse_bytes
 from fsstate.errors import ConfigError, FsStateError
 from fsstate.storage.fileio import FileIO
+from fsstate.storage.location import Location, redact
 from fsstate_spark.map_order import ENCODINGS, UNSAFEROW
 
 CONF_PREFIX = "spark.fsstate."
@@ -43,7 +44,10 @@ _STORE_FIELDS = frozenset(f.name for f in dataclasses.fields(StoreConfig))
 _ENGINE_FIELDS = frozenset(f.name for f in dataclasses.fields(EngineConfig)) - {
     "memory_limit_bytes"
 }
-_ADAPTER_FIELDS = frozenset({"state_uri", "memory_limit", "name", "max_cached_stores"})
+_ADAPTER_FIELDS = frozenset(
+    {"state_uri", "memory_limit", "name", "max_cached_stores", "storage_options"}
+)
+STORAGE_PREFIX = "storage."  # spark.fsstate.storage.<name>: an object store setting
 _CAMEL = re.compile(r"(?<!^)(?=[A-Z])")
 _NAME_RE = re.compile(r"^[A-Za-z0-9._=-]+$")
 
@@ -53,7 +57,10 @@ class TieredConfig:
     """The validated settings of one tiered processor.
 
     Attributes:
-        state_uri: root URI or absolute local path of the state directory.
+        state_uri: root URI or absolute local path of the state directory (no secret).
+        location: the same with the object store settings (``storage_options``,
+            ``spark.fsstate.storage.*``, the URI's own); it travels to the workers with the
+            processor, and its ``repr`` shows no secret.
         name: operator name; the stores of a query live under ``<state_uri>/<query id>/<name>``.
         memory_limit_bytes: process-wide byte budget of the engine in each Python worker, or
             None to keep the engine's default (``FSSTATE_MEMORY_LIMIT`` or 1 GiB).
@@ -75,6 +82,12 @@ class TieredConfig:
     engine: tuple[tuple[str, Any], ...] = ()
     max_cached_stores: int = MAX_CACHED_STORES_DEFAULT
     state_encoding: str = UNSAFEROW
+    location: Location | None = None
+
+    @property
+    def root(self) -> Location:
+        """Where the state lives (the location, or the state URI parsed)."""
+        return self.location if self.location is not None else Location.parse(self.state_uri)
 
 
 def snake_case(name: str) -> str:
@@ -143,36 +156,39 @@ def _coerce(name: str, value: Any, like: Any) -> Any:
     return value
 
 
-def check_state_uri(uri: str) -> str:
-    """Make sure ``uri`` can hold state: create it, write and delete a probe file.
+def check_state_uri(uri: str | Location, options: dict[str, Any] | None = None) -> Location:
+    """Make sure a location can hold state: create it, write and delete a probe file, and, on
+    an object store, check that it honours conditional writes (once per bucket and process).
 
     Args:
-        uri: a local path or a URI pyarrow.fs understands.
+        uri: a local path or URI (``s3://bucket/prefix``, ...), or a parsed location.
+        options: object store settings (they win over the URI's).
 
     Returns:
-        The URI to use (local relative paths made absolute, so workers agree on it).
+        The location to use (local relative paths made absolute, so workers agree on it).
 
     Raises:
-        ConfigError: the location cannot be resolved, created or written.
+        ConfigError: the location cannot be resolved, created or written, or its store ignores
+            conditional writes (see :meth:`fsstate.storage.fileio.FileIO.check_conditional_writes`).
     """
-    if not isinstance(uri, str) or not uri.strip():
-        raise ConfigError(f"state_uri={uri!r} must be a non-empty path or URI")
-    if "://" not in uri:
-        uri = os.path.abspath(uri)
+    location = Location.parse(uri, options)
     try:
-        fileio = FileIO(uri)
+        fileio = FileIO(location)
         fileio.makedirs("")
         probe = f".fsstate-probe-{uuid.uuid4().hex}"
         fileio.publish_bytes(probe, b"fsstate")
         fileio.delete(probe)
+        fileio.check_conditional_writes()
     except ConfigError:
         raise
     except (FsStateError, OSError) as exc:
         raise ConfigError(
-            f"state_uri={uri!r} is not usable for fsstate state ({exc}); give a writable "
-            "directory or URI via tiered(state_uri=...) or spark.fsstate.stateUri"
+            f"state_uri={location.uri()!r} is not usable for fsstate state "
+            f"({redact(str(exc), location)}); give a writable directory or URI via "
+            "tiered(state_uri=...) or spark.fsstate.stateUri (object store settings: "
+            "AWS_* variables, tiered(storage_options=...) or spark.fsstate.storage.<name>)"
         ) from exc
-    return uri
+    return location
 
 
 def resolve_config(
@@ -208,6 +224,10 @@ def resolve_config(
         )
     merged: dict[str, Any] = {}
     known = _STORE_FIELDS | _ENGINE_FIELDS | _ADAPTER_FIELDS
+    storage_conf = {
+        k[len(STORAGE_PREFIX) :]: v for k, v in conf.items() if k.startswith(STORAGE_PREFIX)
+    }
+    conf = {k: v for k, v in conf.items() if not k.startswith(STORAGE_PREFIX)}
     for source, items in (("spark.fsstate", conf), ("tiered()", options)):
         for raw_key, value in items.items():
             key = snake_case(raw_key)
@@ -254,9 +274,11 @@ def resolve_config(
         raise ConfigError(f"max_cached_stores={max_cached!r} must be an integer >= 0")
 
     uri = merged.pop("state_uri", None) or default_state_uri(checkpoint)
-    uri = check_state_uri(str(uri))
+    storage = {**storage_conf, **dict(merged.pop("storage_options", None) or {})}
+    location = check_state_uri(str(uri), storage)
     return TieredConfig(
-        state_uri=uri,
+        state_uri=location.uri(),
+        location=location,
         name=op_name,
         memory_limit_bytes=limit_bytes,
         store=store,

@@ -40,6 +40,8 @@ from fsstate.controller import configure as configure_engine
 from fsstate.controller import get_controller
 from fsstate.errors import VersionNotFoundError
 from fsstate.interfaces import KeyedStore
+from fsstate.storage.fileio import FileIO
+from fsstate.storage.location import Location
 from fsstate_spark.bounded import MemoryStore
 from fsstate_spark.config import TieredConfig
 
@@ -104,9 +106,23 @@ def current_task() -> TaskInfo:
     return TaskInfo(TaskMode.STREAMING, tc.partitionId(), int(batch), query_id, tc.attemptNumber())
 
 
-def query_root(config: TieredConfig, query_id: str) -> str:
-    """Root URI of one query's stores: ``<state_uri>/<query id>``."""
-    return f"{config.state_uri.rstrip('/')}/{query_id}"
+def query_root(config: TieredConfig, query_id: str) -> Location:
+    """Root of one query's stores: ``<state_uri>/<query id>`` (joined as a path)."""
+    return config.root.child(query_id)
+
+
+_fileios: dict[tuple[Location, bool], FileIO] = {}
+_fileios_lock = threading.Lock()
+
+
+def fileio_for(root: Location, fsync: bool) -> FileIO:
+    """The process's FileIO of a query root (one client and request counter per root)."""
+    key = (root, fsync)
+    with _fileios_lock:
+        fileio = _fileios.get(key)
+        if fileio is None:
+            fileio = _fileios[key] = FileIO(root, fsync=fsync)
+        return fileio
 
 
 class StoreCache:
@@ -134,7 +150,7 @@ class StoreCache:
     def key_of(config: TieredConfig, task: TaskInfo) -> StoreKey:
         """The cache key of a task's store."""
         assert task.query_id is not None and task.partition is not None
-        return (query_root(config, task.query_id), config.name, task.partition)
+        return (query_root(config, task.query_id).describe(), config.name, task.partition)
 
     def acquire(self, config: TieredConfig, task: TaskInfo) -> PartitionStore:
         """The store for a streaming task, at version ``batch_id - 1``.
@@ -159,7 +175,9 @@ class StoreCache:
                 return cached
             self.restores += 1
             self.last_outcome = StoreOutcome.RESTORED
-            store = PartitionStore.open(key[0], config.name, key[2], want, config.store)
+            assert task.query_id is not None
+            fileio = fileio_for(query_root(config, task.query_id), config.store.fsync)
+            store = PartitionStore.open(fileio, config.name, key[2], want, config.store)
         except VersionNotFoundError as exc:
             raise VersionNotFoundError(
                 f"fsstate has no committed state for query {task.query_id}, operator "

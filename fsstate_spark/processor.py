@@ -199,8 +199,11 @@ def tiered(
         memory_limit: byte budget of the engine in each Python worker (``"512MiB"``).
         name: operator name, unique within a query (default: the processor's class name).
         **options: store settings (``retain_versions``, ``compression``, ``row_group_rows``,
-            ...), engine settings (``high_watermark``, ``background_compaction``, ...) and
-            ``max_cached_stores``.
+            ...), engine settings (``high_watermark``, ``background_compaction``, ...),
+            ``max_cached_stores`` and ``storage_options`` (object store settings such as
+            ``endpoint``, ``region``, ``access_key_id``, ``secret_access_key``,
+            ``allow_http``: they reach the workers with the processor; see
+            :mod:`fsstate.storage.location`).
 
     Returns:
         A StatefulProcessor to pass to ``transformWithStateInPandas`` / ``transformWithState``.

@@ -1,158 +1,238 @@
-"""FileIO: the one narrow door between fsstate and storage, over ``pyarrow.fs``.
+"""FileIO: the one narrow door between fsstate and storage (local disk or object stores).
+
+It works on paths relative to its root and delegates to a backend
+(:mod:`fsstate.storage.local`, :mod:`fsstate.storage.objects`), adding typed errors, the
+probe for conditional writes, Parquet encoding with CRCs and request counters.
 
 Invariants:
 
 * Nothing else in fsstate opens, lists, renames or deletes files; every path given to this
   class is relative to its root and uses ``/`` separators.
-* A published file is complete or absent: local files are written to a unique temporary name
-  in the same directory and renamed over the final name (atomic on POSIX); on object stores a
-  single PUT is atomic, so the final name is written directly.
+* A published file is complete or absent (see the backends); ``publish_if_absent`` publishes
+  only if no file is there, atomically with respect to every other writer, and is what makes
+  a version's manifest immutable once written.
 * Durable once published (``fsync=True``, the default): a local file's data is flushed to
-  disk before the rename and its directory entry right after, so a file that a later manifest
-  names survives a power loss with it, and a manifest is never durable before its files.
-  Object stores are durable on PUT.
-* Every storage failure surfaces as :class:`fsstate.errors.StorageError` naming the path;
-  a file that exists but cannot be decoded surfaces as a ``CorruptFileError`` from the caller.
+  disk before it gets its final name and its directory entry right after, so a file that a
+  later manifest names survives a power loss with it, and a manifest is never durable before
+  its files. Object stores are durable on PUT.
+* Every storage failure surfaces as :class:`fsstate.errors.StorageError` naming the object and
+  never a credential; a file that exists but cannot be decoded surfaces as a
+  ``CorruptFileError`` from the caller.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 import uuid
 import zlib
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from fsstate.errors import ConfigError, StorageError
+from fsstate.errors import ConfigError, StorageError, StorageNotFoundError
+from fsstate.storage.backend import (
+    Backend,
+    FileEntry,
+    MissingObject,
+    RequestStats,
+    SizeMismatch,
+    parquet_file,
+)
+from fsstate.storage.local import LocalBackend
+from fsstate.storage.location import Location, redact
 
-
-@dataclass(frozen=True)
-class FileEntry:
-    """A file found by :meth:`FileIO.list`: relative path, size and modification time."""
-
-    path: str
-    size_bytes: int
-    mtime_ms: int | None
+__all__ = [
+    "FileEntry",
+    "FileIO",
+    "Location",
+    "MissingObject",
+    "ParquetStream",
+    "RequestStats",
+    "SizeMismatch",
+]
 
 
 class FileIO:
-    """Storage access rooted at a URI or local path.
+    """Storage access rooted at a location (a local directory or an object store prefix).
 
     Args:
-        uri: a local path (``/tmp/state``, ``./state``) or any URI pyarrow understands
-            (``file:///...``, ``s3://bucket/prefix``, ``gs://...``, ``hdfs://...``).
+        uri: a local path (``/tmp/state``, ``./state``), a URI (``file://``, ``s3://bucket/prefix``,
+            ``gs://...``, ``az://...``, ``memory:///...``) or a :class:`Location`.
         fsync: flush published local files and their directory entries to disk (0.5 ms to a
             few ms per file, with the disk's load); False trades crash durability for latency.
+            Object stores are durable on PUT.
+        options: object store settings (see :mod:`fsstate.storage.location`); they win over
+            the URI's.
 
     Raises:
-        ConfigError: if the URI cannot be resolved to a filesystem.
+        ConfigError: if the location cannot be used.
     """
 
-    def __init__(self, uri: str, fsync: bool = True) -> None:
-        self.uri = uri
+    def __init__(
+        self, uri: str | Location, fsync: bool = True, options: Mapping[str, Any] | None = None
+    ) -> None:
+        self.location = Location.parse(uri, options)
         self.fsync = fsync
-        try:
-            if "://" in uri:
-                fs, root = pafs.FileSystem.from_uri(uri)
-            else:
-                fs, root = pafs.LocalFileSystem(), os.path.abspath(uri)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError, ValueError) as exc:
-            raise ConfigError(
-                f"state URI {uri!r} cannot be opened ({exc}); give a local path or a URI "
-                "pyarrow.fs understands (file://, s3://, gs://, hdfs://)"
-            ) from exc
-        self.fs: pafs.FileSystem = fs
-        self.root = root.rstrip("/") or "/"
-        self.is_local = isinstance(fs, pafs.LocalFileSystem)
-        self._made_dirs: set[str] = set()
+        self.is_local = self.location.is_local
+        self.backend: Backend
+        if self.is_local:
+            self.backend = LocalBackend(self.location.path, fsync)
+        else:
+            from fsstate.storage.objects import ObjectBackend
+
+            self.backend = ObjectBackend(self.location)
+
+    @property
+    def uri(self) -> str:
+        """The root as a URI (no secret)."""
+        return self.location.uri()
+
+    @property
+    def stats(self) -> RequestStats:
+        """Requests made through this FileIO (see :class:`RequestStats`)."""
+        return self.backend.stats
+
+    def child(self, *parts: str) -> FileIO:
+        """A FileIO rooted at a sub-directory (the same settings; its own request counters)."""
+        return FileIO(self.location.child(*parts), self.fsync)
 
     # -- paths -------------------------------------------------------------------------------
-    def full(self, path: str) -> str:
-        """The filesystem path of a relative path."""
-        return f"{self.root}/{path}" if path else self.root
-
     def describe(self, path: str) -> str:
-        """A human-readable location of ``path`` for error messages."""
-        full = self.full(path)
-        return full if self.is_local else f"{self.uri.rstrip('/')}/{path}"
+        """A human-readable location of ``path`` for error messages (never a secret)."""
+        return self.backend.describe(path)
+
+    def _error(self, what: str, path: str, exc: BaseException) -> StorageError:
+        detail = redact(str(exc), self.location)
+        return StorageError(f"cannot {what} {self.describe(path)}: {detail}")
 
     # -- reads -------------------------------------------------------------------------------
     def read_bytes(self, path: str) -> bytes:
         """The whole content of a file."""
         try:
-            with self.fs.open_input_stream(self.full(path)) as f:
-                data: bytes = f.read()
-                return data
-        except FileNotFoundError as exc:
-            raise StorageError(f"{self.describe(path)} does not exist") from exc
+            return self.backend.read(path)
+        except MissingObject as exc:
+            raise StorageNotFoundError(f"{self.describe(path)} does not exist") from exc
         except OSError as exc:
-            raise StorageError(f"cannot read {self.describe(path)}: {exc}") from exc
+            raise self._error("read", path, exc) from exc
 
-    def open_parquet(self, path: str) -> pq.ParquetFile:
-        """A Parquet reader on ``path`` (pyarrow errors pass through for the caller to type)."""
-        f = self.fs.open_input_file(self.full(path))
-        return pq.ParquetFile(f, page_checksum_verification=True)
+    def open_parquet(
+        self, path: str, expected_size: int | None = None, metadata: Any = None
+    ) -> pq.ParquetFile:
+        """A Parquet reader on ``path`` (page checksums verified).
+
+        Args:
+            path: the file.
+            expected_size: its size as the manifest recorded it (checked unless ``metadata``).
+            metadata: its footer, already read and checked (no request until data is read).
+
+        Raises:
+            MissingObject: the file does not exist.
+            SizeMismatch: ``expected_size`` was given and the file has another size.
+            StorageError: storage failed.
+            pyarrow.ArrowException: the file does not decode (the caller types it).
+        """
+        try:
+            verify = metadata is None or expected_size is None
+            source = self.backend.input_file(path, expected_size, verify)
+        except (MissingObject, SizeMismatch):
+            raise
+        except OSError as exc:
+            raise self._error("read", path, exc) from exc
+        return parquet_file(source, metadata)
 
     def size(self, path: str) -> int | None:
         """Size in bytes, or None if the file does not exist."""
-        info = self._info(path)
-        if info.type == pafs.FileType.NotFound:
-            return None
-        return int(info.size) if info.size is not None else 0
+        entry = self._head(path)
+        return None if entry is None else entry.size_bytes
 
     def exists(self, path: str) -> bool:
-        """Whether a file or directory exists at ``path``."""
-        return bool(self._info(path).type != pafs.FileType.NotFound)
+        """Whether a file exists at ``path``."""
+        return self._head(path) is not None
+
+    def _head(self, path: str) -> FileEntry | None:
+        try:
+            return self.backend.head(path)
+        except OSError as exc:
+            raise self._error("stat", path, exc) from exc
 
     def list(self, directory: str, recursive: bool = False) -> list[FileEntry]:
         """Files under ``directory`` (empty if it does not exist), paths relative to the root."""
-        selector = pafs.FileSelector(
-            self.full(directory), allow_not_found=True, recursive=recursive
-        )
         try:
-            infos = self.fs.get_file_info(selector)
-        except FileNotFoundError:
-            return []
+            return self.backend.list(directory, recursive)
         except OSError as exc:
-            raise StorageError(f"cannot list {self.describe(directory)}: {exc}") from exc
-        prefix = self.root + "/"
-        out = []
-        for info in infos:
-            if info.type != pafs.FileType.File:
-                continue
-            rel = info.path[len(prefix) :] if info.path.startswith(prefix) else info.path
-            mtime = info.mtime_ns // 1_000_000 if info.mtime_ns is not None else None
-            out.append(FileEntry(rel, int(info.size or 0), mtime))
-        return out
+            raise self._error("list", directory, exc) from exc
 
     # -- writes ------------------------------------------------------------------------------
     def makedirs(self, directory: str) -> None:
         """Create ``directory`` and its parents (no-op on object stores)."""
         try:
-            self.fs.create_dir(self.full(directory), recursive=True)
+            self.backend.makedirs(directory)
         except OSError as exc:
-            raise StorageError(
-                f"cannot create directory {self.describe(directory)}: {exc}"
-            ) from exc
+            raise self._error("create directory", directory, exc) from exc
 
     def publish_bytes(self, path: str, data: bytes) -> None:
         """Atomically write ``data`` at ``path``, replacing any previous file."""
-        target = self.full(path)
-        tmp = self._temp_name(target)
         try:
-            self._ensure_parent(target)
-            with self.fs.open_output_stream(tmp) as f:
-                f.write(data)
-            self._publish(tmp, target)
+            self.backend.put(path, data)
         except OSError as exc:
-            self._discard(tmp)
-            raise StorageError(f"cannot write {self.describe(path)}: {exc}") from exc
+            raise self._error("write", path, exc) from exc
+
+    def publish_if_absent(self, path: str, data: bytes) -> bool:
+        """Atomically write ``data`` at ``path`` unless a file is there; returns whether this
+        call published it (also True when the file holds exactly ``data``: a retried request
+        whose first attempt landed).
+
+        On an object store that ignores conditional writes this refuses (ConfigError) unless
+        the location declares ``single_writer`` (then: publish if no file is there, not atomic).
+        """
+        single = not self.check_conditional_writes()
+        try:
+            if single:
+                existing = self.backend.head(path)
+                if existing is not None:
+                    return self.backend.read(path) == data
+                self.backend.put(path, data)
+                return True
+            return self.backend.put_if_absent(path, data)
+        except OSError as exc:
+            raise self._error("write", path, exc) from exc
+
+    def check_conditional_writes(self) -> bool:
+        """Whether this store honours conditional writes (probed once per bucket per process:
+        two conditional PUTs of one probe object, the second must be refused).
+
+        Returns:
+            True if it does; False if it does not and the location declares ``single_writer``.
+
+        Raises:
+            ConfigError: the store ignores the condition and ``single_writer`` is not set.
+        """
+        if self.is_local:
+            return True
+        loc = self.location
+        key = (loc.scheme, loc.bucket, loc.option_map.get("endpoint", ""))
+        honoured = _conditional.get(key)
+        if honoured is None:
+            probe = f".fsstate-conditional-probe-{uuid.uuid4().hex}"
+            try:
+                first = self.backend.put_if_absent(probe, b"1")
+                second = self.backend.put_if_absent(probe, b"2")
+                self.backend.delete([probe])
+            except OSError as exc:
+                raise self._error("probe conditional writes at", probe, exc) from exc
+            honoured = _conditional[key] = first and not second
+        if honoured:
+            return True
+        if loc.single_writer:
+            return False
+        raise ConfigError(
+            f"the object store of {loc.uri()} ignores conditional writes (If-None-Match: *): two "
+            "attempts of one task could both publish a version. Use a store that honours them "
+            "(AWS S3, GCS, Azure, recent MinIO or SeaweedFS), or set the storage option "
+            "single_writer=true if no two attempts can ever write one store at a time"
+        )
 
     def write_parquet(self, path: str, table: pa.Table, **options: Any) -> tuple[int, int]:
         """Write ``table`` as a Parquet file published atomically at ``path``.
@@ -178,16 +258,12 @@ class FileIO:
         """Write a Parquet file row group by row group, published atomically at ``path`` when
         the block ends without an exception (else discarded).
 
-        Unlike :meth:`write_parquet` the encoded file is never held in memory: a merge of runs
-        larger than the memory budget streams through. Size and CRC-32 of the whole file are
-        on the yielded stream after the block.
+        Unlike :meth:`write_parquet` the encoded file is never held in memory whole: a merge of
+        runs larger than the memory budget streams through (on object stores, as a multipart
+        upload). Size and CRC-32 of the whole file are on the yielded stream after the block.
         """
-        target = self.full(path)
-        tmp = self._temp_name(target)
-        published = False
         try:
-            self._ensure_parent(target)
-            with self.fs.open_output_stream(tmp) as out:
+            with self.backend.open_output(path) as out:
                 sink = _CrcSink(out)
                 writer = pq.ParquetWriter(sink, schema, write_page_checksum=True, **options)
                 stream = ParquetStream(writer, sink)
@@ -195,77 +271,29 @@ class FileIO:
                     yield stream
                 finally:
                     writer.close()
-            self._publish(tmp, target)
-            published = True
+            self.stats.add("put", n=0, written=sink.size)
         except (OSError, pa.ArrowException) as exc:
-            raise StorageError(f"cannot write {self.describe(path)}: {exc}") from exc
-        finally:
-            if not published:
-                self._discard(tmp)
+            raise self._error("write", path, exc) from exc
 
     def delete(self, path: str) -> bool:
         """Delete a file; returns False if it was already gone."""
-        try:
-            self.fs.delete_file(self.full(path))
-            return True
-        except FileNotFoundError:
-            return False
-        except OSError as exc:
-            raise StorageError(f"cannot delete {self.describe(path)}: {exc}") from exc
+        existed = True
+        if self.is_local:
+            existed = self._head(path) is not None
+        self.delete_many([path])
+        return existed
 
-    # -- internals ---------------------------------------------------------------------------
-    def _info(self, path: str) -> pafs.FileInfo:
-        try:
-            return self.fs.get_file_info(self.full(path))
-        except OSError as exc:
-            raise StorageError(f"cannot stat {self.describe(path)}: {exc}") from exc
-
-    def _ensure_parent(self, target: str) -> None:
-        parent = target.rpartition("/")[0]
-        if self.is_local and parent not in self._made_dirs:
-            self.fs.create_dir(parent, recursive=True)
-            if self.fsync and _DIR_FLAGS is not None:
-                # the entries of directories just made: each ancestor up to the root, once
-                d = parent
-                while d.startswith(self.root) and d != self.root:
-                    d = d.rpartition("/")[0] or "/"
-                    _fsync(d, _DIR_FLAGS)
-            self._made_dirs.add(parent)
-
-    def _publish(self, tmp: str, target: str) -> None:
-        """Rename a complete temporary file to its final name, durably if ``fsync``."""
-        if tmp == target:
-            return  # object store: the PUT was the publication
-        if self.fsync:
-            _fsync(tmp, os.O_RDONLY)
-        self.fs.move(tmp, target)
-        if self.fsync and _DIR_FLAGS is not None:
-            _fsync(target.rpartition("/")[0] or "/", _DIR_FLAGS)
-
-    def _temp_name(self, target: str) -> str:
-        if not self.is_local:
-            return target  # a single PUT is atomic on object stores
-        head, _, tail = target.rpartition("/")
-        return f"{head}/.tmp-{uuid.uuid4().hex}-{tail}"
-
-    def _discard(self, tmp: str) -> None:
-        if not self.is_local:
+    def delete_many(self, paths: Sequence[str]) -> None:
+        """Delete files (missing ones are ignored; object stores: bulk requests)."""
+        if not paths:
             return
-        with contextlib.suppress(OSError):
-            self.fs.delete_file(tmp)
+        try:
+            self.backend.delete(list(paths))
+        except OSError as exc:
+            raise self._error("delete", paths[0], exc) from exc
 
 
-# directories can be opened (and fsynced) on POSIX only; elsewhere a rename is left to the OS
-_DIR_FLAGS: int | None = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) if os.name == "posix" else None
-
-
-def _fsync(path: str, flags: int) -> None:
-    """Flush a local file's (or directory's) data and metadata to disk."""
-    fd = os.open(path, flags)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+_conditional: dict[tuple[str, str, str], bool] = {}
 
 
 class _CrcSink:

@@ -10,7 +10,7 @@ Format (``format_version`` 2)::
     {"format": "fsstate.storage.manifest", "format_version": 2, "version": 7,
      "operator": "...", "partition": 0, "created_ms": ..., "next_seq": 1234,
      "parent_version": 6, "parent_checksum": "<checksum of the manifest it was built on>",
-     "lineage_next_seqs": [1001, 1100, 1180],
+     "lineage_next_seqs": [1001, 1100, 1180], "chain_from": 3, "retired": ["data/..."],
      "tables": [{"name": "count", "kind": "value", "ttl_ms": null, "incarnation": 17,
                  "key_schema": "<base64 Arrow IPC schema>", "value_schema": "...",
                  "user_key_schema": null,
@@ -31,7 +31,17 @@ Optional fields added within version 2 (absent means "unknown"; older readers ig
 stay correct, only more conservative): ``lineage_next_seqs``, the ``next_seq`` of up to
 :data:`LINEAGE_STEPS_MAX` ancestors along the parent links, oldest first (a bottom compaction
 keeps the tombstones that a copy at any of them would need to catch up), and the run files'
-``tombstones_from_seq`` (:class:`fsstate.format.refs.FileRef`).
+``tombstones_from_seq`` (:class:`fsstate.format.refs.FileRef`); ``chain_from``, the oldest
+version from which every step of this version's lineage went from ``k - 1`` to ``k`` (so the
+versions ``chain_from .. version`` form one chain), and ``retired``, the files the parent
+referenced that this version no longer does (the garbage it makes): retention deletes them when
+the parent leaves the retained window, without listing anything
+(:mod:`fsstate.store.retention`).
+
+Publishing: a version's manifest is published with put-if-absent
+(:func:`publish_manifest`), so once written it never changes; an attempt that finds its
+version already published gets the other attempt's manifest back and decides what to do
+(:meth:`fsstate.store.partition.PartitionStore.commit`).
 
 Invariants:
 
@@ -55,7 +65,7 @@ import pyarrow as pa
 from fsstate.errors import (
     FsStateError,
     ManifestCorruptError,
-    StorageError,
+    StorageNotFoundError,
     VersionNotFoundError,
 )
 from fsstate.format.refs import (
@@ -139,6 +149,8 @@ class Manifest:
     parent_version: int | None = None
     parent_checksum: str | None = None
     lineage_next_seqs: list[int] = field(default_factory=list)
+    chain_from: int | None = None
+    retired: list[str] = field(default_factory=list)
     checksum: str = ""  # set when serialized or parsed
 
     def tombstone_horizon_seq(self) -> int:
@@ -174,6 +186,8 @@ class Manifest:
             "parent_version": self.parent_version,
             "parent_checksum": self.parent_checksum,
             "lineage_next_seqs": self.lineage_next_seqs,
+            "chain_from": self.chain_from,
+            "retired": self.retired,
             "tables": [t.to_json() for t in self.tables.values()],
         }
         canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
@@ -222,6 +236,8 @@ class Manifest:
                 parent_version=_opt_int(body.get("parent_version")),
                 parent_checksum=_opt_str(body.get("parent_checksum")),
                 lineage_next_seqs=[int(x) for x in body.get("lineage_next_seqs") or []],
+                chain_from=_opt_int(body.get("chain_from")),
+                retired=[str(x) for x in body.get("retired") or []],
                 checksum=str(checksum),
             )
         except (KeyError, TypeError, ValueError, pa.ArrowException) as exc:
@@ -248,21 +264,27 @@ def read_manifest(fileio: FileIO, store_dir: str, version: int) -> Manifest:
     path = manifest_path(store_dir, version)
     try:
         data = fileio.read_bytes(path)
-    except StorageError as exc:
-        if not fileio.exists(path):
-            available = list_versions(fileio, store_dir)
-            raise VersionNotFoundError(
-                f"version {version} of store {fileio.describe(store_dir)} does not exist "
-                f"(retained versions: {_summarize(available)}); open one of those, or start "
-                "from an empty store"
-            ) from exc
-        raise
+    except StorageNotFoundError as exc:
+        available = list_versions(fileio, store_dir)
+        raise VersionNotFoundError(
+            f"version {version} of store {fileio.describe(store_dir)} does not exist "
+            f"(retained versions: {_summarize(available)}); open one of those, or start "
+            "from an empty store"
+        ) from exc
     return Manifest.from_bytes(data, fileio.describe(path))
 
 
-def write_manifest(fileio: FileIO, store_dir: str, manifest: Manifest) -> None:
-    """Publish a manifest atomically (the commit point)."""
-    fileio.publish_bytes(manifest_path(store_dir, manifest.version), manifest.to_bytes())
+def publish_manifest(fileio: FileIO, store_dir: str, manifest: Manifest) -> Manifest:
+    """Publish a manifest if its version has none yet (the commit point).
+
+    Returns:
+        ``manifest`` if this call published it; else the manifest another attempt published
+        for the version (compare checksums to tell).
+    """
+    data = manifest.to_bytes()
+    if fileio.publish_if_absent(manifest_path(store_dir, manifest.version), data):
+        return manifest
+    return read_manifest(fileio, store_dir, manifest.version)
 
 
 def list_versions(fileio: FileIO, store_dir: str) -> list[int]:

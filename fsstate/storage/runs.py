@@ -42,13 +42,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from fsstate.config import StoreConfig
-from fsstate.errors import DataFileCorruptError, StorageError
+from fsstate.errors import DataFileCorruptError, StorageError, StorageNotFoundError
 from fsstate.format.keyfilter import BloomFilter, stable_hash
 from fsstate.format.refs import FileRef, decode_batch, encode_batch
 from fsstate.format.schema import FORMAT_VERSION, TableSpec
 from fsstate.format.segment import OpRow, Segment
 from fsstate.storage.cache import BlockCache
-from fsstate.storage.fileio import FileIO
+from fsstate.storage.fileio import FileIO, MissingObject, SizeMismatch
 
 WHOLE_FILE_BYTES_MAX = 4 * 1024 * 1024
 
@@ -109,10 +109,8 @@ def read_table_file(fileio: FileIO, store_dir: str, ref: FileRef) -> pa.Table:
     where = fileio.describe(full)
     try:
         data = fileio.read_bytes(full)
-    except StorageError as exc:
-        if fileio.size(full) is None:
-            raise _corrupt(where, "is missing") from exc
-        raise
+    except StorageNotFoundError as exc:
+        raise _corrupt(where, "is missing") from exc
     if len(data) != ref.size_bytes:
         raise _corrupt(where, f"has {len(data)} bytes, the manifest recorded {ref.size_bytes}")
     if ref.crc32 is not None and zlib.crc32(data) != ref.crc32:
@@ -143,12 +141,22 @@ class DiskRun:
     Built from the footer on first use, or directly by :meth:`Run.write` (no read needed).
     """
 
-    __slots__ = ("bloom", "firsts", "lasts", "metadata", "num_row_groups", "path", "where")
+    __slots__ = (
+        "bloom",
+        "firsts",
+        "lasts",
+        "metadata",
+        "num_row_groups",
+        "path",
+        "size",
+        "where",
+    )
 
     def __init__(
         self,
         path: str,
         where: str,
+        size: int,
         bloom: BloomFilter | None,
         firsts: list[Any],
         lasts: list[Any],
@@ -157,6 +165,7 @@ class DiskRun:
     ) -> None:
         self.path = path
         self.where = where
+        self.size = size
         self.bloom = bloom
         self.firsts = firsts
         self.lasts = lasts
@@ -168,22 +177,25 @@ class DiskRun:
         """Read the footer of a run file (size checked first)."""
         path = f"{ctx.store_dir}/{ref.path}"
         where = ctx.fileio.describe(path)
-        size = ctx.fileio.size(path)
-        if size is None:
-            raise _corrupt(where, "is missing")
-        if size != ref.size_bytes:
-            raise _corrupt(where, f"has {size} bytes, the manifest recorded {ref.size_bytes}")
         try:
-            md = ctx.fileio.open_parquet(path).metadata
+            md = ctx.fileio.open_parquet(path, ref.size_bytes).metadata
             kv = md.metadata or {}
             bloom = BloomFilter.from_text(kv[b"fsstate.bloom"]) if b"fsstate.bloom" in kv else None
             bounds = _decode_bounds(kv.get(b"fsstate.rg_bounds"))
+        except MissingObject as exc:
+            raise _corrupt(where, "is missing") from exc
+        except SizeMismatch as exc:
+            raise _corrupt(
+                where, f"has {exc.actual} bytes, the manifest recorded {ref.size_bytes}"
+            ) from exc
+        except StorageError:
+            raise  # storage failed: not a damaged file
         except (pa.ArrowException, OSError, ValueError, KeyError) as exc:
             raise _corrupt(where, f"cannot be decoded ({exc})") from exc
         if md.num_rows != ref.rows:
             raise _corrupt(where, f"has {md.num_rows} rows, the manifest recorded {ref.rows}")
         firsts, lasts = bounds if bounds else ([], [])
-        return cls(path, where, bloom, firsts, lasts, md.num_row_groups, md)
+        return cls(path, where, ref.size_bytes, bloom, firsts, lasts, md.num_row_groups, md)
 
     @property
     def nbytes(self) -> int:
@@ -204,13 +216,13 @@ class DiskRun:
     def read_group(self, spec: TableSpec, ctx: RunContext, i: int) -> Segment:
         """Decode row group ``i`` (page checksums verified)."""
         try:
-            pf = pq.ParquetFile(
-                ctx.fileio.fs.open_input_file(ctx.fileio.full(self.path)),
-                metadata=self.metadata,
-                page_checksum_verification=True,
-            )
+            pf = ctx.fileio.open_parquet(self.path, self.size, self.metadata)
             self.metadata = pf.metadata
             table = pf.read_row_group(i)
+        except MissingObject as exc:
+            raise _corrupt(self.where, "is missing") from exc
+        except StorageError:
+            raise  # storage failed: not a damaged file
         except (pa.ArrowException, OSError, ValueError) as exc:
             raise _corrupt(self.where, f"row group {i} cannot be decoded ({exc})") from exc
         return _segment_of(spec, table, self.where)
@@ -432,5 +444,7 @@ def write_run_stream(
         )
     ref = FileRef(path, rows, stream.size_bytes, min_seq, max_seq, stream.crc32, arrow_bytes)
     run = Run(None, ref)
-    run._disk = DiskRun(full, ctx.fileio.describe(full), bloom, firsts, lasts, len(firsts))
+    run._disk = DiskRun(
+        full, ctx.fileio.describe(full), ref.size_bytes, bloom, firsts, lasts, len(firsts)
+    )
     return run

@@ -10,20 +10,36 @@ Invariants:
 * Opening reads one manifest and nothing else: no data file is read until a key needs it, so
   opening costs the same for any state size.
 * ``commit(v)`` seals every changed table, writes only runs and index changes that are not yet
-  on disk (new files, unique names), then publishes the manifest of ``v`` atomically. The
-  manifest lists every live file, inherited and new. Until it is published nothing of ``v`` is
-  visible; if anything fails the previous version is intact and the commit can be retried.
-* Re-committing a version (a retried batch) overwrites its manifest; files are never reused
-  across attempts, so attempts never clobber each other.
-* After each commit the store keeps the newest ``retain_versions`` manifests and deletes files no
-  retained manifest references (plus, periodically, orphans older than ``orphan_grace_ms``).
+  on storage (new files, names unique to the attempt), then publishes the manifest of ``v``
+  if ``v`` has none yet (put-if-absent: ``link(2)`` locally, ``If-None-Match: *`` on object
+  stores). The manifest lists every live file, inherited and new. Until it is published
+  nothing of ``v`` is visible; if anything fails the previous version is intact and the
+  commit can be retried.
+* A version is published once and never changes. An attempt that finds ``v`` published by
+  another attempt (a task retry, a speculative or zombie task, a re-run after a restart)
+  compares parents: on the same parent it adopts that version (the store becomes that
+  version, its own files are left to the garbage collection after the grace time); on another
+  parent it raises :class:`fsstate.errors.CommitConflictError` and nothing changes. Attempts
+  never delete each other's files.
+* After each commit the store drops the version that leaves the retained window, with the
+  files only it referenced, without listing storage; every ``orphan_scan_every_commits``-th
+  version it lists storage for leftovers and orphans older than ``orphan_grace_ms``
+  (:mod:`fsstate.store.retention`).
 * Sequence numbers are per store, strictly increasing, and persisted in the manifest.
+
+Requests on an object store (each one GET, PUT, HEAD, LIST or DELETE; measured by
+``FileIO.stats``, asserted by the tests): ``open`` 1 GET (the manifest); ``refresh`` 1 GET per
+version caught up across plus the new data files of tables that hold views; ``commit`` 1 PUT
+per changed table's run (and TTL index change) + 1 conditional PUT (manifest) + 1 GET and 1
+DELETE for retention (none within the first ``retain_versions`` versions); an unchanged
+commit the same without data files.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import logging
 import re
 import time
 from typing import Any
@@ -34,7 +50,9 @@ from fsstate import interfaces
 from fsstate.config import StoreConfig
 from fsstate.controller import MemoryController, get_controller
 from fsstate.errors import (
+    CommitConflictError,
     CommitError,
+    ConfigError,
     FsStateError,
     SchemaError,
     StateKindError,
@@ -53,13 +71,14 @@ from fsstate.format.schema import (
 from fsstate.osmem import return_memory_to_os
 from fsstate.stats import CommitInfo, StoreStats, TableStats
 from fsstate.storage.fileio import FileIO
+from fsstate.storage.location import Location
 from fsstate.storage.manifest import (
     Manifest,
     TableEntry,
     descends,
     list_versions,
+    publish_manifest,
     read_manifest,
-    write_manifest,
 )
 from fsstate.storage.runs import RunContext, file_metadata, new_data_path, write_table_file
 from fsstate.store.catchup import apply_plan, plan_store
@@ -70,6 +89,7 @@ from fsstate.tables.ttl_index import encode_changes, needs_snapshot
 __all__ = ["CommitInfo", "PartitionStore", "StoreStats", "TableStats", "store_dir_for"]
 
 _SAFE = re.compile(r"[^A-Za-z0-9._=-]")
+log = logging.getLogger("fsstate.store")
 
 
 def store_dir_for(operator: str, partition: int) -> str:
@@ -121,7 +141,7 @@ class PartitionStore(interfaces.KeyedStore):
     @classmethod
     def open(
         cls,
-        uri: str | FileIO,
+        uri: str | Location | FileIO,
         operator: str,
         partition: int,
         version: int | None = None,
@@ -130,7 +150,8 @@ class PartitionStore(interfaces.KeyedStore):
         """Open the store of (operator, partition) at a committed version.
 
         Args:
-            uri: root URI or local path of the state directory, or a FileIO.
+            uri: root URI or local path of the state directory, a :class:`Location` (a URI
+                with object store settings) or a FileIO.
             operator: operator (or query/operator) name.
             partition: partition id.
             version: committed version to open; None starts an empty store (version -1).
@@ -179,21 +200,21 @@ class PartitionStore(interfaces.KeyedStore):
             return False  # a file could not be read: nothing changed; reopening will say why
         for plan in plans:
             apply_plan(plan)
-        for name in resets:
-            del self._tables[name]  # declared again from the target's entry, cold
-        self._entries = {n: e for n, e in target.tables.items() if n not in self._tables}
+        self._reset_tables(target, resets)
         self._manifest = target
         self.version = target.version
         self.next_seq = max(self.next_seq, target.next_seq)
         self._dropped = False
         self._retention.forget_listing()  # other processes committed: listed again if needed
-        self._retention.remember(target.version, target.files())
+        self._retention.remember(target)
         self.controller.touch(self)
         self.controller.check()  # replayed views and pinned delta files count from now on
         return True
 
     @staticmethod
-    def committed_versions(uri: str | FileIO, operator: str, partition: int) -> list[int]:
+    def committed_versions(
+        uri: str | Location | FileIO, operator: str, partition: int
+    ) -> list[int]:
         """Committed versions of a store, ascending."""
         fileio = uri if isinstance(uri, FileIO) else FileIO(uri)
         return list_versions(fileio, store_dir_for(operator, partition))
@@ -352,8 +373,14 @@ class PartitionStore(interfaces.KeyedStore):
     def commit(self, version: int) -> CommitInfo:
         """Publish the current state as ``version`` (see the module docstring).
 
+        A version is published once: if another attempt (a retried, speculative or zombie task,
+        or this store earlier) already published ``version`` on the same parent version, this
+        store adopts that version (its own changes since its parent are dropped, its files are
+        left to the garbage collection) and the result says ``adopted``.
+
         Raises:
             CommitError: storage failed; the previous version is intact, retry is safe.
+            CommitConflictError: ``version`` was published on another parent; nothing changed.
         """
         self.check_open()
         if isinstance(version, bool) or not isinstance(version, int) or version < 0:
@@ -403,12 +430,24 @@ class PartitionStore(interfaces.KeyedStore):
                 parent_checksum=parent_sum,
                 lineage_next_seqs=lineage,
             )
-            write_manifest(self.fileio, self.store_dir, manifest)
+            base = self._manifest
+            if base is not None and base.version == parent_v:
+                manifest.retired = sorted(base.files() - manifest.files())
+                if parent_v == version - 1:
+                    manifest.chain_from = parent_v if base.chain_from is None else base.chain_from
+            if manifest.chain_from is None:
+                manifest.chain_from = version
+            published = publish_manifest(self.fileio, self.store_dir, manifest)
+        except ConfigError:
+            raise  # the store cannot be used as configured: retrying would not help
         except FsStateError as exc:
+            previous = "no version" if self.version is None else f"version {self.version}"
             raise CommitError(
                 f"commit of version {version} of store {self.fileio.describe(self.store_dir)} "
-                f"failed ({exc}); version {self.version} is intact and the commit can be retried"
+                f"failed ({exc}); {previous} is intact and the commit can be retried"
             ) from exc
+        if published.checksum != manifest.checksum:
+            return self._lost_race(published, manifest, t0)
         for t, ttl_refs in ttl_updates:
             t.ttl_refs = ttl_refs
             t.ranges_dirty = False
@@ -422,14 +461,58 @@ class PartitionStore(interfaces.KeyedStore):
         return_memory_to_os()
         self._commits += 1
         self._bytes_written += written
-        self._retention.remember(version, manifest.files())
-        self._retention.after_commit(version, self._commits, self._live_paths(), self.config)
+        self._retention.remember(manifest)
+        self._retention.after_commit(manifest, self._live_paths(), self.config)
         self.controller.touch(self)
         max_runs = self.controller.config.compaction_max_runs
         for t in self._tables.values():
             if len(t.runs) > max_runs:
                 self.controller.compactor().request(t)
         return CommitInfo(version, files, written, (time.perf_counter() - t0) * 1000)
+
+    def _lost_race(self, published: Manifest, ours: Manifest, t0: float) -> CommitInfo:
+        """Another attempt published this version first: adopt it if it was built on the same
+        parent (the same batch from the same state), else refuse."""
+        same_parent = (published.parent_version, published.parent_checksum) == (
+            ours.parent_version,
+            ours.parent_checksum,
+        )
+        where = self.fileio.describe(self.store_dir)
+        if not same_parent:
+            raise CommitConflictError(
+                f"version {ours.version} of store {where} was already published on top of "
+                f"version {published.parent_version}, and this store built it on version "
+                f"{ours.parent_version}; nothing was published. Open the store at "
+                f"{ours.version} (or the version you meant to continue from) and commit a new "
+                "version"
+            )
+        self._reset_tables(published, list(self._tables))
+        self._manifest = published
+        self.version = published.version
+        self.next_seq = max(self.next_seq, published.next_seq)
+        self._dropped = False
+        self._retention.remember(published)
+        log.info(
+            "fsstate: version %s of %s was published by another attempt on the same parent; "
+            "adopted it (this attempt's files are left to the garbage collection)",
+            published.version,
+            where,
+        )
+        return CommitInfo(published.version, 0, 0, (time.perf_counter() - t0) * 1000, True)
+
+    def _reset_tables(self, manifest: Manifest, names: list[str]) -> None:
+        """Make the loaded tables ``names`` exactly their entries of ``manifest`` (in place, so
+        table objects users hold stay valid); a table the manifest lacks, or holds with another
+        shape, is dropped from memory and declared again from the manifest when asked for."""
+        for name in names:
+            t = self._tables[name]
+            entry = manifest.tables.get(name)
+            if entry is None or not t.spec.same_shape(entry.spec):
+                t.release_all()  # gone or declared anew with another shape: declared again
+                del self._tables[name]
+            else:
+                t.reset_to(entry)
+        self._entries = {n: e for n, e in manifest.tables.items() if n not in self._tables}
 
     def _lineage(self, version: int) -> tuple[int | None, str | None, list[int]]:
         """Parent (version, checksum) and ``lineage_next_seqs`` of the manifest of ``version``."""

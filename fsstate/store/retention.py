@@ -1,10 +1,21 @@
 """Retention: which committed versions a store keeps, and which files may be deleted.
 
-After each commit the store keeps its newest ``retain_versions`` manifests; the files that only
-dropped versions reference are deleted with them. Every ``orphan_scan_every_commits`` commits
-the data directory is listed and files that no retained manifest and no live run references
-(left by failed or losing attempts, or by compactions never published) are deleted once older
-than ``orphan_grace_ms``.
+A store keeps the versions within ``retain_versions`` of the newest one it committed (by
+number, as Spark's ``minBatchesToRetain``). Two paths delete what falls out of that window:
+
+* **Every commit, no listing** (the per-batch path): committing ``v`` drops version
+  ``d = v - retain_versions``: its manifest and the files version ``d + 1`` retired (the
+  files ``d`` referenced and ``d + 1`` no longer does, recorded in the manifest of ``d + 1``),
+  in one bulk delete. That is only done when the versions ``d .. v`` form one chain (each
+  version's parent the one before: ``Manifest.chain_from <= d``), so no retained version can
+  reference a retired file. Cost: one GET of the manifest of ``d + 1`` (unless this store
+  knows it) and one delete request.
+* **Every ``orphan_scan_every_commits``-th version, a listing**: manifests older than the window
+  that the per-commit path left (gaps in the version numbers, other histories) are deleted with
+  the files no retained manifest references, then data files that no retained manifest and no
+  live run reference (failed or losing attempts, unpublished compactions) once older than
+  ``orphan_grace_ms``. Cost: two listings and a GET per retained manifest this store does not
+  know.
 
 Invariants:
 
@@ -12,8 +23,6 @@ Invariants:
 * An unreferenced file younger than the grace time is never deleted: it may belong to a commit
   under way in another attempt.
 * An unreadable manifest pins nothing (its version cannot be opened anyway).
-* The file sets of manifests this store read or wrote are remembered, so a commit reads no
-  manifest it already knows; the version listing is made once and then maintained.
 """
 
 from __future__ import annotations
@@ -24,7 +33,9 @@ from collections.abc import Iterable
 from fsstate.config import StoreConfig
 from fsstate.errors import FsStateError
 from fsstate.storage.fileio import FileIO
-from fsstate.storage.manifest import list_versions, manifest_path, read_manifest
+from fsstate.storage.manifest import Manifest, list_versions, manifest_path, read_manifest
+
+KNOWN_MAX = 128  # manifests a store keeps for retention (the window is usually within it)
 
 
 class Retention:
@@ -35,10 +46,16 @@ class Retention:
         self.store_dir = store_dir
         self._versions: list[int] | None = None
         self._file_sets: dict[int, frozenset[str]] = {}
+        self._known: dict[int, Manifest] = {}  # manifests this store read or wrote (bounded)
 
-    def remember(self, version: int, files: Iterable[str]) -> None:
-        """Note the files of a version this store committed or caught up to."""
-        self._file_sets[version] = frozenset(files)
+    def remember(self, manifest: Manifest) -> None:
+        """Note a manifest this store committed, adopted or caught up to (the newest
+        :data:`KNOWN_MAX` are kept: retention then reads none it has seen)."""
+        self._file_sets[manifest.version] = frozenset(manifest.files())
+        known = self._known
+        known[manifest.version] = manifest
+        while len(known) > KNOWN_MAX:
+            del known[min(known)]
 
     def forget_listing(self) -> None:
         """The version listing is stale (other processes committed): list again when needed."""
@@ -62,40 +79,65 @@ class Retention:
         return list(self._versions)
 
     def after_commit(
-        self, committed: int, commits: int, live_paths: Iterable[str], config: StoreConfig
+        self, manifest: Manifest, live_paths: Iterable[str], config: StoreConfig
     ) -> None:
-        """Drop versions beyond the retained count and their files; scan for orphans every
-        ``orphan_scan_every_commits`` commits.
+        """Delete what falls out of the retained window after ``manifest`` was committed.
 
         Args:
-            committed: the version just committed.
-            commits: commits of this store so far (the orphan scan's clock).
+            manifest: the manifest just published by this store.
             live_paths: files the store's live runs reference (never deleted).
             config: the store's settings (retained versions, orphan scan and grace).
         """
-        if self._versions is None:
-            self._versions = list_versions(self.fileio, self.store_dir)
-        elif committed not in self._versions:
-            self._versions.append(committed)
+        v = manifest.version
+        dropped = v - config.retain_versions
+        if self._versions is not None and v not in self._versions:
+            self._versions.append(v)
             self._versions.sort()
-        keep_n = config.retain_versions
-        versions = self._versions
-        if len(versions) > keep_n:
-            drop, keep = versions[:-keep_n], versions[-keep_n:]
+        if dropped >= 0 and manifest.chain_from is not None and manifest.chain_from <= dropped:
+            nxt = manifest if dropped + 1 == v else self._manifest_of(dropped + 1)
+            doomed = [manifest_path(self.store_dir, dropped)]
+            if nxt is not None and nxt.parent_version == dropped:
+                doomed += [f"{self.store_dir}/{p}" for p in nxt.retired]
+            self.fileio.delete_many(doomed)
+            self._file_sets.pop(dropped, None)
+            if self._versions is not None and dropped in self._versions:
+                self._versions.remove(dropped)
+        if v % config.orphan_scan_every_commits == 0:
+            self.full_scan(v, live_paths, config)
+
+    def _manifest_of(self, version: int) -> Manifest | None:
+        m = self._known.get(version)
+        if m is not None:
+            return m
+        try:
+            m = read_manifest(self.fileio, self.store_dir, version)
+        except FsStateError:
+            return None
+        self._file_sets[version] = frozenset(m.files())
+        return m
+
+    def full_scan(self, newest: int, live_paths: Iterable[str], config: StoreConfig) -> None:
+        """List the manifests: delete those older than the window with the files no retained
+        manifest references; then delete orphan data files (see the module docstring)."""
+        self._versions = list_versions(self.fileio, self.store_dir)
+        first_kept = newest - config.retain_versions + 1
+        drop = [v for v in self._versions if v < first_kept]
+        keep = [v for v in self._versions if v >= first_kept]
+        if drop:
             live: set[str] = set()
             for v in keep:
                 live |= self.files_of(v)
             doomed: set[str] = set()
             for v in drop:
                 doomed |= self.files_of(v)
+            self.fileio.delete_many(
+                [manifest_path(self.store_dir, v) for v in drop]
+                + [f"{self.store_dir}/{p}" for p in sorted(doomed - live)]
+            )
             for v in drop:
-                self.fileio.delete(manifest_path(self.store_dir, v))
                 self._file_sets.pop(v, None)
-            for path in doomed - live:
-                self.fileio.delete(f"{self.store_dir}/{path}")
             self._versions = keep
-        if commits % config.orphan_scan_every_commits == 0:
-            self.delete_orphans(live_paths, config.orphan_grace_ms)
+        self.delete_orphans(live_paths, config.orphan_grace_ms)
 
     def delete_orphans(self, live_paths: Iterable[str], grace_ms: int) -> int:
         """Delete data files no retained manifest or live run references (after a grace time);
@@ -104,12 +146,12 @@ class Retention:
         for v in self.versions():
             live |= self.files_of(v)
         cutoff = int(time.time() * 1000) - grace_ms
-        removed = 0
         prefix = self.store_dir + "/"
+        doomed = []
         for f in self.fileio.list(f"{self.store_dir}/data"):
             rel = f.path[len(prefix) :] if f.path.startswith(prefix) else f.path
             if rel in live or (f.mtime_ms is not None and f.mtime_ms > cutoff):
                 continue
-            if self.fileio.delete(f.path):
-                removed += 1
-        return removed
+            doomed.append(f.path)
+        self.fileio.delete_many(doomed)
+        return len(doomed)

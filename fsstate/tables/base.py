@@ -34,7 +34,7 @@ from fsstate.format.keyfilter import stable_hash
 from fsstate.format.refs import FileRef
 from fsstate.format.schema import KIND_MAP, KIND_VALUE, OP_CLEAR
 from fsstate.format.segment import OpRow, Segment
-from fsstate.format.tombstones import ABSENT, Timed, in_range, replay_value
+from fsstate.format.tombstones import ABSENT, RangeTombstones, Timed, in_range, replay_value
 from fsstate.interfaces import Key
 from fsstate.storage.manifest import TableEntry
 from fsstate.storage.runs import Run, read_table_file, write_run_stream
@@ -389,6 +389,26 @@ class TableBase(TableCore, interfaces.StateTable):
         if new.spec.key_schema is not None and self.spec.key_schema is None:
             self._set_key_schema(new.spec.key_schema)
         return replayed
+
+    def reset_to(self, entry: TableEntry) -> None:
+        """Make this table exactly a committed entry, in place (the object, its accessors and
+        the state objects holding it stay valid): views, dirt and runs are replaced, the TTL
+        index is reloaded lazily. Used when a store adopts or catches up to a version it cannot
+        replay into its views."""
+        with self.lock:
+            self.runs = [Run(None, ref) for ref in entry.runs]
+        self._views.clear()  # in place: key-cursor accessors hold these dicts
+        self._dirty.clear()
+        self._partial = set()
+        self._warmed = False
+        self.incarnation = entry.incarnation
+        self.ttl_refs = list(entry.ttl_runs)
+        self._ttl = None if entry.ttl_runs else TtlIndex()
+        self.indexed = bool(entry.ttl_runs) or self.ttl_ms is not None
+        self.ranges = RangeTombstones.from_batch(entry.range_tombstones)
+        self.ranges_dirty = False
+        if entry.spec.key_schema is not None and self.spec.key_schema is None:
+            self._set_key_schema(entry.spec.key_schema)
 
     # -- stats -----------------------------------------------------------------------------------
     def hot_keys(self) -> int:

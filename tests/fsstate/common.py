@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import pyarrow as pa
 
-from fsstate import PartitionStore
+from fsstate import PartitionStore, StoreConfig
+from fsstate.storage.location import Location
 
 KEY = pa.schema([pa.field("user", pa.string())])
 VAL = pa.schema([pa.field("count", pa.int64()), pa.field("label", pa.string())])
@@ -43,3 +47,17 @@ def to_tier(store: PartitionStore, tier: str, version: int) -> PartitionStore:
     )
     reopened.set_time(store.now_ms)
     return reopened
+
+
+Factory = Callable[..., PartitionStore]
+
+
+def store_factory(root: Location) -> Factory:
+    """A factory of empty stores under ``root`` (a local directory or an object store prefix)."""
+
+    def make(operator: str = "op", partition: int = 0, **config: Any) -> PartitionStore:
+        store = PartitionStore.open(root, operator, partition, None, StoreConfig(**config))
+        store.set_time(1_000)
+        return store
+
+    return make

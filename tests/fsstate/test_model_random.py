@@ -754,9 +754,19 @@ class Runner:
         else:
             version = 0 if cur is None else cur + 1
         self.log(f"commit({version})")
-        self.store.commit(version)
-        self.model.commit(version)
-        self._record_commit(version)
+        # a version is published once: committing one that exists (on the same parent: every
+        # commit here builds version v on v - 1) adopts it, dropping this store's changes
+        existing = self.manifests.get(version)
+        info = self.store.commit(version)
+        self.check(info.adopted, existing is not None, f"commit({version}) adopted")
+        if info.adopted:
+            assert existing is not None
+            self.model.open(version)
+            self.heads[id(self.store)] = (version, existing[0])
+            self.stats["adopted"] = self.stats.get("adopted", 0) + 1
+        else:
+            self.model.commit(version)
+            self._record_commit(version)
         if not self.controller.config.background_compaction:
             if self.rng.random() < 0.5:  # a streamed merge (what a state beyond the budget gets)
                 t = self.rng.choice(list(self.tables.values()))

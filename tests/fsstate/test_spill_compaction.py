@@ -275,7 +275,7 @@ def test_a_round_whose_store_closes_and_vanishes_is_abandoned_not_an_error(
     import logging
     import shutil
 
-    from fsstate.storage import fileio as fileio_mod
+    from fsstate.storage import local as local_mod
 
     ctl = MemoryController(
         EngineConfig(
@@ -284,15 +284,15 @@ def test_a_round_whose_store_closes_and_vanishes_is_abandoned_not_an_error(
     )
     s = _open(tmp_path, ctl)
     v = s.value_table("v", VAL, KEY)
-    real_publish = fileio_mod.FileIO._publish
+    real_publish = local_mod.LocalBackend._publish
 
-    def close_then_publish(self: fileio_mod.FileIO, tmp: str, target: str) -> None:
+    def close_then_publish(self: local_mod.LocalBackend, tmp: str, target: str) -> None:
         if threading.current_thread().name == "fsstate-compaction":
             s.close()  # the store goes away while the merged run is being published
             shutil.rmtree(tmp_path / "state")
         real_publish(self, tmp, target)
 
-    monkeypatch.setattr(fileio_mod.FileIO, "_publish", close_then_publish)
+    monkeypatch.setattr(local_mod.LocalBackend, "_publish", close_then_publish)
     comp = ctl.compactor()
     errors_before, abandoned_before = comp.errors, comp.abandoned
     with caplog.at_level(logging.INFO, logger="fsstate"):

@@ -15,7 +15,8 @@ import pyarrow as pa
 import pytest
 
 from fsstate import PartitionStore, StoreConfig
-from fsstate.storage.manifest import LINEAGE_STEPS_MAX, descends, read_manifest
+from fsstate.errors import CommitConflictError
+from fsstate.storage.manifest import LINEAGE_STEPS_MAX, descends, manifest_path, read_manifest
 from tests.fsstate.common import KEY, UKEY, VAL
 
 NOW = 1_000
@@ -110,22 +111,51 @@ def test_refresh_applies_what_other_copies_committed(
     assert _snapshot(a, users) == _snapshot(_open(root, 4), users)
 
 
-def test_refresh_refuses_a_copy_whose_version_was_committed_again(tmp_path: Path) -> None:
+def test_a_second_commit_of_a_version_adopts_the_first(tmp_path: Path) -> None:
+    """A version is published once: a retried task that commits it again on the same parent
+    adopts the first attempt's version, and copies of it keep catching up."""
     root = tmp_path / "state"
     a = _open(root, None)
     _write(a, 0, USERS)
     a.commit(0)
     _write(a, 1, USERS)
-    a.commit(1)  # A's version 1
+    first = a.commit(1)  # A's version 1
     b = _open(root, 0)
     _write(b, 7, USERS[:3])
-    b.commit(1)  # a retried task committed version 1 again, differently
+    info = b.commit(1)  # a retried task commits version 1 again, differently
+    assert not first.adopted and info.adopted and b.version == 1 and not b.dirty
+    users = [*USERS, "never"]
+    assert _snapshot(b, users) == _snapshot(a, users) == _snapshot(_open(root, 1), users)
+    assert a.refresh(1) is True  # nothing changed under A's copy
+    _write(b, 8, USERS[:3])
+    b.commit(2)
+    assert a.refresh(2) is True
+    target = read_manifest(b.fileio, b.store_dir, 2)
+    assert descends(b.fileio, b.store_dir, read_manifest(b.fileio, b.store_dir, 0), target)
+
+
+def test_refresh_refuses_a_copy_whose_version_was_published_anew(tmp_path: Path) -> None:
+    """If a version's manifest was deleted and published again on another history, a copy of
+    the old one is never advanced (lineage checksums), and a commit on the other parent is a
+    typed conflict."""
+    root = tmp_path / "state"
+    a = _open(root, None)
+    _write(a, 0, USERS)
+    a.commit(0)
+    _write(a, 1, USERS)
+    a.commit(1)
+    fresh = _open(root, None)  # no parent at all
+    _write(fresh, 3, USERS[:2])
+    with pytest.raises(CommitConflictError, match=r"version 1 .* already published"):
+        fresh.commit(1)  # version 1 exists on parent 0: nothing is published
+    a.fileio.delete(manifest_path(a.store_dir, 1))  # as if retention of another history
+    b = _open(root, 0)
+    _write(b, 7, USERS[:3])
+    assert not b.commit(1).adopted  # published anew, differently
     assert a.refresh(1) is False
     _write(b, 8, USERS[:3])
     b.commit(2)
     assert a.refresh(2) is False
-    target = read_manifest(b.fileio, b.store_dir, 2)
-    assert descends(b.fileio, b.store_dir, read_manifest(b.fileio, b.store_dir, 0), target)
 
 
 def test_refresh_refuses_dirty_closed_and_older_targets(
@@ -202,8 +232,10 @@ def test_no_resurrection_after_a_bottom_compaction_dropped_the_tombstone(
     b.commit(3)
     table_before = a.table("v")
     assert a.refresh(3) is True
-    assert a.table("v") is not table_before  # reset: declared again from the target, cold
-    assert a.table("v").get(("u2",)) is None
+    # reset in place to the target's entry: the same object (users' references stay valid),
+    # no view kept
+    assert a.table("v") is table_before and not table_before._views
+    assert va.get(("u2",)) is None
     assert _snapshot(a, USERS) == _snapshot(_open(root, 3), USERS)
 
 

@@ -74,20 +74,26 @@ def test_state_file_is_plain_parquet(make_store: Factory, tmp_path: Path) -> Non
     assert table.schema.metadata[b"fsstate.state"] == b"m"
 
 
-def test_recommit_overwrites_and_attempts_do_not_clash(make_store: Factory, tmp_path: Path) -> None:
+def test_a_version_is_published_once_and_attempts_do_not_clash(
+    make_store: Factory, tmp_path: Path
+) -> None:
     s = make_store()
     t = s.value_table("v", VAL, KEY)
     t.update(("a",), (1, "x"))
     s.commit(0)
-    # two attempts of batch 1 from version 0
+    # two attempts of batch 1 from version 0: the first to publish wins, the second adopts it
     a1 = PartitionStore.open(str(tmp_path / "state"), "op", 0, 0)
     a1.value_table("v", VAL, KEY).update(("a",), (2, "attempt1"))
-    a1.commit(1)
+    assert not a1.commit(1).adopted
     a2 = PartitionStore.open(str(tmp_path / "state"), "op", 0, 0)
     a2.value_table("v", VAL, KEY).update(("a",), (2, "attempt2"))
-    a2.commit(1)
+    assert a2.commit(1).adopted
+    assert a2.value_table("v", VAL, KEY).get(("a",)) == (2, "attempt1")
     r = PartitionStore.open(str(tmp_path / "state"), "op", 0, 1)
-    assert r.value_table("v", VAL, KEY).get(("a",)) == (2, "attempt2")
+    assert r.value_table("v", VAL, KEY).get(("a",)) == (2, "attempt1")
+    # the loser's data file is on disk but no manifest names it
+    referenced = {os.path.basename(p) for p in r._manifest.files()}  # type: ignore[union-attr]
+    assert len(_data_files(tmp_path / "state") - referenced) == 1
 
 
 def test_retention_deletes_unreferenced_files(make_store: Factory, tmp_path: Path) -> None:
@@ -181,10 +187,10 @@ def test_failed_commit_keeps_previous_version(
     s.commit(0)
     t.update(("a",), (2, "y"))
 
-    def boom(self: object, path: str, data: bytes) -> None:
+    def boom(self: object, path: str, data: bytes) -> bool:
         raise StorageError(f"disk full writing {path}")
 
-    monkeypatch.setattr(fileio_mod.FileIO, "publish_bytes", boom)
+    monkeypatch.setattr(fileio_mod.FileIO, "publish_if_absent", boom)
     with pytest.raises(CommitError, match="version 0 is intact"):
         s.commit(1)
     monkeypatch.undo()
@@ -211,24 +217,28 @@ def test_config_validation() -> None:
 def test_commit_flushes_files_and_directories_before_the_manifest(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fsync: bool
 ) -> None:
-    """Every published file is fsynced before its rename and its directory after it, and a
-    version's manifest is published only once its files are durable; fsync=False skips
-    the flushes (and still commits)."""
-    from fsstate.storage import fileio as fileio_mod
-
+    """Every published file is fsynced under its temporary name before it gets its final name
+    (rename for data files, link for the manifest) and its directory after, and a version's
+    manifest is published only once its files are durable; fsync=False skips the flushes (and
+    still commits)."""
     events: list[tuple[str, str]] = []
-    real_fsync, real_publish = os.fsync, fileio_mod.FileIO._publish
+    real_fsync, real_replace, real_link = os.fsync, os.replace, os.link
 
     def rec_fsync(fd: int) -> None:
         events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
         real_fsync(fd)
 
-    def rec_publish(self: fileio_mod.FileIO, tmp: str, target: str) -> None:
-        events.append(("publish", target))
-        real_publish(self, tmp, target)
+    def rec_replace(src: str, dst: str) -> None:
+        events.append(("publish", dst))
+        real_replace(src, dst)
+
+    def rec_link(src: str, dst: str) -> None:
+        events.append(("publish", dst))
+        real_link(src, dst)
 
     monkeypatch.setattr(os, "fsync", rec_fsync)
-    monkeypatch.setattr(fileio_mod.FileIO, "_publish", rec_publish)
+    monkeypatch.setattr(os, "replace", rec_replace)
+    monkeypatch.setattr(os, "link", rec_link)
     s = PartitionStore.open(str(tmp_path / "state"), "op", 0, config=StoreConfig(fsync=fsync))
     s.value_table("v", VAL, KEY, ttl_ms=60_000).update(("a",), (1, "x"))
     s.list_table("l", VAL, KEY).append(("a",), (2, "y"))
@@ -242,13 +252,13 @@ def test_commit_flushes_files_and_directories_before_the_manifest(
         for target in published:
             i = events.index(("publish", target))
             parent = os.path.dirname(target)
-            # the file's data before the rename (under its temp name), its directory after
-            tmp_synced = events[i + 1]
+            # the file's data before it gets its name (under its temp name), its directory after
+            tmp_synced = events[i - 1]
             assert tmp_synced[0] == "fsync" and os.path.dirname(tmp_synced[1]) == parent
             assert os.path.basename(tmp_synced[1]).startswith(".tmp-")
-            assert events[i + 2] == ("fsync", parent)
+            assert events[i + 1] == ("fsync", parent)
         manifest_at = events.index(("publish", published[-1]))
-        assert all(events.index(("publish", p)) + 2 < manifest_at for p in published[:-1])
+        assert all(events.index(("publish", p)) + 1 < manifest_at for p in published[:-1])
     again = PartitionStore.open(str(tmp_path / "state"), "op", 0, 0)
     assert again.value_table("v", VAL, KEY).get(("a",)) == (1, "x")
 

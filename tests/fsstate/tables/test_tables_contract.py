@@ -1,16 +1,28 @@
-"""Contract tests of value, list and map tables, run in every tier configuration."""
+"""Contract tests of value, list and map tables, run in every tier configuration and on every
+storage backend (local disk, the S3 server)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pytest
 
 from fsstate import PartitionStore
-from tests.fsstate.common import KEY, UKEY, VAL, to_tier
+from fsstate.storage.location import Location
+from tests.conftest import s3_options
+from tests.fsstate.common import KEY, UKEY, VAL, Factory, store_factory, to_tier
 
-Factory = Callable[..., PartitionStore]
+
+@pytest.fixture(params=["local", "s3"])
+def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Factory:
+    """Empty stores on local disk and on the S3 server (every contract test runs on both)."""
+    if request.param == "local":
+        return store_factory(Location.parse(str(tmp_path / "state")))
+    uri = request.getfixturevalue("s3_uri")
+    return store_factory(Location.parse(uri, s3_options(request.getfixturevalue("s3_server"))))
 
 
 def test_value_roundtrip(make_store: Factory, tier: str) -> None:

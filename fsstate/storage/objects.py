@@ -1,0 +1,365 @@
+"""The object-store backend (S3, GCS, Azure, in-memory) over ``obstore``, the Python binding of
+Rust's ``object_store``.
+
+Requests (what the request counters see): ``read`` one GET; ``input_file`` one ranged GET of
+the file's tail (footer and real size together, no HEAD) and one ranged GET per read Arrow
+makes (a row group with ``pre_buffer``: one or two); ``put`` one PUT (a multipart upload above
+``PART_BYTES``: one request per part plus two); ``put_if_absent`` one conditional PUT
+(``If-None-Match: *``) plus one GET when the key exists; ``delete`` one bulk request per 1000
+keys; ``list`` one request per page; ``head`` one HEAD.
+
+Invariants:
+
+* One client per (scheme, bucket, settings) per process: connections are reused by every store
+  of the process. Every ``memory://`` location of a process shares one in-memory store.
+* Retries: the client retries reads, overwriting writes and server errors with exponential
+  backoff (``retries_max`` times, within ``retry_timeout_ms``); a conditional PUT whose answer
+  was lost (connection reset, timeout) is retried here after reading the key back, so a write
+  that landed is recognized as ours (same bytes) and never reported as a conflict.
+* Every failure is raised as :class:`ObjectStoreFailure` (an ``OSError``) with the client's
+  message scrubbed of the location's secrets, or :class:`fsstate.storage.backend.MissingObject`.
+* ``open_output`` publishes only when the block ends without an exception: small objects are
+  one PUT at the end; larger ones a multipart upload completed at the end (an abandoned upload
+  stays invisible).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar
+
+import obstore
+import obstore.exceptions as oexc
+import pyarrow as pa
+from obstore.store import MemoryStore, from_url
+
+from fsstate.errors import ConfigError
+from fsstate.storage.backend import Backend, FileEntry, MissingObject, RequestStats, SizeMismatch
+from fsstate.storage.location import Location, redact
+
+PART_BYTES = 8 * 1024 * 1024  # multipart upload part size (memory held per streamed write)
+TAIL_BYTES = 64 * 1024  # bytes read from a file's end to get its footer (and its real size)
+CREATE_ATTEMPTS = 3  # conditional PUTs whose answer was lost, tried again after a read-back
+
+_CLIENT_KEYS = frozenset(
+    {
+        "allow_http",
+        "allow_invalid_certificates",
+        "timeout",
+        "connect_timeout",
+        "pool_idle_timeout",
+        "pool_max_idle_per_host",
+        "proxy_url",
+        "user_agent",
+        "http1_only",
+        "http2_only",
+    }
+)
+_FSSTATE_KEYS = frozenset({"single_writer", "retries_max", "retry_timeout_ms"})
+_DEFAULTS = {"timeout": "30s", "connect_timeout": "5s"}
+
+T = TypeVar("T")
+
+
+class ObjectStoreFailure(OSError):
+    """A request failed (after the client's retries); the message names the object."""
+
+
+_clients: dict[tuple[Any, ...], Any] = {}
+_clients_lock = threading.Lock()
+_memory: MemoryStore | None = None
+
+
+def client_for(location: Location) -> Any:
+    """The process's client for a location's bucket and settings (created once)."""
+    global _memory
+    opts = location.option_map
+    key = (location.scheme, location.bucket, tuple(sorted(opts.items())))
+    with _clients_lock:
+        client = _clients.get(key)
+        if client is not None:
+            return client
+        if location.scheme == "memory":
+            if _memory is None:
+                _memory = MemoryStore()
+            client = _memory
+        else:
+            client = _build(location, opts)
+        _clients[key] = client
+        return client
+
+
+def _build(location: Location, opts: dict[str, str]) -> Any:
+    client_options: dict[str, Any] = dict(_DEFAULTS)
+    config: dict[str, Any] = {}
+    for name, value in opts.items():
+        if name in _FSSTATE_KEYS:
+            continue
+        if name in _CLIENT_KEYS:
+            client_options[name] = value
+        else:
+            config[name] = value
+    retries = int(opts.get("retries_max", "4"))
+    retry_timeout = int(opts.get("retry_timeout_ms", "30000"))
+    retry = {
+        "max_retries": retries,
+        "retry_timeout": _dt.timedelta(milliseconds=retry_timeout),
+        "backoff": {
+            "init_backoff": _dt.timedelta(milliseconds=100),
+            "max_backoff": _dt.timedelta(seconds=2),
+            "base": 2,
+        },
+    }
+    build: Callable[..., Any] = from_url  # one call for every provider's typed overload
+    try:
+        return build(
+            f"{location.scheme}://{location.bucket}",
+            config=config or None,
+            client_options=client_options,
+            retry_config=retry,
+        )
+    except (oexc.BaseError, ValueError) as exc:
+        raise ConfigError(
+            f"cannot use object store {location} ({redact(str(exc), location)}); check the "
+            "storage options (names as the object_store client spells them: endpoint, region, "
+            "access_key_id, secret_access_key, allow_http, ...)"
+        ) from None
+
+
+class ObjectBackend(Backend):
+    """Objects under ``location`` (its path is the key prefix)."""
+
+    conditional_writes = True  # the facade probes the store once (check_conditional_writes)
+
+    def __init__(self, location: Location) -> None:
+        self.location = location
+        self.client = client_for(location)
+        self.prefix = location.path.strip("/")
+        self.stats = RequestStats()
+
+    def _key(self, key: str) -> str:
+        return f"{self.prefix}/{key}" if self.prefix else key
+
+    def describe(self, key: str) -> str:
+        """The object's URI (no secret)."""
+        return self.location.describe(key)
+
+    def _call(self, key: str, fn: Callable[[], T]) -> T:
+        try:
+            return fn()
+        except FileNotFoundError as exc:
+            raise MissingObject(key) from exc
+        except oexc.BaseError as exc:
+            kind = type(exc).__name__
+            raise ObjectStoreFailure(f"{kind}: {redact(str(exc), self.location)}") from None
+
+    # -- reads -------------------------------------------------------------------------------
+    def read(self, key: str) -> bytes:
+        """The whole object (one GET)."""
+        data = self._call(key, lambda: bytes(obstore.get(self.client, self._key(key)).bytes()))
+        self.stats.add("get", read=len(data))
+        return data
+
+    def read_range(self, key: str, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` (one ranged GET)."""
+        data = self._call(
+            key, lambda: bytes(obstore.get_range(self.client, self._key(key), start=start, end=end))
+        )
+        self.stats.add("get", read=len(data))
+        return data
+
+    def input_file(self, key: str, size: int | None, verify: bool = True) -> Any:
+        """An Arrow file over ranged GETs; with ``verify`` its tail is read first (the real
+        size comes with it), else no request is made until Arrow reads."""
+        expected_size = size
+        if expected_size is not None and not verify:
+            return pa.PythonFile(_RangeReader(self, key, expected_size, b""), mode="r")
+        if expected_size is None:
+            entry = self.head(key)
+            if entry is None:
+                raise MissingObject(key)
+            expected_size = entry.size_bytes
+        want = min(TAIL_BYTES, expected_size)
+
+        def tail() -> tuple[int, bytes]:
+            result = obstore.get(self.client, self._key(key), options={"range": {"suffix": want}})
+            return int(result.meta["size"]), bytes(result.bytes())
+
+        if want:
+            size, data = self._call(key, tail)
+            self.stats.add("get", read=len(data))
+            if size != expected_size:
+                raise SizeMismatch(size)
+        else:
+            size, data = 0, b""
+        return pa.PythonFile(_RangeReader(self, key, size, data), mode="r")
+
+    def head(self, key: str) -> FileEntry | None:
+        """Size and modification time (one HEAD), or None."""
+        self.stats.add("head")
+        try:
+            meta = self._call(key, lambda: obstore.head(self.client, self._key(key)))
+        except MissingObject:
+            return None
+        return FileEntry(key, int(meta["size"]), _ms(meta.get("last_modified")))
+
+    def list(self, prefix: str, recursive: bool) -> list[FileEntry]:
+        """Objects under a directory (one request per page)."""
+        base = self._key(prefix).rstrip("/") + "/"
+        strip = f"{self.prefix}/" if self.prefix else ""
+        out: list[FileEntry] = []
+
+        def entries(metas: list[Any]) -> None:
+            for m in metas:
+                path = str(m["path"])
+                rel = path[len(strip) :] if path.startswith(strip) else path
+                out.append(FileEntry(rel, int(m["size"]), _ms(m.get("last_modified"))))
+
+        def run() -> None:
+            if recursive:
+                for chunk in obstore.list(self.client, prefix=base):
+                    self.stats.add("list")
+                    entries(list(chunk))
+            else:
+                self.stats.add("list")
+                result = obstore.list_with_delimiter(self.client, prefix=base)
+                entries(list(result["objects"]))
+
+        self._call(prefix, run)
+        return out
+
+    # -- writes ------------------------------------------------------------------------------
+    def makedirs(self, prefix: str) -> None:
+        """Nothing: object stores have no directories."""
+
+    def put(self, key: str, data: bytes) -> None:
+        """One PUT (the client retries it: overwriting is idempotent)."""
+        self._call(key, lambda: obstore.put(self.client, self._key(key), data))
+        self.stats.add("put", n=_put_requests(len(data)), written=len(data))
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        """A conditional PUT; the key's bytes decide when it existed or the answer was lost."""
+        full = self._key(key)
+        for attempt in range(CREATE_ATTEMPTS):
+            self.stats.add("put", written=len(data))
+            try:
+                obstore.put(self.client, full, data, mode="create")
+                return True
+            except (oexc.AlreadyExistsError, oexc.PreconditionError):
+                return self._same_bytes(key, data)  # ours if a retry of a landed write
+            except oexc.GenericError as exc:  # the answer was lost (reset, timeout)
+                try:
+                    return self._same_bytes(key, data)
+                except MissingObject:
+                    if attempt == CREATE_ATTEMPTS - 1:
+                        raise ObjectStoreFailure(
+                            f"GenericError: {redact(str(exc), self.location)}"
+                        ) from None
+            except oexc.BaseError as exc:
+                raise ObjectStoreFailure(
+                    f"{type(exc).__name__}: {redact(str(exc), self.location)}"
+                ) from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _same_bytes(self, key: str, data: bytes) -> bool:
+        return self.read(key) == data
+
+    @contextlib.contextmanager
+    def open_output(self, key: str) -> Iterator[Any]:
+        """A buffered writer: one PUT, or a multipart upload, completed when the block ends."""
+        writer = self._call(
+            key,
+            lambda: obstore.open_writer(
+                self.client, self._key(key), buffer_size=PART_BYTES, max_concurrency=2
+            ),
+        )
+        sink = _CountingWriter(writer)
+        ok = False
+        try:
+            yield sink
+            ok = True
+        finally:
+            if ok:
+                self._call(key, writer.close)
+                self.stats.add("put", n=_put_requests(sink.size))
+            # else: never closed, so the object is not published
+
+    def delete(self, keys: Sequence[str]) -> None:
+        """Bulk deletes of up to 1000 keys per request."""
+        for start in range(0, len(keys), 1000):
+            batch = [self._key(k) for k in keys[start : start + 1000]]
+            self.stats.add("delete")
+            with contextlib.suppress(MissingObject):
+                self._call(batch[0], lambda b=batch: obstore.delete(self.client, b))  # type: ignore[misc]
+
+
+def _put_requests(size: int) -> int:
+    return 1 if size <= PART_BYTES else -(-size // PART_BYTES) + 2
+
+
+def _ms(ts: Any) -> int | None:
+    if ts is None:
+        return None
+    return int(ts.timestamp() * 1000)
+
+
+class _CountingWriter:
+    """A binary stream over obstore's writer that keeps the size written."""
+
+    def __init__(self, writer: Any) -> None:
+        self._writer = writer
+        self.size = 0
+
+    def write(self, data: Any) -> int:
+        n = memoryview(data).nbytes
+        self._writer.write(data)
+        self.size += n
+        return n
+
+
+class _RangeReader:
+    """A read-only file over ranged GETs, with the tail already read (Parquet footers)."""
+
+    def __init__(self, backend: ObjectBackend, key: str, size: int, tail: bytes) -> None:
+        self._backend = backend
+        self._key = key
+        self._size = size
+        self._tail = tail
+        self._tail_at = size - len(tail)
+        self._pos = 0
+        self.closed = False
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def writable(self) -> bool:
+        return False
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        base = 0 if whence == 0 else self._pos if whence == 1 else self._size
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def read(self, n: int = -1) -> bytes:
+        start = self._pos
+        end = self._size if n is None or n < 0 else min(self._size, start + n)
+        if end <= start:
+            return b""
+        if start >= self._tail_at:
+            data = self._tail[start - self._tail_at : end - self._tail_at]
+        else:
+            data = self._backend.read_range(self._key, start, end)
+        self._pos = start + len(data)
+        return data
+
+    def close(self) -> None:
+        self.closed = True
