@@ -48,10 +48,13 @@ from fsstate.compaction import Compactor, compact_table
 from fsstate.config import EngineConfig
 from fsstate.controller import MemoryController
 from fsstate.errors import FsStateError, VersionNotFoundError
+from fsstate.storage.location import Location
 from fsstate.storage.manifest import LINEAGE_STEPS_MAX
 from fsstate.tables import ListTable, MapTable, TableBase, ValueTable
 from fsstate.tables.cursor import Getter, Updater
+from tests.conftest import s3_options
 from tests.fsstate.model import LIST, MAP, VALUE, ModelStore, engine_rows_with_ttl
+from tests.support.s3server import S3Info
 
 OPERATOR = "model-op"
 PARTITION = 3
@@ -183,12 +186,12 @@ class KeyCursorCell:
 class Runner:
     """Drives one seeded run: the engine store, the model and the random operation mix."""
 
-    def __init__(self, seed: int, root: Path, defs: list[TableDef]) -> None:
+    def __init__(self, seed: int, root: Path | Location, defs: list[TableDef]) -> None:
         self.seed = seed
         self.defs = defs
         self.by_kind = {kind: [d for d in defs if d.kind == kind] for kind in (VALUE, LIST, MAP)}
         self.rng = random.Random(seed)
-        self.root = str(root)
+        self.root: str | Location = root if isinstance(root, Location) else str(root)
         self.step = 0
         self.trace: deque[str] = deque(maxlen=TRACE_LEN)
         retain = self.rng.randint(2, 6)
@@ -1063,6 +1066,17 @@ def test_engine_matches_model(seed: int, tmp_path: Path) -> None:
     }
     short = {k: (got.get(k, 0), n) for k, n in minimums.items() if got.get(k, 0) < n}
     assert not short, f"seed={seed} profile={runner.profile} exercised too little: {short} ({got})"
+
+
+@pytest.mark.parametrize("seed", [31, 32])
+def test_engine_matches_model_on_s3(seed: int, s3_uri: str, s3_server: S3Info) -> None:
+    """The same mix with the store on the S3 server (both memory profiles)."""
+    runner = Runner(seed, Location.parse(s3_uri, s3_options(s3_server)), TABLES)
+    try:
+        runner.run(_ops_per_seed())
+    finally:
+        runner.close_all()
+    assert runner.stats.get("commits", 0) >= 15 and runner.stats.get("refreshed", 0) >= 1
 
 
 @pytest.mark.parametrize("seed", [7, 8])

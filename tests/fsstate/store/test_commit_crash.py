@@ -8,6 +8,8 @@ while it runs). It reports when each commit starts and ends; the parent kills it
 at a random moment of a random commit (uniform over the last commit's measured duration, so
 the kill lands while data files, index files or the manifest are written or flushed), then:
 
+The loop runs on local disk (200 kills inside commits) and on the S3 server (100).
+
 * the newest committed version is at least the last commit the child reported done (nothing
   committed is lost) and at most the one it was killed in;
 * that version, opened from storage, equals the reference model at that version in every key
@@ -32,6 +34,8 @@ import pytest
 
 from fsstate import PartitionStore, StoreConfig
 from fsstate.controller import configure
+from fsstate.storage.location import Location
+from tests.conftest import s3_options
 from tests.fsstate.model import LIST, MAP, VALUE, ModelStore
 
 OPERATOR = "crash"
@@ -45,6 +49,7 @@ VAL = pa.schema([pa.field("n", pa.int64())])
 UKEY = pa.schema([pa.field("u", pa.string())])
 TABLES = [("v", VALUE, None), ("vt", VALUE, TTL_MS), ("l", LIST, None), ("m", MAP, None)]
 KILLS_IN_COMMIT_MIN = 200
+KILLS_IN_COMMIT_MIN_S3 = 100  # every request there costs a round trip: fewer, same checks
 TRIALS_MAX = 700
 
 
@@ -143,7 +148,7 @@ def declare(store: PartitionStore) -> dict[str, Any]:
     }
 
 
-def child(root: str, seed: int, conn: Connection) -> None:
+def child(root: str | Location, seed: int, conn: Connection) -> None:
     """Continue the store from its newest version, batch after batch, until killed."""
     configure(
         memory_limit=8 * 1024 * 1024,
@@ -193,7 +198,7 @@ class Reference:
         return self.model
 
 
-def compare(root: str, version: int, model: ModelStore, what: str) -> None:
+def compare(root: str | Location, version: int, model: ModelStore, what: str) -> None:
     """Open ``version`` from storage and compare every key with the model."""
     store = PartitionStore.open(root, OPERATOR, 0, version)
     try:
@@ -228,10 +233,18 @@ def _seed() -> int:
 
 
 @pytest.mark.slow
-def test_sigkill_inside_commits_leaves_complete_versions(tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", ["local", "s3"])
+def test_sigkill_inside_commits_leaves_complete_versions(
+    tmp_path: Path, backend: str, request: pytest.FixtureRequest
+) -> None:
     seed = _seed()
     rng = random.Random(seed)
-    root = str(tmp_path / "state")
+    root: str | Location = str(tmp_path / "state")
+    kills_min = KILLS_IN_COMMIT_MIN
+    if backend == "s3":
+        info = request.getfixturevalue("s3_server")
+        root = Location.parse(request.getfixturevalue("s3_uri"), s3_options(info))
+        kills_min = KILLS_IN_COMMIT_MIN_S3
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(["pyarrow", "fsstate", __name__])
     ref = Reference(seed)
@@ -239,7 +252,7 @@ def test_sigkill_inside_commits_leaves_complete_versions(tmp_path: Path) -> None
     in_commit = after_commit = 0
     outcomes = {"absent": 0, "published": 0}  # of the kills inside a commit: was it visible?
     for trial in range(TRIALS_MAX):
-        if in_commit >= KILLS_IN_COMMIT_MIN:
+        if in_commit >= kills_min:
             break
         ours, theirs = ctx.Pipe(duplex=False)
         proc = ctx.Process(target=child, args=(root, seed, theirs), daemon=True)
@@ -285,7 +298,7 @@ def test_sigkill_inside_commits_leaves_complete_versions(tmp_path: Path) -> None
         if latest > 0 and latest - 1 in versions:
             compare(root, latest - 1, ref.at(latest - 1), ctx_msg + " (previous version)")
     summary = f"{in_commit} kills inside a commit {outcomes}, {after_commit} right after one"
-    assert in_commit >= KILLS_IN_COMMIT_MIN, f"seed={seed}: only {summary}"
+    assert in_commit >= kills_min, f"seed={seed}: only {summary}"
     # both sides of the commit point were hit: before the manifest was published (the version
     # is absent) and after it (present, though the child never reported it)
     assert min(outcomes.values()) > 0, f"seed={seed}: {summary}"
