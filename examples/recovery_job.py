@@ -68,10 +68,13 @@ class RecentValues(StatefulProcessor):
     Args:
         slow_ms: every task but partition 0's sleeps this long in ``close``, i.e. after
             partition 0 committed the batch's fsstate version and before it commits its own.
+        trace_dir: if set, every task appends ``batch partition worker-pid executor-pid`` to a
+            file there (which executor JVM served which partition).
     """
 
-    def __init__(self, slow_ms: int = 0) -> None:
+    def __init__(self, slow_ms: int = 0, trace_dir: str | None = None) -> None:
         self.slow_ms = slow_ms
+        self.trace_dir = trace_dir
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         """Declare the state."""
@@ -111,6 +114,21 @@ class RecentValues(StatefulProcessor):
         tc = TaskContext.get()  # None on the driver (schema collection)
         if self.slow_ms > 0 and tc is not None and tc.partitionId() > 0:
             time.sleep(self.slow_ms / 1000)
+        if self.trace_dir and tc is not None:
+            batch = tc.getLocalProperty("streaming.sql.batchId")
+            line = f"{batch} {tc.partitionId()} {os.getpid()} {_executor_pid()}\n"
+            with open(os.path.join(self.trace_dir, f"{os.getpid()}.trace"), "a") as f:
+                f.write(line)
+
+
+def _executor_pid() -> int:
+    """The executor JVM of this Python worker: the parent of the pyspark daemon that forked it
+    (Linux /proc; 0 where it cannot be read)."""
+    try:
+        stat = Path(f"/proc/{os.getppid()}/stat").read_text()
+        return int(stat[stat.rindex(")") + 2 :].split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def write_batch_file(sink: Path, batch_id: int, rows: list[list[Any]]) -> Path:
@@ -163,6 +181,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--checkpoint", required=True, help="Spark checkpoint directory")
     parser.add_argument("--state-uri", required=True, help="fsstate state directory or URI")
     parser.add_argument("--sink", required=True, help="directory of batch-<id>.json outputs")
+    parser.add_argument("--trace-dir", default=None, help="where tasks record their executor")
     parser.add_argument(
         "--slow-ms",
         type=int,
@@ -190,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
 
     stream = spark.readStream.schema(INPUT_SCHEMA).option("maxFilesPerTrigger", 1).json(args.input)
     out = stream.groupBy("k").transformWithStateInPandas(
-        tiered(RecentValues(args.slow_ms), state_uri=args.state_uri),
+        tiered(RecentValues(args.slow_ms, args.trace_dir), state_uri=args.state_uri),
         OUTPUT_SCHEMA,
         "Update",
         "None",

@@ -10,8 +10,8 @@ keys; ``list`` one request per page; ``head`` one HEAD.
 
 Invariants:
 
-* One client per (scheme, bucket, settings) per process: connections are reused by every store
-  of the process. Every ``memory://`` location of a process shares one in-memory store.
+* One client per (scheme, bucket, settings, the scheme's environment variables) per process:
+  connections are reused by every store of the process. Every ``memory://`` location of a process shares one in-memory store.
 * Retries: the client retries reads, overwriting writes and server errors with exponential
   backoff (``retries_max`` times, within ``retry_timeout_ms``); a conditional PUT whose answer
   was lost (connection reset, timeout) is retried here after reading the key back, so a write
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
@@ -59,7 +60,8 @@ _CLIENT_KEYS = frozenset(
     }
 )
 _FSSTATE_KEYS = frozenset({"single_writer", "retries_max", "retry_timeout_ms"})
-_DEFAULTS = {"timeout": "30s", "connect_timeout": "5s"}
+_DEFAULTS = {"timeout": "30s", "connect_timeout": "5s"}  # the client's own defaults too
+_ENV_PREFIX = {"s3": "AWS", "gs": "GOOGLE", "az": "AZURE"}
 
 T = TypeVar("T")
 
@@ -77,7 +79,9 @@ def client_for(location: Location) -> Any:
     """The process's client for a location's bucket and settings (created once)."""
     global _memory
     opts = location.option_map
-    key = (location.scheme, location.bucket, tuple(sorted(opts.items())))
+    prefix = _ENV_PREFIX.get(location.scheme, "-") + "_"
+    env = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(prefix)))
+    key = (location.scheme, location.bucket, tuple(sorted(opts.items())), env)
     with _clients_lock:
         client = _clients.get(key)
         if client is not None:
@@ -93,7 +97,7 @@ def client_for(location: Location) -> Any:
 
 
 def _build(location: Location, opts: dict[str, str]) -> Any:
-    client_options: dict[str, Any] = dict(_DEFAULTS)
+    client_options: dict[str, Any] = {}
     config: dict[str, Any] = {}
     for name, value in opts.items():
         if name in _FSSTATE_KEYS:
@@ -102,6 +106,14 @@ def _build(location: Location, opts: dict[str, str]) -> Any:
             client_options[name] = value
         else:
             config[name] = value
+    if client_options:
+        # given client options replace the client's environment ones: keep those users set
+        env = _ENV_PREFIX.get(location.scheme, "")
+        for name, value in _DEFAULTS.items():
+            client_options.setdefault(name, value)
+        allow = os.environ.get(f"{env}_ALLOW_HTTP") if env else None
+        if allow is not None:
+            client_options.setdefault("allow_http", allow)
     retries = int(opts.get("retries_max", "4"))
     retry_timeout = int(opts.get("retry_timeout_ms", "30000"))
     retry = {
@@ -118,7 +130,7 @@ def _build(location: Location, opts: dict[str, str]) -> Any:
         return build(
             f"{location.scheme}://{location.bucket}",
             config=config or None,
-            client_options=client_options,
+            client_options=client_options or None,
             retry_config=retry,
         )
     except (oexc.BaseError, ValueError) as exc:

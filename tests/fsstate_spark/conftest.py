@@ -13,6 +13,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 from spark_local import local_session, write_batches
 
+from fsstate_spark.pyfiles import build
 from tests.fsstate_spark.processors import INPUT_SCHEMA
 
 
@@ -137,3 +138,12 @@ def native_results() -> dict[str, list[tuple[Any, ...]]]:
 def runner(spark: SparkSession, tmp_path: Path) -> StreamRunner:
     """A StreamRunner writing under the test's tmp_path."""
     return StreamRunner(spark, tmp_path)
+
+
+@pytest.fixture(scope="session")
+def pyfiles(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The --py-files zip of fsstate and fsstate_spark."""
+    target = tmp_path_factory.mktemp("dist") / "fsstate-pyfiles.zip"
+    names = build(target)
+    assert "fsstate/__init__.py" in names and "fsstate_spark/__init__.py" in names
+    return target

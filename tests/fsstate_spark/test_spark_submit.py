@@ -33,7 +33,6 @@ import pyspark
 import pytest
 
 from fsstate import PartitionStore
-from fsstate_spark.pyfiles import build
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
 
@@ -102,12 +101,14 @@ class JobDirs:
         """foreachBatch output directory."""
         return self.root / "sink"
 
-    def command(self, slow_ms: int = 0) -> list[str]:
+    def command(
+        self, slow_ms: int = 0, master: str = "local[2]", state: str | None = None
+    ) -> list[str]:
         """The spark-submit command line of the job."""
         return [
             str(spark_submit()),
             "--master",
-            "local[2]",
+            master,
             "--driver-java-options",
             JAVA_OPTIONS,
             "--conf",
@@ -126,12 +127,21 @@ class JobDirs:
             "--checkpoint",
             str(self.checkpoint),
             "--state-uri",
-            str(self.state),
+            state or str(self.state),
             "--sink",
             str(self.sink),
             "--slow-ms",
             str(slow_ms),
+            "--trace-dir",
+            str(self.trace),
         ]
+
+    @property
+    def trace(self) -> Path:
+        """Where the job's tasks record which executor served them."""
+        path = self.root / "trace"
+        path.mkdir(parents=True, exist_ok=True)
+        return path
 
 
 def job_env() -> dict[str, str]:
@@ -289,15 +299,6 @@ def checkpoint_view(dirs: JobDirs) -> dict[str, Any]:
         "commits": spark_log(dirs.checkpoint, "commits"),
         "fsstate": state_versions(dirs.state),
     }
-
-
-@pytest.fixture(scope="module")
-def pyfiles(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The --py-files zip of fsstate and fsstate_spark."""
-    target = tmp_path_factory.mktemp("dist") / "fsstate-pyfiles.zip"
-    names = build(target)
-    assert "fsstate/__init__.py" in names and "fsstate_spark/__init__.py" in names
-    return target
 
 
 def test_sigkill_and_restart_match_uninterrupted_run(pyfiles: Path, tmp_path: Path) -> None:
