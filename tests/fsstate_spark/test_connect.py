@@ -1,0 +1,67 @@
+"""``tiered()`` from a Spark Connect client: the same query and output as a classic session.
+
+Each session runs in its own process (``connect_job.py``): ``SparkSession.builder.remote(
+"local[2]")`` starts a local Spark Connect server in its own JVM; ``tiered()`` runs on the
+client, and the processor (with its settings) travels to the server's Python workers pickled in
+the plan. Both runs must print the same rows, and the Connect run must have written fsstate
+versions (state really kept by fsstate, not by Spark's handles).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from spark_local import write_batches
+
+from fsstate import PartitionStore
+from tests.fsstate_spark.test_streaming import SINK_BATCHES
+
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run(mode: str, inputs: Path, work: Path) -> dict[str, Any]:
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tests.fsstate_spark.connect_job",
+            "--mode",
+            mode,
+            "--input",
+            str(inputs),
+            "--work",
+            str(work),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result: dict[str, Any] = json.loads(lines[-1].removeprefix("RESULT "))
+    return result
+
+
+def test_tiered_over_spark_connect_equals_the_classic_session(tmp_path: Path) -> None:
+    inputs = tmp_path / "input"
+    write_batches(inputs, SINK_BATCHES)
+    connect = run("connect", inputs, tmp_path / "connect")
+    classic = run("classic", inputs, tmp_path / "classic")
+    assert connect["session"] == "pyspark.sql.connect.session"
+    assert (
+        classic["session"] == "pyspark.sql.classic.session" or "connect" not in classic["session"]
+    )
+    assert connect["rows"] == classic["rows"] and len(connect["rows"]) == 9
+    (query,) = [p for p in (tmp_path / "connect" / "state").iterdir() if p.is_dir()]
+    for partition in (0, 1):
+        assert PartitionStore.committed_versions(str(query), "KitchenSink", partition) == [0, 1, 2]
