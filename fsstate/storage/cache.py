@@ -1,4 +1,4 @@
-"""The block cache: decoded row groups (and small whole runs) of Parquet runs, LRU by bytes.
+"""The block cache: decoded row groups, small whole runs and run footers, LRU by bytes.
 
 Invariants:
 
@@ -7,7 +7,9 @@ Invariants:
   returned to its caller but not kept.
 * It is shared by every store of the process and safe to use from the compaction thread: all
   mutations happen under one lock, and segments themselves are immutable.
-* Keys are ``(file path, row group)``; a file is never rewritten, so an entry never goes stale.
+* Keys are ``(file path, row group)`` (``-1``: the whole file, ``-2``: its footer, key filter
+  and row-group bounds); a file is never rewritten, so an entry never goes stale, and a worker
+  that opens a store again finds what it already read of the store's files.
 """
 
 from __future__ import annotations
@@ -15,17 +17,28 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
+from typing import Protocol, TypeVar
 
-from fsstate.format.segment import Segment
 from fsstate.stats import CacheStats
 
 
+class Cacheable(Protocol):
+    """What the cache holds: an immutable object that knows its size."""
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held (exact for Arrow data)."""
+
+
+C = TypeVar("C", bound=Cacheable)
+
+
 class BlockCache:
-    """A byte-bounded LRU cache of decoded segments."""
+    """A byte-bounded LRU cache of decoded segments and run footers."""
 
     def __init__(self, capacity_bytes: int) -> None:
         self.capacity_bytes = capacity_bytes
-        self._entries: OrderedDict[tuple[str, int], Segment] = OrderedDict()
+        self._entries: OrderedDict[tuple[str, int], Cacheable] = OrderedDict()
         self._sizes: dict[tuple[str, int], int] = {}
         self._used = 0
         self._lock = threading.Lock()
@@ -38,20 +51,20 @@ class BlockCache:
         """Bytes currently held."""
         return self._used
 
-    def get(self, key: tuple[str, int], load: Callable[[], Segment]) -> Segment:
-        """The cached segment for ``key``, loading (outside the lock) on a miss."""
+    def get(self, key: tuple[str, int], load: Callable[[], C]) -> C:
+        """The cached object for ``key``, loading (outside the lock) on a miss."""
         with self._lock:
             seg = self._entries.get(key)
             if seg is not None:
                 self._entries.move_to_end(key)
                 self.hits += 1
-                return seg
+                return seg  # type: ignore[return-value]  # one kind of object per key
             self.misses += 1
-        seg = load()
-        self.put(key, seg)
-        return seg
+        loaded = load()
+        self.put(key, loaded)
+        return loaded
 
-    def put(self, key: tuple[str, int], seg: Segment) -> None:
+    def put(self, key: tuple[str, int], seg: Cacheable) -> None:
         """Insert a segment, evicting least recently used ones to stay within capacity."""
         size = seg.nbytes
         with self._lock:

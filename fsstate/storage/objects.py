@@ -11,7 +11,8 @@ keys; ``list`` one request per page; ``head`` one HEAD.
 Invariants:
 
 * One client per (scheme, bucket, settings, the scheme's environment variables) per process:
-  connections are reused by every store of the process. Every ``memory://`` location of a process shares one in-memory store.
+  connections are reused by every store of the process. Every ``memory://`` location of a
+  process shares one in-memory store.
 * Retries: the client retries reads, overwriting writes and server errors with exponential
   backoff (``retries_max`` times, within ``retry_timeout_ms``); a conditional PUT whose answer
   was lost (connection reset, timeout) is retried here after reading the key back, so a write

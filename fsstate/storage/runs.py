@@ -51,6 +51,7 @@ from fsstate.storage.cache import BlockCache
 from fsstate.storage.fileio import FileIO, MissingObject, SizeMismatch
 
 WHOLE_FILE_BYTES_MAX = 4 * 1024 * 1024
+WHOLE, FOOTER = -1, -2  # block cache "row groups" of a whole file and of its footer
 
 
 @dataclass
@@ -293,7 +294,10 @@ class Run:
         disk = self._disk
         if disk is None:
             assert self.ref is not None
-            disk = self._disk = DiskRun.from_footer(ctx, self.ref)
+            path = f"{ctx.store_dir}/{self.ref.path}"
+            # footers are immutable: one read per process while the cache holds it
+            ref = self.ref
+            disk = self._disk = ctx.cache.get((path, FOOTER), lambda: DiskRun.from_footer(ctx, ref))
         return disk
 
     def _read_segment(self, spec: TableSpec, ctx: RunContext) -> Segment:
@@ -305,7 +309,7 @@ class Run:
     def _whole(self, spec: TableSpec, ctx: RunContext) -> Segment:
         assert self.ref is not None
         path = f"{ctx.store_dir}/{self.ref.path}"
-        return ctx.cache.get((path, -1), lambda: self._read_segment(spec, ctx))
+        return ctx.cache.get((path, WHOLE), lambda: self._read_segment(spec, ctx))
 
     def _read_whole(self, ctx: RunContext) -> bool:
         assert self.ref is not None
@@ -330,7 +334,7 @@ class Run:
             built = seg.has_index
             rows = seg.rows_for(key)
             if not built:
-                ctx.cache.refresh((disk.path, -1))
+                ctx.cache.refresh((disk.path, WHOLE))
             return rows
         out: list[OpRow] = []
         for i in groups:
@@ -350,7 +354,7 @@ class Run:
         assert self.ref is not None
         small = self.ref.size_bytes <= 64 * 1024 and self.ref.decoded_bytes <= WHOLE_FILE_BYTES_MAX
         if self._read_whole(ctx) or small:  # (a tiny file may decode to much: compression)
-            yield self._read_segment(spec, ctx)
+            yield self._whole(spec, ctx)  # through the block cache: files never change
             return
         disk = self._disk_run(ctx)
         for i in range(disk.num_row_groups):
@@ -447,4 +451,5 @@ def write_run_stream(
     run._disk = DiskRun(
         full, ctx.fileio.describe(full), ref.size_bytes, bloom, firsts, lasts, len(firsts)
     )
+    ctx.cache.put((full, FOOTER), run._disk)  # a later open of the file in this process
     return run

@@ -27,12 +27,23 @@ Invariants:
   (:mod:`fsstate.store.retention`).
 * Sequence numbers are per store, strictly increasing, and persisted in the manifest.
 
-Requests on an object store (each one GET, PUT, HEAD, LIST or DELETE; measured by
-``FileIO.stats``, asserted by the tests): ``open`` 1 GET (the manifest); ``refresh`` 1 GET per
-version caught up across plus the new data files of tables that hold views; ``commit`` 1 PUT
-per changed table's run (and TTL index change) + 1 conditional PUT (manifest) + 1 GET and 1
-DELETE for retention (none within the first ``retain_versions`` versions); an unchanged
-commit the same without data files.
+Requests on an object store (measured by ``FileIO.stats``, asserted against the S3 server in
+``tests/fsstate/storage/test_object_store.py``), none of them a listing on the per-batch path:
+
+* ``open``: 1 GET (the manifest). Reading a key later: 1 GET per small run file it needs (read
+  whole), or its footer and row group for larger ones; 0 for files this process read before
+  (the block cache holds decoded files and footers, which never change).
+* ``refresh`` across ``k`` versions: ``k`` GETs of manifests, plus the new data files of the
+  tables that hold views.
+* ``commit``: 1 PUT per changed table (its run; and one per TTL index change) and 1
+  conditional PUT (the manifest); unchanged: the manifest only. Past the first
+  ``retain_versions`` versions add 1 bulk DELETE (the manifest leaving the window and the
+  files it alone referenced) and 1 GET of the next manifest unless this store knows it.
+* every ``orphan_scan_every_commits``-th version, the listing GC: 2 LISTs, 1 GET per retained
+  manifest this store does not know, 1 bulk DELETE if anything is garbage.
+* compaction: 1 GET per input run not in the block cache, 1 PUT of the merged run
+  (multipart above 8 MiB); the next commit publishes it.
+* once per bucket and process, the probe of conditional writes: 2 PUTs, 1 GET, 1 DELETE.
 """
 
 from __future__ import annotations
