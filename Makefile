@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
-.PHONY: help venv demo test test-engine test-spark lint bench bench-quick dist clean
+.PHONY: help venv demo demo-s3 test test-engine test-spark lint bench bench-quick dist clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' Makefile | awk 'BEGIN {FS = ":.*## "}; {printf "  %-12s %s\n", $$1, $$2}'
@@ -22,6 +22,9 @@ venv: $(STAMP)  ## create .venv and install fsstate with its dev extras
 
 demo: $(STAMP)  ## run the streaming demo with tiered state on local files
 	$(PY) examples/demo.py
+
+demo-s3: $(STAMP)  ## the demo with its state on a local S3 server (started and stopped)
+	$(PY) examples/demo_s3.py
 
 test: $(STAMP)  ## run every test (engine and Spark suites)
 	$(PY) -m pytest -q tests

@@ -44,8 +44,13 @@ def make_clicks(seed: int = 7) -> list[list[dict[str, Any]]]:
     return batches
 
 
-def main() -> None:
-    """Run the demo query and print what happened."""
+def main(state_uri: str | None = None) -> None:
+    """Run the demo query and print what happened.
+
+    Args:
+        state_uri: where the state goes (default: ``demo_state/state``); an ``s3://`` URI takes
+            its server and credentials from the ``AWS_*`` variables (see ``demo_s3.py``).
+    """
     shutil.rmtree(DEMO_DIR, ignore_errors=True)
     write_batches(DEMO_DIR / "input", make_clicks())
     # no no-data micro-batches: with TTL in ProcessingTime mode Spark would otherwise keep
@@ -53,7 +58,7 @@ def main() -> None:
     spark = local_session(
         "fsstate-demo", **{"spark.sql.streaming.noDataMicroBatches.enabled": "false"}
     )
-    state_uri = str(DEMO_DIR / "state")
+    state_uri = state_uri or str(DEMO_DIR / "state")
     processor = tiered(SessionTracker(), state_uri=state_uri, name="sessions")
     print(f"state_uri={state_uri} memory_limit={processor.config.memory_limit_bytes} bytes")
 

@@ -28,8 +28,7 @@ import uuid  # noqa: E402
 from collections.abc import Iterator  # noqa: E402
 
 import pytest  # noqa: E402
-
-from tests.support.s3server import S3Info, SeaweedS3  # noqa: E402
+from s3_server import S3Info, SeaweedS3  # noqa: E402
 
 
 @pytest.fixture(scope="session")

@@ -42,6 +42,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from s3_server import S3Info
 
 from fsstate import PartitionStore, StoreConfig
 from fsstate.compaction import Compactor, compact_table
@@ -54,7 +55,6 @@ from fsstate.tables import ListTable, MapTable, TableBase, ValueTable
 from fsstate.tables.cursor import Getter, Updater
 from tests.conftest import s3_options
 from tests.fsstate.model import LIST, MAP, VALUE, ModelStore, engine_rows_with_ttl
-from tests.support.s3server import S3Info
 
 OPERATOR = "model-op"
 PARTITION = 3

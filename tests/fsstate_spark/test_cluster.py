@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 import pytest
+from s3_server import S3Info
 
 from fsstate import PartitionStore
 from fsstate.storage.fileio import FileIO
@@ -46,7 +47,6 @@ from tests.fsstate_spark.test_spark_submit import (
     sink_rows,
     write_inputs,
 )
-from tests.support.s3server import S3Info
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
 

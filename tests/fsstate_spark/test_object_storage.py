@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from s3_server import S3Info
+
 from fsstate import PartitionStore
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.location import Location
@@ -24,7 +26,6 @@ from tests.fsstate_spark.processors import (
 )
 from tests.fsstate_spark.test_order import BATCHES as ORDER_BATCHES
 from tests.fsstate_spark.test_streaming import SINK_BATCHES, _native
-from tests.support.s3server import S3Info
 
 
 def _queries(location: Location) -> set[str]:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from s3_server import S3Info
 
 from fsstate import PartitionStore, StoreConfig
 from fsstate.errors import ConfigError
@@ -19,7 +20,6 @@ from fsstate.storage.manifest import read_manifest
 from tests.conftest import s3_options
 from tests.fsstate.common import KEY, VAL
 from tests.support.faultproxy import CountingProxy
-from tests.support.s3server import S3Info
 
 ROUNDS = 100
 
