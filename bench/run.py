@@ -94,6 +94,22 @@ register(
 )
 register(
     Suite(
+        "storage",
+        "bench.storage",
+        description="requests, bytes and time of commits, opens and catch-ups: local disk and "
+        "an S3 server on loopback (SeaweedFS)",
+    )
+)
+register(
+    Suite(
+        "spark_storage",
+        "bench.spark_storage",
+        engine=False,
+        description="the same Spark job with tiered state on local disk and on S3 (loopback)",
+    )
+)
+register(
+    Suite(
         "spark_e2e",
         "bench.spark_e2e",
         engine=False,

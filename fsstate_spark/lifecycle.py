@@ -115,6 +115,13 @@ _fileios: dict[tuple[Location, bool], FileIO] = {}
 _fileios_lock = threading.Lock()
 
 
+def storage_requests() -> int:
+    """Requests this process has made to the state storage of every query (diagnostics and
+    benchmarks; see :class:`fsstate.storage.backend.RequestStats`)."""
+    with _fileios_lock:
+        return sum(f.stats.requests for f in _fileios.values())
+
+
 def fileio_for(root: Location, fsync: bool) -> FileIO:
     """The process's FileIO of a query root (one client and request counter per root)."""
     key = (root, fsync)
