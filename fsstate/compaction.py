@@ -149,9 +149,8 @@ def merge_segments(
     clear_seq = np.where(op == OP_CLEAR, seq, -1)
     floor = np.maximum.reduceat(clear_seq, starts)
     if ranges:
-        key_lists = [c.take(pa.array(starts)).to_pylist() for c in key_cols]
-        for g, key in enumerate(zip(*key_lists)):
-            floor[g] = max(floor[g], ranges.floor(tuple(key)))
+        first_keys = [c.take(pa.array(starts)) for c in key_cols]
+        floor = np.maximum(floor, ranges.floor_array(first_keys))
     row_floor = floor[group]
     if spec.ukey_schema is not None:
         same_entry = same_key & _same_as_prev(batch.column("ukey").flatten())

@@ -207,11 +207,12 @@ class StateTable(KeyedTable):
     """Whole-table operations of a persistent table."""
 
     @abstractmethod
-    def delete_range(self, lo: Key, hi: Key) -> None:
+    def delete_range(self, lo: Key | None, hi: Key | None) -> None:
         """Remove every grouping key ``k`` with ``lo <= k < hi`` (a range tombstone).
 
-        Meant for time-window cleanup (keys that start with a window start). Keys compare as
-        tuples; keys holding nulls are never in a range.
+        Meant for time-window cleanup (keys that start with a window start) and event-time
+        deadlines. Keys compare as tuples; a bound may be a prefix (the key's first fields) or
+        None (unbounded); keys holding nulls are never in a range.
         """
 
     @abstractmethod

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import OrderedDict
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -42,6 +41,7 @@ from fsstate.errors import VersionNotFoundError
 from fsstate.interfaces import KeyedStore
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.location import Location
+from fsstate.store.pool import Outcome, StorePool, store_pool
 from fsstate_spark.bounded import MemoryStore
 from fsstate_spark.config import TieredConfig
 
@@ -59,16 +59,7 @@ class TaskMode(str, Enum):
         return self.value
 
 
-class StoreOutcome(str, Enum):
-    """How a streaming task got its store."""
-
-    NONE = ""  # no streaming task yet
-    HIT = "hit"  # the worker's copy was at the version
-    CAUGHT_UP = "caught_up"  # the worker's copy was advanced to the version
-    RESTORED = "restored"  # opened from storage
-
-    def __str__(self) -> str:
-        return self.value
+StoreOutcome = Outcome  # how a streaming task got its store (fsstate.store.pool.Outcome)
 
 
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
@@ -133,31 +124,35 @@ def fileio_for(root: Location, fsync: bool) -> FileIO:
 
 
 class StoreCache:
-    """Stores of this worker process: the ones tasks are using and committed idle ones.
+    """The ``tiered()`` side of this worker's :class:`fsstate.store.pool.StorePool`: stores
+    keyed by (query root, processor name, partition), at most ``max_cached_stores`` idle ones
+    (0 disables reuse), with the time tasks spend getting and committing them."""
 
-    Idle stores (committed, clean) wait for the next micro-batch of their partition; at most
-    ``max_cached_stores`` of them are kept, least recently used closed first (0 disables reuse).
-    A store still active when another task of the same partition starts belongs to an attempt
-    that failed; it is closed, never reused.
-    """
-
-    def __init__(self) -> None:
-        self._idle: OrderedDict[StoreKey, PartitionStore] = OrderedDict()
-        self._active: dict[StoreKey, PartitionStore] = {}
-        self._lock = threading.Lock()
-        self.hits = 0  # reused (at the version, or caught up)
-        self.caught_up = 0  # of the hits, advanced from an older version
-        self.restores = 0  # opened from storage
-        self.last_outcome = StoreOutcome.NONE  # the latest acquire
+    def __init__(self, pool: StorePool) -> None:
+        self.pool = pool
         # cumulative wall seconds of this process's streaming tasks (benchmarks, diagnostics)
         self.acquire_s = 0.0  # getting the store (reuse, catch-up or open)
         self.finish_s = 0.0  # TTL cleanup, commit and handing the store back
 
-    @staticmethod
-    def key_of(config: TieredConfig, task: TaskInfo) -> StoreKey:
-        """The cache key of a task's store."""
-        assert task.query_id is not None and task.partition is not None
-        return (query_root(config, task.query_id).describe(), config.name, task.partition)
+    @property
+    def hits(self) -> int:
+        """Stores reused (at the version, or caught up)."""
+        return self.pool.hits
+
+    @property
+    def caught_up(self) -> int:
+        """Of the hits, stores advanced from an older version."""
+        return self.pool.caught_up
+
+    @property
+    def restores(self) -> int:
+        """Stores opened from storage."""
+        return self.pool.restores
+
+    @property
+    def last_outcome(self) -> Outcome:
+        """How the latest acquire got its store."""
+        return self.pool.last_outcome
 
     def acquire(self, config: TieredConfig, task: TaskInfo) -> PartitionStore:
         """The store for a streaming task, at version ``batch_id - 1``.
@@ -167,24 +162,13 @@ class StoreCache:
                 or the query ran without fsstate before); the message says what to do.
         """
         assert task.batch_id is not None and task.partition is not None
+        assert task.query_id is not None
         apply_engine_settings(config)
-        key = self.key_of(config, task)
         want = task.batch_id - 1 if task.batch_id > 0 else None
-        with self._lock:
-            stale = self._active.pop(key, None)
-            cached = self._idle.pop(key, None)
-        if stale is not None:
-            stale.close()
+        fileio = fileio_for(query_root(config, task.query_id), config.store.fsync)
+        self.pool.max_idle = config.max_cached_stores
         try:
-            if cached is not None and self._reuse(cached, want):
-                with self._lock:
-                    self._active[key] = cached
-                return cached
-            self.restores += 1
-            self.last_outcome = StoreOutcome.RESTORED
-            assert task.query_id is not None
-            fileio = fileio_for(query_root(config, task.query_id), config.store.fsync)
-            store = PartitionStore.open(fileio, config.name, key[2], want, config.store)
+            return self.pool.acquire(fileio, config.name, task.partition, want, config.store)
         except VersionNotFoundError as exc:
             raise VersionNotFoundError(
                 f"fsstate has no committed state for query {task.query_id}, operator "
@@ -193,60 +177,21 @@ class StoreCache:
                 "directory must be kept with the checkpoint: restore it, or start the query "
                 f"with a new checkpoint. ({exc})"
             ) from exc
-        with self._lock:
-            self._active[key] = store
-        return store
-
-    def _reuse(self, cached: PartitionStore, want: int | None) -> bool:
-        """Whether the cached store serves version ``want`` (caught up if needed); else closed."""
-        reused = False
-        before = cached.version
-        try:
-            if want is None:
-                reused = cached.version is None and not cached.dirty and not cached.closed
-            else:
-                reused = cached.refresh(want)
-                if reused and before != want:
-                    self.caught_up += 1
-        finally:
-            if not reused:
-                cached.close()
-        if reused:
-            self.hits += 1
-            self.last_outcome = StoreOutcome.CAUGHT_UP if before != want else StoreOutcome.HIT
-        return reused
 
     def release(self, config: TieredConfig, task: TaskInfo, store: PartitionStore) -> None:
         """A task committed ``store``: keep it idle for the next batch (or close it)."""
-        key = self.key_of(config, task)
-        evicted: list[PartitionStore] = []
-        with self._lock:
-            if self._active.get(key) is store:
-                del self._active[key]
-            if config.max_cached_stores > 0:
-                self._idle[key] = store
-                while len(self._idle) > config.max_cached_stores:
-                    evicted.append(self._idle.popitem(last=False)[1])
-            else:
-                evicted.append(store)
-        for old in evicted:
-            old.close()
+        self.pool.max_idle = config.max_cached_stores
+        self.pool.release(store)
 
     def clear(self) -> None:
         """Close and forget every store; reset the counters."""
-        with self._lock:
-            stores = [*self._idle.values(), *self._active.values()]
-            self._idle.clear()
-            self._active.clear()
-            self.hits = self.caught_up = self.restores = 0
-        for store in stores:
-            store.close()
+        self.pool.clear()
 
     def __len__(self) -> int:
-        return len(self._idle)
+        return len(self.pool)
 
 
-_cache = StoreCache()
+_cache = StoreCache(store_pool())
 _engine_lock = threading.Lock()
 
 

@@ -23,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from fsstate.format.keyorder import Bound, bisect_rows, range_mask
 from fsstate.format.schema import EXPIRES, OP, SEQ, TableSpec
 
 # One op row as Python objects: (seq, op, ukey | None, value | None, expires_at_ms | None)
@@ -325,6 +326,25 @@ class Segment:
                 j += 1
             yield k, all_rows[i:j]
             i = j
+
+    def key_at(self, row: int) -> tuple[Any, ...]:
+        """The grouping key of one row (sorted order)."""
+        return tuple(col[row].as_py() for col in self._key_columns())
+
+    def slice_range(self, lo: Bound, hi: Bound) -> pa.RecordBatch:
+        """The rows whose grouping key is in ``[lo, hi)`` (bounds may be prefixes or None), in
+        key order: two binary searches, then an exact filter of the slice (see
+        :mod:`fsstate.format.keyorder`); the work is proportional to the rows returned."""
+        batch = self.batch
+        n = batch.num_rows
+        start = 0 if lo is None else bisect_rows(n, self.key_at, lo)
+        end = n if hi is None else bisect_rows(n, self.key_at, hi)
+        if end <= start:
+            return batch.slice(0, 0)
+        part = batch.slice(start, end - start)
+        cols = [c.slice(start, end - start) for c in self._key_columns()]
+        mask = range_mask(cols, lo, hi)
+        return part if mask.all() else part.filter(pa.array(mask))
 
     def distinct_keys(self) -> list[tuple[Any, ...]]:
         """Distinct grouping keys, in key order (Arrow finds them; only they become tuples)."""

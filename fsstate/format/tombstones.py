@@ -6,7 +6,11 @@ Three tombstone forms exist:
 * clear (``_op`` 2): removes everything of the grouping key written before it (value, list or
   map);
 * range (:class:`RangeTombstones`): removes every grouping key ``k`` with ``lo <= k < hi``
-  written before it; kept per table in the manifest, meant for closed time windows.
+  written before it; kept per table in the manifest, meant for closed time windows and
+  event-time deadlines. A bound may be a *prefix* of the key (fewer fields: tuples compare
+  field by field, so ``k < (t,)`` is "the first field is below ``t``") or absent (unbounded).
+  A new range that covers an older one replaces it (everything the older one deleted is older
+  than the new one too), so a table closing windows one after the other keeps one range.
 
 Invariants:
 
@@ -18,11 +22,13 @@ Invariants:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
+from fsstate.format.keyorder import Bound, range_mask
 from fsstate.format.schema import OP_CLEAR, OP_DELETE, OP_PUT
 from fsstate.format.segment import OpRow
 from fsstate.interfaces import Key
@@ -71,12 +77,24 @@ def cell_expiry(c: Any) -> int | None:
     return c[1] if type(c) is Timed else None
 
 
-def in_range(key: Key, lo: Key, hi: Key) -> bool:
-    """``lo <= key < hi`` on tuples; keys that cannot be compared (nulls) are never in range."""
+def in_range(key: Key, lo: Key | None, hi: Key | None) -> bool:
+    """``lo <= key < hi`` on tuples (a missing bound is unbounded; a bound may be a prefix);
+    keys that cannot be compared (nulls) are never in range."""
     try:
-        return bool(lo <= key < hi)
+        return (lo is None or lo <= key) and (hi is None or key < hi)
     except TypeError:
         return False
+
+
+def covers(outer: tuple[Key | None, Key | None], inner: tuple[Key | None, Key | None]) -> bool:
+    """Whether the range ``outer`` contains every key of ``inner`` (bounds as in_range)."""
+    (olo, ohi), (ilo, ihi) = outer, inner
+    try:
+        lo_ok = olo is None or (ilo is not None and olo <= ilo)
+        hi_ok = ohi is None or (ihi is not None and ihi <= ohi)
+    except TypeError:
+        return False
+    return lo_ok and hi_ok
 
 
 class RangeTombstones:
@@ -84,14 +102,15 @@ class RangeTombstones:
 
     __slots__ = ("items",)
 
-    def __init__(self, items: Iterable[tuple[Key, Key, int]] = ()) -> None:
-        self.items: list[tuple[Key, Key, int]] = list(items)
+    def __init__(self, items: Iterable[tuple[Bound, Bound, int]] = ()) -> None:
+        self.items: list[tuple[Bound, Bound, int]] = list(items)
 
     def __bool__(self) -> bool:
         return bool(self.items)
 
-    def add(self, lo: Key, hi: Key, seq: int) -> None:
-        """Record a range tombstone."""
+    def add(self, lo: Bound, hi: Bound, seq: int) -> None:
+        """Record a range tombstone; older ones it covers are dropped (``seq`` is the newest)."""
+        self.items = [t for t in self.items if not covers((lo, hi), (t[0], t[1]))]
         self.items.append((lo, hi, seq))
 
     def floor(self, key: Key) -> int:
@@ -102,28 +121,65 @@ class RangeTombstones:
                 best = seq
         return best
 
+    def floor_array(self, key_cols: Sequence[pa.Array]) -> np.ndarray[Any, Any]:
+        """:meth:`floor` of every row of flattened key columns, vectorized (int64, -1: none)."""
+        n = len(key_cols[0]) if key_cols else 0
+        out = np.full(n, -1, dtype=np.int64)
+        for lo, hi, seq in self.items:
+            mask = range_mask(key_cols, lo, hi)
+            np.maximum(out, np.where(mask, seq, -1), out=out)
+        return out
+
     def to_batch(self, key_schema: pa.Schema) -> pa.RecordBatch | None:
-        """Encode for the manifest (lo and hi as typed key structs)."""
+        """Encode for the manifest: ``lo`` and ``hi`` as typed key structs (fields beyond a
+        prefix null), ``lo_len`` / ``hi_len`` their lengths (-1: unbounded), ``seq``."""
         if not self.items:
             return None
-        key_type = pa.struct(list(key_schema))
+        key_type = pa.struct([f.with_nullable(True) for f in key_schema])
+        names = key_schema.names
 
         def col(i: int) -> pa.Array:
-            keys: list[Key] = [t[i] for t in self.items]  # type: ignore[misc]
-            return pa.array([dict(zip(key_schema.names, k)) for k in keys], type=key_type)
+            bounds: list[Bound] = [t[i] for t in self.items]  # type: ignore[misc]
+            return pa.array(
+                [None if b is None else dict(zip(names, b)) for b in bounds], type=key_type
+            )
+
+        def lengths(i: int) -> pa.Array:
+            bounds: list[Bound] = [t[i] for t in self.items]  # type: ignore[misc]
+            return pa.array([-1 if b is None else len(b) for b in bounds], type=pa.int8())
 
         return pa.RecordBatch.from_arrays(
-            [col(0), col(1), pa.array([t[2] for t in self.items], type=pa.int64())],
-            names=["lo", "hi", "seq"],
+            [
+                col(0),
+                col(1),
+                pa.array([t[2] for t in self.items], type=pa.int64()),
+                lengths(0),
+                lengths(1),
+            ],
+            names=["lo", "hi", "seq", "lo_len", "hi_len"],
         )
 
     @staticmethod
     def from_batch(batch: pa.RecordBatch | None) -> RangeTombstones:
-        """Inverse of :meth:`to_batch`."""
+        """Inverse of :meth:`to_batch` (batches without lengths hold whole keys)."""
         if batch is None:
             return RangeTombstones()
-        los = [tuple(d.values()) for d in batch.column("lo").to_pylist()]
-        his = [tuple(d.values()) for d in batch.column("hi").to_pylist()]
+        n = batch.num_rows
+        names = batch.schema.names
+
+        def bounds(col: str, len_col: str) -> list[Bound]:
+            values = batch.column(col).to_pylist()
+            lens = batch.column(len_col).to_pylist() if len_col in names else [None] * n
+            out: list[Bound] = []
+            for d, length in zip(values, lens):
+                if length == -1 or d is None:
+                    out.append(None)
+                else:
+                    key = tuple(d.values())
+                    out.append(key if length is None else key[:length])
+            return out
+
+        los, his = bounds("lo", "lo_len"), bounds("hi", "hi_len")
         return RangeTombstones(zip(los, his, batch.column("seq").to_pylist()))
 
 

@@ -36,7 +36,9 @@ version from which every step of this version's lineage went from ``k - 1`` to `
 versions ``chain_from .. version`` form one chain), and ``retired``, the files the parent
 referenced that this version no longer does (the garbage it makes): retention deletes them when
 the parent leaves the retained window, without listing anything
-(:mod:`fsstate.store.retention`).
+(:mod:`fsstate.store.retention`); ``meta``, a small JSON object the store's user keeps with the
+version (operators record the event time they have seen and the watermark they used), carried
+from each version to the next.
 
 Publishing: a version's manifest is published with put-if-absent
 (:func:`publish_manifest`), so once written it never changes; an attempt that finds its
@@ -151,6 +153,7 @@ class Manifest:
     lineage_next_seqs: list[int] = field(default_factory=list)
     chain_from: int | None = None
     retired: list[str] = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)
     checksum: str = ""  # set when serialized or parsed
 
     def tombstone_horizon_seq(self) -> int:
@@ -190,6 +193,8 @@ class Manifest:
             "retired": self.retired,
             "tables": [t.to_json() for t in self.tables.values()],
         }
+        if self.meta:
+            body["meta"] = self.meta
         canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
         body["checksum"] = self.checksum = hashlib.sha256(canonical.encode()).hexdigest()
         return json.dumps(body, sort_keys=True, indent=1).encode()
@@ -238,6 +243,7 @@ class Manifest:
                 lineage_next_seqs=[int(x) for x in body.get("lineage_next_seqs") or []],
                 chain_from=_opt_int(body.get("chain_from")),
                 retired=[str(x) for x in body.get("retired") or []],
+                meta=dict(body.get("meta") or {}),
                 checksum=str(checksum),
             )
         except (KeyError, TypeError, ValueError, pa.ArrowException) as exc:

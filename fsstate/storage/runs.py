@@ -44,6 +44,7 @@ import pyarrow.parquet as pq
 from fsstate.config import StoreConfig
 from fsstate.errors import DataFileCorruptError, StorageError, StorageNotFoundError
 from fsstate.format.keyfilter import BloomFilter, stable_hash
+from fsstate.format.keyorder import Bound, sort_key
 from fsstate.format.refs import FileRef, decode_batch, encode_batch
 from fsstate.format.schema import FORMAT_VERSION, TableSpec
 from fsstate.format.segment import OpRow, Segment
@@ -214,6 +215,23 @@ class DiskRun:
             return range(self.num_row_groups)
         return range(lo, hi)
 
+    def groups_in_range(self, lo: Bound, hi: Bound) -> range:
+        """Row groups whose key bounds may hold keys in ``[lo, hi)`` (all if keys don't compare)."""
+        if not self.firsts:
+            return range(self.num_row_groups)
+        try:
+            start = (
+                0
+                if lo is None
+                else bisect.bisect_left([sort_key(k) for k in self.lasts], sort_key(lo))
+            )
+            end = self.num_row_groups
+            if hi is not None:
+                end = bisect.bisect_left([sort_key(k) for k in self.firsts], sort_key(hi))
+        except TypeError:
+            return range(self.num_row_groups)
+        return range(start, max(start, end))
+
     def read_group(self, spec: TableSpec, ctx: RunContext, i: int) -> Segment:
         """Decode row group ``i`` (page checksums verified)."""
         try:
@@ -359,6 +377,29 @@ class Run:
         disk = self._disk_run(ctx)
         for i in range(disk.num_row_groups):
             yield disk.read_group(spec, ctx, i)
+
+    def cached_segments(
+        self,
+        spec: TableSpec,
+        ctx: RunContext,
+        lo: Bound = None,
+        hi: Bound = None,
+        point: bool = False,
+    ) -> Iterator[Segment]:
+        """The segments that may hold keys in ``[lo, hi)`` (with ``point``: the key ``lo``),
+        in key order, through the block cache (a batched read of a file this process read
+        before costs no request)."""
+        if self._segment is not None:
+            yield self._segment
+            return
+        assert self.ref is not None
+        if self._read_whole(ctx):
+            yield self._whole(spec, ctx)
+            return
+        disk = self._disk_run(ctx)
+        groups = disk.candidate_groups(lo) if point and lo is not None else None
+        for i in groups if groups is not None else disk.groups_in_range(lo, hi):
+            yield ctx.cache.get((disk.path, i), lambda i=i: disk.read_group(spec, ctx, i))  # type: ignore[misc]
 
     def load_pinned(self, spec: TableSpec, ctx: RunContext) -> Segment:
         """Read the whole file and keep it pinned in memory (released like any written run)."""

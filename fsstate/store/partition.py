@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import logging
 import re
 import time
@@ -103,6 +104,17 @@ _SAFE = re.compile(r"[^A-Za-z0-9._=-]")
 log = logging.getLogger("fsstate.store")
 
 
+def _json_copy(meta: dict[str, Any], where: str) -> dict[str, Any]:
+    """A deep copy of the store's meta through JSON (what the manifest will hold)."""
+    try:
+        return dict(json.loads(json.dumps(meta)))
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(
+            f"store {where}: meta must hold JSON values (str, int, float, bool, None, lists "
+            f"and dicts of them): {exc}"
+        ) from None
+
+
 def store_dir_for(operator: str, partition: int) -> str:
     """Relative directory of a partition store (operator names are made path-safe)."""
     safe = _SAFE.sub("_", operator) or "_"
@@ -135,6 +147,8 @@ class PartitionStore(interfaces.KeyedStore):
         self.next_seq: int = manifest.next_seq if manifest else 0
         self.now_ms: int = int(time.time() * 1000)
         self._manifest = manifest
+        # small JSON values kept with each version (see Manifest.meta), carried forward
+        self.meta: dict[str, Any] = dict(manifest.meta) if manifest else {}
         self._entries: dict[str, TableEntry] = dict(manifest.tables) if manifest else {}
         self._tables: dict[str, TableBase] = {}
         self._dropped = False
@@ -213,6 +227,7 @@ class PartitionStore(interfaces.KeyedStore):
             apply_plan(plan)
         self._reset_tables(target, resets)
         self._manifest = target
+        self.meta = dict(target.meta)
         self.version = target.version
         self.next_seq = max(self.next_seq, target.next_seq)
         self._dropped = False
@@ -379,6 +394,8 @@ class PartitionStore(interfaces.KeyedStore):
         """Whether anything changed since the store was opened or last committed."""
         if self._dropped:
             return True
+        if self.meta != (self._manifest.meta if self._manifest is not None else {}):
+            return True
         return any(t.dirty or (t.ttl_loaded and t.ttl_index().dirty) for t in self._tables.values())
 
     def commit(self, version: int) -> CommitInfo:
@@ -440,6 +457,7 @@ class PartitionStore(interfaces.KeyedStore):
                 parent_version=parent_v,
                 parent_checksum=parent_sum,
                 lineage_next_seqs=lineage,
+                meta=_json_copy(self.meta, self.fileio.describe(self.store_dir)),
             )
             base = self._manifest
             if base is not None and base.version == parent_v:
@@ -499,6 +517,7 @@ class PartitionStore(interfaces.KeyedStore):
             )
         self._reset_tables(published, list(self._tables))
         self._manifest = published
+        self.meta = dict(published.meta)
         self.version = published.version
         self.next_seq = max(self.next_seq, published.next_seq)
         self._dropped = False

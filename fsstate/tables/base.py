@@ -133,10 +133,14 @@ class TableBase(TableCore, interfaces.StateTable):
             yield from decode_rows(self.spec, read_table_file(st.fileio, st.store_dir, ref))
 
     # -- whole-table operations ----------------------------------------------------------------
-    def delete_range(self, lo: Key, hi: Key) -> None:
-        """Remove every grouping key ``k`` with ``lo <= k < hi`` (a range tombstone)."""
-        lo = self._check_key(lo)
-        hi = self._check_key(hi)
+    def delete_range(self, lo: Key | None, hi: Key | None) -> None:
+        """Remove every grouping key ``k`` with ``lo <= k < hi`` (a range tombstone).
+
+        A bound may be a prefix of the key (its first fields: ``hi=(t,)`` ends the range
+        before every key whose first field is ``t`` or more) or None (unbounded).
+        """
+        lo = None if lo is None else self._check_prefix(lo)
+        hi = None if hi is None else self._check_prefix(hi)
         idx = self.ttl_index() if self.indexed else None
         seq = self._next_seq()
         self.ranges.add(lo, hi, seq)

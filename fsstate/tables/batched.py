@@ -37,10 +37,11 @@ from fsstate.format.schema import EXPIRES, OP, OP_PUT, SEQ
 from fsstate.format.segment import Segment, key_tuples
 from fsstate.interfaces import Key
 from fsstate.storage.runs import Run
-from fsstate.tables.base import TableBase
+from fsstate.tables.resolve import null_safe
+from fsstate.tables.scan import ScanTable
 
 
-class BatchedTable(TableBase):
+class BatchedTable(ScanTable):
     """Batched reads and writes of a table (the value, list and map tables derive from it)."""
 
     def _keys_from_table(self, keys: pa.Table) -> tuple[pa.StructArray, Sequence[Key]]:
@@ -72,8 +73,9 @@ class BatchedTable(TableBase):
         self,
         key_struct: pa.StructArray,
         ukey_struct: pa.StructArray | None,
-        value_struct: pa.StructArray,
+        value_struct: pa.StructArray | None,
         key_list: Sequence[Key],
+        op: int = OP_PUT,
     ) -> None:
         """Append the rows as one run of put rows built from Arrow arrays (no per-row Python).
 
@@ -88,9 +90,10 @@ class BatchedTable(TableBase):
         cols: dict[str, Any] = {"key": key_struct}
         if ukey_struct is not None:
             cols["ukey"] = ukey_struct
-        cols["value"] = value_struct
+        value_type = pa.struct(list(self.spec.value_schema))
+        cols["value"] = pa.nulls(n, value_type) if value_struct is None else value_struct
         cols[SEQ] = pa.array(range(start, start + n), type=pa.int64())
-        cols[OP] = pa.nulls(n, pa.int8()).fill_null(0)
+        cols[OP] = pa.nulls(n, pa.int8()).fill_null(op)
         cols[EXPIRES] = pa.nulls(n, pa.int64())
         batch = pa.RecordBatch.from_pydict(cols, schema=self.spec.row_schema())
         run = Run(Segment(self.spec, batch, is_sorted=False), None)
@@ -104,16 +107,18 @@ class BatchedTable(TableBase):
     def _arrow_lookup_pays(self, n: int) -> bool:
         """Whether ``n`` keys are best looked up by joins over the runs (no per-key Python).
 
-        The runs must answer alone: every run in memory, no range tombstone, and no dirty
-        view (clean views mirror the runs, so either side gives the same answer). With
-        views in memory the joins, which probe every run row, must also be cheaper than
-        ``n`` dict lookups: ``n`` at least a quarter of the run rows.
+        The runs must answer alone: no dirty view (clean views mirror the runs, so either
+        side gives the same answer). The joins probe every row of every run, so they must
+        cost less than ``n`` point reads: with views in memory (each a dict hit) ``n`` must
+        be at least a quarter of the run rows, with runs on disk (each read a Bloom probe
+        and a row group, but the join reads whole files) at least 1/64 of them.
         """
-        if self.ranges or not self.runs or self._dirty:
+        if not self.runs or self._dirty or not n:
             return False
-        if self._views and 4 * n < sum(r.rows for r in self.runs):
+        rows = sum(r.rows for r in self.runs)
+        if self._views and 4 * n < rows:
             return False
-        return self._runs_in_memory()
+        return self._runs_in_memory() or 64 * n >= rows
 
     def _runs_in_memory(self) -> bool:
         """Whether every run holds its segments in memory (a lookup reads no file)."""
@@ -124,12 +129,14 @@ class BatchedTable(TableBase):
         put_many). Per run, newest first: a hash join that builds on the keys still unresolved
         (the small side) and probes every row of the run in any order (an unsorted batched
         write is not sorted for it), then the highest sequence number per requested key
-        (``np.maximum.at``: no sort)."""
-        names = [f"k{i}" for i in range(key_struct.type.num_fields)]
+        (``np.maximum.at``: no sort). A row under a range tombstone of its key is dead, and
+        so is every older row of that key."""
         n = len(key_struct)
+        key_cols = key_struct.flatten()
+        floors = self.ranges.floor_array(key_cols) if self.ranges else None
         remaining = pa.Table.from_arrays(
-            [*key_struct.flatten(), pa.array(np.arange(n, dtype=np.int64))],
-            names=[*names, "_pos"],
+            [*key_cols, pa.array(np.arange(n, dtype=np.int64))],
+            names=[*(f"k{i}" for i in range(len(key_cols))), "_pos"],
         )
         pos_parts: list[np.ndarray[Any, Any]] = []
         value_parts: list[pa.Array] = []
@@ -137,10 +144,13 @@ class BatchedTable(TableBase):
         for i in range(len(runs) - 1, -1, -1):
             if remaining.num_rows == 0:
                 break
-            hit = _run_hits(runs[i].segments(self.spec, self.ctx), remaining, names, self.now_ms)
+            segments = runs[i].cached_segments(self.spec, self.ctx)
+            hit = _run_hits(segments, remaining, self.now_ms)
             if hit is None:
                 continue
             pos, seq, live, values = hit
+            if floors is not None:
+                live = live & (seq > floors[pos])
             # a key may have several rows in a run: the highest sequence number wins
             best = np.full(n, -1, dtype=np.int64)
             np.maximum.at(best, pos, seq)
@@ -166,10 +176,13 @@ class BatchedTable(TableBase):
 
 
 def _run_hits(
-    segments: Iterable[Segment], remaining: pa.Table, names: list[str], now_ms: int
+    segments: Iterable[Segment], remaining: pa.Table, now_ms: int
 ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any], pa.Array] | None:
-    """Rows of one run whose key is in ``remaining``: requested positions, sequence numbers,
-    liveness and values (None: no row). Each segment is joined in any row order."""
+    """Rows of one run whose key is in ``remaining`` (key columns, then ``_pos``): requested
+    positions, sequence numbers, liveness and values (None: no row). Each segment is joined
+    in any row order; null key fields match nulls (:func:`fsstate.tables.resolve.null_safe`)."""
+    width = remaining.num_columns - 1
+    wanted = [remaining.column(i).combine_chunks() for i in range(width)]
     pos: list[np.ndarray[Any, Any]] = []
     seq: list[np.ndarray[Any, Any]] = []
     live: list[np.ndarray[Any, Any]] = []
@@ -178,11 +191,13 @@ def _run_hits(
         batch = s.rows_any_order
         if not batch.num_rows:
             continue
+        left, right = null_safe([batch.column("key").flatten(), wanted])
+        names = [f"j{i}" for i in range(len(left))]
         side = pa.Table.from_arrays(
-            [*batch.column("key").flatten(), pa.array(np.arange(batch.num_rows, dtype=np.int64))],
-            names=[*names, "_row"],
+            [*left, pa.array(np.arange(batch.num_rows, dtype=np.int64))], names=[*names, "_row"]
         )
-        hit = side.join(remaining, keys=names, join_type="inner")
+        probe = pa.Table.from_arrays([*right, remaining.column("_pos")], names=[*names, "_pos"])
+        hit = side.join(probe, keys=names, join_type="inner")
         if not hit.num_rows:
             continue
         rows = hit.column("_row").combine_chunks()

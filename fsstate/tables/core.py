@@ -35,9 +35,17 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 
+from fsstate.errors import KeyArityError
+from fsstate.format.keyorder import check_bound
 from fsstate.format.refs import FileRef
-from fsstate.format.schema import KIND_MAP, KIND_VALUE, Checker, TableSpec, infer_key_schema
-from fsstate.format.schema import make_checker as make_checker
+from fsstate.format.schema import (
+    KIND_MAP,
+    KIND_VALUE,
+    Checker,
+    TableSpec,
+    infer_key_schema,
+    make_checker,
+)
 from fsstate.format.segment import OpRow
 from fsstate.format.tombstones import ABSENT, RangeTombstones, replay_list, replay_map, replay_value
 from fsstate.interfaces import Key, StateKind
@@ -139,6 +147,7 @@ class TableCore:
             if self.spec.key_schema is not None
             else None
         )
+        self._prefix_checks: dict[int, Checker] = {}
 
     # -- keys and schema ---------------------------------------------------------------------
     def _set_key_schema(self, schema: pa.Schema) -> Checker:
@@ -152,6 +161,27 @@ class TableCore:
         if check is None:
             check = self._set_key_schema(infer_key_schema(self.name, key))
         return check(key)
+
+    def _check_prefix(self, prefix: Any) -> Key:
+        """A key prefix (the first fields of a key, at least one) checked against the schema."""
+        schema = self.spec.key_schema
+        if schema is None:
+            return self._check_key(prefix)
+        items = tuple(prefix) if isinstance(prefix, (tuple, list)) else None
+        if items is None or not 1 <= len(items) <= len(schema):
+            raise KeyArityError(
+                f"state {self.name!r}: a key bound must be a tuple of 1 to {len(schema)} of the "
+                f"key's first fields ({', '.join(schema.names)}), got {prefix!r}"
+            )
+        n = len(items)
+        check = self._prefix_checks.get(n)
+        if check is None:
+            sub = pa.schema(list(schema)[:n])
+            check = self._prefix_checks[n] = make_checker(self.name, "key bound", sub)
+        try:
+            return check_bound(self.name, check(items))
+        except ValueError as exc:
+            raise KeyArityError(f"{exc} (a bound is a key or its first fields)") from None
 
     # -- store and budget ----------------------------------------------------------------------
     @property

@@ -17,10 +17,19 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from fsstate import interfaces
 from fsstate.errors import SchemaError
-from fsstate.format.schema import KIND_MAP, UserKeyOrder, make_checker, sort_entries
+from fsstate.format.schema import (
+    KIND_MAP,
+    OP,
+    OP_CLEAR,
+    OP_DELETE,
+    UserKeyOrder,
+    make_checker,
+    sort_entries,
+)
 from fsstate.format.tombstones import Timed, cell, cell_value
 from fsstate.interfaces import Key
 from fsstate.storage.manifest import TableEntry
@@ -28,6 +37,7 @@ from fsstate.tables.batched import BatchedTable, struct_of, values_table
 from fsstate.tables.core import StoreHost
 from fsstate.tables.cursor import KeyCursor, map_cursor_ops
 from fsstate.tables.memtable import touch
+from fsstate.tables.resolve import lookup_back, resolve, semi_join_rows
 
 
 class MapTable(BatchedTable, interfaces.MapTableAPI):
@@ -197,9 +207,15 @@ class MapTable(BatchedTable, interfaces.MapTableAPI):
 
     def get_many(self, keys: pa.Table, user_keys: pa.Table) -> pa.Table:
         """Values for (key row i, user key row i), in order, with a ``_found`` column."""
-        _, key_list = self._keys_from_table(keys)
+        key_struct, key_list = self._keys_from_table(keys)
         assert self.spec.user_key_schema is not None
         ustruct = struct_of(self.name, "user key", user_keys, self.spec.user_key_schema)
+        if len(key_struct) != len(ustruct):
+            raise SchemaError(
+                f"state {self.name!r}: {len(key_struct)} keys but {len(ustruct)} user keys"
+            )
+        if self._arrow_lookup_pays(len(key_struct)):
+            return self._get_entries_arrow(key_struct, ustruct)
         ukeys = list(zip(*[c.to_pylist() for c in ustruct.flatten()]))
         get = self.get
         return values_table(self.spec.value_schema, [get(k, u) for k, u in zip(key_list, ukeys)])
@@ -223,3 +239,56 @@ class MapTable(BatchedTable, interfaces.MapTableAPI):
                 self.update(k, u, tuple(v.values()))
             return
         self._append_batch(key_struct, ustruct, vstruct, key_list)
+
+    def delete_many(self, keys: pa.Table, user_keys: pa.Table) -> None:
+        """Remove many entries (one delete row each, written as one run)."""
+        key_struct, key_list = self._keys_from_table(keys)
+        assert self.spec.user_key_schema is not None
+        ustruct = struct_of(self.name, "user key", user_keys, self.spec.user_key_schema)
+        if len(key_list) != len(ustruct):
+            raise SchemaError(
+                f"state {self.name!r}: {len(key_list)} keys but {len(ustruct)} user keys"
+            )
+        if not key_list:
+            return
+        if self.indexed:
+            ulist = list(zip(*[c.to_pylist() for c in ustruct.flatten()]))
+            for k, u in zip(key_list, ulist):
+                self.remove(k, u)
+            return
+        self._append_batch(key_struct, ustruct, None, key_list, op=OP_DELETE)
+
+    def _get_entries_arrow(self, key_struct: pa.StructArray, ustruct: pa.StructArray) -> pa.Table:
+        """Vectorized map lookup: per run, the rows of the requested (key, user key) pairs
+        and the clear rows of the requested keys (hash joins, nulls matching nulls), resolved
+        together (:func:`fsstate.tables.resolve.resolve`), then joined back to the requests."""
+        kcols, ucols = key_struct.flatten(), ustruct.flatten()
+        nk = len(kcols)
+        parts: list[pa.RecordBatch] = []
+        for seg in self._segments():
+            rows = seg.rows_any_order
+            if not rows.num_rows:
+                continue
+            parts += _entry_rows(rows, kcols, ucols)
+        found = resolve(self.spec, parts, self.ranges, self.now_ms)
+        return lookup_back(found, [*kcols, *ucols], nk + len(ucols), self.spec.value_schema)
+
+
+def _entry_rows(
+    rows: pa.RecordBatch, kcols: list[pa.Array], ucols: list[pa.Array]
+) -> list[pa.RecordBatch]:
+    """Op rows of one segment that decide the requested (key, user key) pairs: their own rows
+    and the clear rows of their keys."""
+    out = []
+    pairs = semi_join_rows(
+        rows, [*rows.column("key").flatten(), *rows.column("ukey").flatten()], [*kcols, *ucols]
+    )
+    if pairs.num_rows:
+        out.append(pairs)
+    clear_mask = pc.equal(rows.column(OP), OP_CLEAR)
+    if pc.any(clear_mask).as_py():
+        clears = rows.filter(clear_mask)
+        clears = semi_join_rows(clears, clears.column("key").flatten(), kcols)
+        if clears.num_rows:
+            out.append(clears)
+    return out

@@ -16,7 +16,7 @@ from typing import Any
 import pyarrow as pa
 
 from fsstate import interfaces
-from fsstate.format.schema import KIND_VALUE
+from fsstate.format.schema import KIND_VALUE, OP_DELETE
 from fsstate.format.tombstones import ABSENT, Timed
 from fsstate.interfaces import Key, Value
 from fsstate.tables.batched import BatchedTable, values_table
@@ -172,3 +172,14 @@ class ValueTable(BatchedTable, interfaces.ValueTableAPI):
                 self.update(k, tuple(v.values()))
             return
         self._append_batch(key_struct, None, value_struct, key_list)
+
+    def delete_many(self, keys: pa.Table) -> None:
+        """Remove the values of many keys (one delete row each, written as one run)."""
+        key_struct, key_list = self._keys_from_table(keys)
+        if not key_list:
+            return
+        if self.indexed:
+            for k in key_list:
+                self.clear(k)
+            return
+        self._append_batch(key_struct, None, None, key_list, op=OP_DELETE)

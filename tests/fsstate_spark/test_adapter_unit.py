@@ -154,13 +154,13 @@ def test_failed_attempt_is_discarded_and_the_retry_restores(
 def _in_other_worker(proc: Any, task: dict[str, TaskInfo], info: TaskInfo, inputs: Any) -> None:
     """Run one task as if in another Python worker (this process's cached stores unseen)."""
     cache = store_cache()
-    saved = dict(cache._idle)
-    cache._idle.clear()
+    saved = dict(cache.pool._idle)
+    cache.pool._idle.clear()
     run_task(proc, task, info, inputs)
-    for store in cache._idle.values():
+    for store in cache.pool._idle.values():
         store.close()
-    cache._idle.clear()
-    cache._idle.update(saved)
+    cache.pool._idle.clear()
+    cache.pool._idle.update(saved)
 
 
 def test_a_store_cached_at_an_older_version_catches_up(

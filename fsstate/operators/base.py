@@ -1,0 +1,203 @@
+"""The operator contract: whole Arrow batches in, state through batched table calls, batches out.
+
+An :class:`Operator` processes the input rows of one partition for one epoch (a micro-batch):
+it declares its tables on the partition's store (:meth:`Operator.bind`), reads and writes them
+with batched calls (``get_many``, ``put_many``, ``delete_many``, ``scan``, ``scan_prefixes``,
+range deletes) and returns its output rows. :mod:`fsstate.operators.runner` opens the store at
+the previous epoch, runs the operator and commits the epoch.
+
+Time follows Spark: event times are microseconds since the Unix epoch (Arrow ``timestamp[us]``
+columns, or int64), watermarks and delays are milliseconds, and a value is *at or below* a
+watermark when ``value_us <= watermark_ms * 1000``. Each epoch carries two watermarks
+(:class:`Epoch`): ``late_ms`` (the previous epoch's watermark; input at or below it is late)
+and ``evict_ms`` (this epoch's; state at or below it is emitted or removed).
+
+Invariants every operator keeps:
+
+* Deterministic: the output and the state an epoch leaves depend only on the store's version
+  and on the *set* of input rows (the runner sorts the input canonically,
+  :func:`canonical_order`), so every attempt of an epoch produces the same output and the
+  same state. That is what makes a version published by another attempt safe to adopt, and so
+  task retries, recomputed stages and re-run batches exactly-once.
+* Between epochs an operator holds nothing outside its store but caches it can rebuild; a
+  cache is valid only for the store object and version it was built from
+  (:meth:`Operator.bind` is called whenever the runner hands over a store).
+* Output schemas are fixed by the input schema (:meth:`Operator.output_schema`), so an empty
+  epoch still returns a typed empty table.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from fsstate.errors import ConfigError, SchemaError
+from fsstate.store.partition import PartitionStore
+
+EVENT_TIME_META = "event_time_max_ms"  # manifest meta: running max event time per input
+WATERMARK_META = "watermark_ms"  # manifest meta: the eviction watermark the epoch used
+SIDE = "_side"  # joins: the column telling left (0) from right (1) input rows
+
+
+@dataclass(frozen=True)
+class Epoch:
+    """What an operator knows about the epoch it processes.
+
+    Attributes:
+        epoch: the epoch (Spark's micro-batch id), the store version it commits.
+        partition: the partition.
+        late_ms: input at or below this watermark is late (the previous epoch's watermark).
+        evict_ms: state at or below this watermark is emitted or removed (this epoch's).
+    """
+
+    epoch: int
+    partition: int
+    late_ms: int = 0
+    evict_ms: int = 0
+
+    def __post_init__(self) -> None:
+        if self.late_ms > self.evict_ms:
+            raise ConfigError(
+                f"epoch {self.epoch}: the late-row watermark {self.late_ms} ms is above the "
+                f"eviction watermark {self.evict_ms} ms; watermarks never move back"
+            )
+
+
+class Operator(ABC):
+    """A stateful operator over whole Arrow batches (see the module docstring).
+
+    Args:
+        name: the operator's state name, unique within a query (its stores live under it).
+    """
+
+    def __init__(self, name: str) -> None:
+        if not isinstance(name, str) or not name or "/" in name:
+            raise ConfigError(
+                f"operator name {name!r} must be a non-empty string without '/' (it names "
+                "the operator's state directory)"
+            )
+        self.name = name
+        self._bound: tuple[int, int | None] | None = None
+
+    # -- declared by each operator ---------------------------------------------------------
+    @abstractmethod
+    def output_schema(self, input_schema: pa.Schema) -> pa.Schema:
+        """The schema of the output for input of ``input_schema`` (raises SchemaError)."""
+
+    @abstractmethod
+    def declare(self, store: PartitionStore, input_schema: pa.Schema) -> None:
+        """Declare the operator's tables on ``store`` for input of ``input_schema``
+        (idempotent; raises SchemaError if the input does not fit the operator)."""
+
+    @abstractmethod
+    def process(self, batch: pa.Table, epoch: Epoch) -> pa.Table:
+        """Consume one partition's input for one epoch; return the output rows."""
+
+    def event_times(self, batch: pa.Table) -> dict[str, pa.Array]:
+        """Event times (µs) of the input per watermark input, for the watermark (default:
+        none; single-input operators with a time column return ``{"input": times}``)."""
+        return {}
+
+    def reset_caches(self) -> None:  # noqa: B027
+        """Forget caches derived from state (called when the store changes identity/version)."""
+
+    # -- binding ----------------------------------------------------------------------------
+    def bind(self, store: PartitionStore, input_schema: pa.Schema) -> None:
+        """Hand the operator the store of the partition it runs next (at the epoch's parent)."""
+        ident = (id(store), store.version)
+        if self._bound != ident:
+            self.reset_caches()
+        self.store = store
+        self.declare(store, input_schema)
+        self._bound = ident
+
+    def after_commit(self, store: PartitionStore) -> None:
+        """The runner committed ``store``: caches built in the epoch stay valid for it."""
+        self._bound = (id(store), store.version)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.pop("store", None)
+        state["_bound"] = None
+        for k in [k for k in state if k.startswith("_cache")]:
+            state[k] = None
+        return state
+
+
+# -- helpers shared by the operators -----------------------------------------------------------
+def require_columns(op: str, schema: pa.Schema, names: Sequence[str]) -> None:
+    """Raise SchemaError naming the operator and the missing columns."""
+    missing = [n for n in names if n not in schema.names]
+    if missing:
+        raise SchemaError(
+            f"operator {op!r}: input has no column(s) {missing}; it has {schema.names}"
+        )
+
+
+def time_us(col: pa.Array | pa.ChunkedArray, op: str, name: str) -> pa.Array:
+    """An event-time column as int64 microseconds (timestamps of any unit, or integers).
+
+    Raises:
+        SchemaError: the column is neither a timestamp nor an integer.
+    """
+    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    t = arr.type
+    if pa.types.is_timestamp(t):
+        if t.unit != "us":
+            arr = arr.cast(pa.timestamp("us", t.tz))
+        return arr.view(pa.int64()) if hasattr(arr, "view") else arr.cast(pa.int64())
+    if pa.types.is_integer(t):
+        return arr.cast(pa.int64())
+    raise SchemaError(
+        f"operator {op!r}: event-time column {name!r} has type {t}; use a timestamp or int64 "
+        "microseconds"
+    )
+
+
+def as_timestamp(values: pa.Array) -> pa.Array:
+    """int64 microseconds as ``timestamp[us, UTC]`` (how Spark returns TIMESTAMP)."""
+    return values.cast(pa.int64()).cast(pa.timestamp("us", tz="UTC"))
+
+
+def canonical_order(batch: pa.Table) -> pa.Table:
+    """The rows sorted by every sortable column (struct fields flattened), nulls last: one
+    order for one set of rows, whatever order they arrived in."""
+    if batch.num_rows < 2:
+        return batch
+    flat = batch.flatten() if any(pa.types.is_struct(t) for t in batch.schema.types) else batch
+    while any(pa.types.is_struct(t) for t in flat.schema.types):
+        flat = flat.flatten()
+    keys = []
+    cols = {}
+    for i, field in enumerate(flat.schema):
+        t = field.type
+        if pa.types.is_nested(t) or pa.types.is_dictionary(t) or pa.types.is_null(t):
+            continue
+        name = f"c{i}"
+        cols[name] = flat.column(i)
+        keys.append((name, "ascending"))
+    if not keys:
+        return batch
+    order = pc.sort_indices(pa.table(cols), sort_keys=keys)  # nulls last by default
+    return batch.take(order)
+
+
+def max_ms(times_us: pa.Array) -> int | None:
+    """The largest event time in milliseconds (floor, as Spark's ``microsToMillis``)."""
+    if not len(times_us) or times_us.null_count == len(times_us):
+        return None
+    top = pc.max(times_us).as_py()
+    return None if top is None else int(top) // 1000
+
+
+def take_rows(table: pa.Table, mask: np.ndarray[Any, Any]) -> pa.Table:
+    """Rows of ``table`` where the numpy bool ``mask`` is set (the table itself if all)."""
+    if mask.all():
+        return table
+    return table.filter(pa.array(mask))

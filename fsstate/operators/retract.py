@@ -1,0 +1,325 @@
+"""Aggregation over a change stream with retractions: count, sum, min, max (and avg).
+
+Input rows carry ``op`` (+1 insert, -1 delete). Count, sum and avg keep running totals; min and
+max cannot (after the largest value is retracted the next largest must be known), so for each
+of them the state keeps a count per distinct value of each group in a map table, in value
+order, and the current extreme in the group's row. After a retraction removes the extreme, the
+next one comes from the map's ordered entries (:meth:`fsstate.tables.scan.ScanTable.entries`,
+first or last N, never the whole group) through a small per-group top-N cache, as RisingWave
+does: the cache holds the group's top values as a prefix of the value order, is kept in step
+with every change, and is refilled from state when it runs empty.
+
+Tables: ``groups`` (value table keyed by the group columns: ``_rows``, the count and sum
+partials, the current min / max of each such aggregate) and ``values_<i>`` per min / max
+aggregate (map table: group -> {value: count}).
+
+Output (``output="changelog"``): for each group whose result changed, ``op`` -1 with the old
+result (if it had one) and +1 with the new one (if it still has rows). ``output="upsert"``: one
+row per changed group, ``op`` +1 with the new result or -1 with the old one when the group is
+gone.
+
+Invariants: after every epoch, applying all emitted changes gives exactly a batch
+recomputation of the aggregate over the input's current rows (groups with no rows absent);
+deletes of rows that were never inserted are the caller's error (counts never go below zero:
+such a delete is ignored); nulls are skipped as in SQL.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from fsstate.errors import ConfigError
+from fsstate.operators.aggregates import Agg
+from fsstate.operators.base import Epoch, Operator, require_columns, take_rows
+from fsstate.store.partition import PartitionStore
+
+OP = "op"
+ROWS = "_rows"
+OUTPUTS = ("changelog", "upsert")
+TOP_N = 16  # values kept per group in the min / max cache
+CACHE_GROUPS_MAX = 65_536  # groups a min / max cache holds at most (then it starts over)
+
+
+class RetractAggregate(Operator):
+    """Aggregates over a change stream per group (see the module docstring).
+
+    Args:
+        name: the operator's state name.
+        keys: group columns.
+        aggs: aggregates (count, sum, avg, min, max).
+        output: ``"changelog"`` or ``"upsert"``.
+        top_n: values per group the min / max cache holds.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        keys: Sequence[str],
+        aggs: Sequence[Agg],
+        output: str = "changelog",
+        top_n: int = TOP_N,
+    ) -> None:
+        super().__init__(name)
+        if output not in OUTPUTS:
+            raise ConfigError(f"operator {name!r}: output must be one of {OUTPUTS}")
+        if not aggs:
+            raise ConfigError(f"operator {name!r}: give at least one aggregate")
+        if top_n < 1:
+            raise ConfigError(f"operator {name!r}: top_n must be >= 1")
+        self.keys, self.aggs, self.output, self.top_n = list(keys), list(aggs), output, top_n
+        self._cache_top: dict[int, dict[Any, list[Any]]] | None = None
+
+    def reset_caches(self) -> None:
+        self._cache_top = None
+
+    def output_schema(self, input_schema: pa.Schema) -> pa.Schema:
+        require_columns(self.name, input_schema, [*self.keys, OP])
+        fields = [input_schema.field(k).with_nullable(True) for k in self.keys]
+        fields += [pa.field(a.name, a.result_type(input_schema, self.name)) for a in self.aggs]
+        return pa.schema([*fields, pa.field(OP, pa.int8(), nullable=False)])
+
+    def _state_fields(self, schema: pa.Schema) -> list[pa.Field]:
+        out = [pa.field(ROWS, pa.int64())]
+        for i, a in enumerate(self.aggs):
+            t = a.result_type(schema, self.name)
+            if a.func == "count":
+                out.append(pa.field(f"_c{i}", pa.int64()))
+            elif a.func in ("sum", "avg"):
+                st = pa.float64() if a.func == "avg" else t
+                out += [pa.field(f"_s{i}", st), pa.field(f"_n{i}", pa.int64())]
+            else:
+                out.append(pa.field(f"_x{i}", t))
+        return out
+
+    def declare(self, store: PartitionStore, input_schema: pa.Schema) -> None:
+        self.output_schema(input_schema)
+        self.input_schema = input_schema
+        key = pa.schema([input_schema.field(k).with_nullable(True) for k in self.keys])
+        self.groups = store.value_table(
+            "groups", pa.schema(self._state_fields(input_schema)), key_schema=key
+        )
+        self.values: dict[int, Any] = {}
+        for i, a in enumerate(self.aggs):
+            if a.func in ("min", "max"):
+                assert a.column is not None
+                ukey = pa.schema([input_schema.field(a.column).with_name("value")])
+                self.values[i] = store.map_table(
+                    f"values_{i}", ukey, pa.schema([("count", pa.int64())]), key_schema=key
+                )
+        if self._cache_top is None:
+            self._cache_top = {i: {} for i in self.values}
+
+    # -- one epoch ---------------------------------------------------------------------------
+    def process(self, batch: pa.Table, epoch: Epoch) -> pa.Table:
+        schema = self.output_schema(self.input_schema)
+        if not batch.num_rows:
+            return schema.empty_table()
+        op = batch.column(OP).combine_chunks().cast(pa.int64())
+        # totals per group: rows, counts, sums
+        cols: dict[str, Any] = {k: batch.column(k) for k in self.keys}
+        cols["_d"] = op
+        specs: list[tuple[str, str]] = [("_d", "sum")]
+        for i, a in enumerate(self.aggs):
+            if a.func == "count":
+                if a.column is None:
+                    continue
+                cols[f"_c{i}"] = pc.multiply(
+                    pc.is_valid(batch.column(a.column)).cast(pa.int64()), op
+                )
+                specs.append((f"_c{i}", "sum"))
+            elif a.func in ("sum", "avg"):
+                t = pa.float64() if a.func == "avg" else a.result_type(self.input_schema, self.name)
+                v = batch.column(a.column).cast(t)
+                cols[f"_s{i}"] = pc.multiply(v, op.cast(t))
+                cols[f"_n{i}"] = pc.multiply(pc.is_valid(v).cast(pa.int64()), op)
+                specs += [(f"_s{i}", "sum"), (f"_n{i}", "sum")]
+        delta = pa.table(cols).group_by(self.keys, use_threads=False).aggregate(specs)
+        keys = delta.select(self.keys)
+        old = self.groups.get_many(keys)
+        found = np.asarray(old.column("_found").to_numpy(zero_copy_only=False), dtype=bool)
+        fields = self._state_fields(self.input_schema)
+        new: dict[str, pa.Array] = {}
+        old_rows = pc.fill_null(old.column(ROWS), 0).to_numpy(zero_copy_only=False)
+        new_rows = np.maximum(old_rows + delta.column("_d_sum").to_numpy(), 0)
+        new[ROWS] = pa.array(new_rows, pa.int64())
+        for i, a in enumerate(self.aggs):
+            if a.func == "count" and a.column is not None:
+                new[f"_c{i}"] = _add(old.column(f"_c{i}"), delta.column(f"_c{i}_sum"))
+            elif a.func in ("sum", "avg"):
+                new[f"_s{i}"] = _add(old.column(f"_s{i}"), delta.column(f"_s{i}_sum"))
+                new[f"_n{i}"] = _add(old.column(f"_n{i}"), delta.column(f"_n{i}_sum"))
+        for i in self.values:
+            new[f"_x{i}"] = self._extreme(i, batch, op, keys, old.column(f"_x{i}"))
+        new_state = pa.Table.from_arrays(
+            [new.get(f.name, pa.nulls(len(keys), f.type)).cast(f.type) for f in fields],
+            schema=pa.schema(fields),
+        )
+        alive = new_rows > 0
+        if alive.any():
+            self.groups.put_many(take_rows(keys, alive), take_rows(new_state, alive))
+        gone = found & ~alive
+        if gone.any():
+            gone_keys = take_rows(keys, gone)
+            self.groups.delete_many(gone_keys)
+            for g in zip(*(gone_keys.column(k).to_pylist() for k in self.keys)):
+                for cache in (self._cache_top or {}).values():
+                    cache.pop(g, None)
+        for cache in (self._cache_top or {}).values():
+            if len(cache) > CACHE_GROUPS_MAX:
+                cache.clear()
+        return self._changes(keys, old, found, new_state, alive, schema)
+
+    def _extreme(
+        self, i: int, batch: pa.Table, op: pa.Array, keys: pa.Table, current: pa.ChunkedArray
+    ) -> pa.Array:
+        """Apply the epoch's value changes of min / max aggregate ``i``; its new value per group."""
+        a = self.aggs[i]
+        assert a.column is not None and self._cache_top is not None
+        table = self.values[i]
+        want_max = a.func == "max"
+        vals = batch.column(a.column)
+        flat = pa.table({**{k: batch.column(k) for k in self.keys}, "_v": vals, "_d": op})
+        flat = take_rows(flat, np.asarray(pc.is_valid(vals).to_numpy(zero_copy_only=False), bool))
+        net = flat.group_by([*self.keys, "_v"], use_threads=False).aggregate([("_d", "sum")])
+        net = take_rows(net, net.column("_d_sum").to_numpy() != 0)
+        cache = self._cache_top[i]
+        removed_top: set[Any] = set()
+        if net.num_rows:
+            gk, uk = net.select(self.keys), net.select(["_v"])
+            got = table.get_many(gk, uk)
+            have = pc.fill_null(got.column("count"), 0).to_numpy(zero_copy_only=False)
+            now = np.maximum(have + net.column("_d_sum").to_numpy(), 0)
+            up = now > 0
+            if up.any():
+                table.put_many(take_rows(gk, up), take_rows(uk, up), pa.table({"count": now[up]}))
+            if (~up).any():
+                table.delete_many(take_rows(gk, ~up), take_rows(uk, ~up))
+            groups = list(zip(*(net.column(k).to_pylist() for k in self.keys)))
+            values = net.column("_v").to_pylist()
+            cur = dict(
+                zip(zip(*(keys.column(k).to_pylist() for k in self.keys)), current.to_pylist())
+            )
+            for g, v, n, was in zip(groups, values, now, have):
+                top = cache.get(g)
+                if n == 0 and was > 0:
+                    if top is not None and v in top:
+                        top.remove(v)
+                    if cur.get(g) == v:
+                        removed_top.add(g)
+                elif n > 0 and was == 0 and top and _before(v, top[-1], want_max):
+                    # the cache stays a prefix of the group's value order: only a value
+                    # before its last one can join it (an empty cache is refilled from state)
+                    top.append(v)
+                    top.sort(reverse=want_max)
+                    del top[self.top_n :]
+        # new extreme: old one vs the epoch's inserts, unless the old one was removed
+        out = current.to_pylist()
+        key_list = list(zip(*(keys.column(k).to_pylist() for k in self.keys)))
+        if net.num_rows:
+            adds = take_rows(net, net.column("_d_sum").to_numpy() > 0)
+            best = adds.group_by(self.keys, use_threads=False).aggregate([("_v", a.func)])
+            best_of = dict(
+                zip(
+                    zip(*(best.column(k).to_pylist() for k in self.keys)),
+                    best.column(f"_v_{a.func}").to_pylist(),
+                )
+            )
+        else:
+            best_of = {}
+        for j, g in enumerate(key_list):
+            if g in removed_top:
+                out[j] = self._refill(i, g, want_max)
+            else:
+                cand = [x for x in (out[j], best_of.get(g)) if x is not None]
+                out[j] = (max(cand) if want_max else min(cand)) if cand else None
+        return pa.array(out, type=self.groups.spec.value_schema.field(f"_x{i}").type)
+
+    def _refill(self, i: int, g: Any, want_max: bool) -> Any:
+        """The group's extreme after its old one left: from the cache, else from state."""
+        assert self._cache_top is not None
+        cache = self._cache_top[i]
+        top = cache.get(g)
+        if not top:
+            got = self.values[i].entries(g, reverse=want_max, limit=self.top_n)
+            top = cache[g] = got.column("value").to_pylist()
+        return top[0] if top else None
+
+    def _changes(
+        self,
+        keys: pa.Table,
+        old: pa.Table,
+        found: np.ndarray[Any, Any],
+        new_state: pa.Table,
+        alive: np.ndarray[Any, Any],
+        schema: pa.Schema,
+    ) -> pa.Table:
+        """Output rows for the groups whose result changed."""
+        before = self._results(old, keys, schema)
+        after = self._results(new_state, keys, schema)
+        names = [a.name for a in self.aggs]
+        same = np.ones(len(found), dtype=bool)
+        for n in names:
+            x, y = before.column(n), after.column(n)
+            eq = pc.fill_null(pc.equal(x, y), False)
+            both_null = pc.and_(pc.is_null(x), pc.is_null(y))
+            same &= np.asarray(pc.or_(eq, both_null).to_numpy(zero_copy_only=False), bool)
+        same &= found == alive
+        retract = found & ~same
+        insert = alive & ~same
+        if self.output == "upsert":
+            retract = retract & ~alive
+        parts = []
+        if retract.any():
+            parts.append(_with_op(take_rows(before, retract), -1, schema))
+        if insert.any():
+            parts.append(_with_op(take_rows(after, insert), 1, schema))
+        return pa.concat_tables(parts) if parts else schema.empty_table()
+
+    def _results(self, state: pa.Table, keys: pa.Table, schema: pa.Schema) -> pa.Table:
+        cols = [keys.column(k) for k in self.keys]
+        for i, a in enumerate(self.aggs):
+            if a.func == "count":
+                src = state.column(ROWS if a.column is None else f"_c{i}")
+                cols.append(pc.fill_null(src, 0))
+            elif a.func == "sum":
+                n = state.column(f"_n{i}")
+                cols.append(
+                    pc.if_else(pc.greater(pc.fill_null(n, 0), 0), state.column(f"_s{i}"), None)
+                )
+            elif a.func == "avg":
+                n = pc.fill_null(state.column(f"_n{i}"), 0).cast(pa.float64())
+                cols.append(
+                    pc.if_else(pc.greater(n, 0), pc.divide(state.column(f"_s{i}"), n), None)
+                )
+            else:
+                cols.append(state.column(f"_x{i}"))
+        fields = list(schema)[:-1]
+        return pa.Table.from_arrays(
+            [c.cast(f.type) for c, f in zip(cols, fields)], schema=pa.schema(fields)
+        )
+
+
+def _tuples(table: pa.Table, names: list[str]) -> list[tuple[Any, ...]]:
+    return list(zip(*(table.column(k).to_pylist() for k in names)))
+
+
+def _add(old: pa.ChunkedArray, delta: pa.ChunkedArray) -> pa.Array:
+    t = old.type
+    zero = pa.scalar(0).cast(t)
+    return pc.add(pc.fill_null(old, zero), pc.fill_null(delta.cast(t), zero))
+
+
+def _before(v: Any, w: Any, want_max: bool) -> bool:
+    """Whether ``v`` comes before ``w`` in the cache's order."""
+    return bool(v > w) if want_max else bool(v < w)
+
+
+def _with_op(rows: pa.Table, op: int, schema: pa.Schema) -> pa.Table:
+    ops = pa.array(np.full(rows.num_rows, op, dtype=np.int8))
+    return pa.Table.from_arrays([*rows.columns, ops], schema=schema)

@@ -1,0 +1,153 @@
+"""Running one operator on one partition for one epoch, exactly once.
+
+:func:`run_epoch` takes the store of (operator, partition) at the epoch's parent version from the
+process's :class:`fsstate.store.pool.StorePool`, sorts the input canonically, runs the
+operator, records the event time it saw and the watermark it used in the version's meta, and
+commits the epoch.
+
+Invariants:
+
+* Exactly once: the epoch's version is published once. Another attempt of the same epoch (a
+  task retry, a recomputed stage, a batch re-run after a restart, a speculative task) opens
+  the same parent, sees the same input set, so computes the same output and state; its commit
+  finds the version published on the same parent and adopts it. Either way the output
+  returned is the one the published version stands for.
+* Nothing of a failed attempt is reused: its store is discarded from the pool (never
+  committed), and the next attempt reopens the parent from storage.
+* Two operators never share a store: each commit records its *writer* (the run and the
+  operator instance) in the version's meta; an attempt that finds its version published by
+  another instance of the same run raises :class:`fsstate.errors.ConfigError` (two operators of
+  one query were given the same name).
+* The meta of every version holds ``event_time_max_ms`` (the running maximum event time per
+  watermark input, in ms, over this partition's epochs so far) and ``watermark_ms`` (the
+  eviction watermark the epoch used): what a driver needs to compute the next watermark
+  (:mod:`fsstate.operators.watermarks`) without reading any data.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from fsstate.config import StoreConfig
+from fsstate.errors import ConfigError
+from fsstate.operators.base import (
+    EVENT_TIME_META,
+    WATERMARK_META,
+    Epoch,
+    Operator,
+    canonical_order,
+    max_ms,
+)
+from fsstate.stats import CommitInfo
+from fsstate.storage.fileio import FileIO
+from fsstate.store.pool import StorePool, store_pool
+
+WRITER_META = "writer"
+
+
+@dataclass(frozen=True)
+class EpochResult:
+    """What one partition's epoch produced.
+
+    Attributes:
+        output: the operator's output rows.
+        commit: the commit of the epoch's version (``adopted`` if another attempt published it).
+        rows_in: input rows.
+        process_ms: time spent in the operator.
+        total_ms: time of the whole epoch (store, sort, operator, commit).
+    """
+
+    output: pa.Table
+    commit: CommitInfo
+    rows_in: int
+    process_ms: float
+    total_ms: float
+
+
+def run_epoch(
+    op: Operator,
+    fileio: FileIO,
+    partition: int,
+    epoch: int,
+    batch: pa.Table,
+    *,
+    late_ms: int = 0,
+    evict_ms: int = 0,
+    config: StoreConfig | None = None,
+    pool: StorePool | None = None,
+    writer: dict[str, Any] | None = None,
+) -> EpochResult:
+    """Run ``op`` on one partition's input of ``epoch`` and commit the epoch.
+
+    Args:
+        op: the operator.
+        fileio: storage of the query's state (the operator's stores are under ``op.name``).
+        partition: the partition.
+        epoch: the epoch (micro-batch id); the store opens at ``epoch - 1``.
+        batch: the partition's input rows of the epoch.
+        late_ms: the previous epoch's watermark (rows at or below it are late).
+        evict_ms: this epoch's watermark.
+        config: store settings.
+        pool: the store pool (the process's by default).
+        writer: identity of this operator instance (``{"run": ..., "instance": ...}``).
+
+    Raises:
+        VersionNotFoundError: the parent version is not on storage.
+        CommitConflictError: the epoch was published on another parent.
+        ConfigError: the epoch was published by another operator of the same run.
+    """
+    t0 = time.perf_counter()
+    pool = pool or store_pool()
+    config = config or StoreConfig()
+    parent = epoch - 1 if epoch > 0 else None
+    store = pool.acquire(fileio, op.name, partition, parent, config)
+    ok = False
+    try:
+        op.bind(store, batch.schema)
+        batch = canonical_order(batch)
+        t1 = time.perf_counter()
+        output = op.process(batch, Epoch(epoch, partition, late_ms, evict_ms))
+        schema = op.output_schema(batch.schema)
+        if not output.schema.equals(schema):
+            output = output.cast(schema)
+        t2 = time.perf_counter()
+        seen: dict[str, int] = dict(store.meta.get(EVENT_TIME_META) or {})
+        for name, times in op.event_times(batch).items():
+            top = max_ms(times)
+            if top is not None:
+                seen[name] = max(seen.get(name, top), top)
+        store.meta[EVENT_TIME_META] = seen
+        store.meta[WATERMARK_META] = evict_ms
+        if writer is not None:
+            store.meta[WRITER_META] = writer
+        info = store.commit(epoch)
+        if info.adopted and writer is not None:
+            _check_writer(op, store.meta.get(WRITER_META), writer, epoch, partition)
+        op.after_commit(store)
+        ok = True
+    finally:
+        if ok:
+            pool.release(store)
+        else:
+            pool.discard(store)
+    total = (time.perf_counter() - t0) * 1000
+    return EpochResult(output, info, batch.num_rows, (t2 - t1) * 1000, total)
+
+
+def _check_writer(
+    op: Operator, published: Any, ours: dict[str, Any], epoch: int, partition: int
+) -> None:
+    """An adopted version must come from this operator (another attempt of it)."""
+    if not isinstance(published, dict):
+        return
+    same_run = published.get("run") == ours.get("run")
+    if same_run and published.get("instance") != ours.get("instance"):
+        raise ConfigError(
+            f"operator {op.name!r}: epoch {epoch} of partition {partition} was already "
+            "committed by another operator of the same query run under the same name. Two "
+            "stateful operators of one query must have different names (pass name=...)."
+        )

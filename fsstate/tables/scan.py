@@ -1,0 +1,344 @@
+"""Ordered and batched reads over a table's runs: key ranges, key prefixes, a map's entries.
+
+These reads never build per-key views: pending per-key changes are sealed into a run first
+(clean views mirror the runs, so the runs then answer alone), candidate op rows are cut from
+each run and resolved with Arrow (:mod:`fsstate.tables.resolve`).
+
+Invariants:
+
+* A read returns exactly what per-key reads of the same keys would (sequence order, range
+  tombstones, clears, expiry at the table's clock), in key order (user-key order for a map's
+  entries), ascending unless ``reverse``.
+* Work is proportional to the rows of the requested range, not to the table: each sorted run
+  is cut by two binary searches (row groups of files by their key bounds first, through the
+  block cache); with a ``limit`` the runs are merged in growing chunks and the read stops
+  once ``limit`` live entries are certain (every run has passed them), so the first or last
+  N entries of a large map cost about N rows per run.
+* Prefix lookups (:meth:`ScanTable.scan_prefixes`) hash-join every run with the requested
+  prefixes (null fields match nulls), the batched counterpart of many point reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from fsstate.errors import SchemaError
+from fsstate.format.keyorder import Bound, bisect_rows, sort_key
+from fsstate.format.schema import EXPIRES, KIND_MAP, OP, OP_CLEAR, OP_PUT, SEQ
+from fsstate.format.segment import Segment
+from fsstate.interfaces import Key
+from fsstate.tables.base import TableBase
+from fsstate.tables.resolve import first_of_group, out_schema, resolve, semi_join_rows
+
+FIRST_CHUNK_ROWS = 64  # rows taken per run in the first round of a limited read (doubling)
+
+
+def _row_unit(cols: Sequence[pa.Array]) -> Callable[[int], tuple[Any, ...]]:
+    return lambda i: tuple(c[i].as_py() for c in cols)
+
+
+def merge_limited(
+    sources: list[pa.RecordBatch],
+    unit_cols: Callable[[pa.RecordBatch], list[pa.Array]],
+    resolve_parts: Callable[[list[pa.RecordBatch]], pa.Table],
+    out_unit_width: int,
+    reverse: bool,
+    limit: int,
+) -> pa.Table:
+    """The first ``limit`` resolved entries of sorted sources, reading them in growing chunks.
+
+    Args:
+        sources: op rows per run, each sorted by unit (then sequence number).
+        unit_cols: the columns of a source batch that make its resolution unit (the key, or
+            the user key of one map).
+        resolve_parts: resolves collected op rows into a table sorted by unit, ascending, whose
+            first ``out_unit_width`` columns are the unit.
+        out_unit_width: see ``resolve_parts``.
+        reverse: read from the end.
+        limit: entries wanted (> 0).
+    """
+    chunk = max(FIRST_CHUNK_ROWS, limit)
+    taken = [0] * len(sources)
+    collected: list[pa.RecordBatch] = []
+    while True:
+        frontier: tuple[Any, ...] | None = None
+        for i, src in enumerate(sources):
+            n, t = src.num_rows, taken[i]
+            if t >= n:
+                continue
+            k = min(chunk, n - t)
+            part = src.slice(n - t - k, k) if reverse else src.slice(t, k)
+            taken[i] += k
+            collected.append(part)
+            if taken[i] < n:  # the run goes on: its boundary unit may continue past the chunk
+                edge = _row_unit(unit_cols(part))(0 if reverse else k - 1)
+                if frontier is None:
+                    frontier = edge
+                else:
+                    pick = max if reverse else min
+                    frontier = pick(frontier, edge, key=sort_key)
+        table = resolve_parts(collected)
+        if frontier is not None:  # only units strictly before the frontier are complete
+            unit = _row_unit([table.column(j) for j in range(out_unit_width)])
+            cut = bisect_rows(table.num_rows, unit, frontier, right=reverse)
+            table = table.slice(cut) if reverse else table.slice(0, cut)
+        if reverse:
+            table = table.take(pa.array(np.arange(table.num_rows - 1, -1, -1, dtype=np.int64)))
+        if table.num_rows >= limit or frontier is None:
+            return table.slice(0, limit)
+        chunk *= 2
+
+
+class ScanTable(TableBase):
+    """Range scans, prefix lookups and ordered map entries (see the module docstring)."""
+
+    def _batch_ready(self) -> None:
+        """Seal pending per-key changes so that the runs answer batched reads alone."""
+        if self._dirty:
+            self.seal()
+
+    def _segments(self, lo: Bound = None, hi: Bound = None, point: bool = False) -> list[Segment]:
+        """Segments of every run that may hold keys in ``[lo, hi)`` (or the key ``lo``)."""
+        spec, ctx = self.spec, self.ctx
+        return [
+            seg for run in list(self.runs) for seg in run.cached_segments(spec, ctx, lo, hi, point)
+        ]
+
+    def _bounds(self, lo: Any, hi: Any) -> tuple[Bound, Bound]:
+        return (
+            None if lo is None else self._check_prefix(lo),
+            None if hi is None else self._check_prefix(hi),
+        )
+
+    def scan(
+        self,
+        lo: Any = None,
+        hi: Any = None,
+        *,
+        reverse: bool = False,
+        limit: int | None = None,
+        with_expiry: bool = False,
+    ) -> pa.Table:
+        """Live rows whose grouping key is in ``[lo, hi)``, in key order.
+
+        Args:
+            lo: lower bound (inclusive): a key, a prefix of one (its first fields) or None.
+            hi: upper bound (exclusive), as ``lo``.
+            reverse: descending key order.
+            limit: at most this many keys (the first ones in the scan's order).
+            with_expiry: add the ``_expires_at_ms`` column.
+
+        Returns:
+            Key columns then value columns (map state: key, user key, value columns); see
+            :func:`fsstate.tables.resolve.out_schema`.
+        """
+        if self.spec.key_schema is None:
+            return pa.table({})
+        lo_b, hi_b = self._bounds(lo, hi)
+        self._batch_ready()
+        parts = [p for seg in self._segments(lo_b, hi_b) for p in [seg.slice_range(lo_b, hi_b)]]
+        parts = [p for p in parts if p.num_rows]
+        spec, ranges, now = self.spec, self.ranges, self.now_ms
+
+        def resolve_parts(ps: list[pa.RecordBatch]) -> pa.Table:
+            return resolve(spec, ps, ranges, now, with_expiry=with_expiry)
+
+        if limit is None:
+            table = resolve_parts(parts)
+            if reverse:
+                idx = np.arange(table.num_rows - 1, -1, -1, dtype=np.int64)
+                table = table.take(pa.array(idx))
+            return table
+        if limit <= 0:
+            return out_schema(spec, with_expiry).empty_table()
+        if self.kind == KIND_MAP:  # a map's unit is (key, user key): resolve whole keys
+            table = resolve_parts(parts)
+            if reverse:
+                table = table.take(pa.array(np.arange(table.num_rows - 1, -1, -1)))
+            width = len(self.spec.key_schema)
+            starts = np.flatnonzero(
+                first_of_group([table.column(i).combine_chunks() for i in range(width)])
+            )
+            return table if len(starts) <= limit else table.slice(0, int(starts[limit]))
+        width = len(self.spec.key_schema)
+        return merge_limited(
+            parts,
+            lambda b: b.column("key").flatten(),
+            resolve_parts,
+            width,
+            reverse,
+            limit,
+        )
+
+    def scan_prefixes(self, prefixes: pa.Table) -> pa.Table:
+        """Live rows of every grouping key that starts with one of ``prefixes``' rows.
+
+        Args:
+            prefixes: a table of the key's first ``m`` fields (by position; cast to the key
+                schema's types).
+
+        Returns:
+            As :meth:`scan`, sorted by key.
+        """
+        spec = self.spec
+        if spec.key_schema is None:
+            return pa.table({})
+        m = prefixes.num_columns
+        if not 1 <= m <= len(spec.key_schema):
+            raise SchemaError(
+                f"state {self.name!r}: a prefix table has 1 to {len(spec.key_schema)} columns "
+                f"(the key's first fields), got {prefixes.num_columns}"
+            )
+        want: list[pa.Array] = []
+        for col, field in zip(prefixes.columns, spec.key_schema):
+            arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+            try:
+                want.append(arr.cast(field.type))
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                raise SchemaError(
+                    f"state {self.name!r}: prefix column {field.name!r} has type {arr.type}, "
+                    f"expected {field.type} ({exc})"
+                ) from None
+        self._batch_ready()
+        parts: list[pa.RecordBatch] = []
+        if len(want[0]):
+            distinct = pa.Table.from_arrays(want, names=[f"p{i}" for i in range(m)])
+            distinct = distinct.group_by(distinct.column_names).aggregate([])
+            for seg in self._segments():
+                rows = seg.rows_any_order
+                if rows.num_rows:
+                    hit = _prefix_rows(rows, distinct, m)
+                    if hit.num_rows:
+                        parts.append(hit)
+        return resolve(spec, parts, self.ranges, self.now_ms)
+
+    def entries(
+        self,
+        key: Any,
+        lo: Any = None,
+        hi: Any = None,
+        *,
+        reverse: bool = False,
+        limit: int | None = None,
+    ) -> pa.Table:
+        """A map's live entries in user-key order, without loading the whole map.
+
+        Args:
+            key: the grouping key.
+            lo: lower user-key bound (inclusive; a user key, a prefix of one, or None).
+            hi: upper user-key bound (exclusive), as ``lo``.
+            reverse: descending user-key order.
+            limit: at most this many entries (first or last N).
+
+        Returns:
+            User-key columns then value columns (see :func:`fsstate.tables.resolve.out_schema`,
+            without the key columns).
+        """
+        if self.kind != KIND_MAP:
+            raise SchemaError(f"state {self.name!r}: entries() reads map state")
+        k = self._check_key(key)
+        spec = self.spec
+        assert spec.ukey_schema is not None
+        ukey_names = spec.ukey_schema.names
+        value_names = [f.name for f in out_schema(spec)][len(k) + len(ukey_names) :]
+        schema = pa.schema(
+            [f.with_nullable(True) for f in spec.ukey_schema]
+            + [f.with_nullable(True).with_name(n) for f, n in zip(spec.value_schema, value_names)]
+        )
+        if limit is not None and limit <= 0:
+            return schema.empty_table()
+        lo_u = None if lo is None else self._check_ukey_bound(lo)
+        hi_u = None if hi is None else self._check_ukey_bound(hi)
+        self._batch_ready()
+        floor = self.ranges.floor(k) if self.ranges else -1
+        sources: list[pa.RecordBatch] = []
+        for seg in self._segments(k, point=True):
+            rng = seg.key_range(k)
+            if rng is None:
+                continue
+            block = seg.batch.slice(rng[0], rng[1] - rng[0])
+            ops = block.column(OP).to_numpy(zero_copy_only=False)
+            clears = ops == OP_CLEAR
+            if clears.any():  # clear rows (null user key) sort last in the key's block
+                floor = max(floor, int(block.column(SEQ).to_numpy()[clears].max()))
+                block = block.filter(pa.array(~clears))
+            ucols = block.column("ukey").flatten()
+            at = _row_unit(ucols)
+            start = 0 if lo_u is None else bisect_rows(block.num_rows, at, lo_u)
+            end = block.num_rows if hi_u is None else bisect_rows(block.num_rows, at, hi_u)
+            if end > start:
+                sources.append(block.slice(start, end - start))
+        now = self.now_ms
+
+        def resolve_parts(ps: list[pa.RecordBatch]) -> pa.Table:
+            return _resolve_entries(ps, floor, now, schema)
+
+        if limit is None:
+            table = resolve_parts(sources)
+            if reverse:
+                table = table.take(pa.array(np.arange(table.num_rows - 1, -1, -1)))
+            return table
+        return merge_limited(
+            sources,
+            lambda b: b.column("ukey").flatten(),
+            resolve_parts,
+            len(ukey_names),
+            reverse,
+            limit,
+        )
+
+    def _check_ukey_bound(self, bound: Any) -> Key:
+        schema = self.spec.ukey_schema
+        assert schema is not None
+        items = tuple(bound) if isinstance(bound, (tuple, list)) else (bound,)
+        if not 1 <= len(items) <= len(schema) or any(v is None for v in items):
+            raise SchemaError(
+                f"state {self.name!r}: a user-key bound is 1 to {len(schema)} of the user "
+                f"key's first fields ({', '.join(schema.names)}), no nulls; got {bound!r}"
+            )
+        return items
+
+
+def _prefix_rows(rows: pa.RecordBatch, distinct: pa.Table, m: int) -> pa.RecordBatch:
+    """The rows of a segment whose key's first ``m`` fields are one of ``distinct``'s rows."""
+    want = [distinct.column(i).combine_chunks() for i in range(m)]
+    return semi_join_rows(rows, rows.column("key").flatten()[:m], want)
+
+
+def _resolve_entries(
+    parts: list[pa.RecordBatch], floor: int, now_ms: int, schema: pa.Schema
+) -> pa.Table:
+    """Live entries of one map key from its non-clear op rows (sorted by user key per part)."""
+    parts = [p for p in parts if p.num_rows]
+    if not parts:
+        return schema.empty_table()
+    batch = pa.Table.from_batches(parts).combine_chunks()
+    seqs = batch.column(SEQ).to_numpy()
+    if floor >= 0:
+        batch = batch.filter(pa.array(seqs > floor))
+    ucols = batch.column("ukey").combine_chunks().flatten()
+    names = [f"u{i}" for i in range(len(ucols))]
+    order = pc.sort_indices(
+        pa.Table.from_arrays([*ucols, batch.column(SEQ)], [*names, SEQ]),
+        sort_keys=[*((n, "ascending") for n in names), (SEQ, "descending")],
+    )
+    batch = batch.take(order)
+    ucols = [c.take(order) for c in ucols]
+    rows = batch.take(pa.array(np.flatnonzero(first_of_group(ucols)), type=pa.int64()))
+    expires = rows.column(EXPIRES)
+    live = pc.fill_null(
+        pc.and_kleene(
+            pc.equal(rows.column(OP), OP_PUT),
+            pc.or_kleene(pc.is_null(expires), pc.greater(expires, now_ms)),
+        ),
+        False,
+    )
+    rows = rows.filter(live)
+    cols = [*rows.column("ukey").combine_chunks().flatten()]
+    cols += rows.column("value").combine_chunks().flatten()
+    return pa.Table.from_arrays([c.cast(f.type) for c, f in zip(cols, schema)], schema=schema)
