@@ -20,6 +20,7 @@ from __future__ import annotations
 from fsstate.operators.aggregates import Agg
 from fsstate.operators.base import Epoch, Operator
 from fsstate.operators.changelog_join import ChangelogJoin
+from fsstate.operators.custom import BatchProcessor
 from fsstate.operators.dedup import Deduplicate
 from fsstate.operators.expiry import DeadlineIndex
 from fsstate.operators.interval_join import IntervalJoin, join_input_schema
@@ -32,6 +33,7 @@ from fsstate.operators.windows import Window, WindowAggregate
 
 __all__ = [
     "Agg",
+    "BatchProcessor",
     "ChangelogJoin",
     "DeadlineIndex",
     "Deduplicate",

@@ -23,6 +23,11 @@ Per epoch, Spark's order (``StreamingSymmetricHashJoinExec``), ``W`` the evictio
 3. left rows with ``t <= W - upper - 1 ms`` leave the state; in a left outer join those never
    matched are emitted padded with nulls; right rows with ``t <= W - lower - 1 ms`` leave it.
 
+Rows with a null key can never match; like Spark's optimizer (which infers ``isnotnull(key)``
+filters and pushes them below the watermark), they are dropped before anything sees them, so
+they neither enter the state nor move the watermark: on both sides of an inner join, on the
+right side of a left outer join (whose null-key left rows still come out padded at eviction).
+
 Invariants: outputs equal Spark's join with watermarks on both inputs and the same range
 condition, per epoch; lookups read only the state rows of the epoch's keys (prefix lookups),
 and eviction reads only what leaves (deadline indexes).
@@ -133,21 +138,28 @@ class IntervalJoin(Operator):
             self.tables[side] = store.value_table(side, value, key_schema=pk)
             self.tables[f"{side}_due"] = DeadlineIndex(store, f"{side}_due", pk)
 
+    def _side_rows(self, batch: pa.Table, s: int) -> pa.Table:
+        """The rows of side ``s`` that exist for the join (null keys dropped where they can
+        never produce output; see the module docstring)."""
+        mask = batch.column(SIDE).to_numpy() == s
+        if self.how == "inner" or s == 1:
+            for k in (n for n in batch.schema.names if n.startswith("_k")):
+                mask &= np.asarray(pc.is_valid(batch.column(k)).to_numpy(zero_copy_only=False))
+        return take_rows(batch, mask)
+
     def event_times(self, batch: pa.Table) -> dict[str, pa.Array]:
-        side = batch.column(SIDE).to_numpy()
         out = {}
         for name, s, tcol in (("left", 0, self.left_time), ("right", 1, self.right_time)):
-            rows = take_rows(batch, side == s).column(name).combine_chunks()
+            rows = self._side_rows(batch, s).column(name).combine_chunks()
             out[name] = time_us(rows.field(tcol), self.name, tcol)
         return out
 
     # -- one epoch ---------------------------------------------------------------------------
     def process(self, batch: pa.Table, epoch: Epoch) -> pa.Table:
         late_us = epoch.late_ms * 1000
-        side = batch.column(SIDE).to_numpy()
         out: list[pa.Table] = []
         for name, s, tcol in (("left", 0, self.left_time), ("right", 1, self.right_time)):
-            rows = take_rows(batch, side == s)
+            rows = self._side_rows(batch, s)
             t = time_us(rows.column(name).combine_chunks().field(tcol), self.name, tcol)
             t_np = np.asarray(pc.fill_null(t, late_us).to_numpy(zero_copy_only=False))
             keep = np.asarray(pc.is_valid(t).to_numpy(zero_copy_only=False), bool) & (

@@ -23,7 +23,7 @@ from fsstate.config import StoreConfig
 from fsstate.errors import ConfigError
 from fsstate.format.keyfilter import stable_hash
 from fsstate.operators.base import Operator
-from fsstate.operators.runner import run_epoch
+from fsstate.operators.runner import check_layout, run_epoch
 from fsstate.operators.watermarks import WatermarkSpec, next_watermark, read_epoch
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.location import Location
@@ -84,6 +84,8 @@ class LocalQuery:
         self.watermark = watermark or WatermarkSpec({})
         self.config = config or StoreConfig()
         self.last_watermarks = (0, 0)
+        for stage in self.stages:
+            check_layout(self.fileio, stage.op, partitions)
 
     def watermarks(self, epoch: int) -> tuple[int, int]:
         """(late, evict) watermarks of ``epoch`` from the versions of ``epoch - 1``."""

@@ -18,6 +18,10 @@ Invariants:
   operator instance) in the version's meta; an attempt that finds its version published by
   another instance of the same run raises :class:`fsstate.errors.ConfigError` (two operators of
   one query were given the same name).
+* An operator's partition count is recorded once, with its state (``<operator>/operator.json``,
+  put-if-absent, :func:`check_layout`); a query that asks for another count fails at start
+  with :class:`fsstate.errors.ConfigError`, before any state is read (rows would otherwise land
+  in partitions whose state holds other keys).
 * The meta of every version holds ``event_time_max_ms`` (the running maximum event time per
   watermark input, in ms, over this partition's epochs so far) and ``watermark_ms`` (the
   eviction watermark the epoch used): what a driver needs to compute the next watermark
@@ -26,6 +30,7 @@ Invariants:
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -33,7 +38,7 @@ from typing import Any
 import pyarrow as pa
 
 from fsstate.config import StoreConfig
-from fsstate.errors import ConfigError
+from fsstate.errors import ConfigError, StorageNotFoundError
 from fsstate.operators.base import (
     EVENT_TIME_META,
     WATERMARK_META,
@@ -47,6 +52,8 @@ from fsstate.storage.fileio import FileIO
 from fsstate.store.pool import StorePool, store_pool
 
 WRITER_META = "writer"
+LAYOUT_FILE = "operator.json"  # <operator>/operator.json: the partition count, written once
+LAYOUT_FORMAT = 1
 
 
 @dataclass(frozen=True)
@@ -150,4 +157,39 @@ def _check_writer(
             f"operator {op.name!r}: epoch {epoch} of partition {partition} was already "
             "committed by another operator of the same query run under the same name. Two "
             "stateful operators of one query must have different names (pass name=...)."
+        )
+
+
+def check_layout(fileio: FileIO, op: Operator, partitions: int) -> None:
+    """Record ``op``'s partition count with its state, or check it against the recorded one.
+
+    Raises:
+        ConfigError: the state was written with another partition count (or by another kind
+            of operator).
+    """
+    path = f"{op.name}/{LAYOUT_FILE}"
+    kind = type(op).__name__
+    doc = {"format": LAYOUT_FORMAT, "operator": op.name, "kind": kind, "partitions": partitions}
+    data = json.dumps(doc, sort_keys=True).encode()
+    if fileio.publish_if_absent(path, data):
+        return
+    try:
+        have = json.loads(fileio.read_bytes(path))
+    except (ValueError, StorageNotFoundError) as exc:
+        raise ConfigError(
+            f"operator {op.name!r}: {fileio.describe(path)} is unreadable ({exc}); restore it "
+            "from a backup or start the query with new state"
+        ) from None
+    if have.get("partitions") != partitions:
+        raise ConfigError(
+            f"operator {op.name!r} keeps its state in {have.get('partitions')} partitions "
+            f"({fileio.describe(path)}); this query asks for {partitions}. Keys are placed by "
+            f"partition, so the count cannot change: run with partitions={have.get('partitions')}"
+            ", or start the query with a new checkpoint and state location"
+        )
+    if have.get("kind") not in (None, kind):
+        raise ConfigError(
+            f"operator {op.name!r}: the state under {fileio.describe(op.name)} was written by a "
+            f"{have.get('kind')}, this query runs a {kind} under the same name; give it "
+            "another name"
         )
