@@ -102,10 +102,27 @@ register(
 )
 register(
     Suite(
+        "operators",
+        "bench.operators",
+        description="watermark cleanup of the whole-batch operators: 1% of 1,000,000 keys "
+        "expiring per epoch",
+    )
+)
+register(
+    Suite(
         "spark_storage",
         "bench.spark_storage",
         engine=False,
         description="the same Spark job with tiered state on local disk and on S3 (loopback)",
+    )
+)
+register(
+    Suite(
+        "spark_operators",
+        "bench.spark_operators",
+        engine=False,
+        description="windowed count and keyed running aggregate: fsstate operators against "
+        "Spark's built-ins and transformWithStateInPandas (native and tiered)",
     )
 )
 register(

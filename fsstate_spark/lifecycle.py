@@ -37,7 +37,7 @@ from pyspark import TaskContext
 from fsstate import PartitionStore
 from fsstate.controller import configure as configure_engine
 from fsstate.controller import get_controller
-from fsstate.errors import VersionNotFoundError
+from fsstate.errors import ConfigError, VersionNotFoundError
 from fsstate.interfaces import KeyedStore
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.location import Location
@@ -64,6 +64,8 @@ StoreOutcome = Outcome  # how a streaming task got its store (fsstate.store.pool
 
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
+RUN_ID_PROPERTY = "spark.jobGroup.id"  # a streaming query sets it to its run id (new per start)
+WRITER_META = "writer"  # a version's meta: {"run": run id, "instance": processor instance}
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,7 @@ class TaskInfo:
         batch_id: micro-batch id (streaming only).
         query_id: the streaming query's id, stable across restarts (streaming only).
         attempt: the task attempt number (0 for the first attempt).
+        run_id: the id of this start of the query (streaming only).
     """
 
     mode: TaskMode
@@ -83,6 +86,7 @@ class TaskInfo:
     batch_id: int | None = None
     query_id: str | None = None
     attempt: int = 0
+    run_id: str | None = None
 
 
 def current_task() -> TaskInfo:
@@ -94,7 +98,10 @@ def current_task() -> TaskInfo:
     if batch is None or batch == "":
         return TaskInfo(TaskMode.BOUNDED, tc.partitionId(), attempt=tc.attemptNumber())
     query_id = tc.getLocalProperty(QUERY_ID_PROPERTY) or "unknown-query"
-    return TaskInfo(TaskMode.STREAMING, tc.partitionId(), int(batch), query_id, tc.attemptNumber())
+    run_id = tc.getLocalProperty(RUN_ID_PROPERTY) or None
+    return TaskInfo(
+        TaskMode.STREAMING, tc.partitionId(), int(batch), query_id, tc.attemptNumber(), run_id
+    )
 
 
 def query_root(config: TieredConfig, query_id: str) -> Location:
@@ -227,7 +234,11 @@ def open_store(config: TieredConfig, task: TaskInfo) -> KeyedStore:
 
 
 def finish_store(
-    config: TieredConfig, store: KeyedStore, task: TaskInfo, now_ms: int | None
+    config: TieredConfig,
+    store: KeyedStore,
+    task: TaskInfo,
+    now_ms: int | None,
+    instance: str | None = None,
 ) -> None:
     """End of a task: TTL cleanup and commit of version ``batch_id`` (streaming only).
 
@@ -236,6 +247,12 @@ def finish_store(
         store: the task's store.
         task: the task.
         now_ms: the batch's processing time if the task saw it; TTL cleanup runs only then.
+        instance: the id of the tiered processor (one per ``tiered()`` call), recorded with
+            the run id in the version's meta.
+
+    Raises:
+        ConfigError: the version was already committed by another tiered processor of the
+            same query run: two operators of one query share the store name.
     """
     if not isinstance(store, PartitionStore):  # in memory: nothing to commit
         store.close()
@@ -246,7 +263,26 @@ def finish_store(
         if now_ms is not None:
             store.set_time(now_ms)
             store.expire()
-        store.commit(task.batch_id)
+        writer = {"run": task.run_id, "instance": instance}
+        store.meta[WRITER_META] = writer
+        info = store.commit(task.batch_id)
+        if info.adopted:
+            _check_writer(config, store.meta.get(WRITER_META), writer, task)
         _cache.release(config, task, store)
     finally:
         _cache.finish_s += time.perf_counter() - t0
+
+
+def _check_writer(
+    config: TieredConfig, published: Any, ours: dict[str, Any], task: TaskInfo
+) -> None:
+    """A version this task found published must come from the same processor (an earlier
+    attempt of this task), or from an earlier run of the query (a re-run after a restart)."""
+    if not isinstance(published, dict) or ours["run"] is None:
+        return
+    if published.get("run") == ours["run"] and published.get("instance") != ours["instance"]:
+        raise ConfigError(
+            f"two stateful operators of query {task.query_id} store their state under the "
+            f"same name {config.name!r} (micro-batch {task.batch_id}, partition "
+            f"{task.partition}); give each its own: tiered(processor, name=...)"
+        )

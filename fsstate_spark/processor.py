@@ -20,6 +20,7 @@ Invariants:
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -105,6 +106,7 @@ class TieredProcessor(StatefulProcessor):
         self._processor = processor
         self._config = config
         self._task: _TaskState | None = None
+        self._instance = uuid.uuid4().hex  # the same in every task (pickled with it)
 
     @property
     def processor(self) -> StatefulProcessor:
@@ -170,7 +172,7 @@ class TieredProcessor(StatefulProcessor):
         if state is None:
             return
         state.binding.key = None
-        finish_store(self._config, state.store, state.task, state.now_ms)
+        finish_store(self._config, state.store, state.task, state.now_ms, self._instance)
         self._task = None
 
 

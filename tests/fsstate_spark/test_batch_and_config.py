@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
 import pytest
+from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 from spark_local import write_batches
 
@@ -85,3 +87,53 @@ def test_bad_settings_fail_at_tiered(spark: SparkSession, tmp_path: Path) -> Non
     finally:
         spark.conf.unset("spark.fsstate.stateUri")
         spark.conf.unset("spark.fsstate.fsync")
+
+
+def _two_operators(spark: SparkSession, tmp_path: Path, names: tuple[str | None, str | None]):
+    """A query with two chained transformWithStateInPandas operators of one processor class
+    (Spark runs them in two stages with the same partition ids)."""
+    write_batches(tmp_path / "in", ROWS)
+    df = (
+        spark.readStream.schema(INPUT_SCHEMA)
+        .option("maxFilesPerTrigger", 1)
+        .json(str(tmp_path / "in"))
+    )
+    state = str(tmp_path / "state")
+    first, second = (tiered(KitchenSink(), state_uri=state, name=n) for n in names)
+    out = (
+        df.groupBy("k")
+        .transformWithStateInPandas(first, SINK_SCHEMA, "Append", "None")
+        .selectExpr("k", "count AS v")
+        .groupBy("k")
+        .transformWithStateInPandas(second, SINK_SCHEMA, "Append", "None")
+    )
+    rows: list[Any] = []
+    query = (
+        out.writeStream.foreachBatch(lambda d, i: rows.extend(d.collect()))
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    with contextlib.suppress(StreamingQueryException):  # the caller checks exception()
+        query.awaitTermination(180)
+    return query, rows
+
+
+def test_two_operators_sharing_a_store_name_fail_early(spark: SparkSession, tmp_path: Path) -> None:
+    """The same processor class twice in one query defaults to one store name: the second
+    to commit a version finds it published by the other operator of the same run and fails,
+    naming the store and what to do (instead of both silently sharing one state)."""
+    query, _ = _two_operators(spark, tmp_path / "same", (None, None))
+    err = query.exception()
+    assert err is not None, "two operators shared one store without an error"
+    assert "same name 'KitchenSink'" in str(err) and "name=..." in str(err), str(err)
+    query, rows = _two_operators(spark, tmp_path / "named", ("first", "second"))
+    assert query.exception() is None, query.exception()
+    # the second operator counts the first one's rows per key: one per batch with the key
+    assert sorted((r["k"], r["count"]) for r in rows) == [
+        ("a", 1),
+        ("a", 2),
+        ("b", 1),
+        ("b", 2),
+        ("c", 1),
+    ]
