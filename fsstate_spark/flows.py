@@ -226,6 +226,11 @@ def source(df: DataFrame, *, watermark: tuple[str, str | int] | None = None) -> 
         watermark: ``(event-time column, delay)`` as ``withWatermark`` takes them (the delay
             as ``"10 seconds"`` or milliseconds).
     """
+    if type(df).__module__.startswith("pyspark.sql.connect"):
+        raise ConfigError(
+            "fsstate operators run with the classic PySpark API; Spark Connect DataFrames are "
+            "not supported yet (tiered() processors are)"
+        )
     if not isinstance(df, DataFrame) or not df.isStreaming:
         raise ConfigError("source() takes a streaming DataFrame (spark.readStream...)")
     if watermark is None:
