@@ -369,3 +369,55 @@ def test_retractions_equal_a_batch_recomputation(spark: SparkSession, tmp_path: 
     for b in range(n):
         assert views[b] == _recompute(spark, tmp_path, b), f"seed {seed}, batch {b}"
     assert max(len(v) for v in views.values()) == 3, f"seed {seed}: too little output ({views})"
+
+
+def test_batch_processor_on_spark_equals_a_model(spark: SparkSession, tmp_path: Path) -> None:
+    """A user BatchProcessor (value table with get_many / put_many / delete_many) over random
+    adds and resets, with a restart half way: each batch's output equals a dict model's."""
+    from tests.fsstate_spark.batch_processors import RunningStats
+
+    rng = random.Random(13)
+    batches = [
+        [
+            {"k": rng.choice("abcdefg"), "v": rng.randint(-5, 9), "op": op}
+            for op in rng.choices(["add", "add", "add", "add", "reset"], k=rng.randint(0, 12))
+        ]
+        for _ in range(6)
+    ]
+    model: dict[str, tuple[int, int]] = {}
+    want: dict[int, list[tuple[Any, ...]]] = {}
+    for b, rows in enumerate(batches):
+        for r in rows:
+            if r["op"] == "reset":
+                model.pop(r["k"], None)
+        touched = set()
+        for r in rows:
+            if r["op"] == "add":
+                n, total = model.get(r["k"], (0, 0))
+                model[r["k"]] = (n + 1, total + r["v"])
+                touched.add(r["k"])
+        want[b] = sorted((k, *model[k]) for k in touched)
+    got: dict[int, list[tuple[Any, ...]]] = {}
+
+    def sink(df: DataFrame, batch_id: int) -> None:
+        got[batch_id] = sorted(tuple(r) for r in df.collect())
+
+    for part in (batches[:3], batches[3:]):  # two runs: a restart in between
+        write_batches(tmp_path / "in", part)
+        df = (
+            spark.readStream.schema("k STRING, v BIGINT, op STRING")
+            .option("maxFilesPerTrigger", 1)
+            .json(str(tmp_path / "in"))
+        )
+        flow = ops.source(df).process(RunningStats(), keys=["k"])
+        query = (
+            ops.write_stream(
+                flow, checkpoint_location=str(tmp_path / "ckpt"), sink=sink, partitions=3
+            )
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination(300)
+        assert query.exception() is None, query.exception()
+    assert got == want
+    assert any(r["op"] == "reset" for b in batches for r in b)
