@@ -93,13 +93,11 @@ class Deduplicate(Operator):
         return out
 
     def _evict(self, through_us: int) -> None:
+        # Every due index row is its key's only one and matches the key's expiry: a key is
+        # stored only when absent from ``seen`` and leaves it only here, with its index row,
+        # so the keys can be deleted without reading ``seen`` back (an index deadline raised
+        # to the purge point belongs to an expiry below it, which is due as well).
         due = self.due.due(through_us)
         if due.num_rows:
-            keys = due.drop_columns([DEADLINE])
-            got = self.seen.get_many(keys)
-            # an entry stored again since with a later expiry stays (its index row comes later)
-            expired = pc.fill_null(pc.less_equal(got.column(EXPIRES), through_us), False)
-            gone = take_rows(keys, np.asarray(expired.to_numpy(zero_copy_only=False), dtype=bool))
-            if gone.num_rows:
-                self.seen.delete_many(gone)
+            self.seen.delete_many(due.drop_columns([DEADLINE]))
         self.due.purge(through_us)
