@@ -24,28 +24,15 @@ from typing import Any
 
 import numpy as np
 
-from bench.common import REPO_ROOT, BenchContext, Result, SuiteSkipped, median, spread_text
+from bench.common import BenchContext, Result, SuiteSkipped, median, spread_text
 from bench.spark_procs import Recorder, ValueCount
 from bench.spark_runner import Variant, _read_stats, _run_once, _session, _write_batch
+from bench.storage import s3_server
 
 SUITE = "spark_storage"
 GOAL_S3_OVER_LOCAL = 1.25
 KEYS = 20_000
 ROWS_PER_BATCH = 5_000
-
-
-def _server(ctx: BenchContext) -> Any:
-    sys.path.insert(0, str(REPO_ROOT / "examples"))
-    try:
-        from s3_server import SeaweedS3, find_weed
-    finally:
-        sys.path.remove(str(REPO_ROOT / "examples"))
-    try:
-        find_weed()
-    except FileNotFoundError as exc:
-        raise SuiteSkipped(str(exc)) from exc
-    ctx.tmp_dir.mkdir(parents=True, exist_ok=True)
-    return SeaweedS3(tempfile.mkdtemp(prefix="weed-", dir=ctx.tmp_dir))
 
 
 def run(ctx: BenchContext) -> list[Result]:
@@ -58,7 +45,7 @@ def run(ctx: BenchContext) -> list[Result]:
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    server = _server(ctx)
+    server = s3_server(ctx)
     info = server.start()
     scratch = Path(tempfile.mkdtemp(prefix=f"{SUITE}-", dir=ctx.tmp_dir))
     spark = None

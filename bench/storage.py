@@ -44,7 +44,8 @@ UKEY = pa.schema([pa.field("u", pa.string())])
 KINDS = ("get", "put", "head", "list", "delete")
 
 
-def _server(ctx: BenchContext) -> Any:
+def s3_server(ctx: BenchContext) -> Any:
+    """A SeaweedFS S3 server (not started) under the run's tmp dir; skips the suite without one."""
     sys.path.insert(0, str(REPO_ROOT / "examples"))
     try:
         from s3_server import SeaweedS3, find_weed
@@ -120,7 +121,7 @@ class Backend:
 
 def run(ctx: BenchContext) -> list[Result]:
     """Run the storage comparison."""
-    server = _server(ctx)
+    server = s3_server(ctx)
     info = server.start()
     scratch = Path(tempfile.mkdtemp(prefix=f"{SUITE}-", dir=ctx.tmp_dir))
     try:

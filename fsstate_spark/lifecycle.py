@@ -41,6 +41,7 @@ from fsstate.errors import ConfigError, VersionNotFoundError
 from fsstate.interfaces import KeyedStore
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.location import Location
+from fsstate.store.partition import WRITER_META, foreign_writer
 from fsstate.store.pool import Outcome, StorePool, store_pool
 from fsstate_spark.bounded import MemoryStore
 from fsstate_spark.config import TieredConfig
@@ -65,7 +66,6 @@ StoreOutcome = Outcome  # how a streaming task got its store (fsstate.store.pool
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
 RUN_ID_PROPERTY = "spark.jobGroup.id"  # a streaming query sets it to its run id (new per start)
-WRITER_META = "writer"  # a version's meta: {"run": run id, "instance": processor instance}
 
 
 @dataclass(frozen=True)
@@ -266,23 +266,12 @@ def finish_store(
         writer = {"run": task.run_id, "instance": instance}
         store.meta[WRITER_META] = writer
         info = store.commit(task.batch_id)
-        if info.adopted:
-            _check_writer(config, store.meta.get(WRITER_META), writer, task)
+        if info.adopted and foreign_writer(store.meta.get(WRITER_META), writer):
+            raise ConfigError(
+                f"two stateful operators of query {task.query_id} store their state under the "
+                f"same name {config.name!r} (micro-batch {task.batch_id}, partition "
+                f"{task.partition}); give each its own: tiered(processor, name=...)"
+            )
         _cache.release(config, task, store)
     finally:
         _cache.finish_s += time.perf_counter() - t0
-
-
-def _check_writer(
-    config: TieredConfig, published: Any, ours: dict[str, Any], task: TaskInfo
-) -> None:
-    """A version this task found published must come from the same processor (an earlier
-    attempt of this task), or from an earlier run of the query (a re-run after a restart)."""
-    if not isinstance(published, dict) or ours["run"] is None:
-        return
-    if published.get("run") == ours["run"] and published.get("instance") != ours["instance"]:
-        raise ConfigError(
-            f"two stateful operators of query {task.query_id} store their state under the "
-            f"same name {config.name!r} (micro-batch {task.batch_id}, partition "
-            f"{task.partition}); give each its own: tiered(processor, name=...)"
-        )

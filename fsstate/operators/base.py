@@ -201,3 +201,13 @@ def take_rows(table: pa.Table, mask: np.ndarray[Any, Any]) -> pa.Table:
     if mask.all():
         return table
     return table.filter(pa.array(mask))
+
+
+def row_struct(rows: pa.Table, struct_type: pa.StructType, start: int) -> pa.StructArray:
+    """Columns ``start ..`` of ``rows`` (state-row columns holding a row's fields, in order)
+    as one struct array of ``struct_type`` (the join operators' input rows)."""
+    arrays = [
+        rows.column(start + i).combine_chunks().cast(struct_type.field(i).type)
+        for i in range(struct_type.num_fields)
+    ]
+    return pa.StructArray.from_arrays(arrays, fields=list(struct_type))

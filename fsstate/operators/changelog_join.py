@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from fsstate.errors import SchemaError
-from fsstate.operators.base import SIDE, Epoch, Operator, take_rows
+from fsstate.operators.base import SIDE, Epoch, Operator, row_struct, take_rows
 from fsstate.store.partition import PartitionStore
 
 OP = "op"
@@ -146,9 +146,5 @@ class ChangelogJoin(Operator):
         return pa.Table.from_arrays([left, right, pa.array(sign, pa.int8())], schema=schema)
 
     def _struct(self, rows: pa.Table, side: str, start: int) -> pa.StructArray:
-        st = self.input_schema.field(side).type
-        arrays = [
-            rows.column(start + i).combine_chunks().cast(st.field(i).type)
-            for i in range(st.num_fields)
-        ]
-        return pa.StructArray.from_arrays(arrays, fields=list(st))
+        """The side's row struct from state-row columns ``start..`` (row fields)."""
+        return row_struct(rows, self.input_schema.field(side).type, start)

@@ -43,7 +43,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from fsstate.errors import ConfigError, SchemaError
-from fsstate.operators.base import SIDE, Epoch, Operator, take_rows, time_us
+from fsstate.operators.base import SIDE, Epoch, Operator, row_struct, take_rows, time_us
 from fsstate.operators.expiry import DeadlineIndex
 from fsstate.store.partition import PartitionStore
 
@@ -241,12 +241,7 @@ class IntervalJoin(Operator):
 
     def _struct(self, rows: pa.Table, side: str, start: int) -> pa.StructArray:
         """The side's row struct from state-row columns ``start..`` (row fields)."""
-        st = self.input_schema.field(side).type
-        arrays = [
-            rows.column(start + i).combine_chunks().cast(st.field(i).type)
-            for i in range(st.num_fields)
-        ]
-        return pa.StructArray.from_arrays(arrays, fields=list(st))
+        return row_struct(rows, self.input_schema.field(side).type, start)
 
     def _flag(self, table: Any, matched: pa.Table) -> None:
         """Set ``_matched`` on state rows (as read by a prefix lookup) not yet flagged."""

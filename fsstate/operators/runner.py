@@ -49,9 +49,9 @@ from fsstate.operators.base import (
 )
 from fsstate.stats import CommitInfo
 from fsstate.storage.fileio import FileIO
+from fsstate.store.partition import WRITER_META, foreign_writer
 from fsstate.store.pool import StorePool, store_pool
 
-WRITER_META = "writer"
 LAYOUT_FILE = "operator.json"  # <operator>/operator.json: the partition count, written once
 LAYOUT_FORMAT = 1
 
@@ -132,8 +132,16 @@ def run_epoch(
         if writer is not None:
             store.meta[WRITER_META] = writer
         info = store.commit(epoch)
-        if info.adopted and writer is not None:
-            _check_writer(op, store.meta.get(WRITER_META), writer, epoch, partition)
+        if (
+            info.adopted
+            and writer is not None
+            and foreign_writer(store.meta.get(WRITER_META), writer)
+        ):
+            raise ConfigError(
+                f"operator {op.name!r}: epoch {epoch} of partition {partition} was already "
+                "committed by another operator of the same query run under the same name. Two "
+                "stateful operators of one query must have different names (pass name=...)."
+            )
         op.after_commit(store)
         ok = True
     finally:
@@ -143,21 +151,6 @@ def run_epoch(
             pool.discard(store)
     total = (time.perf_counter() - t0) * 1000
     return EpochResult(output, info, batch.num_rows, (t2 - t1) * 1000, total)
-
-
-def _check_writer(
-    op: Operator, published: Any, ours: dict[str, Any], epoch: int, partition: int
-) -> None:
-    """An adopted version must come from this operator (another attempt of it)."""
-    if not isinstance(published, dict):
-        return
-    same_run = published.get("run") == ours.get("run")
-    if same_run and published.get("instance") != ours.get("instance"):
-        raise ConfigError(
-            f"operator {op.name!r}: epoch {epoch} of partition {partition} was already "
-            "committed by another operator of the same query run under the same name. Two "
-            "stateful operators of one query must have different names (pass name=...)."
-        )
 
 
 def check_layout(fileio: FileIO, op: Operator, partitions: int) -> None:

@@ -115,6 +115,20 @@ def _json_copy(meta: dict[str, Any], where: str) -> dict[str, Any]:
         ) from None
 
 
+WRITER_META = "writer"  # meta key: who committed a version, {"run": ..., "instance": ...}
+
+
+def foreign_writer(published: Any, ours: dict[str, Any]) -> bool:
+    """Whether a version's recorded writer (``published``, its ``meta[WRITER_META]``) is
+    another instance of the same run as ``ours``: two operators of one query share a store.
+    A writer of another run (a re-run after a restart) or without a run id is not foreign."""
+    if not isinstance(published, dict) or ours.get("run") is None:
+        return False
+    return bool(
+        published.get("run") == ours["run"] and published.get("instance") != ours.get("instance")
+    )
+
+
 def store_dir_for(operator: str, partition: int) -> str:
     """Relative directory of a partition store (operator names are made path-safe)."""
     safe = _SAFE.sub("_", operator) or "_"

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -15,6 +19,25 @@ VAL = pa.schema([pa.field("count", pa.int64()), pa.field("label", pa.string())])
 UKEY = pa.schema([pa.field("item", pa.string())])
 
 TIERS = ("memory", "sealed", "spilled", "reopened")
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_report_job(module: str, *args: object, timeout_s: float = 600) -> dict[str, Any]:
+    """Run ``python -m module *args`` from the repository root and return the JSON report it
+    prints last (the memory jobs measure a process of their own); fails the test, with the
+    job's output, if it exits non-zero."""
+    proc = subprocess.run(
+        [sys.executable, "-m", module, *map(str, args)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    print(report)
+    return report
 
 
 def to_tier(store: PartitionStore, tier: str, version: int) -> PartitionStore:

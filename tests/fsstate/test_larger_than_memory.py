@@ -2,37 +2,17 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.fsstate.common import run_report_job
 
 
 @pytest.mark.slow
 def test_state_ten_times_the_budget(tmp_path: Path) -> None:
     total_mib, budget_mib = 1024, 64
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tests.fsstate.rss_job",
-            str(tmp_path),
-            str(total_mib),
-            str(budget_mib),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    report = json.loads(proc.stdout.strip().splitlines()[-1])
-    print(report)
+    report = run_report_job("tests.fsstate.rss_job", tmp_path, total_mib, budget_mib)
     assert report["bad"] == 0
     assert report["written_mib"] >= 10 * budget_mib
     assert report["spills"] > 0
