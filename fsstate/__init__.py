@@ -4,10 +4,14 @@ Hot state lives in memory (Python views over Arrow segments), cold state in Parq
 tombstone deletes, per-row TTL with a min-expiry secondary index, and epoch snapshots without a
 WAL (incremental files, atomic manifests, lazy restore).
 
-Entry point: :meth:`PartitionStore.open`.
+Entry points: :meth:`PartitionStore.open`; :func:`read_table` / :func:`read_changes` read any
+retained version of a table as Arrow (:mod:`fsstate.inspect`); ``python -m fsstate`` is the
+command line (:mod:`fsstate.cli`).
 
 Layout, imports only going down (held by the import-linter contracts in ``pyproject.toml``)::
 
+    cli          the command line (list, stats, show, diff, verify, compact, gc)
+    operators/   whole-batch stateful operators   |   inspect/   read-only views of versions
     store/       PartitionStore: commit, restore, catch-up, retention
     controller   one byte budget per process
     compaction   background merges
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 from fsstate.config import EngineConfig, StoreConfig, parse_bytes
 from fsstate.errors import FsStateError
+from fsstate.inspect import read_changes, read_table
 from fsstate.interfaces import StateKind
 from fsstate.stats import CommitInfo, StoreStats, TableStats
 from fsstate.store import PartitionStore
@@ -39,6 +44,8 @@ __all__ = [
     "TableStats",
     "ValueTable",
     "parse_bytes",
+    "read_changes",
+    "read_table",
 ]
 
 __version__ = "0.1.0"

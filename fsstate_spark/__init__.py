@@ -11,6 +11,9 @@ The processor is unchanged: it gets a handle whose ``getValueState`` / ``getList
 ``getMapState`` return objects with the API of Spark's handles, backed by a per-partition
 fsstate store that snapshots on every micro-batch commit. Timers stay with Spark.
 
+Reading the state back: :func:`register_sources` registers ``spark.read.format("fsstate")``
+and ``format("fsstate-metadata")`` (:mod:`fsstate_spark.source`).
+
 Invariants: see :mod:`fsstate_spark.processor` (callbacks), :mod:`fsstate_spark.lifecycle`
 (which store a task opens and when it commits) and :mod:`fsstate_spark.config` (settings).
 """
@@ -28,6 +31,7 @@ from fsstate_spark.handles import (
 )
 from fsstate_spark.inspect import StateSummary, state_summary
 from fsstate_spark.processor import TieredProcessor, tiered
+from fsstate_spark.source import register_sources
 
 __all__ = [
     "EmptyListError",
@@ -38,6 +42,7 @@ __all__ = [
     "TieredListState",
     "TieredMapState",
     "TieredProcessor",
+    "register_sources",
     "TieredValueState",
     "state_summary",
     "tiered",

@@ -38,7 +38,9 @@ referenced that this version no longer does (the garbage it makes): retention de
 the parent leaves the retained window, without listing anything
 (:mod:`fsstate.store.retention`); ``meta``, a small JSON object the store's user keeps with the
 version (operators record the event time they have seen and the watermark they used), carried
-from each version to the next.
+from each version to the next; ``clock_ms``, the store's clock (processing time) when the
+version was committed: the time at which its TTL expiry was applied, and so the time at which
+readers of the version (:mod:`fsstate.inspect`) resolve TTL by default.
 
 Publishing: a version's manifest is published with put-if-absent
 (:func:`publish_manifest`), so once written it never changes; an attempt that finds its
@@ -154,6 +156,7 @@ class Manifest:
     chain_from: int | None = None
     retired: list[str] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)
+    clock_ms: int | None = None
     checksum: str = ""  # set when serialized or parsed
 
     def tombstone_horizon_seq(self) -> int:
@@ -195,6 +198,8 @@ class Manifest:
         }
         if self.meta:
             body["meta"] = self.meta
+        if self.clock_ms is not None:
+            body["clock_ms"] = self.clock_ms
         canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
         body["checksum"] = self.checksum = hashlib.sha256(canonical.encode()).hexdigest()
         return json.dumps(body, sort_keys=True, indent=1).encode()
@@ -244,6 +249,7 @@ class Manifest:
                 chain_from=_opt_int(body.get("chain_from")),
                 retired=[str(x) for x in body.get("retired") or []],
                 meta=dict(body.get("meta") or {}),
+                clock_ms=_opt_int(body.get("clock_ms")),
                 checksum=str(checksum),
             )
         except (KeyError, TypeError, ValueError, pa.ArrowException) as exc:

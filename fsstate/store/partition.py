@@ -472,6 +472,7 @@ class PartitionStore(interfaces.KeyedStore):
                 parent_checksum=parent_sum,
                 lineage_next_seqs=lineage,
                 meta=_json_copy(self.meta, self.fileio.describe(self.store_dir)),
+                clock_ms=self.now_ms,
             )
             base = self._manifest
             if base is not None and base.version == parent_v:

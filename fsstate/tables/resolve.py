@@ -25,14 +25,25 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from fsstate.format.schema import EXPIRES, KIND_MAP, OP, OP_CLEAR, OP_PUT, SEQ, TableSpec
+from fsstate.format.schema import (
+    EXPIRES,
+    KIND_LIST,
+    KIND_MAP,
+    OP,
+    OP_CLEAR,
+    OP_PUT,
+    SEQ,
+    TableSpec,
+)
 from fsstate.format.segment import same_as_next
 from fsstate.format.tombstones import RangeTombstones
 
 
-def out_schema(spec: TableSpec, with_expiry: bool = False) -> pa.Schema:
+def out_schema(spec: TableSpec, with_expiry: bool = False, with_seq: bool = False) -> pa.Schema:
     """Columns of a resolved table: key fields, user-key fields (map state), value fields
-    (a value name already taken is prefixed ``value.``), optionally ``_expires_at_ms``."""
+    (a value name already taken is prefixed ``value.``), optionally ``_expires_at_ms`` and
+    ``_seq`` (the sequence number of the row that wrote the entry; a list element's is the
+    one that appended it)."""
     assert spec.key_schema is not None
     fields = list(spec.key_schema)
     if spec.kind == KIND_MAP and spec.ukey_schema is not None:
@@ -42,6 +53,8 @@ def out_schema(spec: TableSpec, with_expiry: bool = False) -> pa.Schema:
         fields.append(f.with_name(f"value.{f.name}") if f.name in taken else f)
     if with_expiry:
         fields.append(pa.field(EXPIRES, pa.int64()))
+    if with_seq:
+        fields.append(pa.field(SEQ, pa.int64()))
     return pa.schema([f.with_nullable(True) for f in fields])
 
 
@@ -62,8 +75,13 @@ def resolve(
     now_ms: int,
     *,
     with_expiry: bool = False,
+    with_seq: bool = False,
 ) -> pa.Table:
     """The live state held by op rows (row layout of ``spec``) as a table of :func:`out_schema`.
+
+    List state resolves like map state with the element's ``elem_seq`` as its user key (a
+    clear removes the elements appended before it), so its rows come out per element, in
+    append order within a key.
 
     Args:
         spec: the table's spec (key schema known).
@@ -71,8 +89,9 @@ def resolve(
         ranges: the table's range tombstones.
         now_ms: the table's clock for expiry.
         with_expiry: add the ``_expires_at_ms`` column.
+        with_seq: add the ``_seq`` column.
     """
-    schema = out_schema(spec, with_expiry)
+    schema = out_schema(spec, with_expiry, with_seq)
     parts = [p for p in parts if p.num_rows]
     if not parts:
         return schema.empty_table()
@@ -83,8 +102,9 @@ def resolve(
         if (floors >= 0).any():
             batch = batch.filter(pa.array(seqs > floors))
     is_map = spec.kind == KIND_MAP
+    has_ukey = is_map or spec.kind == KIND_LIST
     key_cols = batch.column("key").combine_chunks().flatten()
-    ukey_cols = batch.column("ukey").combine_chunks().flatten() if is_map else []
+    ukey_cols = batch.column("ukey").combine_chunks().flatten() if has_ukey else []
     names = [f"k{i}" for i in range(len(key_cols))] + [f"u{i}" for i in range(len(ukey_cols))]
     order_table = pa.Table.from_arrays([*key_cols, *ukey_cols, batch.column(SEQ)], [*names, SEQ])
     order = pc.sort_indices(
@@ -95,7 +115,7 @@ def resolve(
     ukey_cols = [c.take(order) for c in ukey_cols]
     ops = batch.column(OP).to_numpy(zero_copy_only=False)
     seqs = batch.column(SEQ).to_numpy(zero_copy_only=False)
-    if is_map:
+    if has_ukey:
         first_of_key = first_of_group(key_cols)
         starts = np.flatnonzero(first_of_key)
         clear_seq = np.where(ops == OP_CLEAR, seqs, -1)
@@ -121,6 +141,8 @@ def resolve(
     cols += rows.column("value").combine_chunks().flatten()
     if with_expiry:
         cols.append(rows.column(EXPIRES).combine_chunks())
+    if with_seq:
+        cols.append(rows.column(SEQ).combine_chunks())
     return pa.Table.from_arrays([c.cast(f.type) for c, f in zip(cols, schema)], schema=schema)
 
 

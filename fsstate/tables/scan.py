@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 
 from fsstate.errors import SchemaError
 from fsstate.format.keyorder import Bound, bisect_rows, sort_key
-from fsstate.format.schema import EXPIRES, KIND_MAP, OP, OP_CLEAR, OP_PUT, SEQ
+from fsstate.format.schema import EXPIRES, KIND_LIST, KIND_MAP, OP, OP_CLEAR, OP_PUT, SEQ
 from fsstate.format.segment import Segment
 from fsstate.interfaces import Key
 from fsstate.tables.base import TableBase
@@ -123,6 +123,7 @@ class ScanTable(TableBase):
         reverse: bool = False,
         limit: int | None = None,
         with_expiry: bool = False,
+        with_seq: bool = False,
     ) -> pa.Table:
         """Live rows whose grouping key is in ``[lo, hi)``, in key order.
 
@@ -132,9 +133,11 @@ class ScanTable(TableBase):
             reverse: descending key order.
             limit: at most this many keys (the first ones in the scan's order).
             with_expiry: add the ``_expires_at_ms`` column.
+            with_seq: add the ``_seq`` column (the sequence number that wrote each entry).
 
         Returns:
-            Key columns then value columns (map state: key, user key, value columns); see
+            Key columns then value columns (map state: key, user key, value columns; list
+            state: one row per element, in append order within a key); see
             :func:`fsstate.tables.resolve.out_schema`.
         """
         if self.spec.key_schema is None:
@@ -146,7 +149,7 @@ class ScanTable(TableBase):
         spec, ranges, now = self.spec, self.ranges, self.now_ms
 
         def resolve_parts(ps: list[pa.RecordBatch]) -> pa.Table:
-            return resolve(spec, ps, ranges, now, with_expiry=with_expiry)
+            return resolve(spec, ps, ranges, now, with_expiry=with_expiry, with_seq=with_seq)
 
         if limit is None:
             table = resolve_parts(parts)
@@ -155,8 +158,8 @@ class ScanTable(TableBase):
                 table = table.take(pa.array(idx))
             return table
         if limit <= 0:
-            return out_schema(spec, with_expiry).empty_table()
-        if self.kind == KIND_MAP:  # a map's unit is (key, user key): resolve whole keys
+            return out_schema(spec, with_expiry, with_seq).empty_table()
+        if self.kind in (KIND_MAP, KIND_LIST):  # several rows per key: resolve whole keys
             table = resolve_parts(parts)
             if reverse:
                 table = table.take(pa.array(np.arange(table.num_rows - 1, -1, -1)))

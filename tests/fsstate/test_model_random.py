@@ -44,7 +44,7 @@ import pyarrow as pa
 import pytest
 from s3_server import S3Info
 
-from fsstate import PartitionStore, StoreConfig
+from fsstate import PartitionStore, StoreConfig, read_changes, read_table
 from fsstate.compaction import Compactor, compact_table
 from fsstate.config import EngineConfig
 from fsstate.controller import MemoryController
@@ -54,7 +54,7 @@ from fsstate.storage.manifest import LINEAGE_STEPS_MAX
 from fsstate.tables import ListTable, MapTable, TableBase, ValueTable
 from fsstate.tables.cursor import Getter, Updater
 from tests.conftest import s3_options
-from tests.fsstate.model import LIST, MAP, VALUE, ModelStore, engine_rows_with_ttl
+from tests.fsstate.model import LIST, MAP, VALUE, ModelStore, engine_rows_with_ttl, is_live
 
 OPERATOR = "model-op"
 PARTITION = 3
@@ -166,6 +166,40 @@ def _value_table(values: list[tuple[Any, ...]]) -> pa.Table:
     )
 
 
+def _units(table: pa.Table, d: TableDef) -> dict[Any, Any]:
+    """Unit -> value of a snapshot (list state: key -> sorted elements, as a multiset)."""
+    width = len(d.key_schema) + (1 if d.kind == MAP else 0)
+    out: dict[Any, Any] = {}
+    for t in zip(*(c.to_pylist() for c in table.columns)):
+        if d.kind == LIST:
+            out.setdefault(t[:width], []).append(t[width:])
+        else:
+            out[t[:width]] = t[width:]
+    return {k: sorted(v, key=repr) if d.kind == LIST else v for k, v in out.items()}
+
+
+def _replay(before: pa.Table, feed: pa.Table, d: TableDef) -> dict[Any, Any]:
+    """``before`` with the change feed's updates put and deletes removed."""
+    out = _units(before, d)
+    width = len(d.key_schema) + (1 if d.kind == MAP else 0)
+    for t in zip(*(c.to_pylist() for c in feed.drop_columns(["batch_id"]).columns)):
+        kind, unit, value = t[0], t[1 : 1 + width], t[1 + width :]
+        if d.kind == LIST:
+            elems = out.setdefault(unit, [])
+            if kind == "update":
+                elems.append(value)
+            else:
+                elems.remove(value)
+            out[unit] = sorted(elems, key=repr)
+            if not elems:
+                del out[unit]
+        elif kind == "update":
+            out[unit] = value
+        else:
+            del out[unit]
+    return out
+
+
 def _found_values(result: pa.Table) -> list[tuple[Any, ...] | None]:
     """Decode a get_many result (value columns plus ``_found``) into values or None."""
     assert result.column_names == [*VALUE_SCHEMA.names, "_found"], result.column_names
@@ -191,6 +225,7 @@ class Runner:
         self.defs = defs
         self.by_kind = {kind: [d for d in defs if d.kind == kind] for kind in (VALUE, LIST, MAP)}
         self.rng = random.Random(seed)
+        self.inspect_rng = random.Random(seed ^ 0x5EED)  # the op mix stays that of the seed
         self.root: str | Location = root if isinstance(root, Location) else str(root)
         self.step = 0
         self.trace: deque[str] = deque(maxlen=TRACE_LEN)
@@ -391,6 +426,42 @@ class Runner:
                 f"{d.name}.primary_rows_with_ttl()",
             )
             self.check_ttl_index(d, exact=True, load=True)
+
+    def check_read_version(self, version: int) -> None:
+        """``fsstate.read_table`` of a committed version (while the store goes on, and after
+        spills and compactions) equals the model's snapshot of it, and the change feed of the
+        version replays the version before it into it."""
+        self.stats["read_versions"] = self.stats.get("read_versions", 0) + 1
+        now, snap = self.model.now, self.model.snapshots[version]
+        for d in self.defs:
+            rows, width = snap.get(d.name, {}), len(d.key_schema)
+            got = read_table(self.root, OPERATOR, PARTITION, d.name, version, with_seq=True)
+            tuples = list(zip(*(c.to_pylist() for c in got.columns)))
+            have: dict[Any, Any] = {}
+            want: dict[Any, Any] = {}
+            for t in tuples:
+                if d.kind == VALUE:
+                    have[t[:width]] = t[width:-1]
+                elif d.kind == LIST:
+                    have.setdefault(t[:width], []).append(t[width:-1])
+                else:
+                    have[(t[:width], t[width : width + 1])] = t[width + 1 : -1]
+            for k, row in rows.items():
+                if d.kind == VALUE and is_live(row[1], now):
+                    want[k] = row[0]
+                elif d.kind == LIST and any(is_live(e, now) for _, e in row):
+                    want[k] = [v for v, e in row if is_live(e, now)]
+                elif d.kind == MAP:
+                    want.update({(k, u): v for u, (v, e) in row.items() if is_live(e, now)})
+            self.check(have, want, f"read_table({d.name}, version {version})")
+            if version - 1 in self.model.snapshots:  # the change feed of this version
+                before = read_table(self.root, OPERATOR, PARTITION, d.name, version - 1)
+                feed = read_changes(self.root, OPERATOR, PARTITION, d.name, version, version)
+                self.check(
+                    _replay(before, feed, d),
+                    _units(got.drop_columns(["_seq"]), d),
+                    f"read_changes({d.name}, {version}) replayed on version {version - 1}",
+                )
 
     # -- value operations ------------------------------------------------------------------------
     def cursor_ops(self, d: TableDef) -> tuple[KeyCursorCell, Getter, Updater]:
@@ -770,6 +841,8 @@ class Runner:
         else:
             self.model.commit(version)
             self._record_commit(version)
+            if self.inspect_rng.random() < 0.25:
+                self.check_read_version(version)
         if not self.controller.config.background_compaction:
             if self.rng.random() < 0.5:  # a streamed merge (what a state beyond the budget gets)
                 t = self.rng.choice(list(self.tables.values()))

@@ -1,0 +1,29 @@
+"""Inspecting stored state without writing it: the catalog of stores under a root, any
+retained version of a table as a ``pyarrow.Table``, diffs and change feeds between versions,
+and verification of every file a version references.
+
+:mod:`~fsstate.inspect.catalog` (:func:`find_stores`), :mod:`~fsstate.inspect.snapshot`
+(:func:`read_table`, :class:`Snapshot`), :mod:`~fsstate.inspect.changes`
+(:func:`read_changes`, :func:`diff_tables`) and :mod:`~fsstate.inspect.verify`
+(:func:`verify_stores`). The command line (:mod:`fsstate.cli`) and the Spark data sources
+(:mod:`fsstate_spark.source`) are built on these.
+"""
+
+from __future__ import annotations
+
+from fsstate.inspect.catalog import StoreRef, find_stores
+from fsstate.inspect.changes import diff_tables, read_changes
+from fsstate.inspect.snapshot import Snapshot, read_table
+from fsstate.inspect.verify import Problem, VerifyReport, verify_stores
+
+__all__ = [
+    "Problem",
+    "Snapshot",
+    "StoreRef",
+    "VerifyReport",
+    "diff_tables",
+    "find_stores",
+    "read_changes",
+    "read_table",
+    "verify_stores",
+]

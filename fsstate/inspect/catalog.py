@@ -1,0 +1,123 @@
+"""The catalog of a state root: which partition stores it holds, and their committed versions.
+
+A partition store lives at ``<root>/<operator dir>/<partition>/`` (:func:`store_dir_for`); a
+tiered Spark query puts its stores under ``<state_uri>/<query id>/``, the operators' runner
+under its state URI directly. :func:`find_stores` finds every store at any depth below the
+URI it is given from one recursive listing: a store is a directory ``<dir>/<digits>`` holding
+``manifests/<20 digits>.json``; everything above ``<dir>`` is the store's ``prefix`` (the
+query id for tiered queries, empty for the runner).
+
+Invariants:
+
+* Nothing here writes, and nothing is opened beyond what is asked: :func:`find_stores` costs
+  one listing (plus one manifest read per store whose directory name may be a name
+  :func:`store_dir_for` made path-safe: it ends in ``-`` and 8 hex digits);
+  :func:`read_store_manifest` one read.
+* The versions a :class:`StoreRef` lists are the manifests present when the listing ran
+  (a retained window; older ones may have been deleted by retention since).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from fsstate.storage.fileio import FileIO
+from fsstate.storage.location import Location
+from fsstate.storage.manifest import Manifest, read_manifest
+from fsstate.store import store_dir_for
+
+_MANIFEST = re.compile(r"^(?:(.*)/)?([^/]+)/(\d+)/manifests/(\d{20})\.json$")
+_HASHED = re.compile(r"-[0-9a-f]{8}$")  # the suffix store_dir_for adds to a made-safe name
+
+
+@dataclass(frozen=True)
+class StoreRef:
+    """One partition store found under a state root.
+
+    Attributes:
+        prefix: the path from the scanned root to the store's root ('' or a query id).
+        operator: the operator (store) name, as :meth:`PartitionStore.open` takes it.
+        partition: partition id.
+        versions: committed versions found, ascending.
+    """
+
+    prefix: str
+    operator: str
+    partition: int
+    versions: tuple[int, ...]
+
+    @property
+    def latest(self) -> int:
+        """The newest committed version."""
+        return self.versions[-1]
+
+    def root(self, fileio: FileIO) -> FileIO:
+        """A FileIO rooted where :meth:`PartitionStore.open` finds this store."""
+        return fileio.child(self.prefix) if self.prefix else fileio
+
+    @property
+    def store_dir(self) -> str:
+        """Directory of the store relative to its root."""
+        return store_dir_for(self.operator, self.partition)
+
+
+def as_fileio(uri: str | Location | FileIO) -> FileIO:
+    """A FileIO for a URI, a location or a FileIO."""
+    return uri if isinstance(uri, FileIO) else FileIO(uri)
+
+
+def find_stores(
+    uri: str | Location | FileIO,
+    *,
+    prefix: str | None = None,
+    operator: str | None = None,
+    partition: int | None = None,
+) -> list[StoreRef]:
+    """Every partition store under ``uri`` with at least one committed version.
+
+    Args:
+        uri: a state root (local path or object store URI), a location or a FileIO.
+        prefix: only stores under this prefix (a tiered query's id).
+        operator: only this operator.
+        partition: only this partition.
+
+    Returns:
+        Stores sorted by (prefix, operator, partition).
+    """
+    fileio = as_fileio(uri)
+    found: dict[tuple[str, str, int], list[int]] = {}
+    for entry in fileio.list("", recursive=True):
+        m = _MANIFEST.match(entry.path)
+        if m:
+            key = (m.group(1) or "", m.group(2), int(m.group(3)))
+            found.setdefault(key, []).append(int(m.group(4)))
+    out: list[StoreRef] = []
+    for (pre, op_dir, part), versions in found.items():
+        if (prefix is not None and pre != prefix) or (partition is not None and part != partition):
+            continue
+        versions.sort()
+        name = op_dir
+        if _HASHED.search(op_dir):  # maybe a name store_dir_for made path-safe: ask the store
+            root = fileio.child(pre) if pre else fileio
+            name = read_manifest(root, f"{op_dir}/{part}", versions[-1]).operator
+        if operator is not None and name != operator:
+            continue
+        out.append(StoreRef(pre, name, part, tuple(versions)))
+    return sorted(out, key=lambda s: (s.prefix, s.operator, s.partition))
+
+
+def read_store_manifest(fileio: FileIO, store: StoreRef, version: int | None = None) -> Manifest:
+    """The manifest of a version of ``store`` (default its newest).
+
+    Raises:
+        VersionNotFoundError: the version has no manifest (never committed, or not retained).
+        ManifestCorruptError: it is damaged.
+    """
+    v = store.latest if version is None else version
+    return read_manifest(store.root(fileio), store.store_dir, v)
+
+
+def prefixes(stores: list[StoreRef]) -> list[str]:
+    """The distinct prefixes (query ids) of ``stores``, sorted."""
+    return sorted({s.prefix for s in stores})

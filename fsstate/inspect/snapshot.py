@@ -1,0 +1,218 @@
+"""Reading any retained version of a state table as a ``pyarrow.Table``, as the engine sees it.
+
+State files are Parquet, but reading them raw is wrong: rows are shadowed by newer sequence
+numbers, deleted by tombstones and range tombstones, and expired by TTL. A
+:class:`Snapshot` opens one committed version of a partition store read-only and resolves each
+table with the engine's own vectorized resolution (:func:`fsstate.tables.resolve.resolve`,
+the code behind ``scan`` and ``get_many``), so it returns exactly what ``get`` through the
+tables would at that version.
+
+Columns of :meth:`Snapshot.read` (see :func:`fsstate.tables.resolve.out_schema`): the grouping
+key's fields, then the user key's fields (map state), then the value's fields (a value field
+whose name a key field already has is prefixed ``value.``); opt-in ``_expires_at_ms`` and
+``_seq`` (the sequence number that wrote the entry; a list element's identifies it). Rows are
+in key order (then user key; a list's elements in append order). Every column is nullable.
+
+TTL: rows are resolved at ``now_ms``; by default the clock the version was committed at (the
+manifest's ``clock_ms``: the batch's processing time for a tiered Spark query, when that
+version's expiry ran), so a version reads as its writer left it.
+
+Invariants:
+
+* Read-only: nothing is written, no version is committed, the store is closed after use.
+* Cost: one manifest read, then the run files of the tables read (through the process's block
+  cache); memory is the resolved table plus the op rows of its runs.
+"""
+
+from __future__ import annotations
+
+from types import TracebackType
+
+import pyarrow as pa
+
+from fsstate.config import StoreConfig
+from fsstate.errors import UnknownStateError
+from fsstate.format.schema import TableSpec
+from fsstate.inspect.catalog import StoreRef, as_fileio
+from fsstate.storage.fileio import FileIO
+from fsstate.storage.location import Location
+from fsstate.storage.manifest import Manifest, list_versions, read_manifest
+from fsstate.store import PartitionStore, store_dir_for
+from fsstate.tables.resolve import out_schema
+from fsstate.tables.scan import ScanTable
+
+
+class Snapshot:
+    """One committed version of a partition store, opened read-only.
+
+    Use as a context manager, or call :meth:`close`.
+
+    Args:
+        uri: the store's root (a tiered query's ``<state_uri>/<query id>``), as a URI, a
+            location or a FileIO.
+        operator: operator (store) name.
+        partition: partition id.
+        version: committed version; None reads the newest.
+
+    Raises:
+        VersionNotFoundError: the version is not committed or no longer retained (the store
+            has no committed version, for ``version=None``).
+        ManifestCorruptError: its manifest is damaged.
+    """
+
+    def __init__(
+        self,
+        uri: str | Location | FileIO,
+        operator: str,
+        partition: int,
+        version: int | None = None,
+    ) -> None:
+        fileio = as_fileio(uri)
+        store_dir = store_dir_for(operator, partition)
+        if version is None:
+            versions = list_versions(fileio, store_dir)
+            if not versions:
+                read_manifest(fileio, store_dir, 0)  # raises VersionNotFoundError, naming it
+            version = versions[-1]
+        self.manifest: Manifest = read_manifest(fileio, store_dir, version)
+        self._store = PartitionStore(fileio, operator, partition, self.manifest, StoreConfig())
+
+    @classmethod
+    def of(cls, fileio: FileIO, store: StoreRef, version: int | None = None) -> Snapshot:
+        """The snapshot of a store found by :func:`fsstate.inspect.catalog.find_stores`."""
+        return cls(store.root(fileio), store.operator, store.partition, version)
+
+    @property
+    def version(self) -> int:
+        """The version read."""
+        return self.manifest.version
+
+    @property
+    def clock_ms(self) -> int:
+        """The store's clock when the version was committed (the default TTL time)."""
+        m = self.manifest
+        return m.clock_ms if m.clock_ms is not None else m.created_ms
+
+    @property
+    def specs(self) -> dict[str, TableSpec]:
+        """The tables of the version by name."""
+        return {name: entry.spec for name, entry in sorted(self.manifest.tables.items())}
+
+    def spec(self, name: str) -> TableSpec:
+        """The spec of table ``name``.
+
+        Raises:
+            UnknownStateError: the version has no table of that name.
+        """
+        entry = self.manifest.tables.get(name)
+        if entry is None:
+            raise UnknownStateError(
+                f"state {name!r} is not in version {self.version} of store "
+                f"{self._store.fileio.describe(self._store.store_dir)} (its states: "
+                f"{sorted(self.manifest.tables)}); pick one of those"
+            )
+        return entry.spec
+
+    def schema(self, name: str, *, with_expiry: bool = False, with_seq: bool = False) -> pa.Schema:
+        """The schema :meth:`read` returns for table ``name``."""
+        return read_schema(self.spec(name), with_expiry=with_expiry, with_seq=with_seq)
+
+    def read(
+        self,
+        name: str,
+        *,
+        now_ms: int | None = None,
+        with_expiry: bool = False,
+        with_seq: bool = False,
+    ) -> pa.Table:
+        """The live rows of table ``name`` at this version.
+
+        Args:
+            name: state (table) name.
+            now_ms: resolve TTL at this time (default :attr:`clock_ms`).
+            with_expiry: add ``_expires_at_ms``.
+            with_seq: add ``_seq``.
+        """
+        spec = self.spec(name)
+        schema = read_schema(spec, with_expiry=with_expiry, with_seq=with_seq)
+        if spec.key_schema is None:  # declared, never written
+            return schema.empty_table()
+        store = self._store
+        store.set_time(self.clock_ms if now_ms is None else int(now_ms))
+        table = store.table(name)
+        assert isinstance(table, ScanTable)
+        try:
+            got = table.scan(with_expiry=with_expiry, with_seq=with_seq)
+        finally:
+            table.release_all()
+        return got.cast(schema)
+
+    def close(self) -> None:
+        """Release the store."""
+        self._store.close()
+
+    def __enter__(self) -> Snapshot:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def read_schema(spec: TableSpec, *, with_expiry: bool = False, with_seq: bool = False) -> pa.Schema:
+    """The columns :meth:`Snapshot.read` returns for a table of ``spec`` (its key schema must
+    be known; a table never written has only its value columns)."""
+    if spec.key_schema is None:
+        fields = [f.with_nullable(True) for f in spec.value_schema]
+        if with_expiry:
+            fields.append(pa.field("_expires_at_ms", pa.int64()))
+        if with_seq:
+            fields.append(pa.field("_seq", pa.int64()))
+        return pa.schema(fields)
+    return out_schema(spec, with_expiry, with_seq)
+
+
+def read_table(
+    uri: str | Location | FileIO,
+    operator: str,
+    partition: int,
+    name: str,
+    version: int | None = None,
+    *,
+    now_ms: int | None = None,
+    with_expiry: bool = False,
+    with_seq: bool = False,
+) -> pa.Table:
+    """Read table ``name`` of a store at a committed version as a ``pyarrow.Table``.
+
+    The rows are exactly those the engine's reads return at that version (sequence
+    shadowing, tombstones, range tombstones and TTL resolved). Hand the result to pandas
+    (``.to_pandas()``), DuckDB or Polars as any Arrow table.
+
+    Args:
+        uri: the store's root: the ``uri`` given to :meth:`PartitionStore.open` (for a tiered
+            Spark query, ``<state_uri>/<query id>``).
+        operator: operator (store) name.
+        partition: partition id.
+        name: state (table) name.
+        version: committed version (default: the newest).
+        now_ms: resolve TTL at this time (default: the version's commit clock).
+        with_expiry: add the ``_expires_at_ms`` column.
+        with_seq: add the ``_seq`` column.
+
+    Raises:
+        VersionNotFoundError: no such committed version (or none at all).
+        UnknownStateError: the version has no table ``name``.
+        ManifestCorruptError, DataFileCorruptError: a file of the version is damaged.
+
+    Example:
+        >>> import duckdb
+        >>> counts = read_table("/tmp/state/<query id>", "Counter", 0, "count")
+        >>> duckdb.sql("select * from counts order by 2 desc limit 5")
+    """
+    with Snapshot(uri, operator, partition, version) as snap:
+        return snap.read(name, now_ms=now_ms, with_expiry=with_expiry, with_seq=with_seq)
