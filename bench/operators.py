@@ -12,9 +12,12 @@ Rows:
 
 * ``cleanup share (in the operator)``: per epoch, the time of the operator's eviction step
   (index range read, lookups, deletes, the range tombstone) over the epoch's whole time
-  (acquire, operator, commit); goal <= 5%.
-* ``cleanup share (paired epochs)``: per epoch, (expiring - kept) / expiring: also counts work
-  the eviction defers to the commit (tombstones written); noisier, shown beside it.
+  (acquire, operator, commit); goal <= 5%. The delete rows the eviction makes are written by
+  the commit: in the denominator, not in the numerator.
+
+``kept`` checks the output and keeps the comparison honest about order effects; it is not
+subtracted from ``expiring`` (an earlier "paired epochs" row did that, but the kept store never
+loses keys, so the two stores do not do the same work: dropped).
 """
 
 from __future__ import annotations
@@ -155,15 +158,15 @@ def run(ctx: BenchContext) -> list[Result]:
 
 
 def _results(variants: list[_Variant], live: int, rows: int, epochs: int) -> list[Result]:
-    exp, kept = variants
+    exp = variants[0]
     measured = list(range(2, epochs + 2))
     share = [exp.evict_by_epoch[e] / exp.epoch_s[e] for e in measured]
-    paired = [(exp.epoch_s[e] - kept.epoch_s[e]) / exp.epoch_s[e] for e in measured]
     notes = (
         f"Deduplicate on one partition, {live:,} live keys, {rows:,} rows per epoch, "
         f"{live // SLOTS:,} keys (1%) expiring per epoch (checked: exactly those are gone); "
         f"median of {len(measured)} epochs ({spread_text(share, lambda x: f'{100 * x:.1f}%')}); "
-        f"epoch = acquire + operator + commit "
+        f"epoch = acquire + operator + commit; the tombstones the eviction makes are written "
+        f"by the commit (in the epoch, not in the share) "
         f"({median([exp.epoch_s[e] for e in measured]):.3f} s median)"
     )
     return [
@@ -176,15 +179,6 @@ def _results(variants: list[_Variant], live: int, rows: int, epochs: int) -> lis
             goal_op="<=",
             notes=notes,
             samples=share,
-        ),
-        Result(
-            suite=SUITE,
-            name="cleanup share (paired epochs)",
-            value=median(paired),
-            unit="fraction",
-            notes="(expiring - kept) / expiring per epoch, same input, interleaved; counts "
-            f"work deferred to the commit ({spread_text(paired, lambda x: f'{100 * x:.1f}%')})",
-            samples=paired,
         ),
         Result(
             suite=SUITE,
