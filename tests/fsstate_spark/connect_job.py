@@ -8,7 +8,8 @@ Run by ``test_connect.py`` as a separate process (a Spark Connect session needs 
 starts a local Spark Connect server and talks to it over gRPC; ``--mode classic`` a plain
 ``local[2]`` session. Everything else is the same: the ``KitchenSink`` processor wrapped in
 ``tiered()`` (called on the client), one input file per micro-batch, an ``availableNow``
-trigger and a memory sink read back with SQL.
+trigger and a memory sink read back with SQL; then the state is read back with
+``spark.read.format("fsstate")`` (registered from the client).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from fsstate_spark import tiered
+from fsstate_spark import register_sources, tiered
 from tests.fsstate_spark.processors import INPUT_SCHEMA, SINK_SCHEMA, KitchenSink
 
 CONF = {
@@ -66,7 +67,15 @@ def main(argv: list[str] | None = None) -> int:
     rows = sorted(
         json.dumps(list(r), sort_keys=True) for r in spark.sql("select * from tiered_out").collect()
     )
-    result = {"mode": args.mode, "session": type(spark).__module__, "rows": rows}
+    register_sources(spark)  # the state read back through the fsstate data source
+    counts = (
+        spark.read.format("fsstate")
+        .option("path", os.path.join(args.work, "state"))
+        .option("stateVarName", "count")
+        .load()
+    )
+    state = sorted([r.key.k, r.value["count"], r.partition_id] for r in counts.collect())
+    result = {"mode": args.mode, "session": type(spark).__module__, "rows": rows, "state": state}
     print("RESULT " + json.dumps(result), flush=True)
     spark.stop()
     return 0

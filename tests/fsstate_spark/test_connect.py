@@ -60,6 +60,7 @@ def test_tiered_over_spark_connect_equals_the_classic_session(tmp_path: Path) ->
     assert connect["session"] == "pyspark.sql.connect.session"
     assert "connect" not in classic["session"]
     assert connect["rows"] == classic["rows"] and len(connect["rows"]) == 9
+    assert connect["state"] == classic["state"] and connect["state"]  # format("fsstate")
     (query,) = [p for p in (tmp_path / "connect" / "state").iterdir() if p.is_dir()]
     for partition in (0, 1):
         assert PartitionStore.committed_versions(str(query), "KitchenSink", partition) == [0, 1, 2]
