@@ -95,26 +95,34 @@ def resolve(
     parts = [p for p in parts if p.num_rows]
     if not parts:
         return schema.empty_table()
-    batch = pa.Table.from_batches(parts).combine_chunks()
+    # Resolution works on the narrow columns (keys, seq, op, expiry); the value column (the
+    # wide one) is taken once, at the end, from the parts as they are: one copy of the
+    # values, not one per step.
+    batch = pa.Table.from_batches(parts)
+    has_ukey = spec.kind in (KIND_MAP, KIND_LIST)
+    key_all = batch.column("key").combine_chunks().flatten()
+    ukey_all = batch.column("ukey").combine_chunks().flatten() if has_ukey else []
+    seqs = batch.column(SEQ).to_numpy()
+    ops = batch.column(OP).to_numpy()
+    rows = np.arange(batch.num_rows, dtype=np.int64)  # candidate rows (of ``batch``)
+    key_cols, ukey_cols = key_all, ukey_all
     if ranges:
-        floors = ranges.floor_array(batch.column("key").combine_chunks().flatten())
-        seqs = batch.column(SEQ).to_numpy()
-        if (floors >= 0).any():
-            batch = batch.filter(pa.array(seqs > floors))
-    is_map = spec.kind == KIND_MAP
-    has_ukey = is_map or spec.kind == KIND_LIST
-    key_cols = batch.column("key").combine_chunks().flatten()
-    ukey_cols = batch.column("ukey").combine_chunks().flatten() if has_ukey else []
+        floors = ranges.floor_array(key_all)
+        alive = seqs > floors
+        if not alive.all():
+            rows = np.flatnonzero(alive)
+            picked = pa.array(rows)
+            key_cols = [c.take(picked) for c in key_all]
+            ukey_cols = [c.take(picked) for c in ukey_all]
+            seqs, ops = seqs[rows], ops[rows]
     names = [f"k{i}" for i in range(len(key_cols))] + [f"u{i}" for i in range(len(ukey_cols))]
-    order_table = pa.Table.from_arrays([*key_cols, *ukey_cols, batch.column(SEQ)], [*names, SEQ])
+    order_table = pa.Table.from_arrays([*key_cols, *ukey_cols, pa.array(seqs)], [*names, SEQ])
     order = pc.sort_indices(
         order_table, sort_keys=[*((n, "ascending") for n in names), (SEQ, "descending")]
-    )
-    batch = batch.take(order)
+    ).to_numpy()
     key_cols = [c.take(order) for c in key_cols]
     ukey_cols = [c.take(order) for c in ukey_cols]
-    ops = batch.column(OP).to_numpy(zero_copy_only=False)
-    seqs = batch.column(SEQ).to_numpy(zero_copy_only=False)
+    ops, seqs = ops[order], seqs[order]
     if has_ukey:
         first_of_key = first_of_group(key_cols)
         starts = np.flatnonzero(first_of_key)
@@ -126,23 +134,24 @@ def resolve(
         chosen = kept[first_of_group(sub)] if len(kept) else kept
     else:
         chosen = np.flatnonzero(first_of_group(key_cols))
-    take = pa.array(chosen, type=pa.int64())
-    rows = batch.take(take)
-    expires = rows.column(EXPIRES)
-    live = pc.and_kleene(
-        pc.equal(rows.column(OP), OP_PUT),
-        pc.or_kleene(pc.is_null(expires), pc.greater(expires, now_ms)),
-    )
-    live = pc.fill_null(live, False)
-    rows = rows.filter(live)
-    cols = [*rows.column("key").combine_chunks().flatten()]
-    if is_map:
-        cols += rows.column("ukey").combine_chunks().flatten()
-    cols += rows.column("value").combine_chunks().flatten()
+    winners = rows[order[chosen]]  # the newest row of each unit, in unit order
+    expires = batch.column(EXPIRES).take(pa.array(winners)).combine_chunks()
+    live = pc.fill_null(
+        pc.and_kleene(
+            pc.equal(pa.array(ops[chosen]), OP_PUT),
+            pc.or_kleene(pc.is_null(expires), pc.greater(expires, now_ms)),
+        ),
+        False,
+    ).to_numpy(zero_copy_only=False)
+    final = pa.array(winners[live], type=pa.int64())
+    cols = [c.take(final) for c in key_all]
+    if spec.kind == KIND_MAP:
+        cols += [c.take(final) for c in ukey_all]
+    cols += batch.column("value").take(final).combine_chunks().flatten()
     if with_expiry:
-        cols.append(rows.column(EXPIRES).combine_chunks())
+        cols.append(batch.column(EXPIRES).take(final).combine_chunks())
     if with_seq:
-        cols.append(rows.column(SEQ).combine_chunks())
+        cols.append(batch.column(SEQ).take(final).combine_chunks())
     return pa.Table.from_arrays([c.cast(f.type) for c, f in zip(cols, schema)], schema=schema)
 
 
