@@ -26,6 +26,11 @@ class SchemaError(FsStateError, TypeError):
     """A value, key or table does not match the schema of its state variable."""
 
 
+class SchemaEvolutionError(SchemaError):
+    """A state variable was declared again with a schema its stored rows cannot be read as
+    (a removed, renamed or narrowed field, a changed key); nothing was written."""
+
+
 class KeyArityError(SchemaError):
     """A grouping key or user key has the wrong number of fields."""
 

@@ -36,6 +36,12 @@ class TableStats:
     disk_bytes: int
     disk_rows: int
     ttl_entries: int | None
+    memory_bytes: int = 0  # segment + hot + TTL index bytes
+
+    @classmethod
+    def of_files(cls, kind: str, runs: int, disk_bytes: int, disk_rows: int) -> TableStats:
+        """Figures of a table that is not loaded: its files only."""
+        return cls(kind, 0, 0, runs, 0, 0, disk_bytes, disk_rows, None)
 
 
 @dataclass

@@ -42,8 +42,8 @@ __all__ = [
     "TieredListState",
     "TieredMapState",
     "TieredProcessor",
-    "register_sources",
     "TieredValueState",
+    "register_sources",
     "state_summary",
     "tiered",
 ]

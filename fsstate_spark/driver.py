@@ -54,7 +54,7 @@ from fsstate.operators.watermarks import (
     next_watermark,
 )
 from fsstate.storage.manifest import read_manifest
-from fsstate.store.partition import store_dir_for
+from fsstate.store.identity import store_dir_for
 from fsstate_spark.config import TieredConfig, resolve_config
 from fsstate_spark.flows import Flow, Source, StageSpec, arrow_schema_of
 from fsstate_spark.lifecycle import fileio_for

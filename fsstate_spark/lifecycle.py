@@ -41,7 +41,7 @@ from fsstate.errors import ConfigError, VersionNotFoundError
 from fsstate.interfaces import KeyedStore
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.location import Location
-from fsstate.store.partition import WRITER_META, foreign_writer
+from fsstate.store.identity import WRITER_META, foreign_writer
 from fsstate.store.pool import Outcome, StorePool, store_pool
 from fsstate_spark.bounded import MemoryStore
 from fsstate_spark.config import TieredConfig

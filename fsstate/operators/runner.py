@@ -49,7 +49,7 @@ from fsstate.operators.base import (
 )
 from fsstate.stats import CommitInfo
 from fsstate.storage.fileio import FileIO
-from fsstate.store.partition import WRITER_META, foreign_writer
+from fsstate.store.identity import WRITER_META, foreign_writer
 from fsstate.store.pool import StorePool, store_pool
 
 LAYOUT_FILE = "operator.json"  # <operator>/operator.json: the partition count, written once

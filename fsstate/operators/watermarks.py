@@ -27,7 +27,7 @@ from fsstate.errors import ConfigError
 from fsstate.operators.base import EVENT_TIME_META, WATERMARK_META
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.manifest import read_manifest
-from fsstate.store.partition import store_dir_for
+from fsstate.store.identity import store_dir_for
 
 POLICIES = ("min", "max")
 READ_THREADS_MAX = 16  # manifests read at once (object stores: one GET each)

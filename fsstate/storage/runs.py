@@ -34,7 +34,7 @@ import bisect
 import contextlib
 import uuid
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +43,7 @@ import pyarrow.parquet as pq
 
 from fsstate.config import StoreConfig
 from fsstate.errors import DataFileCorruptError, StorageError, StorageNotFoundError
+from fsstate.format.evolution import project_rows
 from fsstate.format.keyfilter import BloomFilter, stable_hash
 from fsstate.format.keyorder import Bound, sort_key
 from fsstate.format.refs import FileRef, decode_batch, encode_batch
@@ -131,10 +132,29 @@ def _segment_of(spec: TableSpec, table: pa.Table, where: str) -> Segment:
     rb = batches[0] if batches else pa.RecordBatch.from_pylist([], schema=spec.row_schema())
     rb = rb.replace_schema_metadata(None)
     if not rb.schema.equals(spec.row_schema()):
-        raise _corrupt(
-            where, f"has columns {rb.schema.names} that do not match state {spec.name!r}"
-        )
+        projected = project_rows(rb, spec)  # written before the state's schema evolved
+        if projected is None:
+            raise _corrupt(
+                where, f"has columns {rb.schema.names} that do not match state {spec.name!r}"
+            )
+        rb = projected
     return Segment(spec, rb)
+
+
+def _cached(
+    ctx: RunContext, key: tuple[str, int], spec: TableSpec, load: Callable[[], Segment]
+) -> Segment:
+    """A segment through the block cache, in ``spec``'s layout: one cached before the state's
+    schema evolved (:mod:`fsstate.format.evolution`) is projected and cached again; a reader
+    of an older version whose layout the cached one evolved from decodes the file itself."""
+    seg = ctx.cache.get(key, load)
+    if seg.spec is not spec and not seg.spec.value_schema.equals(spec.value_schema):
+        rows = project_rows(seg.batch, spec)
+        if rows is None:  # cached in a newer layout (this reader is at an older version)
+            return load()
+        seg = Segment(spec, rows)
+        ctx.cache.put(key, seg)
+    return seg
 
 
 class DiskRun:
@@ -327,7 +347,7 @@ class Run:
     def _whole(self, spec: TableSpec, ctx: RunContext) -> Segment:
         assert self.ref is not None
         path = f"{ctx.store_dir}/{self.ref.path}"
-        return ctx.cache.get((path, WHOLE), lambda: self._read_segment(spec, ctx))
+        return _cached(ctx, (path, WHOLE), spec, lambda: self._read_segment(spec, ctx))
 
     def _read_whole(self, ctx: RunContext) -> bool:
         assert self.ref is not None
@@ -357,7 +377,7 @@ class Run:
         out: list[OpRow] = []
         for i in groups:
             cache_key = (disk.path, i)
-            group = ctx.cache.get(cache_key, lambda i=i: disk.read_group(spec, ctx, i))  # type: ignore[misc]
+            group = _cached(ctx, cache_key, spec, lambda i=i: disk.read_group(spec, ctx, i))  # type: ignore[misc]
             built = group.has_index
             out.extend(group.rows_for(key))
             if not built:
@@ -399,7 +419,7 @@ class Run:
         disk = self._disk_run(ctx)
         groups = disk.candidate_groups(lo) if point and lo is not None else None
         for i in groups if groups is not None else disk.groups_in_range(lo, hi):
-            yield ctx.cache.get((disk.path, i), lambda i=i: disk.read_group(spec, ctx, i))  # type: ignore[misc]
+            yield _cached(ctx, (disk.path, i), spec, lambda i=i: disk.read_group(spec, ctx, i))  # type: ignore[misc]
 
     def load_pinned(self, spec: TableSpec, ctx: RunContext) -> Segment:
         """Read the whole file and keep it pinned in memory (released like any written run)."""

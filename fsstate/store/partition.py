@@ -49,10 +49,7 @@ Requests on an object store (measured by ``FileIO.stats``, asserted against the 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import logging
-import re
 import time
 from typing import Any
 
@@ -66,11 +63,12 @@ from fsstate.errors import (
     CommitError,
     ConfigError,
     FsStateError,
-    SchemaError,
+    SchemaEvolutionError,
     StateKindError,
     StoreClosedError,
     UnknownStateError,
 )
+from fsstate.format.evolution import check_evolution
 from fsstate.format.refs import FileRef
 from fsstate.format.schema import (
     KIND_LIST,
@@ -78,7 +76,6 @@ from fsstate.format.schema import (
     KIND_VALUE,
     TableSpec,
     UserKeyOrder,
-    schema_to_text,
 )
 from fsstate.osmem import return_memory_to_os
 from fsstate.stats import CommitInfo, StoreStats, TableStats
@@ -94,47 +91,22 @@ from fsstate.storage.manifest import (
 )
 from fsstate.storage.runs import RunContext, file_metadata, new_data_path, write_table_file
 from fsstate.store.catchup import apply_plan, plan_store
+from fsstate.store.identity import WRITER_META, foreign_writer, json_copy, safe_name, store_dir_for
 from fsstate.store.retention import Retention
 from fsstate.tables import ListTable, MapTable, TableBase, ValueTable
 from fsstate.tables.ttl_index import encode_changes, needs_snapshot
 
-__all__ = ["CommitInfo", "PartitionStore", "StoreStats", "TableStats", "store_dir_for"]
+__all__ = [
+    "WRITER_META",
+    "CommitInfo",
+    "PartitionStore",
+    "StoreStats",
+    "TableStats",
+    "foreign_writer",
+    "store_dir_for",
+]
 
-_SAFE = re.compile(r"[^A-Za-z0-9._=-]")
 log = logging.getLogger("fsstate.store")
-
-
-def _json_copy(meta: dict[str, Any], where: str) -> dict[str, Any]:
-    """A deep copy of the store's meta through JSON (what the manifest will hold)."""
-    try:
-        return dict(json.loads(json.dumps(meta)))
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(
-            f"store {where}: meta must hold JSON values (str, int, float, bool, None, lists "
-            f"and dicts of them): {exc}"
-        ) from None
-
-
-WRITER_META = "writer"  # meta key: who committed a version, {"run": ..., "instance": ...}
-
-
-def foreign_writer(published: Any, ours: dict[str, Any]) -> bool:
-    """Whether a version's recorded writer (``published``, its ``meta[WRITER_META]``) is
-    another instance of the same run as ``ours``: two operators of one query share a store.
-    A writer of another run (a re-run after a restart) or without a run id is not foreign."""
-    if not isinstance(published, dict) or ours.get("run") is None:
-        return False
-    return bool(
-        published.get("run") == ours["run"] and published.get("instance") != ours.get("instance")
-    )
-
-
-def store_dir_for(operator: str, partition: int) -> str:
-    """Relative directory of a partition store (operator names are made path-safe)."""
-    safe = _SAFE.sub("_", operator) or "_"
-    if safe != operator:
-        safe += "-" + hashlib.sha1(operator.encode()).hexdigest()[:8]
-    return f"{safe}/{int(partition)}"
 
 
 class PartitionStore(interfaces.KeyedStore):
@@ -280,17 +252,14 @@ class PartitionStore(interfaces.KeyedStore):
                     f"state {spec.name!r} exists as {old_spec.kind} state, declared now as "
                     f"{spec.kind} state; use another name or drop it first (deleteIfExists)"
                 )
-            if not old_spec.same_shape(spec):
-                raise SchemaError(
-                    f"state {spec.name!r} was stored with value schema "
-                    f"({schema_to_text(old_spec.value_schema)}), user key "
-                    f"({schema_to_text(old_spec.user_key_schema)}), key "
-                    f"({schema_to_text(old_spec.key_schema)}); it is declared now with "
-                    f"({schema_to_text(spec.value_schema)}), "
-                    f"({schema_to_text(spec.user_key_schema)}), "
-                    f"({schema_to_text(spec.key_schema)}); use a new state name or drop the "
-                    "old one (deleteIfExists)"
-                )
+            if not old_spec.same_shape(spec) and check_evolution(spec.name, old_spec, spec):
+                # an allowed change (fsstate.format.evolution): older files are projected
+                spec = dataclasses.replace(spec, key_schema=spec.key_schema or old_spec.key_schema)
+                if existing is not None:
+                    entry = self._unload(existing, spec)
+                    existing = None
+                elif entry is not None:
+                    entry = dataclasses.replace(entry, spec=spec)
         if existing is None:
             if entry is None:
                 seq = self.next_seq  # a new incarnation: a dropped table's copies never match
@@ -311,6 +280,23 @@ class PartitionStore(interfaces.KeyedStore):
             existing.ttl_ms = spec.ttl_ms
             existing.spec = dataclasses.replace(existing.spec, ttl_ms=spec.ttl_ms)
         return existing
+
+    def _unload(self, t: TableBase, spec: TableSpec) -> TableEntry:
+        """Drop the loaded table ``t`` and return its committed state as an entry of
+        ``spec`` (its schema evolved: it is loaded again, its files projected)."""
+        if t.dirty or (t.ttl_loaded and t.ttl_index().dirty):
+            raise SchemaEvolutionError(
+                f"state {spec.name!r} has uncommitted changes in its old schema; commit them "
+                "before declaring it with the new schema"
+            )
+        ranges = None
+        if t.ranges and t.spec.key_schema is not None:
+            ranges = t.ranges.to_batch(t.spec.key_schema)
+        refs = [r.ref for r in t.runs if r.ref is not None]
+        entry = TableEntry(spec, refs, list(t.ttl_refs), ranges, t.incarnation)
+        t.release_all()
+        del self._tables[spec.name]
+        return entry
 
     def value_table(
         self,
@@ -471,7 +457,7 @@ class PartitionStore(interfaces.KeyedStore):
                 parent_version=parent_v,
                 parent_checksum=parent_sum,
                 lineage_next_seqs=lineage,
-                meta=_json_copy(self.meta, self.fileio.describe(self.store_dir)),
+                meta=json_copy(self.meta, self.fileio.describe(self.store_dir)),
                 clock_ms=self.now_ms,
             )
             base = self._manifest
@@ -584,7 +570,7 @@ class PartitionStore(interfaces.KeyedStore):
     # -- memory ----------------------------------------------------------------------------------
     def file_prefix(self, name: str) -> str:
         """File name prefix of a table's runs (its name made path-safe)."""
-        return _SAFE.sub("_", name)[:40] or "state"
+        return safe_name(name)[:40] or "state"
 
     def memory_bytes(self) -> int:
         """Bytes this store holds in memory (see :meth:`TableBase.memory_bytes`)."""
@@ -649,40 +635,17 @@ class PartitionStore(interfaces.KeyedStore):
     # -- stats and lifecycle -----------------------------------------------------------------
     def stats(self) -> StoreStats:
         """Memory and disk figures of this store (no I/O)."""
-        tables: dict[str, TableStats] = {}
-        mem = disk = 0
-        for name, t in list(self._tables.items()):
-            seg = sum(r.memory_bytes for r in t.runs)
-            dbytes = sum(r.ref.size_bytes for r in t.runs if r.ref is not None)
-            dbytes += sum(r.size_bytes for r in t.ttl_refs)
-            hot = t.hot_bytes_estimate()
-            ttl = len(t.ttl_index()) if t.ttl_loaded else None
-            ttl_bytes = t.ttl_index().nbytes_estimate if t.ttl_loaded else 0
-            tables[name] = TableStats(
-                t.kind,
-                t.hot_keys(),
-                hot,
-                len(t.runs),
-                sum(1 for r in t.runs if r.in_memory),
-                seg,
-                dbytes,
-                sum(r.rows for r in t.runs),
-                ttl,
-            )
-            mem += seg + hot + ttl_bytes
-            disk += dbytes
+        tables = {name: t.stats() for name, t in list(self._tables.items())}
         for name, e in self._entries.items():
             dbytes = sum(r.size_bytes for r in e.runs) + sum(r.size_bytes for r in e.ttl_runs)
-            tables[name] = TableStats(
-                e.spec.kind, 0, 0, len(e.runs), 0, 0, dbytes, sum(r.rows for r in e.runs), None
-            )
-            disk += dbytes
+            rows = sum(r.rows for r in e.runs)
+            tables[name] = TableStats.of_files(e.spec.kind, len(e.runs), dbytes, rows)
         return StoreStats(
             self.operator,
             self.partition,
             self.version,
-            mem,
-            disk,
+            sum(t.memory_bytes for t in tables.values()),
+            sum(t.disk_bytes for t in tables.values()),
             self._commits,
             self._bytes_written,
             self.spills,

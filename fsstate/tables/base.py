@@ -36,6 +36,7 @@ from fsstate.format.schema import KIND_MAP, KIND_VALUE, OP_CLEAR
 from fsstate.format.segment import OpRow, Segment
 from fsstate.format.tombstones import ABSENT, RangeTombstones, Timed, in_range, replay_value
 from fsstate.interfaces import Key
+from fsstate.stats import TableStats
 from fsstate.storage.manifest import TableEntry
 from fsstate.storage.runs import Run, read_table_file, write_run_stream
 from fsstate.tables.core import TableCore
@@ -423,3 +424,22 @@ class TableBase(TableCore, interfaces.StateTable):
         """Estimated bytes of the views."""
         kind = self.kind
         return sum(estimate_view_bytes(kind, v) for v in self._views.values())
+
+    def stats(self) -> TableStats:
+        """This table's figures (no I/O); ``memory_bytes`` counts runs, views and TTL index."""
+        ttl = self._ttl if self.ttl_loaded else None
+        hot = self.hot_bytes_estimate()
+        seg = sum(r.memory_bytes for r in self.runs)
+        disk = sum(r.ref.size_bytes for r in self.runs if r.ref is not None)
+        return TableStats(
+            self.kind,
+            self.hot_keys(),
+            hot,
+            len(self.runs),
+            sum(1 for r in self.runs if r.in_memory),
+            seg,
+            disk + sum(r.size_bytes for r in self.ttl_refs),
+            sum(r.rows for r in self.runs),
+            len(ttl) if ttl is not None else None,
+            seg + hot + (ttl.nbytes_estimate if ttl is not None else 0),
+        )

@@ -16,6 +16,7 @@ from fsstate.errors import (
     InvalidTtlError,
     KeyArityError,
     SchemaError,
+    SchemaEvolutionError,
     StateKindError,
     UnknownStateError,
     VersionNotFoundError,
@@ -91,8 +92,10 @@ def test_unknown_state(make_store: Factory) -> None:
 def test_redeclare_with_other_schema_or_kind(make_store: Factory) -> None:
     s = make_store()
     s.value_table("v", VAL, KEY)
-    with pytest.raises(SchemaError, match="'v' was stored with"):
-        s.value_table("v", pa.schema([pa.field("n", pa.int32())]), KEY)
+    with pytest.raises(
+        SchemaEvolutionError, match="'v': field 'count' changed type from int64 to int32"
+    ):
+        s.value_table("v", pa.schema([pa.field("count", pa.int32()), ("label", pa.string())]), KEY)
     with pytest.raises(StateKindError, match="value state"):
         s.list_table("v", VAL, KEY)
 

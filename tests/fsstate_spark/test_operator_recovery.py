@@ -48,7 +48,7 @@ import operator_job
 import pytest
 
 from fsstate import PartitionStore
-from fsstate.store.partition import store_dir_for
+from fsstate.store.identity import store_dir_for
 from tests.fsstate_spark.test_spark_submit import (
     JAVA_OPTIONS,
     finish,

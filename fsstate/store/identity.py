@@ -1,0 +1,66 @@
+"""Identity of a partition store: where it lives and who wrote a version.
+
+Invariants:
+
+* ``store_dir_for(operator, partition)`` is a pure function of its arguments and never changes
+  across releases: ``<operator>/<partition>`` with the operator made path-safe; a name that had
+  to be changed gets ``-`` and the first 8 hex digits of its SHA-1 so that two names never
+  share a directory. Readers (:mod:`fsstate.inspect.catalog`) rely on this form.
+* The store's meta is JSON: what is kept is what the manifest will hold (:func:`json_copy`).
+* ``meta[WRITER_META]`` records the committing instance of a run: two instances of one run
+  committing the same store are two operators sharing it (:func:`foreign_writer`), an error the
+  callers raise; an attempt of another run (a re-run after a restart) is not foreign.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Any
+
+from fsstate.errors import ConfigError
+
+__all__ = ["WRITER_META", "foreign_writer", "json_copy", "safe_name", "store_dir_for"]
+
+_SAFE = re.compile(r"[^A-Za-z0-9._=-]")
+WRITER_META = "writer"  # meta key: who committed a version, {"run": ..., "instance": ...}
+
+
+def safe_name(name: str) -> str:
+    """``name`` with every character outside ``[A-Za-z0-9._=-]`` replaced by ``_``."""
+    return _SAFE.sub("_", name)
+
+
+def json_copy(meta: dict[str, Any], where: str) -> dict[str, Any]:
+    """A deep copy of the store's meta through JSON (what the manifest will hold).
+
+    Raises:
+        ConfigError: a value is not JSON.
+    """
+    try:
+        return dict(json.loads(json.dumps(meta)))
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(
+            f"store {where}: meta must hold JSON values (str, int, float, bool, None, lists "
+            f"and dicts of them): {exc}"
+        ) from None
+
+
+def foreign_writer(published: Any, ours: dict[str, Any]) -> bool:
+    """Whether a version's recorded writer (``published``, its ``meta[WRITER_META]``) is
+    another instance of the same run as ``ours``: two operators of one query share a store.
+    A writer of another run (a re-run after a restart) or without a run id is not foreign."""
+    if not isinstance(published, dict) or ours.get("run") is None:
+        return False
+    return bool(
+        published.get("run") == ours["run"] and published.get("instance") != ours.get("instance")
+    )
+
+
+def store_dir_for(operator: str, partition: int) -> str:
+    """Relative directory of a partition store (operator names are made path-safe)."""
+    safe = safe_name(operator) or "_"
+    if safe != operator:
+        safe += "-" + hashlib.sha1(operator.encode()).hexdigest()[:8]
+    return f"{safe}/{int(partition)}"

@@ -1,0 +1,244 @@
+"""Schema evolution: the rules (unit), and stored rows read through an allowed change on real
+files (spill, compaction, reopen, catch-up), forbidden changes refused before any write."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from fsstate import PartitionStore, StoreConfig, read_table
+from fsstate.errors import SchemaError, SchemaEvolutionError
+from fsstate.format.evolution import check_evolution, project_rows, widens
+from fsstate.format.schema import KIND_MAP, KIND_VALUE, TableSpec
+
+KEY = pa.schema([pa.field("k", pa.string())])
+UKEY = pa.schema([pa.field("u", pa.int64())])
+
+
+def _spec(*fields: pa.Field, key: pa.Schema = KEY, kind: str = KIND_VALUE) -> TableSpec:
+    ukey = UKEY if kind == KIND_MAP else None
+    return TableSpec("s", kind, pa.schema(list(fields)), key, ukey)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "ok"),
+    [
+        (pa.int8(), pa.int64(), True),
+        (pa.int32(), pa.int64(), True),
+        (pa.int64(), pa.int32(), False),
+        (pa.uint16(), pa.int32(), True),
+        (pa.uint32(), pa.int32(), False),
+        (pa.int32(), pa.float64(), True),
+        (pa.int64(), pa.float64(), False),
+        (pa.float32(), pa.float64(), True),
+        (pa.float64(), pa.float32(), False),
+        (pa.decimal128(10, 2), pa.decimal128(12, 3), True),
+        (pa.decimal128(10, 2), pa.decimal128(10, 3), False),
+        (pa.string(), pa.large_string(), True),
+        (pa.int64(), pa.string(), False),
+        (pa.string(), pa.binary(), False),
+    ],
+)
+def test_widening_rules(old: pa.DataType, new: pa.DataType, ok: bool) -> None:
+    assert widens(old, new) is ok
+
+
+def test_allowed_changes() -> None:
+    old = _spec(pa.field("count", pa.int32()), pa.field("total", pa.int32()))
+    assert check_evolution("s", old, old) is False
+    new = _spec(
+        pa.field("total", pa.int64()),  # reordered and widened
+        pa.field("count", pa.int64()),
+        pa.field("last", pa.string()),  # added, nullable
+    )
+    assert check_evolution("s", old, new) is True
+    nested_old = _spec(pa.field("p", pa.struct([pa.field("x", pa.int32())])))
+    nested_new = _spec(pa.field("p", pa.struct([pa.field("y", pa.string()), ("x", pa.int64())])))
+    assert check_evolution("s", nested_old, nested_new) is True
+
+
+@pytest.mark.parametrize(
+    ("new", "message"),
+    [
+        (_spec(pa.field("total", pa.int32())), "stored field 'count' .* missing"),
+        (_spec(pa.field("n", pa.int32()), pa.field("total", pa.int32())), "'count' .* missing"),
+        (
+            _spec(pa.field("count", pa.int16()), pa.field("total", pa.int32())),
+            "'count' changed type from int32 to int16",
+        ),
+        (
+            _spec(pa.field("count", pa.string()), pa.field("total", pa.int32())),
+            "'count' changed type from int32 to string",
+        ),
+        (
+            _spec(
+                pa.field("count", pa.int32()),
+                pa.field("total", pa.int32()),
+                pa.field("extra", pa.int32(), nullable=False),
+            ),
+            "new field 'extra' .* not nullable",
+        ),
+        (
+            _spec(pa.field("count", pa.int32(), nullable=False), pa.field("total", pa.int32())),
+            "'count' became non-nullable",
+        ),
+        (
+            _spec(
+                pa.field("count", pa.int32()),
+                pa.field("total", pa.int32()),
+                key=pa.schema([pa.field("k", pa.int64())]),
+            ),
+            "grouping key changed",
+        ),
+    ],
+)
+def test_forbidden_changes_name_state_and_field(new: TableSpec, message: str) -> None:
+    old = _spec(pa.field("count", pa.int32()), pa.field("total", pa.int32()))
+    with pytest.raises(SchemaEvolutionError, match=message) as info:
+        check_evolution("s", old, new)
+    assert "state 's'" in str(info.value) and "deleteIfExists" in str(info.value)
+    assert isinstance(info.value, SchemaError)
+
+
+def test_map_user_key_change_is_refused() -> None:
+    old = _spec(pa.field("c", pa.int64()), kind=KIND_MAP)
+    new = TableSpec("s", KIND_MAP, old.value_schema, KEY, pa.schema([("u", pa.string())]))
+    with pytest.raises(SchemaEvolutionError, match="user key changed"):
+        check_evolution("s", old, new)
+
+
+def test_project_rows_keeps_current_layout_and_converts_old() -> None:
+    old = _spec(pa.field("count", pa.int32()), pa.field("total", pa.int32()))
+    new = _spec(pa.field("total", pa.int64()), pa.field("count", pa.int64()), ("last", pa.string()))
+    value = pa.StructArray.from_arrays(
+        [pa.array([1, None], pa.int32()), pa.array([10, 20], pa.int32())],
+        fields=list(old.value_schema),
+        mask=pa.array([False, True]),  # a tombstone row: null value
+    )
+    rows = pa.RecordBatch.from_arrays(
+        [
+            pa.StructArray.from_arrays([pa.array(["a", "b"])], fields=list(KEY)),
+            value,
+            pa.array([1, 2], pa.int64()),
+            pa.array([0, 1], pa.int8()),
+            pa.nulls(2, pa.int64()),
+        ],
+        schema=old.row_schema(),
+    )
+    assert project_rows(rows, old) is rows
+    got = project_rows(rows, new)
+    assert got is not None and got.schema.equals(new.row_schema())
+    assert got.column("value").to_pylist() == [{"total": 10, "count": 1, "last": None}, None]
+    narrowed = _spec(pa.field("count", pa.int8()), pa.field("total", pa.int32()))
+    assert project_rows(rows, narrowed) is None
+
+
+V1 = pa.schema([pa.field("count", pa.int32()), pa.field("total", pa.int32())])
+V2 = pa.schema(
+    [pa.field("total", pa.int64()), pa.field("count", pa.int64()), pa.field("last", pa.string())]
+)
+L1 = pa.schema([pa.field("e", pa.int32())])
+L2 = pa.schema([pa.field("tag", pa.string()), pa.field("e", pa.float64())])
+M1 = pa.schema([pa.field("amount", pa.decimal128(8, 2))])
+M2 = pa.schema([pa.field("amount", pa.decimal128(12, 3)), pa.field("note", pa.string())])
+CFG = StoreConfig(retain_versions=20)
+
+
+def _declare(s: PartitionStore, v: pa.Schema, lst: pa.Schema, m: pa.Schema) -> tuple:  # type: ignore[type-arg]
+    return (
+        s.value_table("v", v, KEY),
+        s.list_table("l", lst, KEY, ttl_ms=10_000_000),
+        s.map_table("m", UKEY, m, KEY),
+    )
+
+
+def test_old_rows_read_through_an_allowed_change(tmp_path: Path) -> None:
+    root = str(tmp_path)
+    s = PartitionStore.open(root, "op", 0, config=CFG)
+    s.set_time(1000)
+    v, lst, m = _declare(s, V1, L1, M1)
+    for i in range(50):
+        k = (f"k{i}",)
+        v.update(k, (i, 10 * i))
+        lst.append(k, (i,))
+        m.update(k, (i,), (Decimal(f"{i}.25"),))
+    s.commit(0)
+    s.spill()  # old rows in Parquet runs only
+    for i in range(0, 50, 2):
+        v.update((f"k{i}",), (i + 1, 10 * i + 1))
+        lst.append((f"k{i}",), (100 + i,))
+    s.commit(1)
+    s.close()
+
+    s = PartitionStore.open(root, "op", 0, 1, config=CFG)
+    s.set_time(2000)
+    v, lst, m = _declare(s, V2, L2, M2)
+    assert v.get(("k1",)) == (10, 1, None)  # fields by name, widened, added null
+    assert v.get(("k2",)) == (21, 3, None)
+    assert lst.get(("k2",)) == [(None, 2.0), (None, 102.0)]
+    assert m.get(("k3",), (3,)) == (Decimal("3.250"), None)
+    many = v.get_many(pa.table({"k": ["k5", "k6", "zz"]}))
+    assert many.column("total").to_pylist() == [50, 61, None]
+    assert v.scan().num_rows == 50
+    v.update(("k7",), (7_000_000_000, 8, "new"))  # the widened range
+    lst.append(("k7",), ("t", 0.5))
+    m.update(("k7",), (8,), (Decimal("1.125"), "n"))
+    s.commit(2)
+    s.compact(force=True)  # merged files hold old and new rows in the new layout
+    s.commit(3)
+    s.close()
+
+    s = PartitionStore.open(root, "op", 0, 3, config=CFG)
+    s.set_time(3000)
+    v, lst, m = _declare(s, V2, L2, M2)
+    assert v.get(("k7",)) == (7_000_000_000, 8, "new")
+    assert v.get(("k9",)) == (90, 9, None)
+    assert lst.get(("k7",)) == [(None, 7.0), ("t", 0.5)]
+    assert m.get(("k7",), (8,)) == (Decimal("1.125"), "n")
+    assert m.get(("k7",), (7,)) == (Decimal("7.250"), None)
+    s.close()
+    # version 1 still reads in its own layout; the newest in the new one
+    assert read_table(root, "op", 0, "v", 1).schema.names == ["k", "count", "total"]
+    assert read_table(root, "op", 0, "v", 3).schema.names == ["k", "total", "count", "last"]
+
+
+def test_redeclaring_a_loaded_table_reloads_it(tmp_path: Path) -> None:
+    s = PartitionStore.open(str(tmp_path), "op", 0, config=CFG)
+    v = s.value_table("v", V1, KEY)
+    v.update(("a",), (1, 2))
+    with pytest.raises(SchemaEvolutionError, match="uncommitted changes"):
+        s.value_table("v", V2, KEY)
+    s.commit(0)
+    assert v.get(("a",)) == (1, 2)  # cached and hot
+    v2 = s.value_table("v", V2, KEY)
+    assert v2.get(("a",)) == (2, 1, None)
+    s.commit(1)
+    s.close()
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        pa.schema([pa.field("total", pa.int32())]),  # removed
+        pa.schema([pa.field("count", pa.int16()), pa.field("total", pa.int32())]),  # narrowed
+        pa.schema([pa.field("count", pa.int32()), pa.field("sum", pa.int32())]),  # renamed
+    ],
+)
+def test_forbidden_change_writes_nothing(tmp_path: Path, value: pa.Schema) -> None:
+    root = str(tmp_path)
+    s = PartitionStore.open(root, "op", 0, config=CFG)
+    s.value_table("v", V1, KEY).update(("a",), (1, 2))
+    s.commit(0)
+    s.close()
+    files = sorted(p.name for p in tmp_path.rglob("*") if p.is_file())
+    s = PartitionStore.open(root, "op", 0, 0, config=CFG)
+    with pytest.raises(SchemaEvolutionError, match="state 'v'"):
+        s.value_table("v", value, KEY)
+    with pytest.raises(SchemaEvolutionError, match="grouping key"):
+        s.value_table("v", V1, pa.schema([pa.field("k", pa.int64())]))
+    s.close()
+    assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file()) == files
+    assert PartitionStore.committed_versions(root, "op", 0) == [0]
