@@ -44,6 +44,58 @@ def make_clicks(seed: int = 7) -> list[list[dict[str, Any]]]:
     return batches
 
 
+def run_demo_query(
+    spark: Any, work_dir: Path, state_uri: str, show: Any | None = None
+) -> tuple[list[int], float]:
+    """Write the demo's input under ``work_dir/input`` and run its query to the end.
+
+    Args:
+        spark: the session (the demo's own, or a test's).
+        work_dir: input and checkpoint go here.
+        state_uri: where the tiered state goes.
+        show: ``foreachBatch`` function of each micro-batch's output; it must consume the
+            batch (default: count it; Spark checks that every stateful partition committed).
+
+    Returns:
+        The micro-batch ids run, and the seconds it took.
+    """
+    write_batches(work_dir / "input", make_clicks())
+    # no no-data micro-batches: with TTL in ProcessingTime mode Spark would otherwise keep
+    # scheduling them, and an availableNow query would never end
+    spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "false")
+    processor = tiered(SessionTracker(), state_uri=state_uri, name="sessions")
+    print(f"state_uri={state_uri} memory_limit={processor.config.memory_limit_bytes} bytes")
+    clicks = (
+        spark.readStream.schema(INPUT_SCHEMA)
+        .option("maxFilesPerTrigger", 1)
+        .json(str(work_dir / "input"))
+    )
+    sessions = clicks.groupBy("user").transformWithStateInPandas(
+        processor, OUTPUT_SCHEMA, "Update", "ProcessingTime"
+    )
+    done: list[int] = []
+
+    def sink(batch: Any, batch_id: int) -> None:
+        if show is not None:
+            show(batch, batch_id)
+        else:
+            batch.count()
+        done.append(batch_id)
+
+    started = time.monotonic()
+    query = (
+        sessions.writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(work_dir / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(600)
+    query.stop()
+    if query.exception() is not None:
+        raise SystemExit(f"query failed: {query.exception()}")
+    return done, time.monotonic() - started
+
+
 def main(state_uri: str | None = None) -> None:
     """Run the demo query and print what happened.
 
@@ -52,25 +104,8 @@ def main(state_uri: str | None = None) -> None:
             its server and credentials from the ``AWS_*`` variables (see ``demo_s3.py``).
     """
     shutil.rmtree(DEMO_DIR, ignore_errors=True)
-    write_batches(DEMO_DIR / "input", make_clicks())
-    # no no-data micro-batches: with TTL in ProcessingTime mode Spark would otherwise keep
-    # scheduling them, and an availableNow query would never end
-    spark = local_session(
-        "fsstate-demo", **{"spark.sql.streaming.noDataMicroBatches.enabled": "false"}
-    )
+    spark = local_session("fsstate-demo")
     state_uri = state_uri or str(DEMO_DIR / "state")
-    processor = tiered(SessionTracker(), state_uri=state_uri, name="sessions")
-    print(f"state_uri={state_uri} memory_limit={processor.config.memory_limit_bytes} bytes")
-
-    clicks = (
-        spark.readStream.schema(INPUT_SCHEMA)
-        .option("maxFilesPerTrigger", 1)
-        .json(str(DEMO_DIR / "input"))
-    )
-    sessions = clicks.groupBy("user").transformWithStateInPandas(
-        processor, OUTPUT_SCHEMA, "Update", "ProcessingTime"
-    )
-    done: list[int] = []
 
     def show(batch: Any, batch_id: int) -> None:
         rows = sorted(batch.collect(), key=lambda r: r.user)
@@ -82,21 +117,8 @@ def main(state_uri: str | None = None) -> None:
             print(f"   {r.user:<8} {r.events:>6} {r.distinct_pages:>5}  {r.top_page:<9} {r.recent}")
         if len(rows) > 6:
             print(f"   ... {len(rows) - 6} more")
-        done.append(batch_id)
 
-    started = time.monotonic()
-    query = (
-        sessions.writeStream.foreachBatch(show)
-        .option("checkpointLocation", str(DEMO_DIR / "checkpoint"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination(600)
-    query.stop()
-    if query.exception() is not None:
-        raise SystemExit(f"query failed: {query.exception()}")
-    elapsed = time.monotonic() - started
-
+    done, elapsed = run_demo_query(spark, DEMO_DIR, state_uri, show)
     print(f"\n== {len(done)} micro-batches in {elapsed:.1f}s; state on storage:")
     summary = state_summary(state_uri)
     print(summary.format())
@@ -106,6 +128,7 @@ def main(state_uri: str | None = None) -> None:
         print(f"  partition {partition}: committed versions {versions}")
     rows = summary.rows_by_table()
     print(f"  rows on disk per state variable: {rows}")
+    print(f"  inspect it: python -m fsstate stats {state_uri} --live-rows")
     spark.stop()
 
 

@@ -1,0 +1,615 @@
+"""The ``fsstate`` command line: list, stats, show, diff, verify, gc and compact stored state.
+
+``python -m fsstate --help`` or the ``fsstate`` console script (``pip install 'fsstate[cli]'``:
+click for the commands, rich for tables and progress bars). Every command takes the state
+root first: a local path or an object store URI (``s3://bucket/prefix``; settings from the
+``AWS_*`` variables or ``-o name=value``), and finds every partition store below it at any
+depth (a tiered Spark query's stores sit under ``<state_uri>/<query id>/``).
+
+Invariants:
+
+* ``list``, ``stats``, ``show``, ``diff`` and ``verify`` never write. ``show`` and ``diff`` read
+  exactly what the engine's reads return (:mod:`fsstate.inspect`).
+* ``gc`` deletes only what no retained manifest references and is older than the grace time
+  (:mod:`fsstate.store.retention`); ``--retain`` also drops versions older than the window.
+* ``compact`` publishes a new version, so it refuses stores a streaming writer owns (a tiered
+  query or the operators' runner record one in the manifest): their version numbers are
+  batch ids, and a version published beside them would be adopted by the next batch. Those
+  stores compact in their writer's own tasks.
+* Exit codes: 0 done; 1 ``verify`` found a damaged or missing file (each named on stderr);
+  2 bad usage or an fsstate error (one line naming the object and what to do).
+* ``--json`` (before the command) prints one JSON document on stdout instead of tables.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+try:
+    import click
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+    from rich.table import Table
+except ImportError as exc:  # pragma: no cover - the cli extra is missing
+    raise SystemExit(
+        f"fsstate's command line needs click and rich ({exc}): pip install 'fsstate[cli]'"
+    ) from None
+
+import pyarrow as pa
+
+from fsstate.config import StoreConfig
+from fsstate.errors import ConfigError, FsStateError
+from fsstate.format.schema import KIND_LIST
+from fsstate.inspect.catalog import StoreRef, find_stores, read_store_manifest
+from fsstate.inspect.changes import diff_tables
+from fsstate.inspect.snapshot import Snapshot
+from fsstate.inspect.verify import verify_stores
+from fsstate.storage.fileio import FileIO
+from fsstate.storage.location import Location
+from fsstate.store import PartitionStore
+from fsstate.store.identity import WRITER_META
+from fsstate.store.retention import Retention
+
+__all__ = ["cli", "main"]
+
+
+class _Failed(click.ClickException):
+    exit_code = 2
+
+
+class _Group(click.Group):
+    """Turns fsstate errors into one line on stderr and exit code 2."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except FsStateError as exc:
+            raise _Failed(f"{type(exc).__name__}: {exc}") from None
+
+
+class _Env:
+    def __init__(self, as_json: bool, options: dict[str, str]) -> None:
+        self.as_json = as_json
+        self.options = options
+        self.out = Console(soft_wrap=False, width=200 if not sys.stdout.isatty() else None)
+        self.err = Console(stderr=True)
+
+    def fileio(self, uri: str) -> FileIO:
+        return FileIO(Location.parse(uri, self.options))
+
+    def stores(
+        self,
+        fileio: FileIO,
+        query: str | None,
+        operator: str | None,
+        partition: int | None = None,
+    ) -> list[StoreRef]:
+        found = find_stores(fileio, prefix=query, operator=operator, partition=partition)
+        if not found:
+            what = " ".join(
+                f"{k}={v!r}"
+                for k, v in (("query", query), ("operator", operator), ("partition", partition))
+                if v is not None
+            )
+            raise _Failed(
+                f"no committed state under {fileio.describe('')}"
+                + (f" matching {what}" if what else "")
+                + "; give the state root of a query (its state_uri) or run `fsstate list`"
+            )
+        return found
+
+    def emit(self, doc: Any, table: Table | None) -> None:
+        if self.as_json:
+            click.echo(json.dumps(doc, indent=2, default=str))
+        elif table is not None:
+            self.out.print(table)
+
+    @contextmanager
+    def progress(self, label: str, total: int | None) -> Iterator[Callable[[int], None]]:
+        """A progress bar on stderr (only on a terminal, never with --json)."""
+        disable = self.as_json or not self.err.is_terminal
+        bar = Progress(
+            TextColumn(label),
+            BarColumn(),
+            MofNCompleteColumn(),
+            console=self.err,
+            transient=True,
+            disable=disable,
+        )
+        with bar:
+            task = bar.add_task(label, total=total)
+
+            def step(n: int = 1) -> None:
+                bar.advance(task, n)
+
+            yield step
+
+
+def _option_pairs(values: tuple[str, ...]) -> dict[str, str]:
+    out = {}
+    for v in values:
+        name, sep, value = v.partition("=")
+        if not sep or not name:
+            raise click.BadParameter(f"{v!r}: write name=value", param_hint="-o/--option")
+        out[name.strip()] = value
+    return out
+
+
+def _table(title: str, columns: list[str], rows: list[list[Any]]) -> Table:
+    t = Table(title=title, title_justify="left", min_width=len(title) + 4)
+    for c in columns:
+        t.add_column(c, overflow="fold")
+    for r in rows:
+        t.add_row(*["" if v is None else str(v) for v in r])
+    return t
+
+
+def _span(versions: tuple[int, ...] | list[int]) -> str:
+    return f"{versions[0]}..{versions[-1]}" if len(versions) > 1 else str(versions[0])
+
+
+_query = click.option("--query", "-q", help="Only stores under this prefix (a query id).")
+_operator = click.option("--operator", help="Only this operator (store name).")
+_partition = click.option("--partition", "-p", type=int, help="Only this partition.")
+_root = click.argument("root")
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
+@click.option(
+    "-o",
+    "--option",
+    "options",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="Object store setting (as StoreConfig / spark.fsstate.storage.*), repeatable.",
+)
+@click.version_option(package_name="fsstate")
+@click.pass_context
+def cli(ctx: click.Context, as_json: bool, options: tuple[str, ...]) -> None:
+    """Inspect and maintain fsstate state: ROOT is a state_uri (local path or s3://...)."""
+    ctx.obj = _Env(as_json, _option_pairs(options))
+
+
+@cli.command("list")
+@_root
+@_query
+@_operator
+@click.pass_obj
+def list_cmd(env: _Env, root: str, query: str | None, operator: str | None) -> None:
+    """Operators under ROOT with their partitions and committed versions."""
+    stores = env.stores(env.fileio(root), query, operator)
+    groups: dict[tuple[str, str], list[StoreRef]] = {}
+    for s in stores:
+        groups.setdefault((s.prefix, s.operator), []).append(s)
+    doc: list[dict[str, Any]] = []
+    for (prefix, op), members in groups.items():
+        versions = sorted({v for s in members for v in s.versions})
+        doc.append(
+            {
+                "query": prefix,
+                "operator": op,
+                "partitions": [s.partition for s in members],
+                "min_version": versions[0],
+                "max_version": versions[-1],
+                "retained_versions": len(versions),
+                "latest_by_partition": {s.partition: s.latest for s in members},
+            }
+        )
+    rows = [
+        [
+            d["query"] or "-",
+            d["operator"],
+            len(d["partitions"]),
+            d["min_version"],
+            d["max_version"],
+            d["retained_versions"],
+        ]
+        for d in doc
+    ]
+    cols = ["query", "operator", "partitions", "min version", "max version", "retained"]
+    env.emit(doc, _table(f"state under {root}", cols, rows))
+
+
+@cli.command()
+@_root
+@_query
+@_operator
+@click.option("--version", "-v", "version", type=int, help="Version (default each store's newest).")
+@click.option("--live-rows", is_flag=True, help="Also count live rows (reads every table).")
+@click.pass_obj
+def stats(
+    env: _Env,
+    root: str,
+    query: str | None,
+    operator: str | None,
+    version: int | None,
+    live_rows: bool,
+) -> None:
+    """Tables per operator: kind, files, rows and bytes on storage (from the manifests)."""
+    fileio = env.fileio(root)
+    stores = env.stores(fileio, query, operator)
+    agg: dict[tuple[str, str, str], dict[str, Any]] = {}
+    with env.progress("reading manifests", len(stores)) as step:
+        for s in stores:
+            manifest = read_store_manifest(fileio, s, version)
+            live: dict[str, int] = {}
+            if live_rows:
+                with Snapshot.of(fileio, s, manifest.version) as snap:
+                    live = {name: snap.read(name).num_rows for name in manifest.tables}
+            for name, e in manifest.tables.items():
+                a = agg.setdefault(
+                    (s.prefix, s.operator, name),
+                    {
+                        "query": s.prefix,
+                        "operator": s.operator,
+                        "state": name,
+                        "kind": e.spec.kind,
+                        "ttl_ms": e.spec.ttl_ms,
+                        "partitions": 0,
+                        "versions": set(),
+                        "files": 0,
+                        "stored_rows": 0,
+                        "bytes": 0,
+                        "live_rows": 0 if live_rows else None,
+                    },
+                )
+                a["partitions"] += 1
+                a["versions"].add(manifest.version)
+                a["files"] += len(e.runs) + len(e.ttl_runs)
+                a["stored_rows"] += sum(r.rows for r in e.runs)
+                a["bytes"] += sum(r.size_bytes for r in [*e.runs, *e.ttl_runs])
+                if live_rows:
+                    a["live_rows"] += live[name]
+            step(1)
+    doc = [{**a, "versions": sorted(a["versions"])} for a in agg.values()]
+    cols = [
+        "query",
+        "operator",
+        "state",
+        "kind",
+        "ttl ms",
+        "partitions",
+        "version",
+        "files",
+        "stored rows",
+        "bytes",
+    ] + (["live rows"] if live_rows else [])
+    rows = [
+        [
+            d["query"] or "-",
+            d["operator"],
+            d["state"],
+            d["kind"],
+            d["ttl_ms"],
+            d["partitions"],
+            _span(d["versions"]),
+            d["files"],
+            d["stored_rows"],
+            d["bytes"],
+        ]
+        + ([d["live_rows"]] if live_rows else [])
+        for d in doc
+    ]
+    env.emit(doc, _table(f"state under {root}", cols, rows))
+    if not env.as_json:
+        env.err.print(
+            "stored rows count every row version on storage (shadowed and deleted "
+            "ones too); --live-rows counts what reads return"
+        )
+
+
+def _read_all(
+    env: _Env,
+    fileio: FileIO,
+    stores: list[StoreRef],
+    state: str,
+    version: int | None,
+    read: Callable[[Snapshot, int], pa.Table],
+    versions: set[int] | None = None,
+) -> pa.Table:
+    parts = []
+    with env.progress(f"reading {state}", len(stores)) as step:
+        for s in stores:
+            with Snapshot.of(fileio, s, version) as snap:
+                t = read(snap, s.partition)
+                if versions is not None:
+                    versions.add(snap.version)
+            parts.append(
+                t.append_column("partition_id", pa.array([s.partition] * t.num_rows, pa.int32()))
+            )
+            step(1)
+    return pa.concat_tables(parts, promote_options="permissive")
+
+
+def _print_rows(env: _Env, title: str, table: pa.Table, limit: int) -> None:
+    shown = table.slice(0, limit) if limit >= 0 else table
+    if env.as_json:
+        env.emit({"rows": table.num_rows, "shown": shown.to_pylist()}, None)
+        return
+    rows = [[r[c] for c in table.column_names] for r in shown.to_pylist()]
+    env.out.print(_table(title, table.column_names, rows))
+    more = table.num_rows - shown.num_rows
+    env.err.print(f"{table.num_rows} rows" + (f" ({more} not shown: --limit)" if more else ""))
+
+
+@cli.command()
+@_root
+@click.argument("operator")
+@click.argument("state")
+@_query
+@_partition
+@click.option("--version", "-v", "version", type=int, help="Version (default the newest).")
+@click.option("--limit", "-n", type=int, default=20, show_default=True, help="Rows shown; -1 all.")
+@click.option("--now-ms", type=int, help="Resolve TTL at this time (default the commit clock).")
+@click.option("--expiry", is_flag=True, help="Add each row's expiry time (_expires_at_ms).")
+@click.pass_obj
+def show(
+    env: _Env,
+    root: str,
+    operator: str,
+    state: str,
+    query: str | None,
+    partition: int | None,
+    version: int | None,
+    limit: int,
+    now_ms: int | None,
+    expiry: bool,
+) -> None:
+    """Rows of STATE of OPERATOR at a version, across its partitions."""
+    fileio = env.fileio(root)
+    stores = _one_query(env.stores(fileio, query, operator, partition))
+    seen: set[int] = set()
+    table = _read_all(
+        env,
+        fileio,
+        stores,
+        state,
+        version,
+        lambda snap, _p: snap.read(state, now_ms=now_ms, with_expiry=expiry),
+        seen,
+    )
+    at = ", ".join(map(str, sorted(seen)))
+    _print_rows(env, f"{operator} / {state} at version {at}", table, limit)
+
+
+@cli.command()
+@_root
+@click.argument("operator")
+@click.argument("state")
+@click.argument("from_version", type=int)
+@click.argument("to_version", type=int)
+@_query
+@_partition
+@click.option("--limit", "-n", type=int, default=20, show_default=True, help="Rows shown; -1 all.")
+@click.pass_obj
+def diff(
+    env: _Env,
+    root: str,
+    operator: str,
+    state: str,
+    from_version: int,
+    to_version: int,
+    query: str | None,
+    partition: int | None,
+    limit: int,
+) -> None:
+    """Changes of STATE between FROM_VERSION and TO_VERSION (change_type update / delete)."""
+    fileio = env.fileio(root)
+    stores = _one_query(env.stores(fileio, query, operator, partition))
+
+    def changes(snap: Snapshot, p: int) -> pa.Table:
+        spec = snap.spec(state)
+        seq = spec.kind == KIND_LIST  # list elements are told apart by their sequence
+        after = snap.read(state, with_seq=seq)
+        s = next(s for s in stores if s.partition == p)
+        with Snapshot.of(fileio, s, from_version) as old:
+            before = old.read(state, with_seq=seq, now_ms=snap.clock_ms)
+        return diff_tables(spec, before, after)
+
+    table = _read_all(env, fileio, stores, state, to_version, changes)
+    kinds = table.column("change_type").to_pylist() if table.num_rows else []
+    if not env.as_json:
+        env.err.print(f"{kinds.count('update')} updated, {kinds.count('delete')} deleted")
+    _print_rows(env, f"{operator} / {state}: {from_version} -> {to_version}", table, limit)
+
+
+def _one_query(stores: list[StoreRef]) -> list[StoreRef]:
+    queries = sorted({s.prefix for s in stores})
+    if len(queries) > 1:
+        raise _Failed(f"the operator is in several queries {queries}: pick one with --query")
+    return stores
+
+
+@cli.command()
+@_root
+@_query
+@_operator
+@click.option("--latest-only", is_flag=True, help="Check only each store's newest version.")
+@click.pass_obj
+def verify(
+    env: _Env, root: str, query: str | None, operator: str | None, latest_only: bool
+) -> None:
+    """Check every file the retained versions reference: checksums, sizes, row counts."""
+    fileio = env.fileio(root)
+    stores = env.stores(fileio, query, operator)
+    bar: dict[str, Any] = {}
+    with Progress(
+        TextColumn("verifying"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        console=env.err,
+        transient=True,
+        disable=env.as_json or not env.err.is_terminal,
+    ) as progress:
+
+        def plan(n: int) -> None:
+            bar["task"] = progress.add_task("verify", total=n)
+
+        report = verify_stores(
+            fileio,
+            stores,
+            latest_only=latest_only,
+            on_plan=plan,
+            on_file=lambda _size: progress.advance(bar["task"]),
+        )
+    doc = {
+        "ok": report.ok,
+        "stores": report.stores,
+        "versions": report.versions,
+        "files": report.files,
+        "bytes": report.bytes,
+        "problems": [
+            {"path": p.path, "versions": list(p.versions), "error": p.error}
+            for p in report.problems
+        ],
+    }
+    if env.as_json:
+        env.emit(doc, None)
+    else:
+        env.out.print(
+            f"checked {report.stores} stores, {report.versions} versions, {report.files} files "
+            f"({report.bytes} bytes): "
+            + ("all intact" if report.ok else f"{len(report.problems)} damaged or missing")
+        )
+        for p in report.problems:
+            click.echo(f"DAMAGED {p.path} (versions {_span(p.versions)}): {p.error}", err=True)
+    if not report.ok:
+        sys.exit(1)
+
+
+@cli.command()
+@_root
+@_query
+@_operator
+@click.option(
+    "--grace-ms",
+    type=int,
+    default=StoreConfig().orphan_grace_ms,
+    show_default=True,
+    help="Never delete an unreferenced file younger than this (a commit may be under way).",
+)
+@click.option("--retain", type=int, help="Also drop versions older than the newest N.")
+@click.pass_obj
+def gc(
+    env: _Env,
+    root: str,
+    query: str | None,
+    operator: str | None,
+    grace_ms: int,
+    retain: int | None,
+) -> None:
+    """Delete files no retained version references (and, with --retain, old versions)."""
+    if grace_ms < 0:
+        raise click.BadParameter("must be >= 0", param_hint="--grace-ms")
+    fileio = env.fileio(root)
+    stores = env.stores(fileio, query, operator)
+    doc = []
+    with env.progress("collecting garbage", len(stores)) as step:
+        for s in stores:
+            ret = Retention(s.root(fileio), s.store_dir)
+            before = ret.versions()
+            if retain is not None:
+                cfg = StoreConfig(retain_versions=retain, orphan_grace_ms=grace_ms)
+                ret.full_scan(before[-1], [], cfg)  # also deletes the orphans
+                files = -1
+            else:
+                files = ret.delete_orphans([], grace_ms)
+            doc.append(
+                {
+                    "query": s.prefix,
+                    "operator": s.operator,
+                    "partition": s.partition,
+                    "versions_dropped": len(before) - len(ret.versions()),
+                    "orphans_deleted": files if files >= 0 else None,
+                }
+            )
+            step(1)
+    rows = [
+        [
+            d["query"] or "-",
+            d["operator"],
+            d["partition"],
+            d["versions_dropped"],
+            "-" if d["orphans_deleted"] is None else d["orphans_deleted"],
+        ]
+        for d in doc
+    ]
+    cols = ["query", "operator", "partition", "versions dropped", "orphan files deleted"]
+    env.emit(doc, _table(f"gc of {root}", cols, rows))
+
+
+@cli.command()
+@_root
+@_query
+@_operator
+@_partition
+@click.pass_obj
+def compact(
+    env: _Env, root: str, query: str | None, operator: str | None, partition: int | None
+) -> None:
+    """Merge each table's runs into one and publish that as the next version.
+
+    Only for stores no streaming writer owns (see the module docstring).
+    """
+    fileio = env.fileio(root)
+    stores = env.stores(fileio, query, operator, partition)
+    for s in stores:
+        writer = read_store_manifest(fileio, s).meta.get(WRITER_META)
+        if writer is not None:
+            raise ConfigError(
+                f"store {fileio.describe(s.store_dir)} is written by a streaming query or "
+                f"operator job ({writer}); its versions are batch ids, so it compacts in that "
+                "job's own tasks (StoreConfig compaction settings), not from the command line"
+            )
+    doc = []
+    with env.progress("compacting", len(stores)) as step:
+        for s in stores:
+            store = PartitionStore.open(s.root(fileio), s.operator, s.partition, s.latest)
+            try:
+                # the clock of the last commit: compaction must not expire rows by wall time
+                m = read_store_manifest(fileio, s)
+                store.set_time(m.clock_ms if m.clock_ms is not None else m.created_ms)
+                runs_before = sum(t.runs for t in store.stats().tables.values())
+                for name in store.table_names():
+                    store.table(name)
+                written = store.compact(force=True)
+                info = store.commit(s.latest + 1)
+                runs_after = sum(t.runs for t in store.stats().tables.values())
+            finally:
+                store.close()
+            doc.append(
+                {
+                    "query": s.prefix,
+                    "operator": s.operator,
+                    "partition": s.partition,
+                    "version": info.version,
+                    "runs_before": runs_before,
+                    "runs_after": runs_after,
+                    "bytes_written": written,
+                }
+            )
+            step(1)
+    rows = [
+        [
+            d["query"] or "-",
+            d["operator"],
+            d["partition"],
+            d["version"],
+            d["runs_before"],
+            d["runs_after"],
+            d["bytes_written"],
+        ]
+        for d in doc
+    ]
+    cols = ["query", "operator", "partition", "new version", "runs before", "runs after", "bytes"]
+    env.emit(doc, _table(f"compaction of {root}", cols, rows))
+
+
+def main() -> None:
+    """Entry point of the ``fsstate`` console script and ``python -m fsstate``."""
+    cli(prog_name="fsstate")

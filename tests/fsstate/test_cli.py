@@ -1,0 +1,234 @@
+"""The ``fsstate`` command line on real stores, local and on the S3 server, through click's test
+runner: list, stats, show and diff agree with :mod:`fsstate.inspect`; verify exits 0 on a clean
+store and 1 naming each truncated, bit-flipped or missing file and each damaged manifest; gc
+deletes only old orphans; compact keeps every row and refuses a streaming writer's store."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from click.testing import CliRunner, Result
+
+from fsstate import PartitionStore, StoreConfig, read_table
+from fsstate.cli import cli
+from fsstate.inspect import diff_tables
+from fsstate.storage.fileio import FileIO
+from fsstate.storage.location import Location
+from fsstate.storage.manifest import read_manifest
+from fsstate.store.identity import WRITER_META, store_dir_for
+from tests.conftest import s3_options
+
+KEY = pa.schema([("k", pa.string())])
+VAL = pa.schema([("n", pa.int64())])
+UK = pa.schema([("u", pa.string())])
+
+
+@pytest.fixture(params=["local", "s3"])
+def root(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, list[str]]:
+    """A state root and the CLI's storage options for it."""
+    if request.param == "local":
+        return str(tmp_path / "state"), []
+    info = request.getfixturevalue("s3_server")
+    uri = request.getfixturevalue("s3_uri")
+    return uri, [a for k, v in s3_options(info).items() for a in ("-o", f"{k}={v}")]
+
+
+def _fileio(uri: str, opts: list[str]) -> FileIO:
+    pairs = dict(o.split("=", 1) for o in opts[1::2])
+    return FileIO(Location.parse(uri, pairs))
+
+
+def _history(fileio: FileIO, partitions: int = 2, meta: dict[str, Any] | None = None) -> None:
+    """Versions 0..3 of operator 'agg' with value, list (TTL) and map state per partition."""
+    for p in range(partitions):
+        s = PartitionStore.open(fileio, "agg", p, config=StoreConfig(retain_versions=10))
+        if meta:
+            s.meta.update(meta)
+        v = s.value_table("total", VAL, KEY)
+        lst = s.list_table("events", VAL, KEY, ttl_ms=5_000)
+        m = s.map_table("by_user", UK, VAL, KEY)
+        for version in range(4):
+            s.set_time(1_000 * (version + 1))
+            for i in range(6):
+                k = (f"k{p}{i}",)
+                v.update(k, (version * 10 + i,))
+                lst.append(k, (version,))
+                m.update(k, (f"u{version % 2}",), (i,))
+            if version == 2:
+                v.clear((f"k{p}0",))
+                m.remove((f"k{p}1",), ("u0",))
+            s.commit(version)
+        s.close()
+
+
+def _run(args: list[str], opts: list[str], code: int = 0) -> Result:
+    res = CliRunner().invoke(cli, [*opts, *args], catch_exceptions=False)
+    assert res.exit_code == code, (res.exit_code, res.output, res.stderr)
+    return res
+
+
+def _json(args: list[str], opts: list[str]) -> Any:
+    return json.loads(_run(["--json", *args], opts).stdout)
+
+
+def test_list_stats_show_and_diff_agree_with_the_readers(root: tuple[str, list[str]]) -> None:
+    uri, opts = root
+    fileio = _fileio(uri, opts)
+    _history(fileio)
+    [op] = _json(["list", uri], opts)
+    assert op["operator"] == "agg" and op["partitions"] == [0, 1]
+    assert (op["min_version"], op["max_version"], op["retained_versions"]) == (0, 3, 4)
+
+    stats = {d["state"]: d for d in _json(["stats", uri, "--live-rows"], opts)}
+    assert sorted(stats) == ["by_user", "events", "total"]
+    assert stats["events"]["kind"] == "list" and stats["events"]["ttl_ms"] == 5_000
+    assert stats["total"]["live_rows"] == 12  # 6 keys per partition (k0 re-put after its clear)
+    assert stats["events"]["live_rows"] == 48
+    assert all(d["versions"] == [3] and d["partitions"] == 2 for d in stats.values())
+    assert stats["total"]["stored_rows"] >= stats["total"]["live_rows"]
+
+    for version in (1, 3):
+        got = _json(["show", uri, "agg", "by_user", "-v", str(version), "-n", "-1"], opts)
+        want = [
+            {**r, "partition_id": p}
+            for p in (0, 1)
+            for r in read_table(fileio, "agg", p, "by_user", version).to_pylist()
+        ]
+        assert got["rows"] == len(want) and got["shown"] == want
+
+    got = _json(["diff", uri, "agg", "total", "1", "2", "-p", "1", "-n", "-1"], opts)
+    spec_store = PartitionStore.open(fileio, "agg", 1, 3)
+    spec = spec_store.table("total").spec
+    spec_store.close()
+    want = diff_tables(
+        spec, read_table(fileio, "agg", 1, "total", 1), read_table(fileio, "agg", 1, "total", 2)
+    )
+    assert got["shown"] == [{**r, "partition_id": 1} for r in want.to_pylist()]
+    assert {"change_type": "delete", "k": "k10", "n": None, "partition_id": 1} in got["shown"]
+    assert sum(r["change_type"] == "update" for r in got["shown"]) == 5
+
+    # tables print too (the runner's terminal is not one: no progress bar, plain table)
+    out = _run(["show", uri, "agg", "total"], opts).stdout
+    assert "k01" in out and "partition_id" in out
+    assert "delete" in _run(["diff", uri, "agg", "total", "1", "2"], opts).stdout
+
+
+def _data_files(fileio: FileIO, partition: int) -> list[str]:
+    return sorted(
+        f.path
+        for f in fileio.list(f"{store_dir_for('agg', partition)}/data")
+        if "-ttl-" not in f.path
+    )
+
+
+def test_verify_names_each_damaged_file_and_manifest(root: tuple[str, list[str]]) -> None:
+    uri, opts = root
+    fileio = _fileio(uri, opts)
+    _history(fileio)
+    res = _run(["verify", uri], opts)
+    assert "all intact" in res.stdout
+    clean = _json(["verify", uri], opts)
+    assert clean["ok"] and clean["stores"] == 2 and clean["versions"] == 8 and clean["files"] > 8
+
+    f0, f1 = _data_files(fileio, 0)[:2]
+    truncated = fileio.read_bytes(f0)
+    fileio.publish_bytes(f0, truncated[: len(truncated) // 2])
+    flipped = bytearray(fileio.read_bytes(f1))
+    flipped[len(flipped) // 3] ^= 0x10
+    fileio.publish_bytes(f1, bytes(flipped))
+    manifest = f"{store_dir_for('agg', 1)}/manifests/{3:020d}.json"
+    text = fileio.read_bytes(manifest)
+    fileio.publish_bytes(manifest, text.replace(b'"version"', b'"versiom"'))
+    # a file version 0 references (versions 0..2 of partition 1 keep intact manifests)
+    d1 = store_dir_for("agg", 1)
+    missing = f"{d1}/" + sorted(read_manifest(fileio, d1, 0).files())[0]
+    fileio.delete(missing)
+
+    res = _run(["verify", uri], opts, code=1)
+    for bad in (f0, f1, manifest, missing):
+        assert fileio.describe(bad) in res.stderr, (bad, res.stderr)
+    assert "DAMAGED" in res.stderr
+    report = json.loads(_run(["--json", "verify", uri], opts, code=1).stdout)
+    assert not report["ok"]
+    assert {fileio.describe(p) for p in (f0, f1, manifest, missing)} <= {
+        p["path"] for p in report["problems"]
+    }
+    # --latest-only skips what only older versions reference, never the newest manifest
+    latest = json.loads(_run(["--json", "verify", uri, "--latest-only"], opts, code=1).stdout)
+    assert fileio.describe(manifest) in {p["path"] for p in latest["problems"]}
+
+
+def test_gc_deletes_old_orphans_only_and_retain_drops_versions(tmp_path: Path) -> None:
+    uri = str(tmp_path / "state")
+    fileio = FileIO(uri)
+    _history(fileio, partitions=1)
+    data = tmp_path / "state" / store_dir_for("agg", 0) / "data"
+    old, young = data / "total-orphan-old.parquet", data / "total-orphan-young.parquet"
+    old.write_bytes(b"left by a failed attempt")
+    young.write_bytes(b"a commit under way")
+    past = time.time() - 3600
+    os.utime(old, (past, past))
+    before = read_table(fileio, "agg", 0, "events").to_pylist()
+
+    [row] = _json(["gc", uri], [])
+    assert row["orphans_deleted"] == 1 and row["versions_dropped"] == 0
+    assert not old.exists() and young.exists()
+    [row] = _json(["gc", uri, "--grace-ms", "0", "--retain", "2"], [])
+    assert row["versions_dropped"] == 2 and not young.exists()
+    assert PartitionStore.committed_versions(uri, "agg", 0) == [2, 3]
+    assert read_table(fileio, "agg", 0, "events").to_pylist() == before
+    assert _json(["verify", uri], [])["ok"]
+
+
+def test_compact_keeps_every_row_and_refuses_a_streaming_writers_store(tmp_path: Path) -> None:
+    uri = str(tmp_path / "state")
+    fileio = FileIO(uri)
+    _history(fileio)
+    tables = ["total", "events", "by_user"]
+    before = {(p, t): read_table(fileio, "agg", p, t).to_pylist() for p in (0, 1) for t in tables}
+    rows = _json(["compact", uri, "-p", "0"], [])
+    assert [(r["partition"], r["version"], r["runs_after"]) for r in rows] == [(0, 4, 3)]
+    assert rows[0]["runs_before"] == 12 and rows[0]["bytes_written"] > 0
+    assert PartitionStore.committed_versions(uri, "agg", 0)[-1] == 4
+    assert PartitionStore.committed_versions(uri, "agg", 1)[-1] == 3
+    for (p, t), want in before.items():
+        assert read_table(fileio, "agg", p, t).to_pylist() == want, (p, t)
+    assert _json(["verify", uri], [])["ok"]
+
+    owned = str(tmp_path / "owned")
+    _history(FileIO(owned), partitions=1, meta={WRITER_META: {"run": "r1", "instance": "i"}})
+    res = _run(["compact", owned], [], code=2)
+    assert "written by a streaming query" in res.stderr
+    assert PartitionStore.committed_versions(owned, "agg", 0)[-1] == 3
+
+
+def test_errors_are_one_line_with_exit_code_2(tmp_path: Path) -> None:
+    uri = str(tmp_path / "state")
+    _history(FileIO(uri), partitions=1)
+    res = _run(["show", uri, "agg", "nope"], [], code=2)
+    assert "UnknownStateError" in res.stderr and "'nope'" in res.stderr
+    assert "Traceback" not in res.output
+    res = _run(["show", uri, "agg", "total", "-v", "99"], [], code=2)
+    assert "VersionNotFoundError" in res.stderr
+    res = _run(["list", str(tmp_path / "empty")], [], code=2)
+    assert "no committed state" in res.stderr
+    res = _run(["-o", "endpoint", "list", uri], [], code=2)
+    assert "name=value" in res.stderr
+
+
+def test_module_and_console_script_run() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "fsstate", "--help"], capture_output=True, text=True, check=True
+    ).stdout
+    for command in ("list", "stats", "show", "diff", "verify", "gc", "compact"):
+        assert command in out
+    script = Path(sys.executable).parent / "fsstate"
+    assert subprocess.run([str(script), "--version"], capture_output=True, check=True).stdout
