@@ -60,6 +60,7 @@ class StreamRunner:
         total_batches: int | None = None,
         input_schema: str = INPUT_SCHEMA,
         key: str = "k",
+        initial_state: Any = None,
     ) -> list[tuple[Any, ...]]:
         """Run ``processor`` over ``batches`` (appended to the input of ``name``'s query).
 
@@ -74,6 +75,7 @@ class StreamRunner:
             total_batches: batch ids that are data batches (default: len(batches)).
             input_schema: DDL of the input rows.
             key: grouping column.
+            initial_state: grouped initial state (``initialState`` of transformWithState).
 
         Returns:
             Sorted (batch id, *output row) tuples of the data batches.
@@ -90,9 +92,13 @@ class StreamRunner:
         last = (total_batches or len(batches)) - 1
         grouped = self.frame(input_dir, input_schema).groupBy(key)
         if pandas:
-            out = grouped.transformWithStateInPandas(processor, output_schema, "Update", time_mode)
+            out = grouped.transformWithStateInPandas(
+                processor, output_schema, "Update", time_mode, initialState=initial_state
+            )
         else:
-            out = grouped.transformWithState(processor, output_schema, "Update", time_mode)
+            out = grouped.transformWithState(
+                processor, output_schema, "Update", time_mode, initialState=initial_state
+            )
         rows: list[tuple[Any, ...]] = []
         seen: list[int] = []
 
