@@ -150,8 +150,8 @@ class Job:
 
 def _sizes(ctx: BenchContext) -> tuple[int, int, int]:
     """(rows per batch, keys, batches)."""
-    if ctx.mode == "full":  # transformWithState takes ~1-2 min per batch of 50,000 rows here
-        return 50_000, 25_000, 4
+    if ctx.mode == "full":  # transformWithState takes ~20-60 s per batch of 50,000 rows here
+        return 50_000, 25_000, 6
     return 20_000, 10_000, 3
 
 
