@@ -3,9 +3,12 @@
 engine holds no more than its budget between epochs.
 
 The process's peak RSS is printed, not asserted against the issue's goal (budget + 200 MiB):
-it is dominated by per-epoch working memory (the input batch's copies while it is split,
-sorted and pre-aggregated, and the emitted window), not by state, and it misses that goal
-today (see the issue note and docs/benchmarks.md).
+it is dominated by the process's baseline (``pyarrow`` and ``fsstate`` imported and Arrow's
+compute functions initialized: about 125 MiB here) and per-epoch working memory (the input
+batch's copies while it is split, sorted and pre-aggregated, the closing window's scan and its
+output), not by state, and it misses that goal today (see the issue note). What is asserted is
+that memory does not follow the state: with the window size fixed, twice the live state (20x
+the budget: twice as many windows open) adds less than ``GROWTH_MIB_MAX`` to the peak.
 """
 
 from __future__ import annotations
@@ -16,13 +19,26 @@ import pytest
 
 from tests.fsstate.common import run_report_job
 
+GROWTH_MIB_MAX = 32.0  # measured: +7 MiB from 160 to 320 MiB of state, +27 MiB to 640 MiB
+
 
 @pytest.mark.slow
 def test_windowed_state_ten_times_the_budget(tmp_path: Path) -> None:
     state_mib, budget_mib = 160, 16
     report = run_report_job(
-        "tests.fsstate.operators.window_memory_job", tmp_path, state_mib, budget_mib
+        "tests.fsstate.operators.window_memory_job", tmp_path / "a", state_mib, budget_mib, 10
     )
     assert report["exact"] and report["windows_out"] == report["windows"] == 14, report
     assert report["live_state_mib"] >= 10 * budget_mib, report
     assert report["peak_engine_mib"] <= budget_mib, report
+    double = run_report_job(
+        "tests.fsstate.operators.window_memory_job", tmp_path / "b", 2 * state_mib, budget_mib, 20
+    )
+    assert double["exact"] and double["windows_out"] == double["windows"] == 24, double
+    assert double["window_mib"] == report["window_mib"], (report, double)
+    assert double["peak_engine_mib"] <= budget_mib, double
+    growth = double["peak_rss_mib"] - report["peak_rss_mib"]
+    assert growth <= GROWTH_MIB_MAX, (
+        f"twice the state ({double['live_state_mib']} MiB) raised peak RSS by {growth:.1f} MiB"
+        f" (bound {GROWTH_MIB_MAX}): {report} {double}"
+    )

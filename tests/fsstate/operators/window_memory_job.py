@@ -1,14 +1,16 @@
 """Subprocess job: a windowed aggregation whose state is 10x the engine's memory budget.
 
-Run as ``python -m tests.fsstate.operators.window_memory_job <dir> <state_mib> <budget_mib>``;
+Run as ``python -m tests.fsstate.operators.window_memory_job <dir> <state_mib> <budget_mib>
+[<open_windows>]``;
 prints one JSON line with the peak memory and whether every window's result equals a
 recomputation of that window with pyarrow; exits 1 if one differs.
 
 The query (:class:`fsstate.operators.LocalQuery`, 2 partitions): one-minute tumbling windows
 per key with ``count``, ``sum(v)`` and ``max(s)``, ``s`` a 1 KiB string, so each (window, key)
-pane holds about 1 KiB; the watermark trails the event time by ``OPEN_WINDOWS`` minutes.
+pane holds about 1 KiB; the watermark trails the event time by ``open_windows`` minutes
+(default ``OPEN_WINDOWS``).
 Window ``w``'s ``keys`` keys arrive over ``EPOCHS_PER_WINDOW`` epochs, two rows each; with
-``keys`` chosen so that ``OPEN_WINDOWS`` windows hold ``state_mib``, about that much state is
+``keys`` chosen so that ``open_windows`` windows hold ``state_mib``, about that much state is
 live at once while the watermark closes (emits and evicts) one window every
 ``EPOCHS_PER_WINDOW`` epochs. Tail epochs of one row each move the watermark on
 until every window is out. The job keeps only a digest per window, so its own memory is one
@@ -33,7 +35,6 @@ from fsstate.operators import Agg, LocalQuery, Stage, WatermarkSpec, Window, Win
 VALUE_BYTES = 1024
 MINUTE_MS = 60_000
 OPEN_WINDOWS = 10
-DATA_WINDOWS = OPEN_WINDOWS + 4
 EPOCHS_PER_WINDOW = 4  # a window's keys arrive over this many epochs
 
 
@@ -76,6 +77,8 @@ def _digest(k: pa.Array, count: pa.Array, total: pa.Array, top: pa.Array) -> str
 
 def main() -> None:
     root, state_mib, budget_mib = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    open_windows = int(sys.argv[4]) if len(sys.argv) > 4 else OPEN_WINDOWS
+    data_windows = open_windows + 4
     anon = [0.0]
 
     def sample() -> None:
@@ -96,16 +99,16 @@ def main() -> None:
         root,
         [Stage(op, ["k"])],
         partitions=2,
-        watermark=WatermarkSpec({"input": OPEN_WINDOWS * MINUTE_MS}),
+        watermark=WatermarkSpec({"input": open_windows * MINUTE_MS}),
     )
-    keys = state_mib * 2**20 // (OPEN_WINDOWS * VALUE_BYTES)
+    keys = state_mib * 2**20 // (open_windows * VALUE_BYTES)
     rng = np.random.default_rng(5)
     want: dict[int, str] = {}
     got: dict[int, str] = {}
     peak_disk = peak_engine = 0
     t0 = time.time()
-    data_epochs = DATA_WINDOWS * EPOCHS_PER_WINDOW
-    epochs = data_epochs + OPEN_WINDOWS + 2
+    data_epochs = data_windows * EPOCHS_PER_WINDOW
+    epochs = data_epochs + open_windows + 2
     parts: list[str] = []
     for e in range(epochs):
         if e < data_epochs:
@@ -118,7 +121,7 @@ def main() -> None:
                 want[w] = hashlib.sha256("".join(parts).encode()).hexdigest()
                 parts = []
         else:  # one row far from the data's keys: moves the watermark on
-            w = DATA_WINDOWS + e - data_epochs
+            w = data_windows + e - data_epochs
             batch = pa.table(
                 {
                     "k": pa.array([-1 - e], pa.int64()),
@@ -154,7 +157,8 @@ def main() -> None:
                 "peak_rss_mib": round(_status_mib("VmHWM"), 1),
                 "peak_anon_mib": round(anon[0], 1),
                 "budget_mib": budget_mib,
-                "live_state_mib": round(keys * OPEN_WINDOWS * VALUE_BYTES / 2**20, 1),
+                "live_state_mib": round(keys * open_windows * VALUE_BYTES / 2**20, 1),
+                "window_mib": round(keys * VALUE_BYTES / 2**20, 1),
                 "windows": len(want),
                 "windows_out": len(got),
                 "exact": exact,
