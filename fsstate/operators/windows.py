@@ -16,7 +16,9 @@ Per epoch (watermarks as in :mod:`fsstate.operators.base`, Spark's rules):
   dropped, the others go into their pane (a closed window is never emitted again, so a late
   pair's contribution to a pane is never seen);
 * **append**: windows with ``late < end <= evict`` are emitted once, from a range scan of the
-  panes below ``evict`` (starting where the last purge ended);
+  panes below ``evict`` (starting where the last purge ended); tumbling windows are read and
+  emitted in key-range pieces of about ``EMIT_CHUNK_BYTES`` stored bytes, so closing a window
+  holds its output and one piece, not the window's panes several times over;
 * **update**: every (window, key) that received a non-late row is emitted with its merged
   aggregate (for sliding windows its panes are read with one ``get_many``);
 * then every pane whose last window ended at or below ``evict`` is removed with one range
@@ -54,6 +56,7 @@ from fsstate.store.partition import PartitionStore
 PANE = "_pane_us"
 WSTART = "_wstart_us"
 MODES = ("append", "update")
+EMIT_CHUNK_BYTES = 2 * 1024 * 1024  # stored pane bytes resolved per piece of a closing scan
 
 
 @dataclass(frozen=True)
@@ -224,7 +227,19 @@ class WindowAggregate(Operator):
     def _closing(self, late_us: int, evict_us: int) -> pa.Table:
         """Windows with ``late < end <= evict``: from the live panes below ``evict``."""
         lo = purged_below(self.panes)
-        got = self.panes.scan(None if lo is None else (lo,), (evict_us,))
+        lo_key = None if lo is None else (lo,)
+        w = self.window
+        if w.pane_us == w.size_us == w.slide_us:  # tumbling: a pane is a window, emit per piece
+            outs = [
+                self._emit(piece, late_us, evict_us)
+                for piece in self.panes.scan_chunks(
+                    lo_key, (evict_us,), chunk_bytes=EMIT_CHUNK_BYTES
+                )
+            ]
+            if not outs:
+                return self.output_schema(self.input_schema).empty_table()
+            return pa.concat_tables(outs)
+        got = self.panes.scan(lo_key, (evict_us,))
         return self._emit(got, late_us, evict_us)
 
     def _emit(self, panes: pa.Table, late_us: int, evict_us: int | None) -> pa.Table:

@@ -421,6 +421,21 @@ class Run:
         for i in groups if groups is not None else disk.groups_in_range(lo, hi):
             yield _cached(ctx, (disk.path, i), spec, lambda i=i: disk.read_group(spec, ctx, i))  # type: ignore[misc]
 
+    def group_starts(self, ctx: RunContext, lo: Bound, hi: Bound) -> list[tuple[Any, int]]:
+        """(first key, decoded bytes) of each row group that may hold keys in ``[lo, hi)``, in
+        key order, from the footer alone: where a chunked scan may cut. Empty for a run held
+        in memory or read whole (nothing to bound there) and for files without key bounds."""
+        if self._segment is not None:
+            return []
+        assert self.ref is not None
+        if self._read_whole(ctx):
+            return []
+        disk = self._disk_run(ctx)
+        if not disk.firsts or not disk.num_row_groups:
+            return []
+        each = max(1, self.ref.decoded_bytes // disk.num_row_groups)
+        return [(disk.firsts[i], each) for i in disk.groups_in_range(lo, hi)]
+
     def load_pinned(self, spec: TableSpec, ctx: RunContext) -> Segment:
         """Read the whole file and keep it pinned in memory (released like any written run)."""
         seg = self._segment

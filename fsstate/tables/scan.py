@@ -16,11 +16,16 @@ Invariants:
   N entries of a large map cost about N rows per run.
 * Prefix lookups (:meth:`ScanTable.scan_prefixes`) hash-join every run with the requested
   prefixes (null fields match nulls), the batched counterpart of many point reads.
+* A chunked scan (:meth:`ScanTable.scan_chunks`) yields the rows of :meth:`ScanTable.scan`
+  in consecutive pieces, cut at row-group starts of the table's files (positions in the
+  stored order, so keys with null fields land in exactly one piece); it holds one piece's
+  stored rows at a time.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -40,6 +45,16 @@ FIRST_CHUNK_ROWS = 64  # rows taken per run in the first round of a limited read
 
 def _row_unit(cols: Sequence[pa.Array]) -> Callable[[int], tuple[Any, ...]]:
     return lambda i: tuple(c[i].as_py() for c in cols)
+
+
+def _between(part: pa.RecordBatch, a: Bound, b: Bound) -> pa.RecordBatch:
+    """The rows of sorted op rows whose key sorts in ``[a, b)`` (:func:`sort_key` order,
+    full keys; None: unbounded)."""
+    unit = _row_unit(part.column("key").flatten())
+    n = part.num_rows
+    start = 0 if a is None else bisect_rows(n, unit, a)
+    end = n if b is None else bisect_rows(n, unit, b)
+    return part.slice(start, max(0, end - start))
 
 
 def merge_limited(
@@ -177,6 +192,63 @@ class ScanTable(TableBase):
             reverse,
             limit,
         )
+
+    def scan_chunks(
+        self, lo: Any = None, hi: Any = None, *, chunk_bytes: int
+    ) -> Iterator[pa.Table]:
+        """Live rows whose grouping key is in ``[lo, hi)``, as consecutive tables in key order.
+
+        The range is cut at row-group starts of the table's files (from their footers) so that
+        each piece resolves about ``chunk_bytes`` of stored rows: the read holds one piece's
+        rows at a time, not the range's. Every row of a key is in one piece, so the pieces
+        concatenated equal :meth:`scan` of the range.
+
+        Args:
+            lo: lower bound (inclusive), as in :meth:`scan`.
+            hi: upper bound (exclusive), as in :meth:`scan`.
+            chunk_bytes: stored (decoded) bytes per piece to aim at (> 0).
+
+        Yields:
+            Non-empty tables in the layout of :meth:`scan`.
+        """
+        if chunk_bytes <= 0:
+            raise ValueError(f"chunk_bytes={chunk_bytes} must be > 0")
+        if self.spec.key_schema is None:
+            return
+        lo_b, hi_b = self._bounds(lo, hi)
+        self._batch_ready()
+        starts = sorted(
+            (g for run in list(self.runs) for g in run.group_starts(self.ctx, lo_b, hi_b)),
+            key=lambda g: sort_key(g[0]),
+        )
+        cuts: list[tuple[Any, ...]] = []
+        held = 0
+        for first, size in starts:
+            cut = tuple(first)
+            if held >= chunk_bytes and (lo_b is None or sort_key(cut) > sort_key(lo_b)):
+                if hi_b is not None and sort_key(cut) >= sort_key(hi_b):
+                    break
+                if not cuts or sort_key(cut) > sort_key(cuts[-1]):
+                    cuts.append(cut)
+                    held = 0
+            held += size
+        # Cuts are positions in the stored (sort_key) order, not range bounds: a key with a
+        # null field compares with no bound, yet sorts at one place. Each piece takes the
+        # rows of [lo, hi) (range semantics) that sort in [cut_i, cut_i+1).
+        edges: list[Bound] = [None, *cuts, None]
+        spec, ranges = self.spec, self.ranges
+        for a, b in pairwise(edges):
+            parts = []
+            for seg in self._segments(lo_b if a is None else a, hi_b if b is None else b):
+                part = seg.slice_range(lo_b, hi_b)
+                if part.num_rows and (a is not None or b is not None):
+                    part = _between(part, a, b)
+                if part.num_rows:
+                    parts.append(part)
+            table = resolve(spec, parts, ranges, self.now_ms)
+            del parts
+            if table.num_rows:
+                yield table
 
     def scan_prefixes(self, prefixes: pa.Table) -> pa.Table:
         """Live rows of every grouping key that starts with one of ``prefixes``' rows.

@@ -17,6 +17,7 @@ from fsstate import PartitionStore, StoreConfig
 from fsstate.errors import KeyArityError, SchemaError
 from fsstate.format.keyorder import sort_key
 from fsstate.format.tombstones import in_range
+from fsstate.storage import runs
 from fsstate.tables import scan
 
 KEY = pa.schema([pa.field("a", pa.int64()), pa.field("b", pa.string())])
@@ -53,6 +54,7 @@ class _World:
         self.declare()
         self.values: dict[tuple[Any, ...], int] = {}
         self.maps: dict[int, dict[int, int]] = {}
+        self.cut_scans = 0  # chunked scans that came out in more than one piece
 
     def declare(self) -> None:
         self.v = self.store.value_table("v", VAL, key_schema=KEY)
@@ -169,6 +171,19 @@ class _World:
         assert got_rows == want, f"{where}: scan({lo}, {hi}, {reverse}, {limit})"
         assert got.column("x").to_pylist() == [self.values[k] for k in want], where
 
+        chunk_bytes = rng.choice([1, 200, 10**9])
+        pieces = list(self.v.scan_chunks(lo, hi, chunk_bytes=chunk_bytes))
+        self.cut_scans += len(pieces) > 1
+        assert all(p.num_rows for p in pieces), where
+        whole = sorted((k for k in self.values if in_range(k, lo, hi)), key=sort_key)
+        got_rows = [
+            (a, b, x)
+            for p in pieces
+            for a, b, x in zip(p["a"].to_pylist(), p["b"].to_pylist(), p["x"].to_pylist())
+        ]
+        want_rows = [(*k, self.values[k]) for k in whole]
+        assert got_rows == want_rows, f"{where}: scan_chunks({lo}, {hi}, {chunk_bytes})"
+
         keys = [_rand_key(rng) for _ in range(rng.randrange(1, 40))]
         res = self.v.get_many(_keys_table(keys))
         assert res.column("_found").to_pylist() == [k in self.values for k in keys], where
@@ -208,8 +223,11 @@ def test_batched_reads_match_the_model(
 ) -> None:
     # limited reads merge runs in chunks: tiny chunks make every read take several rounds
     monkeypatch.setattr(scan, "FIRST_CHUNK_ROWS", 1 + seed % 3)
+    # chunked scans cut at row-group starts of files that are not read whole: make every file
+    # one of those, in row groups of a few rows
+    monkeypatch.setattr(runs, "WHOLE_FILE_BYTES_MAX", 0)
     rng = random.Random(seed)
-    config = StoreConfig(retain_versions=3)
+    config = StoreConfig(retain_versions=3, row_group_bytes=1024)
     world = _World(tmp_path / "state", rng, config)
     ops: list[str] = []
     try:
@@ -218,6 +236,7 @@ def test_batched_reads_match_the_model(
             world.check(f"step {i} ({ops[-1]})")
     except AssertionError as exc:
         raise AssertionError(f"seed {seed}, ops {ops[-12:]}: {exc}") from exc
+    assert world.cut_scans, f"seed {seed}: no chunked scan was cut"
 
 
 def test_bounds_are_checked(make_store: Callable[..., PartitionStore]) -> None:
