@@ -137,7 +137,7 @@ def case_commit_put_many(tmp: Path, n: int) -> Callable[[], Any]:
 
 def case_cold_get(tmp: Path, n: int) -> Callable[[], Any]:
     """First ValueTable.get after open, key in the oldest run of the largest cached store."""
-    from bench.engine import MIB, _load_big_meta, _open_big, build_big_store
+    from bench.engine_storage import MIB, _load_big_meta, _open_big, build_big_store
 
     ctx = BenchContext("quick")
     path, meta = ctx.tmp_dir / "store-1GiB", _load_big_meta(ctx.tmp_dir / "store-1GiB", 1024 * MIB)
