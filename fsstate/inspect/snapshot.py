@@ -19,19 +19,26 @@ version's expiry ran), so a version reads as its writer left it.
 
 Invariants:
 
-* Read-only: nothing is written, no version is committed, the store is closed after use.
+* Read-only: nothing is written, no version is committed. Each read loads its table from the
+  version's files into a store of its own and closes it: reads are independent and any
+  number of them (the same table again, another key range) returns what ``get`` would.
 * Cost: one manifest read, then the run files of the tables read (through the process's block
-  cache); memory is the resolved table plus the op rows of its runs.
+  cache); memory is the resolved table plus the op rows of its runs. A large table reads in
+  key ranges (:meth:`Snapshot.cut_points`, ``start`` / ``stop``): each range costs the row
+  groups that can hold it, and the ranges together return every row exactly once.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from types import TracebackType
+from typing import Any
 
 import pyarrow as pa
 
 from fsstate.config import StoreConfig
-from fsstate.errors import UnknownStateError
+from fsstate.errors import StoreClosedError, UnknownStateError
 from fsstate.format.schema import TableSpec
 from fsstate.inspect.catalog import StoreRef, as_fileio
 from fsstate.storage.fileio import FileIO
@@ -75,7 +82,9 @@ class Snapshot:
                 read_manifest(fileio, store_dir, 0)  # raises VersionNotFoundError, naming it
             version = versions[-1]
         self.manifest: Manifest = read_manifest(fileio, store_dir, version)
-        self._store = PartitionStore(fileio, operator, partition, self.manifest, StoreConfig())
+        self._fileio, self._operator, self._partition = fileio, operator, partition
+        self._where = fileio.describe(store_dir)
+        self._closed = False
 
     @classmethod
     def of(cls, fileio: FileIO, store: StoreRef, version: int | None = None) -> Snapshot:
@@ -108,7 +117,7 @@ class Snapshot:
         if entry is None:
             raise UnknownStateError(
                 f"state {name!r} is not in version {self.version} of store "
-                f"{self._store.fileio.describe(self._store.store_dir)} (its states: "
+                f"{self._where} (its states: "
                 f"{sorted(self.manifest.tables)}); pick one of those"
             )
         return entry.spec
@@ -117,6 +126,28 @@ class Snapshot:
         """The schema :meth:`read` returns for table ``name``."""
         return read_schema(self.spec(name), with_expiry=with_expiry, with_seq=with_seq)
 
+    def stored_bytes(self, name: str) -> int:
+        """Decoded bytes of table ``name``'s run files at this version (from the manifest)."""
+        self.spec(name)
+        return sum(ref.decoded_bytes for ref in self.manifest.tables[name].runs)
+
+    def cut_points(self, name: str, chunk_bytes: int) -> list[tuple[Any, ...]]:
+        """Keys that cut table ``name`` into key ranges of about ``chunk_bytes`` stored bytes.
+
+        Read from the footers of its larger files (small files offer no cut). Pass two
+        consecutive cuts (None before the first and after the last) to :meth:`read` as
+        ``start`` / ``stop``: the ranges together read every row once, a key's rows (all its
+        list elements or map entries) in one range.
+
+        Args:
+            name: state (table) name.
+            chunk_bytes: stored (decoded) bytes per range to aim at (> 0).
+        """
+        if self.spec(name).key_schema is None:
+            return []
+        with self._table(name, None) as table:
+            return table.cut_points(chunk_bytes=chunk_bytes)
+
     def read(
         self,
         name: str,
@@ -124,6 +155,8 @@ class Snapshot:
         now_ms: int | None = None,
         with_expiry: bool = False,
         with_seq: bool = False,
+        start: tuple[Any, ...] | None = None,
+        stop: tuple[Any, ...] | None = None,
     ) -> pa.Table:
         """The live rows of table ``name`` at this version.
 
@@ -132,24 +165,41 @@ class Snapshot:
             now_ms: resolve TTL at this time (default :attr:`clock_ms`).
             with_expiry: add ``_expires_at_ms``.
             with_seq: add ``_seq``.
+            start: read only keys from this cut on (see :meth:`cut_points`).
+            stop: read only keys before this cut.
         """
         spec = self.spec(name)
         schema = read_schema(spec, with_expiry=with_expiry, with_seq=with_seq)
         if spec.key_schema is None:  # declared, never written
             return schema.empty_table()
-        store = self._store
-        store.set_time(self.clock_ms if now_ms is None else int(now_ms))
-        table = store.table(name)
-        assert isinstance(table, ScanTable)
-        try:
-            got = table.scan(with_expiry=with_expiry, with_seq=with_seq)
-        finally:
-            table.release_all()
+        with self._table(name, now_ms) as table:
+            if start is None and stop is None:
+                got = table.scan(with_expiry=with_expiry, with_seq=with_seq)
+            else:
+                got = table.scan_between(start, stop, with_expiry=with_expiry, with_seq=with_seq)
         return got.cast(schema)
 
+    @contextmanager
+    def _table(self, name: str, now_ms: int | None) -> Iterator[ScanTable]:
+        """Table ``name`` loaded from the manifest into a store of its own, closed after use:
+        every read starts from the version's files (a table's read state never carries over
+        from one read to the next) and memory is given back after each."""
+        if self._closed:
+            raise StoreClosedError(f"snapshot of {self._where} is closed")
+        store = PartitionStore(
+            self._fileio, self._operator, self._partition, self.manifest, StoreConfig()
+        )
+        try:
+            store.set_time(self.clock_ms if now_ms is None else int(now_ms))
+            table = store.table(name)
+            assert isinstance(table, ScanTable)
+            yield table
+        finally:
+            store.close()
+
     def close(self) -> None:
-        """Release the store."""
-        self._store.close()
+        """Close the snapshot (reads after this raise :class:`StoreClosedError`)."""
+        self._closed = True
 
     def __enter__(self) -> Snapshot:
         return self

@@ -193,28 +193,26 @@ class ScanTable(TableBase):
             limit,
         )
 
-    def scan_chunks(
+    def cut_points(
         self, lo: Any = None, hi: Any = None, *, chunk_bytes: int
-    ) -> Iterator[pa.Table]:
-        """Live rows whose grouping key is in ``[lo, hi)``, as consecutive tables in key order.
+    ) -> list[tuple[Any, ...]]:
+        """Where to cut the rows of ``[lo, hi)`` into pieces of about ``chunk_bytes`` stored rows.
 
-        The range is cut at row-group starts of the table's files (from their footers) so that
-        each piece resolves about ``chunk_bytes`` of stored rows: the read holds one piece's
-        rows at a time, not the range's. Every row of a key is in one piece, so the pieces
-        concatenated equal :meth:`scan` of the range.
+        Cuts are first keys of row groups of the table's files (read from their footers;
+        files read whole and runs in memory offer none), ascending and distinct. They are
+        positions in the stored order, not range bounds: :meth:`scan_between` of two
+        consecutive cuts (None before the first and after the last) takes every row of a key
+        exactly once, keys with null fields included.
 
         Args:
             lo: lower bound (inclusive), as in :meth:`scan`.
             hi: upper bound (exclusive), as in :meth:`scan`.
             chunk_bytes: stored (decoded) bytes per piece to aim at (> 0).
-
-        Yields:
-            Non-empty tables in the layout of :meth:`scan`.
         """
         if chunk_bytes <= 0:
             raise ValueError(f"chunk_bytes={chunk_bytes} must be > 0")
         if self.spec.key_schema is None:
-            return
+            return []
         lo_b, hi_b = self._bounds(lo, hi)
         self._batch_ready()
         starts = sorted(
@@ -232,21 +230,79 @@ class ScanTable(TableBase):
                     cuts.append(cut)
                     held = 0
             held += size
-        # Cuts are positions in the stored (sort_key) order, not range bounds: a key with a
-        # null field compares with no bound, yet sorts at one place. Each piece takes the
-        # rows of [lo, hi) (range semantics) that sort in [cut_i, cut_i+1).
-        edges: list[Bound] = [None, *cuts, None]
-        spec, ranges = self.spec, self.ranges
+        return cuts
+
+    def scan_between(
+        self,
+        start: tuple[Any, ...] | None,
+        stop: tuple[Any, ...] | None,
+        lo: Any = None,
+        hi: Any = None,
+        *,
+        with_expiry: bool = False,
+        with_seq: bool = False,
+    ) -> pa.Table:
+        """The rows of :meth:`scan` of ``[lo, hi)`` whose key sorts in ``[start, stop)``.
+
+        Args:
+            start: a position in the stored order (a full key, as :meth:`cut_points` gives)
+                or None for the beginning.
+            stop: a position after ``start``, or None for the end.
+            lo: lower bound (inclusive), as in :meth:`scan`.
+            hi: upper bound (exclusive), as in :meth:`scan`.
+            with_expiry: add the ``_expires_at_ms`` column.
+            with_seq: add the ``_seq`` column.
+        """
+        spec = self.spec
+        if spec.key_schema is None:
+            return pa.table({})
+        lo_b, hi_b = self._bounds(lo, hi)
+        self._batch_ready()
+        # Each piece takes the rows of [lo, hi) (range semantics) that sort in [start, stop):
+        # a key with a null field compares with no bound, yet sorts at one place.
+        parts = []
+        for seg in self._segments(lo_b if start is None else start, hi_b if stop is None else stop):
+            part = seg.slice_range(lo_b, hi_b)
+            if part.num_rows and (start is not None or stop is not None):
+                part = _between(part, start, stop)
+            if part.num_rows:
+                parts.append(part)
+        return resolve(
+            spec, parts, self.ranges, self.now_ms, with_expiry=with_expiry, with_seq=with_seq
+        )
+
+    def scan_chunks(
+        self,
+        lo: Any = None,
+        hi: Any = None,
+        *,
+        chunk_bytes: int,
+        with_expiry: bool = False,
+        with_seq: bool = False,
+    ) -> Iterator[pa.Table]:
+        """Live rows whose grouping key is in ``[lo, hi)``, as consecutive tables in key order.
+
+        The range is cut at row-group starts of the table's files (:meth:`cut_points`) so that
+        each piece resolves about ``chunk_bytes`` of stored rows: the read holds one piece's
+        rows at a time, not the range's. Every row of a key is in one piece, so the pieces
+        concatenated equal :meth:`scan` of the range.
+
+        Args:
+            lo: lower bound (inclusive), as in :meth:`scan`.
+            hi: upper bound (exclusive), as in :meth:`scan`.
+            chunk_bytes: stored (decoded) bytes per piece to aim at (> 0).
+            with_expiry: add the ``_expires_at_ms`` column.
+            with_seq: add the ``_seq`` column.
+
+        Yields:
+            Non-empty tables in the layout of :meth:`scan`.
+        """
+        cuts = self.cut_points(lo, hi, chunk_bytes=chunk_bytes)
+        if self.spec.key_schema is None:
+            return
+        edges: list[tuple[Any, ...] | None] = [None, *cuts, None]
         for a, b in pairwise(edges):
-            parts = []
-            for seg in self._segments(lo_b if a is None else a, hi_b if b is None else b):
-                part = seg.slice_range(lo_b, hi_b)
-                if part.num_rows and (a is not None or b is not None):
-                    part = _between(part, a, b)
-                if part.num_rows:
-                    parts.append(part)
-            table = resolve(spec, parts, ranges, self.now_ms)
-            del parts
+            table = self.scan_between(a, b, lo, hi, with_expiry=with_expiry, with_seq=with_seq)
             if table.num_rows:
                 yield table
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 import pytest
 from pyspark.sql import SparkSession
@@ -284,3 +285,67 @@ def test_typed_state_reads_back_exactly(spark: SparkSession, tmp_path: Path) -> 
     assert [f.name for f in df.schema.fields] == ["key", "value", "partition_id"]
     got = {(r.key.ts.astimezone(dt.timezone.utc), r.key.id): tuple(r.value) for r in df.collect()}
     assert got == rows
+
+
+def test_a_large_store_is_read_in_key_ranges(spark: SparkSession, tmp_path: Path) -> None:
+    """A store above ``partitionBytes`` is read as several input partitions (key ranges cut
+    at row-group starts of its files): the rows equal the one-partition read and the engine's
+    reader, and every key's map entries come from one range (unflattened: a row per key)."""
+    rng = np.random.default_rng(7)
+    alphabet = np.frombuffer(
+        b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789", "S1"
+    )
+    key_schema, ukey_schema = pa.schema([("k", pa.int64())]), pa.schema([("u", pa.int32())])
+    value_schema = pa.schema([("pad", pa.string())])
+    n_keys, entries = 12_000, 2
+
+    def pads(n: int) -> pa.Array:
+        raw = rng.choice(alphabet, size=(n, 300)).view("S300").ravel()
+        return pa.array(raw.astype(str))
+
+    for part, keys in ((0, n_keys), (1, 50)):
+        store = PartitionStore.open(str(tmp_path / "q1"), "Big", part)
+        m = store.map_table("tags", ukey_schema, value_schema, key_schema)
+        ids = np.repeat(np.arange(keys, dtype=np.int64), entries)
+        users = np.tile(np.arange(entries, dtype=np.int32), keys)
+        m.put_many(pa.table({"k": ids}), pa.table({"u": users}), pa.table({"pad": pads(len(ids))}))
+        store.commit(0)
+        # a second run over the first: a third of the entries rewritten, a tenth deleted
+        pick = rng.random(len(ids))
+        upd, dele = pick < 1 / 3, pick > 0.9
+        m.put_many(
+            pa.table({"k": ids[upd]}),
+            pa.table({"u": users[upd]}),
+            pa.table({"pad": pads(int(upd.sum()))}),
+        )
+        m.delete_many(pa.table({"k": ids[dele]}), pa.table({"u": users[dele]}))
+        store.commit(1)
+        store.close()
+    register_sources(spark)
+
+    def load(**options: Any) -> Any:
+        reader = spark.read.format("fsstate").option("path", str(tmp_path))
+        for name, value in options.items():
+            reader = reader.option(name, str(value))
+        return reader.load()
+
+    whole = load()
+    split = load(partitionBytes=2 * 2**20)
+    assert whole.rdd.getNumPartitions() == 2
+    assert split.rdd.getNumPartitions() > 3, split.rdd.getNumPartitions()
+
+    def rows(df: Any) -> list[tuple[Any, ...]]:
+        return sorted(
+            (r.partition_id, r.key.k, r.user_map_key.u, r.user_map_value.pad) for r in df.collect()
+        )
+
+    got = rows(split)
+    assert got == rows(whole)
+    engine = read_table(str(tmp_path / "q1"), "Big", 0, "tags")
+    want = sorted(zip(engine["k"].to_pylist(), engine["u"].to_pylist(), engine["pad"].to_pylist()))
+    assert [r[1:] for r in got if r[0] == 0] == want
+    nested = load(partitionBytes=2 * 2**20, flattenCollectionTypes="false")
+    keyed = [(r.partition_id, r.key.k) for r in nested.collect()]
+    assert len(keyed) == len(set(keyed)) == len({r[:2] for r in got}), "a key was split"
+    with pytest.raises(Exception, match="partitionBytes must be > 0"):
+        load(partitionBytes=0).collect()

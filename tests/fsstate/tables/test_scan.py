@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,7 @@ class _World:
         self.values: dict[tuple[Any, ...], int] = {}
         self.maps: dict[int, dict[int, int]] = {}
         self.cut_scans = 0  # chunked scans that came out in more than one piece
+        self.cut_map_scans = 0  # the same over the map table (several rows per key)
 
     def declare(self) -> None:
         self.v = self.store.value_table("v", VAL, key_schema=KEY)
@@ -183,6 +185,15 @@ class _World:
         ]
         want_rows = [(*k, self.values[k]) for k in whole]
         assert got_rows == want_rows, f"{where}: scan_chunks({lo}, {hi}, {chunk_bytes})"
+        # a map's pieces hold whole keys (every entry of a grouping key in one piece) and
+        # carry the opt-in columns as scan does
+        with_seq = rng.random() < 0.5
+        mpieces = list(self.m.scan_chunks(chunk_bytes=chunk_bytes, with_seq=with_seq))
+        self.cut_map_scans += len(mpieces) > 1
+        whole_m = self.m.scan(with_seq=with_seq).to_pylist()
+        assert [r for p in mpieces for r in p.to_pylist()] == whole_m, f"{where}: map pieces"
+        assert len({p["g"][0].as_py() for p in mpieces}) == len(mpieces), where
+        assert all(p["g"][0] != q["g"][-1] for q, p in pairwise(mpieces)), where
 
         keys = [_rand_key(rng) for _ in range(rng.randrange(1, 40))]
         res = self.v.get_many(_keys_table(keys))
@@ -237,6 +248,7 @@ def test_batched_reads_match_the_model(
     except AssertionError as exc:
         raise AssertionError(f"seed {seed}, ops {ops[-12:]}: {exc}") from exc
     assert world.cut_scans, f"seed {seed}: no chunked scan was cut"
+    assert world.cut_map_scans, f"seed {seed}: no chunked scan of the map was cut"
 
 
 def test_bounds_are_checked(make_store: Callable[..., PartitionStore]) -> None:
