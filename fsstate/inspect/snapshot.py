@@ -143,8 +143,7 @@ class Snapshot:
             name: state (table) name.
             chunk_bytes: stored (decoded) bytes per range to aim at (> 0).
         """
-        if self.spec(name).key_schema is None:
-            return []
+        self.spec(name)
         with self._table(name, None) as table:
             return table.cut_points(chunk_bytes=chunk_bytes)
 
@@ -173,10 +172,7 @@ class Snapshot:
         if spec.key_schema is None:  # declared, never written
             return schema.empty_table()
         with self._table(name, now_ms) as table:
-            if start is None and stop is None:
-                got = table.scan(with_expiry=with_expiry, with_seq=with_seq)
-            else:
-                got = table.scan_between(start, stop, with_expiry=with_expiry, with_seq=with_seq)
+            got = table.scan_between(start, stop, with_expiry=with_expiry, with_seq=with_seq)
         return got.cast(schema)
 
     @contextmanager

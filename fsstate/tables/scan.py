@@ -157,10 +157,7 @@ class ScanTable(TableBase):
         """
         if self.spec.key_schema is None:
             return pa.table({})
-        lo_b, hi_b = self._bounds(lo, hi)
-        self._batch_ready()
-        parts = [p for seg in self._segments(lo_b, hi_b) for p in [seg.slice_range(lo_b, hi_b)]]
-        parts = [p for p in parts if p.num_rows]
+        parts = self._range_parts(lo, hi, None, None)
         spec, ranges, now = self.spec, self.ranges, self.now_ms
 
         def resolve_parts(ps: list[pa.RecordBatch]) -> pa.Table:
@@ -253,13 +250,20 @@ class ScanTable(TableBase):
             with_expiry: add the ``_expires_at_ms`` column.
             with_seq: add the ``_seq`` column.
         """
-        spec = self.spec
-        if spec.key_schema is None:
+        if self.spec.key_schema is None:
             return pa.table({})
+        parts = self._range_parts(lo, hi, start, stop)
+        return resolve(
+            self.spec, parts, self.ranges, self.now_ms, with_expiry=with_expiry, with_seq=with_seq
+        )
+
+    def _range_parts(self, lo: Any, hi: Any, start: Bound, stop: Bound) -> list[pa.RecordBatch]:
+        """Non-empty op rows of every run for keys in ``[lo, hi)`` (range semantics) that sort
+        in ``[start, stop)`` (positions in the stored order; None: unbounded)."""
         lo_b, hi_b = self._bounds(lo, hi)
         self._batch_ready()
-        # Each piece takes the rows of [lo, hi) (range semantics) that sort in [start, stop):
-        # a key with a null field compares with no bound, yet sorts at one place.
+        # a key with a null field compares with no range bound, yet sorts at one place: the
+        # positions cut the stored order, the bounds select by range
         parts = []
         for seg in self._segments(lo_b if start is None else start, hi_b if stop is None else stop):
             part = seg.slice_range(lo_b, hi_b)
@@ -267,9 +271,7 @@ class ScanTable(TableBase):
                 part = _between(part, start, stop)
             if part.num_rows:
                 parts.append(part)
-        return resolve(
-            spec, parts, self.ranges, self.now_ms, with_expiry=with_expiry, with_seq=with_seq
-        )
+        return parts
 
     def scan_chunks(
         self,
