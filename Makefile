@@ -21,16 +21,16 @@ $(STAMP): pyproject.toml requirements/s3-server.txt
 venv: $(STAMP)  ## create .venv and install fsstate with its dev extras
 
 demo: $(STAMP)  ## run the streaming demo with tiered state on local files
-	$(PY) examples/demo.py
+	$(PY) -m examples.demo
 
 demo-s3: $(STAMP)  ## the demo with its state on a local S3 server (started and stopped)
-	$(PY) examples/demo_s3.py
+	$(PY) -m examples.demo_s3
 
 test: $(STAMP)  ## run every test (engine and Spark suites)
 	$(PY) -m pytest -q tests
 
-test-engine: $(STAMP)  ## engine tests only (fast)
-	$(PY) -m pytest -q tests -m "not spark"
+test-engine: $(STAMP)  ## engine tests only, without the slow ones (subprocess jobs, large state)
+	$(PY) -m pytest -q tests -m "not spark and not slow"
 
 test-spark: $(STAMP)  ## Spark suites only
 	$(PY) -m pytest -q tests -m spark

@@ -179,22 +179,22 @@ class Recorder(StatefulProcessor):
 
 def _store_outcome(handle: StatefulProcessorHandle) -> str:
     """How a tiered task got its store: ``hit``, ``caught_up`` or ``restored`` ("" if native)."""
-    from fsstate_spark.handles import TieredHandle
-    from fsstate_spark.lifecycle import store_cache
+    from fsstate_spark.state.handles import TieredHandle
+    from fsstate_spark.tiered.lifecycle import store_cache
 
     return store_cache().last_outcome if isinstance(handle, TieredHandle) else ""
 
 
 def _storage_requests() -> int:
     """Requests this process made to tiered state's storage so far (0 without tiered state)."""
-    from fsstate_spark.lifecycle import storage_requests
+    from fsstate_spark.tiered.lifecycle import storage_requests
 
     return storage_requests()
 
 
 def _store_times() -> tuple[float, float]:
     """This process's cumulative seconds getting and finishing (committing) tiered stores."""
-    from fsstate_spark.lifecycle import store_cache
+    from fsstate_spark.tiered.lifecycle import store_cache
 
     cache = store_cache()
     return cache.acquire_s, cache.finish_s

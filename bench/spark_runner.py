@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
-from bench.common import REPO_ROOT, BenchContext
+from bench.common import BenchContext
 from bench.datagen import key_strings
 from bench.spark_procs import INPUT_SCHEMA, OUTPUT_SCHEMA
 
@@ -98,11 +98,8 @@ def _stderr_to(path: Path) -> Iterator[None]:
 
 def _session(ctx: BenchContext, app: str, **overrides: str) -> Any:
     """A local SparkSession from conf/spark-defaults.conf (local[2], no UI)."""
-    sys.path.insert(0, str(REPO_ROOT / "examples"))
-    try:
-        from spark_local import local_session
-    finally:
-        sys.path.remove(str(REPO_ROOT / "examples"))
+    from tests.support.spark_local import local_session
+
     settings = {
         "spark.master": "local[2]",
         "spark.ui.enabled": "false",

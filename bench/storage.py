@@ -18,7 +18,6 @@ server, so the S3 figures include the server's own work.
 from __future__ import annotations
 
 import shutil
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -28,7 +27,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from bench.common import REPO_ROOT, BenchContext, Result, SuiteSkipped, median, spread_text
+from bench.common import BenchContext, Result, SuiteSkipped, median, spread_text
 from fsstate import PartitionStore, StoreConfig
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.location import Location
@@ -46,11 +45,8 @@ KINDS = ("get", "put", "head", "list", "delete")
 
 def s3_server(ctx: BenchContext) -> Any:
     """A SeaweedFS S3 server (not started) under the run's tmp dir; skips the suite without one."""
-    sys.path.insert(0, str(REPO_ROOT / "examples"))
-    try:
-        from s3_server import SeaweedS3, find_weed
-    finally:
-        sys.path.remove(str(REPO_ROOT / "examples"))
+    from tests.support.s3_server import SeaweedS3, find_weed
+
     try:
         find_weed()
     except FileNotFoundError as exc:

@@ -11,18 +11,14 @@ from __future__ import annotations
 
 import random
 import shutil
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from session_tracker import INPUT_SCHEMA, OUTPUT_SCHEMA, SessionTracker
-from spark_local import ROOT, local_session, write_batches
-
+from examples.session_tracker import INPUT_SCHEMA, OUTPUT_SCHEMA, SessionTracker
 from fsstate import PartitionStore
 from fsstate_spark import state_summary, tiered
+from tests.support.spark_local import ROOT, local_session, write_batches
 
 DEMO_DIR = ROOT / "demo_state"
 BATCHES = 4

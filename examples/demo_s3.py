@@ -10,14 +10,10 @@ settings could come from ``tiered(storage_options=...)`` or ``spark.fsstate.stor
 from __future__ import annotations
 
 import os
-import sys
 import tempfile
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import demo
-from s3_server import SeaweedS3
+from examples import demo
+from tests.support.s3_server import SeaweedS3
 
 
 def main() -> None:

@@ -1,27 +1,31 @@
-"""fsstate_spark: keep a PySpark StatefulProcessor's state in fsstate with one line.
+"""fsstate_spark: fsstate's state engine for PySpark Structured Streaming, as three products.
 
-Usage::
+* ``tiered(MyProcessor())`` (:mod:`fsstate_spark.tiered`): a StatefulProcessor's state in
+  fsstate, inside Spark's ``transformWithStateInPandas`` / ``transformWithState``::
 
-    from fsstate_spark import tiered
+      from fsstate_spark import tiered
 
-    df.groupBy("key").transformWithStateInPandas(
-        tiered(MyProcessor()), output_schema, "Update", "ProcessingTime")
+      df.groupBy("key").transformWithStateInPandas(
+          tiered(MyProcessor()), output_schema, "Update", "ProcessingTime")
 
-The processor is unchanged: it gets a handle whose ``getValueState`` / ``getListState`` /
-``getMapState`` return objects with the API of Spark's handles, backed by a per-partition
-fsstate store that snapshots on every micro-batch commit. Timers stay with Spark.
+* the flow driver (:mod:`fsstate_spark.operators`, ``from fsstate_spark import operators as
+  ops``): windows, joins, dedup, retractions and user processors over whole Arrow batches;
+* the state sources (:mod:`fsstate_spark.sources`): :func:`register_sources` registers
+  ``spark.read.format("fsstate")`` and ``format("fsstate-metadata")``; :func:`state_summary`.
 
-Reading the state back: :func:`register_sources` registers ``spark.read.format("fsstate")``
-and ``format("fsstate-metadata")`` (:mod:`fsstate_spark.source`).
+They share :mod:`fsstate_spark.settings` (state location, storage and engine settings),
+:mod:`fsstate_spark.runtime` (task identity, storage clients, engine settings in workers) and
+:mod:`fsstate_spark.state` (Spark's state API over engine tables). Imports only go down:
+products over ``state`` over ``runtime`` over ``settings`` (``make lint`` holds it).
 
-Invariants: see :mod:`fsstate_spark.processor` (callbacks), :mod:`fsstate_spark.lifecycle`
-(which store a task opens and when it commits) and :mod:`fsstate_spark.config` (settings).
+``fsstate_spark.tiered`` is the function; the subpackage's modules are imported by their full
+name (``from fsstate_spark.tiered.settings import TieredConfig``), not as attributes.
 """
 
 from __future__ import annotations
 
-from fsstate_spark.config import TieredConfig
-from fsstate_spark.handles import (
+from fsstate_spark.sources import StateSummary, register_sources, state_summary
+from fsstate_spark.state.handles import (
     EmptyListError,
     NoGroupingKeyError,
     TieredHandle,
@@ -29,9 +33,7 @@ from fsstate_spark.handles import (
     TieredMapState,
     TieredValueState,
 )
-from fsstate_spark.inspect import StateSummary, state_summary
-from fsstate_spark.processor import TieredProcessor, tiered
-from fsstate_spark.source import register_sources
+from fsstate_spark.tiered import TieredConfig, TieredProcessor, tiered
 
 __all__ = [
     "EmptyListError",

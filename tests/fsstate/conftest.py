@@ -1,5 +1,5 @@
 """Shared fixtures: stores and the tier configurations contract tests run over (constants and
-helpers are in :mod:`tests.fsstate.common`)."""
+helpers are in :mod:`tests.support.engine`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from fsstate import PartitionStore, StoreConfig
-from tests.fsstate.common import TIERS
+from tests.support.engine import TIERS
 
 
 @pytest.fixture

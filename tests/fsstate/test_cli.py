@@ -24,7 +24,7 @@ from fsstate.storage.fileio import FileIO
 from fsstate.storage.location import Location
 from fsstate.storage.manifest import read_manifest
 from fsstate.store.identity import WRITER_META, store_dir_for
-from tests.conftest import s3_options
+from tests.support.plugin import s3_options
 
 KEY = pa.schema([("k", pa.string())])
 VAL = pa.schema([("n", pa.int64())])

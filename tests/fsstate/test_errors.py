@@ -21,7 +21,7 @@ from fsstate.errors import (
     UnknownStateError,
     VersionNotFoundError,
 )
-from tests.fsstate.common import KEY, UKEY, VAL
+from tests.support.engine import KEY, UKEY, VAL
 
 Factory = Callable[..., PartitionStore]
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fsstate.common import run_report_job
+from tests.support.engine import run_report_job
 
 
 @pytest.mark.slow

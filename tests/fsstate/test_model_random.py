@@ -2,7 +2,7 @@
 
 Each seed runs a few thousand random operations on six state tables (value, list and map state,
 each with and without TTL; int and composite grouping keys; declared and inferred key schemas)
-and compares the engine with :class:`tests.fsstate.model.ModelStore` after every operation that
+and compares the engine with :class:`tests.support.model.ModelStore` after every operation that
 observes state. Besides reads and writes the mix holds batched Arrow operations, range deletes,
 processing-time moves (mostly forward), TTL cleanup passes, commits, reopening at the latest or
 at an older retained version (uncommitted changes are lost; later commits overwrite later
@@ -42,7 +42,6 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from s3_server import S3Info
 
 from fsstate import PartitionStore, StoreConfig, read_changes, read_table
 from fsstate.compaction import Compactor, compact_table
@@ -53,8 +52,9 @@ from fsstate.storage.location import Location
 from fsstate.storage.manifest import LINEAGE_STEPS_MAX
 from fsstate.tables import ListTable, MapTable, TableBase, ValueTable
 from fsstate.tables.cursor import Getter, Updater
-from tests.conftest import s3_options
-from tests.fsstate.model import LIST, MAP, VALUE, ModelStore, engine_rows_with_ttl, is_live
+from tests.support.model import LIST, MAP, VALUE, ModelStore, engine_rows_with_ttl, is_live
+from tests.support.plugin import s3_options
+from tests.support.s3_server import S3Info
 
 OPERATOR = "model-op"
 PARTITION = 3

@@ -14,7 +14,7 @@ from fsstate import PartitionStore, StoreConfig
 from fsstate.config import EngineConfig
 from fsstate.controller import MemoryController
 from fsstate.storage.manifest import LINEAGE_STEPS_MAX, list_versions, read_manifest
-from tests.fsstate.common import KEY, UKEY, VAL
+from tests.support.engine import KEY, UKEY, VAL
 
 Factory = Callable[..., PartitionStore]
 

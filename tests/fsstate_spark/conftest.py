@@ -1,137 +1,16 @@
-"""Spark suite fixtures: one small local SparkSession for the whole session, and a runner that
-feeds deterministic micro-batches (one JSON file per batch) through a processor."""
+"""Spark suite fixtures: a :class:`tests.support.stream.StreamRunner` per test and the memo of
+native runs shared between tests (the session, S3 server and py-files zip come from
+:mod:`tests.support.plugin`)."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.streaming.stateful_processor import StatefulProcessor
-from spark_local import local_session, write_batches
+from pyspark.sql import SparkSession
 
-from fsstate_spark.pyfiles import build
-from tests.fsstate_spark.processors import INPUT_SCHEMA
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests that use the SparkSession get the ``spark`` marker (``-m "not spark"`` skips them)."""
-    for item in items:
-        if "spark" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.spark)
-
-
-@pytest.fixture(scope="session")
-def spark() -> Iterator[SparkSession]:
-    """The suite's SparkSession (settings from conf/spark-defaults.conf)."""
-    session = local_session("fsstate-spark-tests")
-    yield session
-    session.stop()
-
-
-class StreamRunner:
-    """Runs processors over micro-batches written to files; one instance per test."""
-
-    def __init__(self, spark: SparkSession, root: Path) -> None:
-        self.spark = spark
-        self.root = root
-        self.runs = 0
-
-    def frame(self, input_dir: Path, schema: str = INPUT_SCHEMA) -> DataFrame:
-        """A streaming DataFrame reading one file per micro-batch."""
-        return (
-            self.spark.readStream.schema(schema)
-            .option("maxFilesPerTrigger", 1)
-            .json(str(input_dir))
-        )
-
-    def run(
-        self,
-        processor: StatefulProcessor,
-        batches: Sequence[Sequence[dict[str, Any]]],
-        output_schema: str,
-        *,
-        time_mode: str = "None",
-        pandas: bool = True,
-        name: str | None = None,
-        total_batches: int | None = None,
-        input_schema: str = INPUT_SCHEMA,
-        key: str = "k",
-        initial_state: Any = None,
-    ) -> list[tuple[Any, ...]]:
-        """Run ``processor`` over ``batches`` (appended to the input of ``name``'s query).
-
-        Args:
-            processor: native or tiered processor.
-            batches: rows of each new micro-batch.
-            output_schema: DDL of the output.
-            time_mode: "None" (the query ends by itself) or "ProcessingTime" (it is stopped
-                once the last data batch is done: Spark keeps running no-data batches then).
-            pandas: transformWithStateInPandas (True) or transformWithState (False).
-            name: reuse input dir and checkpoint of an earlier run with this name (restart).
-            total_batches: batch ids that are data batches (default: len(batches)).
-            input_schema: DDL of the input rows.
-            key: grouping column.
-            initial_state: grouped initial state (``initialState`` of transformWithState).
-
-        Returns:
-            Sorted (batch id, *output row) tuples of the data batches.
-
-        Raises:
-            AssertionError: a data batch of this run never reached the sink (the query ended
-                or was stopped early): a comparison of outputs would prove nothing.
-        """
-        self.runs += 1
-        tag = name or f"run{self.runs}"
-        input_dir = self.root / tag / "input"
-        checkpoint = self.root / tag / "checkpoint"
-        write_batches(input_dir, batches)
-        last = (total_batches or len(batches)) - 1
-        grouped = self.frame(input_dir, input_schema).groupBy(key)
-        if pandas:
-            out = grouped.transformWithStateInPandas(
-                processor, output_schema, "Update", time_mode, initialState=initial_state
-            )
-        else:
-            out = grouped.transformWithState(
-                processor, output_schema, "Update", time_mode, initialState=initial_state
-            )
-        rows: list[tuple[Any, ...]] = []
-        seen: list[int] = []
-
-        def sink(batch: DataFrame, batch_id: int) -> None:
-            rows.extend((batch_id, *tuple(r)) for r in batch.collect())
-            seen.append(batch_id)
-            time.sleep(0.2)  # keeps micro-batches well apart (TTL tests rely on it)
-
-        query = (
-            out.writeStream.foreachBatch(sink)
-            .option("checkpointLocation", str(checkpoint))
-            .trigger(availableNow=True)
-            .start()
-        )
-        deadline = time.monotonic() + 180
-        try:
-            if time_mode.lower() == "none":
-                query.awaitTermination(180)
-            else:
-                while not seen or max(seen) < last:
-                    if query.exception() is not None or not query.isActive:
-                        break
-                    if time.monotonic() > deadline:
-                        raise TimeoutError(f"query did not reach batch {last}")
-                    time.sleep(0.2)
-        finally:
-            query.stop()
-        if query.exception() is not None:
-            raise RuntimeError(f"streaming query failed: {query.exception()}")
-        expected = set(range(last + 1 - len(batches), last + 1))  # this run's data batches
-        missing = expected - set(seen)
-        assert not missing, f"micro-batches {sorted(missing)} never reached the sink ({seen})"
-        return sorted(r for r in rows if r[0] <= last)
+from tests.support.stream import StreamRunner
 
 
 @pytest.fixture(scope="session")
@@ -144,12 +23,3 @@ def native_results() -> dict[str, list[tuple[Any, ...]]]:
 def runner(spark: SparkSession, tmp_path: Path) -> StreamRunner:
     """A StreamRunner writing under the test's tmp_path."""
     return StreamRunner(spark, tmp_path)
-
-
-@pytest.fixture(scope="session")
-def pyfiles(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The --py-files zip of fsstate and fsstate_spark."""
-    target = tmp_path_factory.mktemp("dist") / "fsstate-pyfiles.zip"
-    names = build(target)
-    assert "fsstate/__init__.py" in names and "fsstate_spark/__init__.py" in names
-    return target

@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from click.testing import CliRunner
-from demo import make_clicks, run_demo_query
 from pyspark.sql import SparkSession
 
+from examples.demo import make_clicks, run_demo_query
 from fsstate.cli import cli
 
 

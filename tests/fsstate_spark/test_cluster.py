@@ -26,13 +26,11 @@ import time
 from pathlib import Path
 
 import pytest
-from s3_server import S3Info
 
 from fsstate import PartitionStore
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.location import Location
-from tests.conftest import s3_options
-from tests.fsstate_spark.test_spark_submit import (
+from tests.support.jobs import (
     BATCHES,
     OPERATOR,
     PARTITIONS,
@@ -47,6 +45,8 @@ from tests.fsstate_spark.test_spark_submit import (
     sink_rows,
     write_inputs,
 )
+from tests.support.plugin import s3_options
+from tests.support.s3_server import S3Info
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
 

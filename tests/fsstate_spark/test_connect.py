@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from spark_local import write_batches
 
 from fsstate import PartitionStore
-from tests.fsstate_spark.test_streaming import SINK_BATCHES
+from tests.support.processors import SINK_BATCHES
+from tests.support.spark_local import write_batches
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,7 +32,7 @@ def run(mode: str, inputs: Path, work: Path) -> dict[str, Any]:
         [
             sys.executable,
             "-m",
-            "tests.fsstate_spark.connect_job",
+            "tests.support.connect_job",
             "--mode",
             mode,
             "--input",

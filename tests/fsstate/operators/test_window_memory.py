@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fsstate.common import run_report_job
+from tests.support.engine import run_report_job
 
 GROWTH_MIB_MAX = 32.0  # measured: +7 MiB from 160 to 320 MiB of state, +27 MiB to 640 MiB
 

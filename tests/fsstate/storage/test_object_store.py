@@ -10,16 +10,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from s3_server import S3Info
 
 from fsstate import PartitionStore, StoreConfig
 from fsstate.errors import ConfigError
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.location import Location
 from fsstate.storage.manifest import read_manifest
-from tests.conftest import s3_options
-from tests.fsstate.common import KEY, VAL
+from tests.support.engine import KEY, VAL
 from tests.support.faultproxy import CountingProxy
+from tests.support.plugin import s3_options
+from tests.support.s3_server import S3Info
 
 ROUNDS = 100
 

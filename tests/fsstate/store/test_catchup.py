@@ -17,7 +17,7 @@ import pytest
 from fsstate import PartitionStore, StoreConfig
 from fsstate.errors import CommitConflictError
 from fsstate.storage.manifest import LINEAGE_STEPS_MAX, descends, manifest_path, read_manifest
-from tests.fsstate.common import KEY, UKEY, VAL
+from tests.support.engine import KEY, UKEY, VAL
 
 NOW = 1_000
 ELEM = pa.schema([pa.field("x", pa.int64())])

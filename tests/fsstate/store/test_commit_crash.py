@@ -35,8 +35,8 @@ import pytest
 from fsstate import PartitionStore, StoreConfig
 from fsstate.controller import configure
 from fsstate.storage.location import Location
-from tests.conftest import s3_options
-from tests.fsstate.model import LIST, MAP, VALUE, ModelStore
+from tests.support.model import LIST, MAP, VALUE, ModelStore
+from tests.support.plugin import s3_options
 
 OPERATOR = "crash"
 T0_MS = 1_000_000

@@ -16,7 +16,7 @@ from fsstate.errors import (
     ManifestCorruptError,
     VersionNotFoundError,
 )
-from tests.fsstate.common import KEY, VAL
+from tests.support.engine import KEY, VAL
 
 Factory = Callable[..., PartitionStore]
 

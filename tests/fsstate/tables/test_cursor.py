@@ -14,7 +14,7 @@ from fsstate.errors import SchemaError
 from fsstate.tables.cursor import Getter, Updater
 from fsstate.tables.maps import MapTable
 from fsstate.tables.value import ValueTable
-from tests.fsstate.common import KEY, UKEY, VAL, to_tier
+from tests.support.engine import KEY, UKEY, VAL, to_tier
 
 Factory = Callable[..., PartitionStore]
 

@@ -22,7 +22,7 @@ from fsstate.format.schema import make_checker
 from fsstate.tables.core import TableCore
 from fsstate.tables.cursor import render
 from fsstate.tables.cursor_templates import LIST_ACCESSORS, MAP_ACCESSORS, VALUE_ACCESSORS
-from tests.fsstate.common import KEY, UKEY, VAL
+from tests.support.engine import KEY, UKEY, VAL
 
 # value schemas with and without an exact-type test (a timestamp field has none)
 SCHEMAS = {

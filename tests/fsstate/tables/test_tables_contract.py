@@ -12,8 +12,8 @@ import pytest
 
 from fsstate import PartitionStore
 from fsstate.storage.location import Location
-from tests.conftest import s3_options
-from tests.fsstate.common import KEY, UKEY, VAL, Factory, store_factory, to_tier
+from tests.support.engine import KEY, UKEY, VAL, Factory, store_factory, to_tier
+from tests.support.plugin import s3_options
 
 
 @pytest.fixture(params=["local", "s3"])

@@ -10,8 +10,8 @@ import pytest
 
 from fsstate import PartitionStore
 from fsstate.tables.ttl_index import TtlIndex
-from tests.fsstate.common import KEY, VAL, to_tier
-from tests.fsstate.model import engine_rows_with_ttl
+from tests.support.engine import KEY, VAL, to_tier
+from tests.support.model import engine_rows_with_ttl
 
 Factory = Callable[..., PartitionStore]
 V1 = pa.schema([pa.field("v", pa.string())])

@@ -1,0 +1,250 @@
+"""The driver of a flow: ``foreachBatch`` per micro-batch, stages as shuffles + ``mapInArrow``.
+
+:func:`write_stream` returns the ``DataStreamWriter`` of the flow's sources (two sources are
+unioned, each row tagged with its source) with a ``foreachBatch`` function, :class:`Driver`,
+that per micro-batch ``b``:
+
+1. computes the watermarks from the versions ``b - 1`` of the stages' stores (their meta holds
+   the watermark used and the event times seen; :mod:`fsstate.operators.watermarks`), with
+   Spark's rules: late rows are those at or below the watermark of ``b - 1``, eviction uses the
+   watermark computed after ``b - 1`` from every source's largest event time minus its delay
+   (minimum across sources, a source without rows counting as 0);
+2. builds the batch's plan: every stage is ``repartition(partitions, *keys).mapInArrow(task)``
+   whose tasks run the operator's epoch ``b`` exactly once (:mod:`fsstate_spark.operators.tasks`);
+3. hands the last stage's DataFrame to the user's sink (``sink(df, batch_id)``; without one the
+   rows are dropped with Spark's ``noop`` format);
+4. checks that every partition of every stage committed ``b`` (reading the manifests, which
+   also gives step 1 of the next batch); partitions the sink did not compute (it read only part
+   of the DataFrame) are computed then, by writing the DataFrame to ``noop``: their epochs
+   commit, the others adopt what they published. So a batch never ends with a partition
+   behind, which the next batch would find as a missing version.
+
+Exactly once, end to end: Spark re-runs an uncommitted batch with the same input after a
+restart; stages then adopt their published versions and produce the same rows, so an
+idempotent sink (one that overwrites by batch id, or Spark's file sink semantics) sees each
+batch's output once. Watermark differences from Spark: Spark runs *no-data* micro-batches to
+emit and evict when only the watermark moved; a ``foreachBatch`` query gets no such batches, so
+that work happens in the next batch with data (with
+``spark.sql.streaming.noDataMicroBatches.enabled=false`` Spark's built-in operators behave the
+same, which the equivalence tests use).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.sql.streaming.readwriter import DataStreamWriter
+
+from fsstate.errors import ConfigError, VersionNotFoundError
+from fsstate.operators.base import EVENT_TIME_META, WATERMARK_META
+from fsstate.operators.runner import check_layout
+from fsstate.operators.watermarks import (
+    READ_THREADS_MAX,
+    EpochMeta,
+    WatermarkSpec,
+    merge_meta,
+    next_watermark,
+)
+from fsstate.storage.manifest import read_manifest
+from fsstate.store.identity import store_dir_for
+from fsstate_spark.operators.flows import Flow, Source, StageSpec, arrow_schema_of
+from fsstate_spark.operators.settings import (
+    PARTITIONS_DEFAULT,
+    FlowSettings,
+    resolve_flow_settings,
+)
+from fsstate_spark.operators.tasks import StageSettings, stage_task
+from fsstate_spark.runtime import fileio_for
+
+log = logging.getLogger(__name__)
+
+Sink = Callable[[DataFrame, int], Any]
+SRC = "_fsstate_src"
+
+
+class _BatchContext:
+    """What stages need while one batch's plan is built."""
+
+    def __init__(self, driver: Driver, epoch: int, late_ms: int, evict_ms: int) -> None:
+        self.driver, self.epoch, self.late_ms, self.evict_ms = driver, epoch, late_ms, evict_ms
+
+    def run_stage(self, spec: StageSpec, df: DataFrame) -> DataFrame:
+        d = self.driver
+        missing = [k for k in spec.keys if k not in df.columns]
+        if missing:
+            raise ConfigError(
+                f"operator {spec.op.name!r}: its input has no column(s) {missing} to partition "
+                f"by ({df.columns})"
+            )
+        arrow_in = arrow_schema_of(df)
+        arrow_out = spec.op.output_schema(arrow_in)
+        settings = StageSettings(spec.op, d.config, arrow_in, arrow_out, d.writer)
+        task = stage_task(settings, self.epoch, self.late_ms, self.evict_ms)
+        spark_out = from_arrow_schema(arrow_out, prefer_timestamp_ntz=False)
+        keys = [F.col(k) for k in spec.keys]
+        shuffled = df.repartition(d.partitions, *keys) if keys else df.repartition(d.partitions)
+        return shuffled.mapInArrow(task, spark_out)
+
+
+class Driver:
+    """The ``foreachBatch`` function of a flow (see the module docstring)."""
+
+    def __init__(self, flow: Flow, sink: Sink | None, config: FlowSettings) -> None:
+        if not flow.stages:
+            raise ConfigError("the flow has no stateful stage: use a plain streaming query")
+        self.flow, self.sink, self.config = flow, sink, config
+        self.partitions = config.partitions
+        self.writer = {"run": uuid.uuid4().hex, "instance": uuid.uuid4().hex}
+        self._metas: dict[int, dict[str, EpochMeta]] = {}  # epoch -> stage -> merged meta
+        self._checked = False
+        # the watermark inputs: each source with a watermark, recorded by one stage
+        self._inputs: dict[str, tuple[str, str, int]] = {}  # source -> (stage, input, delay)
+        for i, src in enumerate(flow.sources):
+            if src.time is None:
+                continue
+            rec = [(s.op.name, name) for s in flow.stages for name, o in s.records if o is src]
+            if not rec:
+                raise ConfigError(
+                    f"the watermark on {src.time!r} of source {i} is not followed by any stage "
+                    "(a stage must use that column as its event time on the source's rows)"
+                )
+            self._inputs[f"source{i}"] = (rec[0][0], rec[0][1], src.delay_ms)
+
+    # -- watermarks ----------------------------------------------------------------------------
+    def _read(self, epoch: int) -> dict[str, EpochMeta] | None:
+        """Every stage's merged meta of version ``epoch`` (None if a partition lacks it)."""
+        fileio = fileio_for(self.config.root, self.config.store.fsync)
+        jobs = [(s.op.name, p) for s in self.flow.stages for p in range(self.partitions)]
+
+        def one(job: tuple[str, int]) -> EpochMeta | None:
+            name, p = job
+            try:
+                meta = read_manifest(fileio, store_dir_for(name, p), epoch).meta
+            except VersionNotFoundError:
+                return None
+            seen = {k: int(v) for k, v in (meta.get(EVENT_TIME_META) or {}).items()}
+            return EpochMeta(int(meta.get(WATERMARK_META) or 0), seen)
+
+        with ThreadPoolExecutor(min(READ_THREADS_MAX, len(jobs))) as pool:
+            got = list(pool.map(one, jobs))
+        if any(m is None for m in got):
+            return None
+        by_stage: dict[str, list[EpochMeta]] = {}
+        for (name, _), m in zip(jobs, got):
+            assert m is not None
+            by_stage.setdefault(name, []).append(m)
+        return {name: merge_meta(ms) for name, ms in by_stage.items()}
+
+    def watermarks(self, epoch: int) -> tuple[int, int]:
+        """(late, evict) watermarks of ``epoch``."""
+        if epoch == 0:
+            return 0, 0
+        metas = self._metas.get(epoch - 1) or self._read(epoch - 1)
+        if metas is None:
+            raise VersionNotFoundError(
+                f"the state of micro-batch {epoch - 1} is incomplete under "
+                f"{self.config.state_uri!r}: the state directory must be kept with the "
+                "checkpoint (restore it, or start with a new checkpoint and state location)"
+            )
+        self._metas = {epoch - 1: metas}
+        late = max(m.watermark_ms for m in metas.values())
+        maxima: dict[str, int] = {}
+        delays: dict[str, int] = {}
+        for src, (stage, name, delay) in self._inputs.items():
+            delays[src] = delay
+            seen = metas[stage].event_time_max_ms.get(name)
+            if seen is not None:
+                maxima[src] = seen
+        return late, next_watermark(late, maxima, WatermarkSpec(delays))
+
+    # -- one micro-batch -----------------------------------------------------------------------
+    def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
+        fileio = fileio_for(self.config.root, self.config.store.fsync)
+        if not self._checked:
+            for spec in self.flow.stages:
+                check_layout(fileio, spec.op, self.partitions)
+            self._checked = True
+        late, evict = self.watermarks(batch_id)
+        if len(self.flow.sources) == 1:
+            dfs = {id(self.flow.sources[0]): batch_df}
+        else:
+            dfs = {
+                id(src): batch_df.where(F.col(SRC) == i).select(f"_s{i}.*")
+                for i, src in enumerate(self.flow.sources)
+            }
+        ctx = _BatchContext(self, batch_id, late, evict)
+        out = self.flow.build(dfs, ctx)
+        if self.sink is None:
+            out.write.format("noop").mode("overwrite").save()
+        else:
+            self.sink(out, batch_id)
+        metas = self._read(batch_id)
+        if metas is None:  # the sink computed part of the output: compute the rest
+            log.info("fsstate: batch %s: completing partitions the sink did not compute", batch_id)
+            out.write.format("noop").mode("overwrite").save()
+            metas = self._read(batch_id)
+            if metas is None:
+                raise VersionNotFoundError(
+                    f"micro-batch {batch_id}: some partitions of the stages "
+                    f"{[s.op.name for s in self.flow.stages]} did not commit under "
+                    f"{self.config.state_uri!r}"
+                )
+        self._metas = {batch_id: metas}
+
+
+def _union(sources: tuple[Source, ...]) -> DataFrame:
+    """One streaming DataFrame of several sources: ``_fsstate_src`` and one struct per source."""
+    if len(sources) == 1:
+        return sources[0].df
+    structs = [F.struct(*[F.col(c) for c in s.df.columns]) for s in sources]
+    types = [s.df.select(st.alias("x")).schema["x"].dataType for s, st in zip(sources, structs)]
+    parts = []
+    for i, (s, st) in enumerate(zip(sources, structs)):
+        cols = [F.lit(i).alias(SRC)]
+        for j, t in enumerate(types):
+            cols.append((st if j == i else F.lit(None).cast(t)).alias(f"_s{j}"))
+        parts.append(s.df.select(*cols))
+    out = parts[0]
+    for p in parts[1:]:
+        out = out.unionByName(p)
+    return out
+
+
+def write_stream(
+    flow: Flow,
+    *,
+    checkpoint_location: str,
+    sink: Sink | None = None,
+    partitions: int = PARTITIONS_DEFAULT,
+    state_uri: str | None = None,
+    memory_limit: int | str | None = None,
+    **options: Any,
+) -> DataStreamWriter:
+    """The ``DataStreamWriter`` that runs ``flow``; add a trigger and ``start()`` it.
+
+    Args:
+        flow: the flow (its last stage's rows are the output).
+        checkpoint_location: Spark's checkpoint location of the query.
+        sink: ``sink(df, batch_id)`` writes a batch's output (idempotently per batch id for
+            exactly-once output); None drops it.
+        partitions: partitions of every stage (recorded with the state; cannot change).
+        state_uri: where the operators' state lives (default ``<checkpoint>/fsstate``).
+        memory_limit: the engine's byte budget in each Python worker.
+        **options: store, engine and storage settings (:mod:`fsstate_spark.operators.settings`).
+
+    Raises:
+        ConfigError: a setting is invalid, or two operators share a name.
+    """
+    config = resolve_flow_settings(
+        checkpoint_location, partitions, state_uri, memory_limit, options
+    )
+    driver = Driver(flow, sink, config)
+    writer = _union(flow.sources).writeStream.foreachBatch(driver)
+    return writer.option("checkpointLocation", checkpoint_location)

@@ -1,0 +1,93 @@
+"""The settings of a flow's query: :class:`FlowSettings` and :func:`resolve_flow_settings`.
+
+Precedence, highest first: the arguments of :func:`fsstate_spark.operators.write_stream`, then
+``spark.fsstate.*`` settings of the active SparkSession (read on the driver), then defaults
+(:mod:`fsstate_spark.settings`, shared with the other products). The state URI is the
+``state_uri`` argument or ``<checkpoint_location>/fsstate``, never ``spark.fsstate.stateUri``:
+a flow's stores sit right under its state URI (``<state_uri>/<operator>/<partition>``), so a
+location shared by several queries would mix their state.
+
+Invariants:
+
+* A :class:`FlowSettings` is immutable, picklable (its stages' tasks carry it to the workers)
+  and fully validated on the driver; a bad setting fails in :func:`resolve_flow_settings` with
+  a :class:`fsstate.errors.ConfigError` naming the setting and ``write_stream()``.
+* Only settings operators use are accepted: store, engine and storage settings, the state
+  URI, the memory limit and the partition count (no store name: each stage has its own).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from fsstate.errors import ConfigError
+from fsstate_spark.settings import (
+    ENGINE_FIELDS,
+    SHARED_FIELDS,
+    STORE_FIELDS,
+    Product,
+    StateSettings,
+    merge_settings,
+    resolve_state_settings,
+    spark_settings,
+    state_dir_of,
+)
+
+FLOWS = Product("ops.write_stream()", "ops.write_stream(state_uri=...)")
+FLOW_FIELDS = STORE_FIELDS | ENGINE_FIELDS | SHARED_FIELDS
+PARTITIONS_DEFAULT = 8
+
+
+@dataclass(frozen=True)
+class FlowSettings(StateSettings):
+    """The validated settings of a flow's query (and the shared ones of
+    :class:`fsstate_spark.settings.StateSettings`).
+
+    Attributes:
+        partitions: partitions of every stateful stage (recorded with each stage's state).
+    """
+
+    partitions: int = PARTITIONS_DEFAULT
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        p = self.partitions
+        if isinstance(p, bool) or not isinstance(p, int) or p < 1:
+            raise ConfigError(f"ops.write_stream(partitions={p!r}): give an int >= 1")
+
+
+def resolve_flow_settings(
+    checkpoint_location: str,
+    partitions: int,
+    state_uri: str | None,
+    memory_limit: int | str | None,
+    options: dict[str, Any],
+    conf: dict[str, str] | None = None,
+) -> FlowSettings:
+    """Merge ``write_stream``'s arguments, Spark settings and defaults into :class:`FlowSettings`.
+
+    Args:
+        checkpoint_location: Spark's checkpoint location of the query.
+        partitions: partitions of every stage.
+        state_uri: argument or None (default ``<checkpoint_location>/fsstate``).
+        memory_limit: the engine's byte budget per Python worker, or None.
+        options: store, engine and storage settings (``storage_options``).
+        conf: ``spark.fsstate.*`` settings; read from the active session when None.
+
+    Raises:
+        ConfigError: any setting is unknown or invalid, or the state URI is unusable.
+    """
+    FlowSettings(state_uri="", partitions=partitions)  # validate before any I/O
+    if not isinstance(checkpoint_location, str) or not checkpoint_location:
+        raise ConfigError("ops.write_stream() needs checkpoint_location (a directory or URI)")
+    conf = spark_settings() if conf is None else dict(conf)
+    conf.pop("_checkpoint_location", None)
+    merged, storage_conf = merge_settings(FLOWS, FLOW_FIELDS, options, conf)
+    if memory_limit is not None:
+        merged["memory_limit"] = memory_limit
+    # a flow's stores sit right under its state URI (no query id level), so a shared
+    # spark.fsstate.stateUri would mix queries: the default is the query's checkpoint
+    merged["state_uri"] = state_uri or state_dir_of(checkpoint_location)
+    shared = resolve_state_settings(FLOWS, merged, storage_conf, checkpoint_location)
+    return FlowSettings(partitions=partitions, **shared)

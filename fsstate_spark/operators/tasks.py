@@ -1,0 +1,103 @@
+"""The worker side of an operator stage: one ``mapInArrow`` task = one partition's epoch.
+
+:func:`stage_task` builds the function a stage's ``mapInArrow`` runs. In the task it reads the
+partition id from Spark's TaskContext, collects the partition's input batches (an epoch's rows
+of one partition, as Arrow), runs the operator's epoch with :func:`fsstate.operators.run_epoch`
+(store from the process's pool at the previous epoch, commit of this one) and yields the
+output as Arrow batches.
+
+Invariants:
+
+* The task is a function of (stage settings, epoch, watermarks, partition input): a retried,
+  speculative or recomputed task computes the same output, and adopts the version a previous
+  attempt published (exactly once, :mod:`fsstate.operators.runner`).
+* The input is cast to the stage's input schema computed on the driver (so an empty partition
+  still declares its tables with the right types, and timestamps have one time zone label);
+  the output is cast to the schema the driver declared to Spark.
+* Nothing but the operator's store is touched; settings reach the worker with the function
+  (picklable, no secret in its ``repr``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark import TaskContext
+
+from fsstate.errors import ConfigError
+from fsstate.operators.base import Operator
+from fsstate.operators.runner import run_epoch
+from fsstate.store.pool import store_pool
+from fsstate_spark.operators.settings import FlowSettings
+from fsstate_spark.runtime import apply_engine_settings, fileio_for
+
+OUTPUT_BATCH_ROWS = 65_536  # rows per Arrow batch handed back to Spark
+
+
+@dataclass(frozen=True)
+class StageSettings:
+    """What every task of a stage needs (pickled with the task function)."""
+
+    op: Operator
+    config: FlowSettings
+    input_schema: pa.Schema
+    output_schema: pa.Schema
+    writer: dict[str, Any]
+
+
+def stage_task(
+    settings: StageSettings, epoch: int, late_ms: int, evict_ms: int
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The ``mapInArrow`` function of one stage for one epoch."""
+
+    def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        tc = TaskContext.get()
+        if tc is None:  # pragma: no cover - Spark always runs mapInArrow in a task
+            raise ConfigError("an fsstate operator stage runs only inside a Spark task")
+        partition = tc.partitionId()
+        if partition >= settings.config.partitions:
+            raise ConfigError(
+                f"operator {settings.op.name!r}: task of partition {partition} but the stage "
+                f"has {settings.config.partitions} partitions; do not change the stage's "
+                "partitioning"
+            )
+        config = settings.config
+        apply_engine_settings(config)
+        store_pool().max_idle = config.max_cached_stores
+        parts = [pa.Table.from_batches([b]) for b in batches]
+        table = (
+            pa.concat_tables([_conform(p, settings.input_schema) for p in parts])
+            if parts
+            else (settings.input_schema.empty_table())
+        )
+        fileio = fileio_for(config.root, config.store.fsync)
+        result = run_epoch(
+            settings.op,
+            fileio,
+            partition,
+            epoch,
+            table,
+            late_ms=late_ms,
+            evict_ms=evict_ms,
+            config=config.store,
+            writer=settings.writer,
+        )
+        out = _conform(result.output, settings.output_schema)
+        yield from out.to_batches(max_chunksize=OUTPUT_BATCH_ROWS)
+
+    return task
+
+
+def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``table`` with exactly ``schema`` (columns by position; types cast, e.g. time zones)."""
+    if table.schema.equals(schema):
+        return table
+    if table.num_columns != len(schema):
+        raise ConfigError(
+            f"a stage produced columns {table.column_names}, the driver declared {schema.names}"
+        )
+    cols = [c.cast(f.type) for c, f in zip(table.columns, schema)]
+    return pa.Table.from_arrays(cols, schema=schema)

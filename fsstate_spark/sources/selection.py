@@ -1,0 +1,228 @@
+"""Options of ``format("fsstate")`` resolved to a :class:`Selection`: which query, operator,
+state variable, version or change range, and how to shape and split the read.
+
+Invariants:
+
+* Resolving costs one listing of the query's stores and one manifest read; it writes nothing.
+* A :class:`Selection` is frozen and picklable: the driver resolves it once and it travels to
+  the readers unchanged, so every input partition reads the same version of the same state.
+* A bad, missing or ambiguous option raises :class:`fsstate.errors.ConfigError` naming the
+  option and what to give instead.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from fsstate.errors import ConfigError, StorageNotFoundError
+from fsstate.format.schema import TableSpec
+from fsstate.inspect import StoreRef, find_stores
+from fsstate.inspect.catalog import read_store_manifest
+from fsstate.storage.fileio import FileIO
+from fsstate.storage.location import Location
+from fsstate_spark.settings import STATE_DIR
+
+EXPIRY_COL = "_expires_at_ms"
+SEQ_COL = "_seq"
+TRUE = {"true", "1", "yes"}
+PARTITION_BYTES = 128 * 1024 * 1024  # default of option partitionBytes
+
+
+def _flag(options: dict[str, str], name: str, default: bool) -> bool:
+    raw = options.get(name)
+    if raw is None:
+        return default
+    text = str(raw).strip().lower()
+    if text not in TRUE | {"false", "0", "no"}:
+        raise ConfigError(f"fsstate source: option {name}={raw!r} must be true or false")
+    return text in TRUE
+
+
+def _int(options: dict[str, str], name: str) -> int | None:
+    raw = options.get(name)
+    if raw is None or str(raw).strip() == "":
+        return None
+    try:
+        value = int(str(raw))
+    except ValueError:
+        raise ConfigError(f"fsstate source: option {name}={raw!r} must be an integer") from None
+    if value < 0:
+        raise ConfigError(f"fsstate source: option {name}={raw!r} must be >= 0")
+    return value
+
+
+def _one(what: str, found: Sequence[str], option: str, where: str) -> str:
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        raise ConfigError(f"fsstate source: no {what} found under {where}")
+    raise ConfigError(
+        f"fsstate source: {where} holds several {what}s ({', '.join(found)}); choose one with "
+        f"option {option}"
+    )
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What a read resolved its options to (picklable: it travels to the readers)."""
+
+    location: Location
+    query_id: str
+    operator: str
+    name: str
+    spec: TableSpec
+    stores: tuple[StoreRef, ...]
+    version: int
+    change_start: int | None
+    change_end: int | None
+    flatten: bool
+    with_expiry: bool
+    with_seq: bool
+    now_ms: int | None
+    partition_bytes: int = PARTITION_BYTES
+    partitions: frozenset[int] | None = field(default=None)
+
+    @property
+    def change_feed(self) -> bool:
+        """Whether this reads a change feed."""
+        return self.change_start is not None
+
+
+def _storage(options: dict[str, str]) -> dict[str, str]:
+    return {k[len("storage.") :]: v for k, v in options.items() if k.startswith("storage.")}
+
+
+def _checkpoint_query(loc: Location) -> str | None:
+    """The query id of a checkpoint location (None: ``loc`` is not a checkpoint)."""
+    try:
+        meta = json.loads(FileIO(loc).read_bytes("metadata").decode("utf-8"))
+    except (StorageNotFoundError, ValueError, UnicodeDecodeError):
+        return None
+    return str(meta["id"]) if isinstance(meta, dict) and "id" in meta else None
+
+
+def query_root(options: dict[str, str], session_root: Location | None) -> tuple[Location, str]:
+    """The root of one query's stores (``<state URI>/<query id>``) named by the options, and
+    the query id.
+
+    ``path`` is a checkpoint location (its query id is read from its ``metadata``; the state
+    is looked for in ``<path>/fsstate``, then under the session's state URI) or a state URI
+    (the query is ``queryId``, or the only one there).
+
+    Raises:
+        ConfigError: ``path`` is missing, or no (single) query's state is found.
+    """
+    lower = {k.lower(): v for k, v in options.items()}
+    path = lower.get("path")
+    if not path:
+        raise ConfigError(
+            'fsstate source: option "path" is required: a checkpoint location or a state URI'
+        )
+    loc = Location.parse(path, _storage(options) or None)
+    query = lower.get("queryid")
+    checkpoint_query = _checkpoint_query(loc)
+    if checkpoint_query is not None:
+        query = query or checkpoint_query
+        candidates = [loc.child(STATE_DIR)] + ([session_root] if session_root else [])
+        for root in candidates:
+            if find_stores(FileIO(root.child(query))):
+                return root.child(query), query
+        raise ConfigError(
+            f"fsstate source: no tiered state of query {query} (checkpoint {loc.describe()}) "
+            f"under {' or '.join(c.describe() for c in candidates)}; if the query ran with "
+            "another spark.fsstate.stateUri, pass that as path with option queryId"
+        )
+    if query is None:
+        found = sorted({s.prefix for s in find_stores(FileIO(loc))})
+        query = _one("query", found, "queryId", loc.describe())
+    return (loc.child(query) if query else loc), query
+
+
+def select(options: dict[str, str], session_root: Location | None = None) -> Selection:
+    """Resolve the options of a read (one listing and a manifest read per store).
+
+    Args:
+        options: the reader's options.
+        session_root: the state URI of the session that registered the source (where
+            ``tiered()`` puts state by default).
+
+    Raises:
+        ConfigError: an option is missing, malformed or ambiguous; the message says which.
+        VersionNotFoundError: the batch id is not retained by every partition.
+    """
+    opts = {k: str(v) for k, v in options.items()}
+    lower = {k.lower(): v for k, v in opts.items()}
+    loc, query_id = query_root(opts, session_root)
+    io = FileIO(loc)
+    stores = find_stores(io, prefix="")
+    where = loc.describe()
+    operator = lower.get("operatorname") or _one(
+        "operator", sorted({s.operator for s in stores}), "operatorName", where
+    )
+    stores = [s for s in stores if s.operator == operator]
+    if not stores:
+        raise ConfigError(
+            f"fsstate source: no committed state of operator {operator!r} under {where}; "
+            "check path, queryId and operatorName"
+        )
+
+    newest = min(s.latest for s in stores)  # the newest version every partition has
+    change_feed = _flag(lower, "readchangefeed", False)
+    version = _int(lower, "batchid")
+    start = _int(lower, "changestartbatchid")
+    end = _int(lower, "changeendbatchid")
+    if change_feed:
+        if start is None:
+            raise ConfigError("fsstate source: readChangeFeed needs option changeStartBatchId")
+        if version is not None:
+            raise ConfigError("fsstate source: give batchId or readChangeFeed, not both")
+        end = newest if end is None else end
+        version = end
+    elif start is not None or end is not None:
+        raise ConfigError(
+            "fsstate source: changeStartBatchId / changeEndBatchId need readChangeFeed=true"
+        )
+    version = newest if version is None else version
+    manifest = read_store_manifest(io, stores[0], version)
+    name = lower.get("statevarname") or _one(
+        "state variable", sorted(manifest.tables), "stateVarName", f"operator {operator!r}"
+    )
+    entry = manifest.tables.get(name)
+    if entry is None:
+        raise ConfigError(
+            f"fsstate source: operator {operator!r} has no state variable {name!r} at batch "
+            f"{version} (it has: {', '.join(sorted(manifest.tables)) or 'none'})"
+        )
+    flatten = _flag(lower, "flattencollectiontypes", True)
+    if change_feed and not flatten and entry.spec.kind != "value":
+        raise ConfigError(
+            "fsstate source: readChangeFeed reads list and map state flattened; drop "
+            "flattenCollectionTypes=false"
+        )
+    return Selection(
+        location=loc,
+        query_id=query_id,
+        operator=operator,
+        name=name,
+        spec=entry.spec,
+        stores=tuple(stores),
+        version=version,
+        change_start=start if change_feed else None,
+        change_end=end if change_feed else None,
+        flatten=flatten,
+        with_expiry=_flag(lower, "includeexpiry", False),
+        with_seq=_flag(lower, "includesequence", False),
+        now_ms=_int(lower, "nowms"),
+        partition_bytes=_partition_bytes(lower),
+    )
+
+
+def _partition_bytes(lower: dict[str, str]) -> int:
+    value = _int(lower, "partitionbytes")
+    if value is None:
+        return PARTITION_BYTES
+    if value == 0:
+        raise ConfigError("fsstate source: option partitionBytes must be > 0")
+    return value

@@ -1,0 +1,22 @@
+"""``tiered(processor)``: a StatefulProcessor's state in fsstate, inside Spark's transformWithState.
+
+Usage::
+
+    from fsstate_spark import tiered
+
+    df.groupBy("key").transformWithStateInPandas(
+        tiered(MyProcessor()), output_schema, "Update", "ProcessingTime")
+
+Layers, top down: :mod:`~fsstate_spark.tiered.processor` (the proxy Spark runs),
+:mod:`~fsstate_spark.tiered.lifecycle` (which store a task opens and when it commits),
+:mod:`~fsstate_spark.tiered.bounded` (in-memory state without micro-batches) and
+:mod:`~fsstate_spark.tiered.settings` (:class:`TieredConfig`). The handles the user's processor
+gets are the shared Spark-shaped state API of :mod:`fsstate_spark.state`. Timers stay with Spark.
+"""
+
+from __future__ import annotations
+
+from fsstate_spark.tiered.processor import TieredProcessor, tiered
+from fsstate_spark.tiered.settings import TieredConfig
+
+__all__ = ["TieredConfig", "TieredProcessor", "tiered"]

@@ -1,0 +1,224 @@
+"""``tiered(processor)``: a StatefulProcessor proxy that keeps the processor's state in fsstate.
+
+The proxy is what Spark pickles and runs. In every task it opens the right store
+(:mod:`fsstate_spark.tiered.lifecycle`), hands the user's processor a
+:class:`fsstate_spark.handles.TieredHandle` in ``init``, binds the grouping key and the batch's
+processing time before each user callback, and commits at ``close``.
+
+Invariants:
+
+* The user's processor is unchanged and called with exactly Spark's arguments.
+* The grouping key stays bound while the iterator returned by ``handleInputRows`` or
+  ``handleExpiredTimer`` is consumed: it is bound again before every step of that iterator,
+  so lazy generators act on the right key even if iterators are interleaved.
+* The store's clock is the processing time Spark passes in ``TimerValues`` (when the time mode
+  gives one), set before any state call of that callback.
+* ``close`` calls the user's ``close`` first, then runs TTL cleanup and commits. If anything
+  raises, nothing is committed and the store stays dirty, so no later task reuses it.
+* Runtime objects (store, handle) are never pickled with the proxy.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+from pyspark.sql.streaming.stateful_processor import (
+    ExpiredTimerInfo,
+    StatefulProcessor,
+    StatefulProcessorHandle,
+    TimerValues,
+)
+
+from fsstate.errors import ConfigError, FsStateError
+from fsstate.interfaces import Key, KeyedStore
+from fsstate_spark.runtime import TaskInfo, TaskMode, current_task
+from fsstate_spark.state.handles import KeyBinding, TieredHandle, normalize_key
+from fsstate_spark.state.map_order import UNSAFEROW
+from fsstate_spark.tiered.bounded import MemoryStore
+from fsstate_spark.tiered.lifecycle import finish_store, open_store
+from fsstate_spark.tiered.settings import TieredConfig, resolve_config
+
+
+class _TaskState:
+    """What one task (one partition of one micro-batch) holds."""
+
+    __slots__ = ("_store_bind", "binding", "handle", "now_ms", "store", "task")
+
+    def __init__(self, task: TaskInfo, store: KeyedStore, handle: TieredHandle) -> None:
+        self.task = task
+        self.store = store
+        self.handle = handle
+        self.binding = handle.binding
+        self.now_ms: int | None = None
+        # in-memory stores want to know the key (bounded input keeps one key's state only)
+        self._store_bind = store.bind if isinstance(store, MemoryStore) else None
+
+    def bind(self, key: Any, timer_values: TimerValues | None) -> Key:
+        """Bind ``key`` (normalized) and the batch's processing time; returns the bound key."""
+        k = normalize_key(key)
+        self.binding.key = k
+        if self._store_bind is not None:
+            self._store_bind(k)
+        if timer_values is not None:
+            now = timer_values.getCurrentProcessingTimeInMs()
+            if now >= 0 and now != self.now_ms:
+                self.now_ms = now
+                self.store.set_time(now)
+        return k
+
+    def bound(self, key: Key, result: Any) -> Any:
+        """Wrap a callback's result so ``key`` is bound whenever it is iterated."""
+        if result is None:
+            return None
+        return _BoundIterator(self.binding, key, iter(result))
+
+
+class _BoundIterator:
+    """An iterator that binds its grouping key before every step of the wrapped one."""
+
+    __slots__ = ("_binding", "_inner", "_key")
+
+    def __init__(self, binding: KeyBinding, key: Key, inner: Iterator[Any]) -> None:
+        self._binding = binding
+        self._key = key
+        self._inner = inner
+
+    def __iter__(self) -> _BoundIterator:
+        return self
+
+    def __next__(self) -> Any:
+        self._binding.key = self._key
+        return next(self._inner)
+
+
+class TieredProcessor(StatefulProcessor):
+    """A StatefulProcessor that runs ``processor`` with its state in fsstate.
+
+    Build it with :func:`tiered`.
+
+    Args:
+        processor: the user's processor.
+        config: validated settings.
+    """
+
+    def __init__(self, processor: StatefulProcessor, config: TieredConfig) -> None:
+        self._processor = processor
+        self._config = config
+        self._task: _TaskState | None = None
+        self._instance = uuid.uuid4().hex  # the same in every task (pickled with it)
+
+    @property
+    def processor(self) -> StatefulProcessor:
+        """The wrapped processor."""
+        return self._processor
+
+    @property
+    def config(self) -> TieredConfig:
+        """The resolved settings."""
+        return self._config
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_task"] = None
+        return state
+
+    def _current(self) -> _TaskState:
+        task = self._task
+        if task is None:
+            raise FsStateError(
+                "fsstate_spark: the processor was called before init(); Spark calls init first"
+            )
+        return task
+
+    # -- Spark's StatefulProcessor API ---------------------------------------------------------
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        """Open this task's store and initialize the user's processor with a tiered handle."""
+        task = current_task()
+        store = open_store(self._config, task)
+        # Spark's MapState order follows its state encoding; bounded input always uses
+        # unsaferow (its store is built from a fresh SQLConf)
+        encoding = self._config.state_encoding if task.mode == TaskMode.STREAMING else UNSAFEROW
+        tiered_handle = TieredHandle(handle, store, KeyBinding(), encoding)
+        self._task = _TaskState(task, store, tiered_handle)
+        self._processor.init(tiered_handle)
+
+    def handleInputRows(self, key: Any, rows: Any, timerValues: TimerValues) -> Any:
+        """Run the user's handleInputRows with ``key`` bound while its output is consumed."""
+        state = self._current()
+        k = state.bind(key, timerValues)
+        return state.bound(k, self._processor.handleInputRows(key, rows, timerValues))
+
+    def handleExpiredTimer(
+        self, key: Any, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
+    ) -> Any:
+        """Run the user's handleExpiredTimer with ``key`` bound while its output is consumed."""
+        state = self._current()
+        k = state.bind(key, timerValues)
+        return state.bound(
+            k, self._processor.handleExpiredTimer(key, timerValues, expiredTimerInfo)
+        )
+
+    def handleInitialState(self, key: Any, initialState: Any, timerValues: TimerValues) -> None:
+        """Run the user's handleInitialState with ``key`` bound."""
+        state = self._current()
+        state.bind(key, timerValues)
+        self._processor.handleInitialState(key, initialState, timerValues)
+
+    def close(self) -> None:
+        """Close the user's processor, then run TTL cleanup and commit the batch's version."""
+        state = self._task
+        self._processor.close()
+        if state is None:
+            return
+        state.binding.key = None
+        finish_store(self._config, state.store, state.task, state.now_ms, self._instance)
+        self._task = None
+
+
+def tiered(
+    processor: StatefulProcessor,
+    *,
+    state_uri: str | None = None,
+    memory_limit: int | str | None = None,
+    name: str | None = None,
+    **options: Any,
+) -> TieredProcessor:
+    """Keep ``processor``'s ValueState / ListState / MapState in fsstate.
+
+    Use the result wherever the processor was used::
+
+        df.groupBy("user").transformWithStateInPandas(
+            tiered(MyProcessor()), output_schema, "Update", "ProcessingTime")
+
+    Settings come from the arguments, then ``spark.fsstate.*`` settings of the active
+    SparkSession (e.g. ``spark.fsstate.stateUri``, ``spark.fsstate.memoryLimit``), then
+    defaults (see :mod:`fsstate_spark.tiered.settings`).
+
+    Args:
+        processor: any pyspark StatefulProcessor; it is not modified.
+        state_uri: where state is stored: a local directory or a URI (``s3://...``).
+        memory_limit: byte budget of the engine in each Python worker (``"512MiB"``).
+        name: operator name, unique within a query (default: the processor's class name).
+        **options: store settings (``retain_versions``, ``compression``, ``row_group_rows``,
+            ...), engine settings (``high_watermark``, ``background_compaction``, ...),
+            ``max_cached_stores`` and ``storage_options`` (object store settings such as
+            ``endpoint``, ``region``, ``access_key_id``, ``secret_access_key``,
+            ``allow_http``: they reach the workers with the processor; see
+            :mod:`fsstate.storage.location`).
+
+    Returns:
+        A StatefulProcessor to pass to ``transformWithStateInPandas`` / ``transformWithState``.
+
+    Raises:
+        ConfigError: a setting is invalid or the state URI cannot be written.
+    """
+    if not isinstance(processor, StatefulProcessor):
+        raise ConfigError(
+            f"tiered() wraps a pyspark StatefulProcessor, got {type(processor).__name__}"
+        )
+    if isinstance(processor, TieredProcessor):
+        raise ConfigError("the processor is already tiered; wrap the original processor once")
+    config = resolve_config(type(processor).__name__, state_uri, memory_limit, name, dict(options))
+    return TieredProcessor(processor, config)

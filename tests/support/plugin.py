@@ -1,0 +1,94 @@
+"""The test suite's pytest plugin (loaded by ``tests/conftest.py``): environment, shared fixtures.
+
+* Spark's Python workers are started by the JVM with the driver's environment, so the
+  repository root is put on ``PYTHONPATH`` here, before any SparkSession exists: workers
+  import processors defined under ``tests/`` and ``examples/`` as ``tests.<...>`` and
+  ``examples.<...>``. PySpark is pointed at this interpreter.
+* ``s3_server``: a real S3 server (SeaweedFS ``weed mini`` on loopback, credentials checked),
+  started once per session when a test asks for it and stopped at the end; ``s3_uri`` gives
+  every test its own prefix of the bucket; :func:`s3_options` are the settings that reach it.
+* ``spark``: one small local SparkSession for the whole session (``conf/spark-defaults.conf``);
+  tests that use it get the ``spark`` marker (``-m "not spark"`` skips them).
+* ``pyfiles``: the ``--py-files`` zip of fsstate and fsstate_spark.
+
+Invariants: no test reaches the network beyond loopback; every server or session a fixture
+starts is stopped by it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from tests.support.s3_server import S3Info, SeaweedS3
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+ROOT = Path(__file__).resolve().parents[2]
+
+_existing = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys([str(ROOT), *_existing]))
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests that use the SparkSession get the ``spark`` marker."""
+    for item in items:
+        if "spark" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.spark)
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Info]:
+    """A credential-checking S3 server on 127.0.0.1 with one bucket (stopped at the end)."""
+    server = SeaweedS3(tmp_path_factory.mktemp("weed"))
+    info = server.start()
+    yield info
+    server.stop()
+
+
+def s3_options(info: S3Info) -> dict[str, str]:
+    """The storage options that reach the test server (explicit: no AWS_* in the tests)."""
+    return {
+        "endpoint": info.endpoint,
+        "access_key_id": info.access_key,
+        "secret_access_key": info.secret_key,
+        "region": "us-east-1",
+        "allow_http": "true",
+    }
+
+
+@pytest.fixture
+def s3_uri(s3_server: S3Info, request: pytest.FixtureRequest) -> str:
+    """A fresh prefix of the test bucket for this test: ``s3://<bucket>/<test>-<uuid>``."""
+    name = "".join(c if c.isalnum() else "-" for c in request.node.name)[:60]
+    return f"s3://{s3_server.bucket}/{name}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    """The suite's SparkSession (settings from conf/spark-defaults.conf)."""
+    from tests.support.spark_local import local_session
+
+    session = local_session("fsstate-spark-tests")
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="session")
+def pyfiles(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The --py-files zip of fsstate and fsstate_spark."""
+    from fsstate_spark.pyfiles import build
+
+    target = tmp_path_factory.mktemp("dist") / "fsstate-pyfiles.zip"
+    names = build(target)
+    assert "fsstate/__init__.py" in names and "fsstate_spark/__init__.py" in names
+    return target
