@@ -4,12 +4,13 @@ Invariants checked: a suite file written by :func:`bench.report.write_suite_json
 commit, dirtiness, start and duration, and its section of the page says them; a file written
 before those fields existed says "commit not recorded" (its ``machine.git_commit`` is not read);
 the page states no commit and no run time of its own; ``python -m bench.report`` rebuilds the
-page from the JSON files alone.
+page from the JSON files alone, and docs/benchmarks.md as committed is that page.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -94,3 +95,14 @@ def test_report_main_rebuilds_the_page_from_json_alone(tmp_path: Path) -> None:
     assert main(["--results-dir", str(tmp_path), "--out", str(out)]) == 0
     assert "`full` run, commit not recorded, started 2026-11-25 04:00 UTC" in out.read_text("utf-8")
     assert main(["--results-dir", str(tmp_path / "none"), "--out", str(out)]) == 1
+
+
+def test_published_page_is_what_the_json_gives(tmp_path: Path) -> None:
+    """docs/benchmarks.md is the page ``python -m bench.report`` builds from bench/results."""
+    from bench.common import RESULTS_DIR
+    from bench.report import DOCS_PATH
+
+    rebuilt = write_docs(RESULTS_DIR, tmp_path / "docs" / "benchmarks.md").read_text("utf-8")
+    # chart links are relative to where the page is written
+    rebuilt = re.sub(r"\]\([^)]*bench/results/", "](../bench/results/", rebuilt)
+    assert rebuilt == DOCS_PATH.read_text("utf-8"), "run python -m bench.report"
