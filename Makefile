@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
-.PHONY: help venv demo demo-s3 test test-engine test-spark lint bench bench-quick dist clean
+.PHONY: help venv demo demo-s3 test test-engine test-spark lint bench bench-quick bench-report dist clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' Makefile | awk 'BEGIN {FS = ":.*## "}; {printf "  %-12s %s\n", $$1, $$2}'
@@ -46,6 +46,9 @@ bench: $(STAMP)  ## run the benchmarks, write bench/results/*.json, a chart and 
 
 bench-quick: $(STAMP)  ## a smaller benchmark run
 	$(PY) -m bench.run --quick
+
+bench-report: $(STAMP)  ## rebuild docs/benchmarks.md from bench/results/*.json (runs nothing)
+	$(PY) -m bench.report
 
 dist: $(STAMP)  ## build dist/fsstate-pyfiles.zip for spark-submit --py-files
 	$(PY) -m fsstate_spark.pyfiles dist/fsstate-pyfiles.zip

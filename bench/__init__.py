@@ -1,5 +1,6 @@
-"""Benchmarks of fsstate: engine micro-benchmarks and (later) end-to-end suites.
+"""Benchmarks of fsstate: engine micro-benchmarks and end-to-end Spark suites.
 
-Run ``python -m bench.run --quick`` (about a minute) or ``--full`` (a few minutes); see
-:mod:`bench.run` for the suite registry and ``docs/benchmarks.md`` for the latest figures.
+Run ``python -m bench.run --quick`` or ``--full``; see :mod:`bench.run` for the suite registry
+and ``docs/benchmarks.md`` for the latest figures, with the commit, start and duration of each
+suite's run (the run time is stated there only).
 """

@@ -294,10 +294,20 @@ def stopwatch() -> Iterator[list[float]]:
 
 
 # -- machine --------------------------------------------------------------------------------------
-def _git_commit() -> str | None:
+@dataclass(frozen=True)
+class GitState:
+    """The checkout the benchmarks run from: ``HEAD``'s full hash (None outside git) and whether
+    tracked files differ from it."""
+
+    commit: str | None
+    dirty: bool
+
+
+def git_state() -> GitState:
+    """``HEAD`` of the checkout holding ``bench/`` and whether its tracked files have changes."""
     try:
         rev = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
+            ["git", "rev-parse", "HEAD"],
             cwd=REPO_ROOT,
             capture_output=True,
             text=True,
@@ -313,8 +323,13 @@ def _git_commit() -> str | None:
             check=True,
         ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
-        return None
-    return rev + ("-dirty" if dirty else "")
+        return GitState(None, False)
+    return GitState(rev or None, bool(dirty))
+
+
+def utc_now() -> str:
+    """The current UTC time, ISO 8601 to the second (``2026-11-25T03:18:44+00:00``)."""
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
 def _cpu_model() -> str:
@@ -329,14 +344,20 @@ def _cpu_model() -> str:
 
 
 def machine_info() -> dict[str, Any]:
-    """CPU, memory, OS and library versions of this machine, plus a UTC timestamp."""
+    """CPU, memory, OS and library versions of this machine, plus a UTC timestamp.
+
+    The commit is not here: each suite's JSON records the commit it ran at (:mod:`bench.run`).
+    ``fsstate_in_checkout`` says whether ``fsstate`` was imported from the checkout whose commit
+    is recorded.
+    """
     import numpy
     import pyarrow
 
     import fsstate
 
+    fsstate_dir = Path(fsstate.__file__).resolve().parent
     info: dict[str, Any] = {
-        "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "timestamp": utc_now(),
         "cpu_count": os.cpu_count(),
         "cpu_model": _cpu_model(),
         "platform": platform.platform(),
@@ -345,8 +366,8 @@ def machine_info() -> dict[str, Any]:
         "pyarrow": pyarrow.__version__,
         "numpy": numpy.__version__,
         "fsstate": getattr(fsstate, "__version__", "?"),
-        "git_commit": _git_commit(),
-        "fsstate_path": str(Path(fsstate.__file__).resolve().parent),
+        "fsstate_path": str(fsstate_dir),
+        "fsstate_in_checkout": fsstate_dir.is_relative_to(REPO_ROOT),
     }
     if hasattr(os, "getloadavg"):
         info["loadavg_1m_at_start"] = round(os.getloadavg()[0], 2)

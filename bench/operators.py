@@ -110,7 +110,7 @@ class _Variant:
         slots ``0 .. last_epoch - 1`` and kept the others; the kept store lost none."""
         per_slot = live // SLOTS
         slots = SLOTS + last_epoch
-        found = self.op.seen.get_many(  # type: ignore[attr-defined]
+        found = self.op.seen.get_many(
             pa.table({"k": key_strings(np.arange(slots * per_slot, dtype=np.int64))})
         ).column("_found")
         got = np.asarray(found.to_numpy(zero_copy_only=False), bool).reshape(slots, per_slot)

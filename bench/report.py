@@ -2,24 +2,41 @@
 
 ``bench/results/<suite>.json`` holds one suite's latest run::
 
-    {"suite": "engine", "mode": "full", "duration_s": 123.4, "machine": {...},
+    {"suite": "engine", "mode": "full", "commit": "<40 hex>", "dirty": false,
+     "started_at": "2026-11-25T03:18:44+00:00", "duration_s": 123.4, "machine": {...},
      "results": [{"suite": ..., "name": ..., "value": ..., "unit": ..., "goal": ...,
                   "goal_op": ">=", "baseline_value": ..., "ratio": ..., "notes": ...,
                   "passed": true, "samples": [...], "stat": "median", "status": "pass",
                   "ci": {"low": ..., "high": ..., "coverage": ...}}, ...]}
 
-The markdown page is rebuilt from every suite file present, so a run of one suite keeps the
-latest figures of the others (each section shows when and how its figures were taken).
+Invariants:
+
+* ``commit`` is ``HEAD`` of the checkout the suite ran from when it started, ``dirty`` is true
+  when the commit alone does not name the code that ran (tracked files changed when the suite
+  started or ended, or ``HEAD`` moved while it ran), ``started_at`` is when the suite started
+  (UTC) and ``duration_s`` how long it took. Files written before these fields existed may
+  lack ``commit`` / ``dirty`` / ``started_at``: a commit is added to such a file only when git
+  history establishes it (the commit that published the file names the commit it ran at),
+  never guessed; ``machine.git_commit`` in old files is what their run saw and is not read.
+* The markdown page is rebuilt from every suite file present, so a run of one suite keeps the
+  latest figures of the others. Each suite's section names its own commit (or says "commit not
+  recorded"), start and duration: suites of one page may come from different runs and commits,
+  so the page names no commit of its own, and the run time is stated only there.
+* ``python -m bench.report`` rebuilds the page from the JSON files without running anything.
 """
 
 from __future__ import annotations
 
+import argparse
+import datetime as _dt
 import json
 import math
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
-from bench.common import REPO_ROOT, Result, write_json
+from bench.common import REPO_ROOT, RESULTS_DIR, Result, write_json
 
 DOCS_PATH = REPO_ROOT / "docs" / "benchmarks.md"
 
@@ -37,14 +54,21 @@ def write_suite_json(
     machine: dict[str, Any],
     mode: str,
     duration_s: float,
+    *,
+    commit: str | None,
+    dirty: bool,
+    started_at: str,
 ) -> Path:
-    """Write ``<results_dir>/<suite>.json``; returns its path."""
+    """Write ``<results_dir>/<suite>.json`` (fields: module docstring); returns its path."""
     path = results_dir / f"{suite}.json"
     write_json(
         path,
         {
             "suite": suite,
             "mode": mode,
+            "commit": commit,
+            "dirty": dirty,
+            "started_at": started_at,
             "duration_s": round(duration_s, 2),
             "machine": machine,
             "results": [r.to_json() for r in results],
@@ -260,8 +284,9 @@ HOW_TO_READ = """\
     commit) over the query's Python workers, and *peak RSS over no-state* is the difference of
     the two. `memory_limit` is per worker process: the notes give the state per partition and
     per worker against it.
-* Figures depend on the machine (below) and on what else runs on it; compare ratios rather than
-  absolute values across machines.
+* Figures depend on the machine (below) and on what else runs on it (each suite gives the load
+  average when its run started: absolute figures move with it, ratios less); compare ratios
+  rather than absolute values across machines.
 """
 
 
@@ -270,33 +295,59 @@ def _machine_lines(machine: dict[str, Any]) -> list[str]:
     mem_txt = f", {mem / 1024**3:.0f} GiB RAM" if mem else ""
     phys = machine.get("cpu_count_physical")
     phys_txt = f" ({phys} physical)" if phys else ""
-    src = str(machine.get("fsstate_path", ""))
-    src_txt = ""
-    if src and not src.startswith(str(REPO_ROOT)):
-        src_txt = f"; fsstate imported from `{src}`, not from this checkout"
     return [
         f"* CPU: {machine.get('cpu_model', '?')}, {machine.get('cpu_count', '?')} logical cores"
         f"{phys_txt}{mem_txt}",
         f"* OS: {machine.get('platform', '?')}",
         f"* Python {machine.get('python', '?')}, pyarrow {machine.get('pyarrow', '?')}, "
-        f"numpy {machine.get('numpy', '?')}, fsstate {machine.get('fsstate', '?')} "
-        f"(checkout at commit {machine.get('git_commit') or '?'}{src_txt})",
-        f"* Load average (1 min) when the run started: {machine.get('loadavg_1m_at_start', '?')}"
-        " (other processes share the cores; absolute figures move with it, ratios less)",
+        f"numpy {machine.get('numpy', '?')}, fsstate {machine.get('fsstate', '?')}",
     ]
+
+
+def _utc(stamp: object) -> str:
+    """An ISO timestamp as ``2026-11-25 03:18 UTC`` (as given if it does not parse)."""
+    try:
+        t = _dt.datetime.fromisoformat(str(stamp))
+    except ValueError:
+        return str(stamp)
+    if t.tzinfo is not None:
+        t = t.astimezone(_dt.timezone.utc)
+    return t.strftime("%Y-%m-%d %H:%M UTC")
+
+
+def run_line(doc: dict[str, Any]) -> str:
+    """What a suite section says about its run: mode, commit, start, duration, load, file."""
+    machine = doc.get("machine", {})
+    commit = doc.get("commit")
+    if commit:
+        at = f" at commit `{str(commit)[:7]}`"
+        if doc.get("dirty"):
+            at += " with uncommitted changes"
+    else:
+        at = ", commit not recorded"
+    if machine.get("fsstate_in_checkout") is False:
+        at += f" (fsstate imported from `{machine.get('fsstate_path', '?')}`, another checkout)"
+    took = f"{doc.get('duration_s', 0):.0f} s"
+    if doc.get("started_at"):
+        when = f", started {_utc(doc['started_at'])}, took {took}"
+    else:
+        when = f"; the run started {_utc(machine.get('timestamp', '?'))}, this suite took {took}"
+    load = machine.get("loadavg_1m_at_start")
+    load_txt = f"; load average (1 min) {load} when the run started" if load is not None else ""
+    return (
+        f"`{doc.get('mode', '?')}` run{at}{when}{load_txt}; raw figures in "
+        f"`bench/results/{doc['suite']}.json`."
+    )
 
 
 def _suite_section(doc: dict[str, Any], docs_dir: Path) -> list[str]:
     suite = doc["suite"]
     results = [Result.from_json(r) for r in doc["results"]]
-    machine = doc.get("machine", {})
     base_head, ratio_head = BASELINE_LABELS.get(suite, ("Dict baseline", "Engine/dict"))
     lines = [
         f"## Suite `{suite}`",
         "",
-        f"Run `{doc.get('mode', '?')}` at {machine.get('timestamp', '?')} in "
-        f"{doc.get('duration_s', 0):.0f} s; raw figures in "
-        f"`bench/results/{suite}.json`.",
+        run_line(doc),
         "",
         f"| Benchmark | Measured | Goal | Status | CI of median | vs goal | {base_head} | "
         f"{ratio_head} | Notes |",
@@ -326,9 +377,7 @@ def _suite_section(doc: dict[str, Any], docs_dir: Path) -> list[str]:
     lines += ["", f"{passed} of {passed + missed} goals met."]
     chart = doc["_path"].with_suffix(".png")
     if chart.exists():
-        rel = (
-            Path("..") / chart.relative_to(REPO_ROOT) if chart.is_relative_to(REPO_ROOT) else chart
-        )
+        rel = Path(os.path.relpath(chart, docs_dir))
         lines += ["", f"![{suite} benchmarks]({rel.as_posix()})"]
     lines.append("")
     return lines
@@ -340,10 +389,13 @@ def write_docs(results_dir: Path, path: Path = DOCS_PATH) -> Path:
     lines = [
         "# Benchmarks",
         "",
-        "<!-- Generated by `python -m bench.run` (make bench / make bench-quick); do not edit by "
-        "hand, edit bench/report.py. -->",
+        "<!-- Generated by `python -m bench.run` (make bench / make bench-quick) or, from the "
+        "JSON alone, `python -m bench.report` (make bench-report); do not edit by hand, edit "
+        "bench/report.py. -->",
         "",
-        "Figures of the latest `make bench` (`--full`) or `make bench-quick` (`--quick`) run. "
+        "Figures of each suite's latest `make bench` (`--full`) or `make bench-quick` "
+        "(`--quick`) run. Suites run separately: each section names the commit, start and "
+        "duration of its own run. "
         "The engine suite measures fsstate tables in-process against a plain Python dict; "
         "end-to-end suites (when present) measure a whole streaming query.",
         "",
@@ -351,15 +403,13 @@ def write_docs(results_dir: Path, path: Path = DOCS_PATH) -> Path:
     ]
     if docs:
         lines += ["## Machine", ""]
-        lines += _machine_lines(docs[0].get("machine", {}))
-        others = [d for d in docs[1:] if d.get("machine", {}).get("cpu_model")]
-        for d in others:
-            m = d["machine"]
-            if m.get("cpu_model") != docs[0]["machine"].get("cpu_model") or m.get(
-                "cpu_count"
-            ) != docs[0]["machine"].get("cpu_count"):
-                lines.append(f"* suite `{d['suite']}` ran on another machine:")
-                lines += ["  " + x for x in _machine_lines(m)]
+        first = _machine_lines(docs[0].get("machine", {}))
+        lines += first
+        for d in docs[1:]:
+            own = _machine_lines(d.get("machine", {}))
+            if d.get("machine", {}).get("cpu_model") and own != first:
+                lines.append(f"* suite `{d['suite']}` ran on a machine or software that differs:")
+                lines += ["  " + x for x in own]
         lines.append("")
     else:
         lines += ["No results yet: run `make bench-quick`.", ""]
@@ -368,9 +418,11 @@ def write_docs(results_dir: Path, path: Path = DOCS_PATH) -> Path:
     lines += [
         "## Reproducing and profiling",
         "",
-        "* `make bench-quick` (a few minutes with the Spark suite) or `make bench` (about half "
-        "an hour on 2 cores; builds a 1 GiB store once). `python -m bench.run --quick --only "
-        "hot` runs one group; `--engine-only` skips Spark.",
+        "* `make bench-quick` or `make bench` (builds a 1 GiB store once; how long each suite "
+        "took is in its section above). `python -m bench.run --quick --only hot` runs one "
+        "group; `--suite NAME` one suite; `--engine-only` skips Spark.",
+        "* `make bench-report` (`python -m bench.report`) rebuilds this page from "
+        "`bench/results/*.json` without running anything.",
         "* `python -m bench.profile --list` lists the profiled engine calls; "
         "`python -m bench.profile get_many_cold` prints where the time of one goes (cProfile).",
         "",
@@ -378,3 +430,23 @@ def write_docs(results_dir: Path, path: Path = DOCS_PATH) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines), encoding="utf-8")
     return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m bench.report``: rebuild the benchmarks page from the suite JSON files."""
+    p = argparse.ArgumentParser(
+        prog="python -m bench.report",
+        description="Rebuild docs/benchmarks.md from bench/results/*.json (runs no benchmark).",
+    )
+    p.add_argument("--results-dir", type=Path, default=RESULTS_DIR, help="suite JSON files")
+    p.add_argument("--out", type=Path, default=DOCS_PATH, help="the page to write")
+    args = p.parse_args(argv)
+    if not load_suite_files(args.results_dir):
+        print(f"no suite JSON in {args.results_dir}", file=sys.stderr)
+        return 1
+    print(f"wrote {write_docs(args.results_dir, args.out)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -11,9 +11,12 @@ To add a suite, write ``bench/<name>.py`` with such a ``run`` function and add o
 
 Outputs, for every suite that ran:
 
-* ``bench/results/<suite>.json``: machine info, mode, duration and the result records;
+* ``bench/results/<suite>.json``: machine info, mode, the commit the suite ran at (and whether
+  the tree was dirty or ``HEAD`` moved while it ran), its start and duration, and the result
+  records (format: :mod:`bench.report`);
 * ``bench/results/<suite>.png``: the chart (matplotlib, Agg backend);
-* ``docs/benchmarks.md``: rebuilt from every ``bench/results/*.json`` present.
+* ``docs/benchmarks.md``: rebuilt from every ``bench/results/*.json`` present
+  (``python -m bench.report`` rebuilds it without running anything).
 
 Exit status: 0 when every suite ran (missed goals are figures, not failures), 1 when a suite
 crashed or a benchmark raised.
@@ -29,7 +32,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.common import RESULTS_DIR, BenchContext, Result, SuiteSkipped, machine_info
+from bench.common import (
+    RESULTS_DIR,
+    BenchContext,
+    Result,
+    SuiteSkipped,
+    git_state,
+    machine_info,
+    utc_now,
+)
 from bench.report import (
     DOCS_PATH,
     fmt_ci,
@@ -138,8 +149,12 @@ register(
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.split("\n")[0])
     size = p.add_mutually_exclusive_group()
-    size.add_argument("--quick", action="store_true", help="small sizes, a few minutes")
-    size.add_argument("--full", action="store_true", help="full sizes, about half an hour")
+    size.add_argument("--quick", action="store_true", help="small sizes")
+    size.add_argument(
+        "--full",
+        action="store_true",
+        help="full sizes (how long each suite took last time: docs/benchmarks.md)",
+    )
     p.add_argument("--engine-only", action="store_true", help="skip non-engine suites (Spark)")
     p.add_argument(
         "--suite", action="append", default=[], metavar="NAME", help="run only this suite"
@@ -200,6 +215,8 @@ def main(argv: list[str] | None = None) -> int:
     t_all = time.perf_counter()
     for suite in selected:
         ctx.log(f"suite {suite.name} ({mode})")
+        git_before = git_state()
+        started_at = utc_now()
         t0 = time.perf_counter()
         try:
             results = suite.load()(ctx)
@@ -214,6 +231,7 @@ def main(argv: list[str] | None = None) -> int:
             status = 1
             continue
         duration = time.perf_counter() - t0
+        git_after = git_state()
         if any(r.notes.startswith("ERROR") for r in results):
             status = 1
         if args.only:
@@ -221,7 +239,18 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\n{suite.name} ({mode}, {duration:.0f} s):")
             _print_table(results)
             continue
-        path = write_suite_json(results_dir, suite.name, results, machine, mode, duration)
+        path = write_suite_json(
+            results_dir,
+            suite.name,
+            results,
+            machine,
+            mode,
+            duration,
+            commit=git_before.commit,
+            # the commit names the code only if the tree was clean and HEAD stayed put throughout
+            dirty=git_before.dirty or git_after.dirty or git_before.commit != git_after.commit,
+            started_at=started_at,
+        )
         chart = write_chart(
             results_dir / f"{suite.name}.png",
             suite.name,

@@ -110,8 +110,9 @@ class WindowCount(StatefulProcessor):
             for start, n in starts.items():
                 start = int(start)
                 if self.counts.containsKey((start,)):
-                    old = self.counts.getValue((start,))[0]
-                    self.counts.updateValue((start,), (old + int(n),))
+                    old = self.counts.getValue((start,))
+                    assert old is not None  # containsKey said so; no extra state call
+                    self.counts.updateValue((start,), (old[0] + int(n),))
                 else:
                     self.counts.updateValue((start,), (int(n),))
                     self.handle.registerTimer(start + WINDOW_MS - 1)
@@ -122,9 +123,10 @@ class WindowCount(StatefulProcessor):
     ) -> Iterator[pd.DataFrame]:
         """Emit the window that ended and forget it."""
         start = expiredTimerInfo.getExpiryTimeInMs() + 1 - WINDOW_MS
-        n = self.counts.getValue((start,))[0]
+        value = self.counts.getValue((start,))
+        assert value is not None  # the window's timer is registered with its first row
         self.counts.removeKey((start,))
-        yield pd.DataFrame({"k": [key[0]], "start": [start], "n": [n]})
+        yield pd.DataFrame({"k": [key[0]], "start": [start], "n": [value[0]]})
 
     def close(self) -> None:
         """Nothing to release."""

@@ -1,0 +1,108 @@
+"""The benchmarks page names, per suite, the commit, start and duration its JSON records.
+
+Invariants checked: a suite file written by :func:`bench.report.write_suite_json` carries its
+commit, dirtiness, start and duration, and its section of the page says them; a file written
+before those fields existed says "commit not recorded" (its ``machine.git_commit`` is not read);
+the page states no commit and no run time of its own; ``python -m bench.report`` rebuilds the
+page from the JSON files alone, and docs/benchmarks.md as committed is that page.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from bench.common import Result, write_json
+from bench.report import load_suite_files, main, run_line, write_docs, write_suite_json
+
+MACHINE: dict[str, Any] = {
+    "timestamp": "2026-11-25T03:18:44+00:00",
+    "cpu_count": 2,
+    "cpu_model": "Test CPU",
+    "platform": "Linux",
+    "python": "3.11.7",
+    "pyarrow": "26.0.1",
+    "numpy": "2.4.6",
+    "fsstate": "0.1.0",
+    "loadavg_1m_at_start": 0.5,
+}
+
+
+def _result(suite: str) -> Result:
+    return Result(suite=suite, name="a row", value=1.5, unit="x", samples=[1.4, 1.5, 1.6])
+
+
+def _write(results_dir: Path, suite: str, *, commit: str | None, dirty: bool) -> Path:
+    return write_suite_json(
+        results_dir,
+        suite,
+        [_result(suite)],
+        MACHINE,
+        "full",
+        123.4,
+        commit=commit,
+        dirty=dirty,
+        started_at="2026-11-25T04:00:00+00:00",
+    )
+
+
+def test_suite_json_records_commit_start_and_duration(tmp_path: Path) -> None:
+    sha = "51f5869e2917b3373330d99e2c80bc515b19fa09"
+    doc = json.loads(_write(tmp_path, "one", commit=sha, dirty=True).read_text("utf-8"))
+    assert (doc["commit"], doc["dirty"], doc["started_at"], doc["duration_s"]) == (
+        sha,
+        True,
+        "2026-11-25T04:00:00+00:00",
+        123.4,
+    )
+    line = run_line(load_suite_files(tmp_path)[0])
+    assert line.startswith("`full` run at commit `51f5869` with uncommitted changes, ")
+    assert "started 2026-11-25 04:00 UTC, took 123 s" in line
+
+
+def test_page_names_each_suites_commit_and_no_commit_of_its_own(tmp_path: Path) -> None:
+    _write(tmp_path, "alpha", commit="a" * 40, dirty=False)
+    _write(tmp_path, "beta", commit="b" * 40, dirty=False)
+    legacy = {
+        "suite": "gamma",
+        "mode": "quick",
+        "duration_s": 5.0,
+        "machine": {**MACHINE, "git_commit": "ccccccc"},
+        "results": [_result("gamma").to_json()],
+    }
+    write_json(tmp_path / "gamma.json", legacy)
+    page = write_docs(tmp_path, tmp_path / "benchmarks.md").read_text("utf-8")
+    sections = page.split("## Suite ")[1:]
+    assert [s.splitlines()[2] for s in sections] == [
+        "`full` run at commit `aaaaaaa`, started 2026-11-25 04:00 UTC, took 123 s; load average "
+        "(1 min) 0.5 when the run started; raw figures in `bench/results/alpha.json`.",
+        "`full` run at commit `bbbbbbb`, started 2026-11-25 04:00 UTC, took 123 s; load average "
+        "(1 min) 0.5 when the run started; raw figures in `bench/results/beta.json`.",
+        "`quick` run, commit not recorded; the run started 2026-11-25 03:18 UTC, this suite took "
+        "5 s; load average (1 min) 0.5 when the run started; raw figures in "
+        "`bench/results/gamma.json`.",
+    ]
+    head = page.split("## Suite ")[0]
+    assert "commit `" not in head and "ccccccc" not in page
+    assert "half an hour" not in page and "a few minutes" not in page
+
+
+def test_report_main_rebuilds_the_page_from_json_alone(tmp_path: Path) -> None:
+    _write(tmp_path, "alpha", commit=None, dirty=False)
+    out = tmp_path / "page.md"
+    assert main(["--results-dir", str(tmp_path), "--out", str(out)]) == 0
+    assert "`full` run, commit not recorded, started 2026-11-25 04:00 UTC" in out.read_text("utf-8")
+    assert main(["--results-dir", str(tmp_path / "none"), "--out", str(out)]) == 1
+
+
+def test_published_page_is_what_the_json_gives(tmp_path: Path) -> None:
+    """docs/benchmarks.md is the page ``python -m bench.report`` builds from bench/results."""
+    from bench.common import RESULTS_DIR
+    from bench.report import DOCS_PATH
+
+    rebuilt = write_docs(RESULTS_DIR, tmp_path / "docs" / "benchmarks.md").read_text("utf-8")
+    # chart links are relative to where the page is written
+    rebuilt = re.sub(r"\]\([^)]*bench/results/", "](../bench/results/", rebuilt)
+    assert rebuilt == DOCS_PATH.read_text("utf-8"), "run python -m bench.report"
