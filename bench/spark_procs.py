@@ -187,7 +187,7 @@ def _store_outcome(handle: StatefulProcessorHandle) -> str:
 
 def _storage_requests() -> int:
     """Requests this process made to tiered state's storage so far (0 without tiered state)."""
-    from fsstate_spark.tiered.lifecycle import storage_requests
+    from fsstate_spark.runtime import storage_requests
 
     return storage_requests()
 

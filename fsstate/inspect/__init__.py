@@ -6,7 +6,7 @@ and verification of every file a version references.
 (:func:`read_table`, :class:`Snapshot`), :mod:`~fsstate.inspect.changes`
 (:func:`read_changes`, :func:`diff_tables`) and :mod:`~fsstate.inspect.verify`
 (:func:`verify_stores`). The command line (:mod:`fsstate.cli`) and the Spark data sources
-(:mod:`fsstate_spark.source`) are built on these.
+(:mod:`fsstate_spark.sources.source`) are built on these.
 """
 
 from __future__ import annotations

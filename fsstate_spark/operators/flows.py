@@ -3,7 +3,7 @@
 A :class:`Flow` describes, lazily, how one micro-batch's rows turn into output: a source
 (a streaming DataFrame, :func:`source`), stateless steps (:meth:`Flow.transform`, any
 DataFrame function) and stateful stages (windowed / session / retracting aggregation,
-deduplication, joins, custom batch processors). :func:`fsstate_spark.driver.write_stream`
+deduplication, joins, custom batch processors). :func:`fsstate_spark.operators.driver.write_stream`
 runs it with ``foreachBatch``: per micro-batch each stage is a shuffle to a fixed partition
 count by its keys and a ``mapInArrow`` whose tasks run :mod:`fsstate.operators` on their
 partition's rows and state. No per-key framework is involved.

@@ -54,10 +54,10 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
-from typing import NamedTuple
+from typing import IO, NamedTuple
 
 try:  # optional
-    import psutil  # type: ignore
+    import psutil
 except ImportError:  # pragma: no cover
     psutil = None
 
@@ -263,7 +263,7 @@ class SeaweedS3:
 
     def __init__(
         self,
-        tmpdir: str | os.PathLike,
+        tmpdir: str | os.PathLike[str],
         *,
         bucket: str = "fsstate-test",
         access_key: str | None = None,
@@ -283,14 +283,14 @@ class SeaweedS3:
         self.start_timeout, self.stop_timeout, self.attempts = start_timeout, stop_timeout, attempts
         self.extra_args = tuple(extra_args)
         self._rng = random.Random(seed)
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
         self.ports: dict[str, int] = {}
         self.workdir: Path | None = None
         self.log_path: Path | None = None
         self.info: S3Info | None = None
         self.startup_seconds: float | None = None  # Popen -> bucket created
         self.healthz_seconds: float | None = None  # Popen -> /healthz answered 200
-        self._log_fh = None
+        self._log_fh: IO[bytes] | None = None
         self._sockets: set[str] = set()
         self._tmp_before: set[str] = set()
         self._started_wall = 0.0
@@ -299,7 +299,7 @@ class SeaweedS3:
     def __enter__(self) -> S3Info:
         return self.start()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
     @property
@@ -341,7 +341,7 @@ class SeaweedS3:
             return None
         try:
             p = psutil.Process(self.proc.pid)
-            return sum(q.memory_info().rss for q in [p, *p.children(recursive=True)])
+            return int(sum(q.memory_info().rss for q in [p, *p.children(recursive=True)]))
         except psutil.Error:
             return None
 
@@ -501,7 +501,7 @@ class SeaweedS3:
                 f"ports={self.ports}; log {self.log_path}:\n{tail}"
             )
 
-    def _terminate(self, proc: subprocess.Popen) -> None:
+    def _terminate(self, proc: subprocess.Popen[bytes]) -> None:
         kids = []
         if psutil is not None:
             with contextlib.suppress(psutil.Error):
