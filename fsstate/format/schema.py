@@ -405,7 +405,8 @@ def schema_to_text(schema: pa.Schema | None) -> str | None:
 
 
 UserKeyOrder = Callable[[tuple[Any, ...]], Any]
-"""A sort key for map user keys (e.g. Spark's MapState order, :mod:`fsstate_spark.state.map_order`)."""
+"""A sort key for map user keys (e.g. Spark's MapState order,
+:mod:`fsstate_spark.state.map_order`)."""
 
 
 def _nulls_last(key: tuple[Any, ...]) -> tuple[tuple[bool, Any], ...]:

@@ -2,8 +2,8 @@
 
 The proxy is what Spark pickles and runs. In every task it opens the right store
 (:mod:`fsstate_spark.tiered.lifecycle`), hands the user's processor a
-:class:`fsstate_spark.state.handles.TieredHandle` in ``init``, binds the grouping key and the batch's
-processing time before each user callback, and commits at ``close``.
+:class:`fsstate_spark.state.handles.TieredHandle` in ``init``, binds the grouping key and the
+batch's processing time before each user callback, and commits at ``close``.
 
 Invariants:
 
