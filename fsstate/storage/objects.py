@@ -19,6 +19,8 @@ Invariants:
   that landed is recognized as ours (same bytes) and never reported as a conflict.
 * Every failure is raised as :class:`ObjectStoreFailure` (an ``OSError``) with the client's
   message scrubbed of the location's secrets, or :class:`fsstate.storage.backend.MissingObject`.
+* Settings are checked before a client is built (:func:`fsstate.storage.location.check_options`,
+  endpoints from the environment too): the client never panics on an endpoint's port.
 * ``open_output`` publishes only when the block ends without an exception: small objects are
   one PUT at the end; larger ones a multipart upload completed at the end (an abandoned upload
   stays invisible).
@@ -28,7 +30,9 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import logging
 import os
+import re
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
@@ -40,7 +44,7 @@ from obstore.store import MemoryStore, from_url
 
 from fsstate.errors import ConfigError
 from fsstate.storage.backend import Backend, FileEntry, MissingObject, RequestStats, SizeMismatch
-from fsstate.storage.location import Location, redact
+from fsstate.storage.location import Location, check_endpoint, check_options, redact
 
 PART_BYTES = 8 * 1024 * 1024  # multipart upload part size (memory held per streamed write)
 TAIL_BYTES = 64 * 1024  # bytes read from a file's end to get its footer (and its real size)
@@ -63,12 +67,33 @@ _CLIENT_KEYS = frozenset(
 _FSSTATE_KEYS = frozenset({"single_writer", "retries_max", "retry_timeout_ms"})
 _DEFAULTS = {"timeout": "30s", "connect_timeout": "5s"}  # the client's own defaults too
 _ENV_PREFIX = {"s3": "AWS", "gs": "GOOGLE", "az": "AZURE"}
+# endpoints the client reads from the environment: (option that wins over them, variables)
+_ENV_ENDPOINTS = {
+    "s3": ("endpoint", ("AWS_ENDPOINT_URL", "AWS_ENDPOINT")),
+    "az": ("endpoint", ("AZURE_STORAGE_ENDPOINT", "AZURE_ENDPOINT")),
+    "gs": ("base_url", ("GOOGLE_BASE_URL",)),
+}
+_DEBUG_SOURCE = "\n\nDebug source:"  # the client appends its full error structure after this
+_PARSE = re.compile(r'failed to parse "(?P<value>[^"]*)" as (?P<kind>\w+)')
+_FORMS = {  # what the client's "failed to parse ... as <kind>" asks for
+    "boolean": "true or false",
+    "Duration": "a duration with a unit, such as 30s",
+    "usize": "a whole number from 0",
+    "HeaderValue": "text without line breaks",
+}
+MESSAGE_CHARS = 300  # a client message is cut here (the rest: debug log)
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 class ObjectStoreFailure(OSError):
     """A request failed (after the client's retries); the message names the object."""
+
+
+def _one_line(text: str, limit: int = MESSAGE_CHARS) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 3].rstrip() + "..."
 
 
 _clients: dict[tuple[Any, ...], Any] = {}
@@ -97,7 +122,39 @@ def client_for(location: Location) -> Any:
         return client
 
 
+def _check_settings(location: Location, opts: dict[str, str]) -> None:
+    """The typed settings (again: a location may not come from ``Location.parse``) and the
+    endpoints the client would read from the environment."""
+    check_options(opts, location.uri())
+    option, variables = _ENV_ENDPOINTS.get(location.scheme, ("", ()))
+    if option and option not in opts:
+        for name in variables:
+            value = os.environ.get(name)
+            if value:
+                check_endpoint(value, name, location.uri(), environment=True)
+
+
+def _build_error(location: Location, opts: dict[str, str], exc: Exception) -> ConfigError:
+    text = redact(str(exc), location)
+    log.debug("cannot build the object store client of %s: %s", location.uri(), text)
+    parsed = _PARSE.search(text)
+    if parsed is not None:
+        names = sorted(k for k, v in opts.items() if v == parsed.group("value"))
+        kind = parsed.group("kind")
+        if names:
+            return ConfigError(
+                f"storage setting {' / '.join(names)} of {location.uri()} is not valid: it must "
+                f"be {_FORMS.get(kind, f'a {kind} as the object_store client reads it')}"
+            )
+    return ConfigError(
+        f"cannot use object store {location} ({_one_line(text.split(_DEBUG_SOURCE, 1)[0])}); "
+        "check the storage options (names as the object_store client spells them: endpoint, "
+        "region, access_key_id, secret_access_key, allow_http, ...)"
+    )
+
+
 def _build(location: Location, opts: dict[str, str]) -> Any:
+    _check_settings(location, opts)
     client_options: dict[str, Any] = {}
     config: dict[str, Any] = {}
     for name, value in opts.items():
@@ -135,11 +192,7 @@ def _build(location: Location, opts: dict[str, str]) -> Any:
             retry_config=retry,
         )
     except (oexc.BaseError, ValueError) as exc:
-        raise ConfigError(
-            f"cannot use object store {location} ({redact(str(exc), location)}); check the "
-            "storage options (names as the object_store client spells them: endpoint, region, "
-            "access_key_id, secret_access_key, allow_http, ...)"
-        ) from None
+        raise _build_error(location, opts, exc) from None
 
 
 class ObjectBackend(Backend):
