@@ -58,7 +58,12 @@ __all__ = ["cli", "main"]
 
 
 class _Failed(click.ClickException):
+    """An error shown as one line (``Error: ...``) on stderr, exit code 2."""
+
     exit_code = 2
+
+    def __init__(self, message: str) -> None:
+        super().__init__(" ".join(message.split()))
 
 
 class _Group(click.Group):

@@ -17,8 +17,11 @@ Invariants:
   backoff (``retries_max`` times, within ``retry_timeout_ms``); a conditional PUT whose answer
   was lost (connection reset, timeout) is retried here after reading the key back, so a write
   that landed is recognized as ours (same bytes) and never reported as a conflict.
-* Every failure is raised as :class:`ObjectStoreFailure` (an ``OSError``) with the client's
-  message scrubbed of the location's secrets, or :class:`fsstate.storage.backend.MissingObject`.
+* Every failure is raised as :class:`ObjectStoreFailure` (an ``OSError``) or
+  :class:`fsstate.storage.backend.MissingObject`; its message is one line: the cause in a few
+  words (connection refused, DNS, timeout, access denied, server error...), the address the
+  client tried, and which settings to check, never a secret. The client's full report (tens of
+  lines) goes to the debug log (logger ``fsstate.storage.objects``), scrubbed of secrets too.
 * Settings are checked before a client is built (:func:`fsstate.storage.location.check_options`,
   endpoints from the environment too): the client never panics on an endpoint's port.
 * ``open_output`` publishes only when the block ends without an exception: small objects are
@@ -73,7 +76,25 @@ _ENV_ENDPOINTS = {
     "az": ("endpoint", ("AZURE_STORAGE_ENDPOINT", "AZURE_ENDPOINT")),
     "gs": ("base_url", ("GOOGLE_BASE_URL",)),
 }
+# the settings to name when the store cannot be reached / refuses the credentials
+_NETWORK_SETTINGS = {
+    "s3": "the storage settings endpoint (or AWS_ENDPOINT_URL) and region (or AWS_REGION)",
+    "gs": "the storage setting base_url (or GOOGLE_BASE_URL) and proxy_url",
+    "az": "the storage settings account_name (or AZURE_STORAGE_ACCOUNT_NAME) and endpoint "
+    "(or AZURE_STORAGE_ENDPOINT)",
+}
+_CREDENTIAL_SETTINGS = {
+    "s3": "the storage settings access_key_id, secret_access_key and session_token (or "
+    "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN)",
+    "gs": "the storage settings service_account or service_account_key (or "
+    "GOOGLE_SERVICE_ACCOUNT, GOOGLE_SERVICE_ACCOUNT_KEY, GOOGLE_APPLICATION_CREDENTIALS)",
+    "az": "the storage settings account_key or sas_key (or AZURE_STORAGE_ACCOUNT_KEY, "
+    "AZURE_STORAGE_SAS_KEY)",
+}
 _DEBUG_SOURCE = "\n\nDebug source:"  # the client appends its full error structure after this
+_REQUEST = re.compile(r"Error performing (?P<method>[A-Z]+) (?P<url>\S+)")
+_STATUS = re.compile(r"status code: (?P<status>\d{3})(?P<reason>[^:\n]*)")
+_RETRIES = re.compile(r"after (?P<n>\d+) retries")
 _PARSE = re.compile(r'failed to parse "(?P<value>[^"]*)" as (?P<kind>\w+)')
 _FORMS = {  # what the client's "failed to parse ... as <kind>" asks for
     "boolean": "true or false",
@@ -81,19 +102,107 @@ _FORMS = {  # what the client's "failed to parse ... as <kind>" asks for
     "usize": "a whole number from 0",
     "HeaderValue": "text without line breaks",
 }
-MESSAGE_CHARS = 300  # a client message is cut here (the rest: debug log)
+_IMDS = ("169.254.169.254", "169.254.170.2", "fd00:ec2::254")  # where S3 looks for credentials
+MESSAGE_CHARS = 300  # an unclassified client message is cut here (the rest: debug log)
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 
 class ObjectStoreFailure(OSError):
-    """A request failed (after the client's retries); the message names the object."""
+    """A request failed (after the client's retries); the message names the cause and what
+    to check (the caller adds the operation and the object)."""
 
 
 def _one_line(text: str, limit: int = MESSAGE_CHARS) -> str:
     line = " ".join(text.split())
     return line if len(line) <= limit else line[: limit - 3].rstrip() + "..."
+
+
+def _address(url: str) -> str:
+    """``scheme://host[:port]`` of a URL (no user info, path or query)."""
+    head = url.split("://", 1)
+    if len(head) != 2:
+        return url
+    return f"{head[0]}://{head[1].split('/', 1)[0].rpartition('@')[2]}"
+
+
+def explain(exc: Exception, location: Location) -> str:
+    """One line for a failed request: its cause, the address tried and what to check.
+
+    The client's message (tens of lines with its debug structure) is logged at debug level;
+    both are scrubbed of the location's secrets.
+    """
+    text = redact(str(exc), location)
+    head = text.split(_DEBUG_SOURCE, 1)[0]
+    log.debug("object store request on %s failed: %s", location.uri(), text)
+    if location.scheme == "memory":
+        return f"{type(exc).__name__}: {_one_line(head)}"
+    request = _REQUEST.search(head)
+    where = _address(request.group("url")) if request else None
+    at = f" at {where}" if where else ""
+    retries = _RETRIES.search(head)
+    n = int(retries.group("n")) if retries else 0
+    tries = f" after {n} retr{'y' if n == 1 else 'ies'}" if retries else ""
+    status = _STATUS.search(head)
+    code = int(status.group("status")) if status else None
+    network = _NETWORK_SETTINGS.get(location.scheme, "the storage settings (endpoint)")
+    credentials = _CREDENTIAL_SETTINGS.get(location.scheme, "the storage credential settings")
+    reach = f"check {network}, and that this machine can reach that address"
+    if where and any(host in where for host in _IMDS):
+        return (
+            f"no credentials were given and none could be fetched from the instance metadata "
+            f"service{at}{tries} ({_one_line(head.rpartition(' - ')[2], 120)}); set {credentials}"
+        )
+    if "ConnectionRefused" in text or "Connection refused" in text:
+        return f"connection refused{at}{tries}; {reach}"
+    if "dns error" in text or "failed to lookup address" in text:
+        return f"DNS lookup failed: unknown host{at}{tries}; {reach}"
+    if "kind: Timeout" in text or "TimedOut" in text or "timed out" in text:
+        return (
+            f"request timeout{at}{tries}: no answer in time; {reach} (the storage settings "
+            "timeout, connect_timeout, retries_max and retry_timeout_ms bound the wait)"
+        )
+    if "BadScheme" in text:
+        return f"plain http refused{at}; set the storage setting allow_http=true or use https"
+    if "certificate" in text.lower() or "InvalidCertificate" in text:
+        return (
+            f"TLS certificate rejected{at}{tries}; check {network} (http:// or https://) and the "
+            "server's certificate (allow_invalid_certificates=true only for test servers)"
+        )
+    if code in (401, 403) or any(
+        word in text
+        for word in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "ExpiredToken")
+    ):
+        reason = f"HTTP {code}{status.group('reason').rstrip()}" if status else "refused"
+        return f"access denied ({reason}){at}; check {credentials}, and their permissions"
+    if "NoSuchBucket" in text:
+        return (
+            f"bucket {location.bucket!r} does not exist{at}; check the bucket in "
+            f"{location.uri()} and {network}"
+        )
+    if any(
+        word in text
+        for word in (
+            "ConnectionReset",
+            "connection reset",
+            "IncompleteMessage",
+            "connection closed",
+            "BrokenPipe",
+            "ConnectionAborted",
+        )
+    ):
+        return (
+            f"connection reset{at}{tries}; try again, and if it persists check the network "
+            "between this machine and that address (storage settings retries_max, "
+            "retry_timeout_ms)"
+        )
+    if code is not None and code >= 500:
+        return (
+            f"server error HTTP {code}{status.group('reason').rstrip() if status else ''}{at}"
+            f"{tries}; try again later (storage settings retries_max, retry_timeout_ms)"
+        )
+    return f"{type(exc).__name__}: {_one_line(head)}; check {network} and {credentials}"
 
 
 _clients: dict[tuple[Any, ...], Any] = {}
@@ -219,8 +328,7 @@ class ObjectBackend(Backend):
         except FileNotFoundError as exc:
             raise MissingObject(key) from exc
         except oexc.BaseError as exc:
-            kind = type(exc).__name__
-            raise ObjectStoreFailure(f"{kind}: {redact(str(exc), self.location)}") from None
+            raise ObjectStoreFailure(explain(exc, self.location)) from None
 
     # -- reads -------------------------------------------------------------------------------
     def read(self, key: str) -> bytes:
@@ -321,13 +429,9 @@ class ObjectBackend(Backend):
                     return self._same_bytes(key, data)
                 except MissingObject:
                     if attempt == CREATE_ATTEMPTS - 1:
-                        raise ObjectStoreFailure(
-                            f"GenericError: {redact(str(exc), self.location)}"
-                        ) from None
+                        raise ObjectStoreFailure(explain(exc, self.location)) from None
             except oexc.BaseError as exc:
-                raise ObjectStoreFailure(
-                    f"{type(exc).__name__}: {redact(str(exc), self.location)}"
-                ) from None
+                raise ObjectStoreFailure(explain(exc, self.location)) from None
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _same_bytes(self, key: str, data: bytes) -> bool:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -235,6 +236,13 @@ def test_module_and_console_script_run() -> None:
     assert subprocess.run([str(script), "--version"], capture_output=True, check=True).stdout
 
 
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+    return port
+
+
 _SECRET = "cli-secret-0123456789"
 
 
@@ -253,15 +261,24 @@ def _cli_args(case: str) -> tuple[list[str], list[str]]:
             "endpoint",
             "65535",
         ]
+    if case == "unreachable":
+        endpoint = f"endpoint=http://127.0.0.1:{_closed_port()}"
+        args = ["-o", endpoint, "-o", "retries_max=0", "-o", "region=us-east-1", *creds]
+        return [*args, "list", "s3://bucket/prefix"], [
+            "StorageError",
+            "cannot list s3://bucket/prefix",
+            "connection refused",
+            "AWS_ENDPOINT_URL",
+        ]
     assert case == "no_state"
     return ["show", "/nonexistent/fsstate-state", "agg", "total"], ["no committed state"]
 
 
-@pytest.mark.parametrize("case", ["bad_number", "port_above_65535", "no_state"])
+@pytest.mark.parametrize("case", ["bad_number", "port_above_65535", "unreachable", "no_state"])
 def test_the_real_command_fails_with_one_line_and_exit_code_2(case: str) -> None:
     """``python -m fsstate`` as a process: exit code 2 and exactly one line on stderr, no
     traceback (a bad number was a ValueError traceback and exit 1, a port above 65535 a panic
-    of the object store client)."""
+    of the object store client, an unreachable store ~40 lines of the client's report)."""
     args, words = _cli_args(case)
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     res = subprocess.run(
