@@ -22,8 +22,10 @@ Invariants:
   words (connection refused, DNS, timeout, access denied, server error...), the address the
   client tried, and which settings to check, never a secret. The client's full report (tens of
   lines) goes to the debug log (logger ``fsstate.storage.objects``), scrubbed of secrets too.
-* Settings are checked before a client is built (:func:`fsstate.storage.location.check_options`,
-  endpoints from the environment too): the client never panics on an endpoint's port.
+* A panic of the client (``pyo3_runtime.PanicException``, a ``BaseException``) never escapes:
+  building a client turns it into a ``ConfigError``, a request into an ``ObjectStoreFailure``.
+  Settings are checked before a client is built (:func:`fsstate.storage.location.check_options`,
+  endpoints from the environment too), so the known panics (a bad endpoint port) do not happen.
 * ``open_output`` publishes only when the block ends without an exception: small objects are
   one PUT at the end; larger ones a multipart upload completed at the end (an abandoned upload
   stays invisible).
@@ -46,8 +48,21 @@ import pyarrow as pa
 from obstore.store import MemoryStore, from_url
 
 from fsstate.errors import ConfigError
-from fsstate.storage.backend import Backend, FileEntry, MissingObject, RequestStats, SizeMismatch
-from fsstate.storage.location import Location, check_endpoint, check_options, redact
+from fsstate.storage.backend import (
+    Backend,
+    FileEntry,
+    MissingObject,
+    RequestStats,
+    SizeMismatch,
+    is_panic,
+)
+from fsstate.storage.location import (
+    ENDPOINT_FORM,
+    Location,
+    check_endpoint,
+    check_options,
+    redact,
+)
 
 PART_BYTES = 8 * 1024 * 1024  # multipart upload part size (memory held per streamed write)
 TAIL_BYTES = 64 * 1024  # bytes read from a file's end to get its footer (and its real size)
@@ -127,7 +142,7 @@ def _address(url: str) -> str:
     return f"{head[0]}://{head[1].split('/', 1)[0].rpartition('@')[2]}"
 
 
-def explain(exc: Exception, location: Location) -> str:
+def explain(exc: BaseException, location: Location) -> str:
     """One line for a failed request: its cause, the address tried and what to check.
 
     The client's message (tens of lines with its debug structure) is logged at debug level;
@@ -138,6 +153,14 @@ def explain(exc: Exception, location: Location) -> str:
     log.debug("object store request on %s failed: %s", location.uri(), text)
     if location.scheme == "memory":
         return f"{type(exc).__name__}: {_one_line(head)}"
+    if is_panic(exc):
+        env = _ENV_PREFIX.get(location.scheme)
+        variables = f" and the {env}_* environment variables" if env else ""
+        return (
+            f"the object store client crashed ({_one_line(head, 160)}); check the storage "
+            f"settings of {location.uri()}{variables}: an endpoint is {ENDPOINT_FORM}, and no "
+            "value may hold a line break"
+        )
     request = _REQUEST.search(head)
     where = _address(request.group("url")) if request else None
     at = f" at {where}" if where else ""
@@ -243,9 +266,15 @@ def _check_settings(location: Location, opts: dict[str, str]) -> None:
                 check_endpoint(value, name, location.uri(), environment=True)
 
 
-def _build_error(location: Location, opts: dict[str, str], exc: Exception) -> ConfigError:
+def _build_error(location: Location, opts: dict[str, str], exc: BaseException) -> ConfigError:
     text = redact(str(exc), location)
     log.debug("cannot build the object store client of %s: %s", location.uri(), text)
+    if is_panic(exc):
+        return ConfigError(
+            f"the object store client of {location.uri()} crashed on its settings "
+            f"({_one_line(text, 160)}); check them (names as the object_store client spells "
+            "them: endpoint, region, access_key_id, secret_access_key, allow_http, ...)"
+        )
     parsed = _PARSE.search(text)
     if parsed is not None:
         names = sorted(k for k, v in opts.items() if v == parsed.group("value"))
@@ -302,6 +331,10 @@ def _build(location: Location, opts: dict[str, str]) -> Any:
         )
     except (oexc.BaseError, ValueError) as exc:
         raise _build_error(location, opts, exc) from None
+    except BaseException as exc:  # only the client's panic (a BaseException) is ours to type
+        if not is_panic(exc):
+            raise
+        raise _build_error(location, opts, exc) from None
 
 
 class ObjectBackend(Backend):
@@ -328,6 +361,10 @@ class ObjectBackend(Backend):
         except FileNotFoundError as exc:
             raise MissingObject(key) from exc
         except oexc.BaseError as exc:
+            raise ObjectStoreFailure(explain(exc, self.location)) from None
+        except BaseException as exc:  # only the client's panic (a BaseException) is ours to type
+            if not is_panic(exc):
+                raise
             raise ObjectStoreFailure(explain(exc, self.location)) from None
 
     # -- reads -------------------------------------------------------------------------------
@@ -432,6 +469,10 @@ class ObjectBackend(Backend):
                         raise ObjectStoreFailure(explain(exc, self.location)) from None
             except oexc.BaseError as exc:
                 raise ObjectStoreFailure(explain(exc, self.location)) from None
+            except BaseException as exc:  # only the client's panic is ours to type
+                if not is_panic(exc):
+                    raise
+                raise ObjectStoreFailure(explain(exc, self.location)) from None
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _same_bytes(self, key: str, data: bytes) -> bool:
@@ -446,7 +487,7 @@ class ObjectBackend(Backend):
                 self.client, self._key(key), buffer_size=PART_BYTES, max_concurrency=2
             ),
         )
-        sink = _CountingWriter(writer)
+        sink = _CountingWriter(self, key, writer)
         ok = False
         try:
             yield sink
@@ -479,13 +520,15 @@ def _ms(ts: Any) -> int | None:
 class _CountingWriter:
     """A binary stream over obstore's writer that keeps the size written."""
 
-    def __init__(self, writer: Any) -> None:
+    def __init__(self, backend: ObjectBackend, key: str, writer: Any) -> None:
+        self._backend = backend
+        self._key = key
         self._writer = writer
         self.size = 0
 
     def write(self, data: Any) -> int:
         n = memoryview(data).nbytes
-        self._writer.write(data)
+        self._backend._call(self._key, lambda: self._writer.write(data))
         self.size += n
         return n
 

@@ -296,3 +296,24 @@ def test_the_real_command_fails_with_one_line_and_exit_code_2(case: str) -> None
     assert "Traceback" not in res.stderr + res.stdout
     assert all(w in lines[0] for w in words), (words, lines[0])
     assert _SECRET not in res.stderr + res.stdout
+
+
+def test_a_panic_of_the_client_is_one_line_and_debug_shows_the_report(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The client panics (a BaseException) signing with a session token holding a line break,
+    read from the environment; the command still ends with one line and exit code 2. With
+    ``--debug`` the client's full reports go to stderr as well."""
+    monkeypatch.setenv("AWS_SESSION_TOKEN", "token\nwith a line break")
+    opts = [
+        *("-o", f"endpoint=http://127.0.0.1:{_closed_port()}"),
+        *("-o", "access_key_id=AKIACLIKEY", "-o", f"secret_access_key={_SECRET}"),
+        *("-o", "region=us-east-1", "-o", "retries_max=0"),
+    ]
+    res = _run(["list", "s3://bucket/prefix"], opts, code=2)
+    assert res.stderr.count("\n") == 1 and "crashed" in res.stderr, res.stderr
+    monkeypatch.delenv("AWS_SESSION_TOKEN")
+    res = _run(["--debug", "list", "s3://bucket/prefix"], opts, code=2)
+    assert "Debug source" in res.stderr and "connection refused" in res.stderr
+    assert res.stderr.splitlines()[-1].startswith("Error: StorageError: cannot list")
+    assert _SECRET not in res.stderr

@@ -1,9 +1,10 @@
 """What a failed object store request says: one line naming the operation and the object, the
 cause in a few words (connection refused, DNS, timeout, access denied) and the settings to
 check, never a secret; the client's tens of lines of debug structure go to the debug log only.
+A panic of the client (a ``BaseException``) comes out as a typed error too.
 
-Real parts only: a closed port, a socket that never answers, a host that cannot resolve, and
-the S3 test server with a wrong secret.
+Real parts only: a closed port, a socket that never answers, a host that cannot resolve, the
+S3 test server with a wrong secret, and a session token the client panics on.
 """
 
 from __future__ import annotations
@@ -99,3 +100,25 @@ def test_a_wrong_secret_names_the_credential_settings(s3_server: S3Info, s3_uri:
     assert f"cannot read {s3_uri}/some/file" in msg
     assert "access denied" in msg and "403" in msg
     assert "secret_access_key" in msg and "AWS_SECRET_ACCESS_KEY" in msg
+
+
+def test_a_panic_of_the_client_is_a_typed_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A value the client cannot put in a header makes it panic when it signs a request
+    (``pyo3_runtime.PanicException``, which ``except Exception`` misses). Settings given to
+    fsstate are checked first, but the client also reads the environment: every request
+    through the backend turns that panic into a StorageError naming the object."""
+    monkeypatch.setenv("AWS_SESSION_TOKEN", "token\nwith a line break")
+    io = FileIO(_location(f"http://127.0.0.1:{closed_port()}"))
+    calls = {
+        "list": lambda: io.list("op", recursive=True),
+        "read": lambda: io.read_bytes("op/file"),
+        "write": lambda: io.publish_bytes("op/file", b"data"),
+        "stat": lambda: io.exists("op/file"),
+    }
+    for what, call in calls.items():
+        with pytest.raises(StorageError) as info:
+            call()
+        msg = str(info.value)
+        _assert_one_line(msg)
+        assert "s3://bucket/state/op" in msg and "crashed" in msg, (what, msg)
+        assert "line break" in msg and "AWS_*" in msg, msg
