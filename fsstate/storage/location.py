@@ -5,7 +5,8 @@ Accepted forms:
 
 * a local path (``/tmp/state``, ``./state``) or ``file:///tmp/state``;
 * ``s3://bucket/prefix``, ``gs://bucket/prefix``, ``az://container/prefix`` (also ``abfs``,
-  ``azure``), and ``memory:///prefix`` (one in-process store, for tests).
+  ``azure``), and ``memory:///prefix`` (one in-process store, for tests); a prefix has no
+  empty segment (``a//b``: object stores cannot address it).
 
 Settings of an object store come from, lowest precedence first: the environment (``AWS_*``,
 ``GOOGLE_*``, ``AZURE_*``, read by the client), the URI (user info ``KEY:SECRET@bucket``, as
@@ -287,6 +288,11 @@ class Location:
                     f"state location {_redact_uri_text(uri)!r} names no bucket: use "
                     f"{scheme}://<bucket>/<prefix>"
                 )
+        if "//" in path:
+            raise ConfigError(
+                f"state location {_redact_uri_text(uri)!r} has an empty path segment ('//'), "
+                "which object stores cannot address: write the prefix with single slashes"
+            )
         location = Location(scheme, bucket, path, tuple(sorted(opts.items())))
         check_options(opts, location.uri())
         return location

@@ -362,6 +362,8 @@ class ObjectBackend(Backend):
             raise MissingObject(key) from exc
         except oexc.BaseError as exc:
             raise ObjectStoreFailure(explain(exc, self.location)) from None
+        except ValueError as exc:  # the client refused the request (a malformed path or range)
+            raise ObjectStoreFailure(f"invalid request: {_one_line(str(exc))}") from None
         except BaseException as exc:  # only the client's panic (a BaseException) is ours to type
             if not is_panic(exc):
                 raise

@@ -122,3 +122,10 @@ def test_a_panic_of_the_client_is_a_typed_error(monkeypatch: pytest.MonkeyPatch)
         _assert_one_line(msg)
         assert "s3://bucket/state/op" in msg and "crashed" in msg, (what, msg)
         assert "line break" in msg and "AWS_*" in msg, msg
+
+
+def test_a_request_the_client_refuses_is_a_storage_error() -> None:
+    """The client raises a plain ValueError for a key it cannot address (an empty segment)."""
+    io = FileIO("memory:///state")
+    with pytest.raises(StorageError, match=r"cannot read memory:///state/a//b: invalid request"):
+        io.read_bytes("a//b")

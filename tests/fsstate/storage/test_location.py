@@ -194,6 +194,13 @@ def test_plain_http_with_allow_http_off_and_control_characters_are_refused() -> 
     assert SECRET not in str(info.value)
 
 
+def test_a_prefix_with_an_empty_segment_is_refused() -> None:
+    """The client cannot address ``a//b`` (it raised a plain ValueError on the first request)."""
+    with pytest.raises(ConfigError, match="empty path segment"):
+        Location.parse("s3://bucket/a//b")
+    assert Location.parse("s3://bucket/a/b/").path == "a/b"
+
+
 def _client_accepts(name: str, value: str) -> bool:
     try:
         from_url("s3://b", config={"region": "us-east-1"}, client_options={name: value})
