@@ -17,13 +17,16 @@ Invariants:
   batch ids, and a version published beside them would be adopted by the next batch. Those
   stores compact in their writer's own tasks.
 * Exit codes: 0 done; 1 ``verify`` found a damaged or missing file (each named on stderr);
-  2 bad usage or an fsstate error (one line naming the object and what to do).
+  2 bad usage (click's usage message) or any error (one line on stderr naming the object and
+  what to do; also for an error fsstate did not type, which is reported as a bug). ``--debug``
+  (before the command) logs the storage client's full reports and tracebacks to stderr.
 * ``--json`` (before the command) prints one JSON document on stdout instead of tables.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -48,6 +51,7 @@ from fsstate.inspect.catalog import StoreRef, find_stores, read_store_manifest
 from fsstate.inspect.changes import diff_tables
 from fsstate.inspect.snapshot import Snapshot
 from fsstate.inspect.verify import verify_stores
+from fsstate.storage.backend import is_panic
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.location import Location
 from fsstate.store import PartitionStore
@@ -57,18 +61,45 @@ from fsstate.store.retention import Retention
 __all__ = ["cli", "main"]
 
 
+log = logging.getLogger("fsstate")
+
+
 class _Failed(click.ClickException):
+    """An error shown as one line (``Error: ...``) on stderr, exit code 2."""
+
     exit_code = 2
+
+    def __init__(self, message: str) -> None:
+        super().__init__(" ".join(message.split()))
 
 
 class _Group(click.Group):
-    """Turns fsstate errors into one line on stderr and exit code 2."""
+    """Turns every error into one line on stderr and exit code 2 (click's own usage errors and
+    exits pass through)."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise
         except FsStateError as exc:
+            log.debug("%s", type(exc).__name__, exc_info=True)
             raise _Failed(f"{type(exc).__name__}: {exc}") from None
+        except Exception as exc:
+            raise _unexpected(exc) from None
+        except BaseException as exc:  # the object store client's panic, not an exit
+            if not is_panic(exc):
+                raise
+            raise _unexpected(exc) from None
+
+
+def _unexpected(exc: BaseException) -> _Failed:
+    log.debug("unexpected %s", type(exc).__name__, exc_info=True)
+    text = " ".join(str(exc).split())
+    return _Failed(
+        f"unexpected {type(exc).__name__}: {text[:300]} (a bug in fsstate: please report it "
+        "with the output of the same command with --debug before the command name)"
+    )
 
 
 class _Env:
@@ -161,6 +192,11 @@ _root = click.argument("root")
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
 @click.option(
+    "--debug",
+    is_flag=True,
+    help="Log the storage client's full error reports and tracebacks to stderr.",
+)
+@click.option(
     "-o",
     "--option",
     "options",
@@ -170,8 +206,20 @@ _root = click.argument("root")
 )
 @click.version_option(package_name="fsstate")
 @click.pass_context
-def cli(ctx: click.Context, as_json: bool, options: tuple[str, ...]) -> None:
+def cli(ctx: click.Context, as_json: bool, debug: bool, options: tuple[str, ...]) -> None:
     """Inspect and maintain fsstate state: ROOT is a state_uri (local path or s3://...)."""
+    if debug:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        level = log.level
+        log.addHandler(handler)
+        log.setLevel(logging.DEBUG)
+
+        def restore() -> None:  # the command may run again in this process (tests)
+            log.removeHandler(handler)
+            log.setLevel(level)
+
+        ctx.call_on_close(restore)
     ctx.obj = _Env(as_json, _option_pairs(options))
 
 

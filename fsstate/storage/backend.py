@@ -14,7 +14,8 @@ Invariants every backend honours:
   whether it did; when the key exists with the very bytes given, it returns True (a retried
   request whose first attempt landed).
 * A missing object raises :class:`MissingObject`; any other failure an ``OSError`` subclass
-  the facade turns into a typed error naming the object.
+  the facade turns into a typed error naming the object. A panic of a native client
+  (:func:`is_panic`) is caught and raised as such an ``OSError`` too.
 """
 
 from __future__ import annotations
@@ -150,6 +151,17 @@ class Backend(ABC):
     @abstractmethod
     def makedirs(self, prefix: str) -> None:
         """Make a directory and its parents (nothing to do on object stores)."""
+
+
+def is_panic(exc: BaseException) -> bool:
+    """Whether ``exc`` is a panic of a native (Rust) client: pyo3's ``PanicException``.
+
+    It derives from ``BaseException`` (``except Exception`` misses it), and pyo3 creates the
+    class lazily under the module name ``pyo3_runtime``, which cannot be imported: it is
+    recognized by its module and name.
+    """
+    kind = type(exc)
+    return kind.__name__ == "PanicException" and kind.__module__ == "pyo3_runtime"
 
 
 def parquet_file(source: Any, metadata: Any = None) -> Any:

@@ -5,7 +5,8 @@ Accepted forms:
 
 * a local path (``/tmp/state``, ``./state``) or ``file:///tmp/state``;
 * ``s3://bucket/prefix``, ``gs://bucket/prefix``, ``az://container/prefix`` (also ``abfs``,
-  ``azure``), and ``memory:///prefix`` (one in-process store, for tests).
+  ``azure``), and ``memory:///prefix`` (one in-process store, for tests); a prefix has no
+  empty segment (``a//b``: object stores cannot address it).
 
 Settings of an object store come from, lowest precedence first: the environment (``AWS_*``,
 ``GOOGLE_*``, ``AZURE_*``, read by the client), the URI (user info ``KEY:SECRET@bucket``, as
@@ -14,6 +15,16 @@ pyarrow writes it, and query parameters), then ``options`` (``tiered(storage_opt
 ``region``, ``access_key_id``, ``secret_access_key``, ``session_token``, ``allow_http``, ...);
 pyarrow's spellings are accepted too (``endpoint_override`` with ``scheme``, ``access_key``,
 ``secret_key``).
+
+Typed settings are checked when a location is parsed (and again when its client is built, for a
+location made some other way), so a bad value fails early with a :class:`ConfigError` naming
+the setting and the form it takes: ``endpoint`` (``http(s)://host[:port][/path]``, port
+1..65535), ``retries_max``, ``retry_timeout_ms`` and ``pool_max_idle_per_host`` (whole numbers
+from 0), ``single_writer``, ``allow_http``, ``allow_invalid_certificates``, ``http1_only`` and
+``http2_only`` (booleans: true/false, 1/0, yes/no, on/off), ``timeout``, ``connect_timeout`` and
+``pool_idle_timeout`` (durations with a unit: ``30s``, ``500ms``, ``2min``). No setting may hold
+a line break or another control character (but PEM certificates and JSON service account keys):
+the client would panic putting it in a request header.
 
 Invariants:
 
@@ -24,6 +35,9 @@ Invariants:
 * :meth:`Location.child` appends path segments to the prefix; the query string and options
   stay where they are.
 * A location is immutable and picklable (it travels to Spark's workers inside the processor).
+* Every location :meth:`Location.parse` or :meth:`Location.with_options` returns has passed
+  :func:`check_options`: no typed setting reaches the object store client in a form it would
+  refuse or panic on (an endpoint port above 65535 makes it panic when it signs a request).
 """
 
 from __future__ import annotations
@@ -61,6 +75,30 @@ _ALIASES = {
     "endpoint_url": "endpoint",
 }
 _SINGLE_WRITER = "single_writer"
+# typed settings: booleans as the object_store client parses them, whole numbers, durations
+_TRUE_WORDS = frozenset({"1", "true", "on", "yes", "y"})
+_BOOL_WORDS = _TRUE_WORDS | {"0", "false", "off", "no", "n"}
+_BOOL_OPTIONS = frozenset(
+    {_SINGLE_WRITER, "allow_http", "allow_invalid_certificates", "http1_only", "http2_only"}
+)
+# name -> (example, largest value: the client's integer types and Python's timedelta bound them)
+_INT_OPTIONS = {
+    "retries_max": ("4", 1_000),
+    "retry_timeout_ms": ("30000", 10**11),
+    "pool_max_idle_per_host": ("8", 1_000_000),
+}
+_DURATION_OPTIONS = frozenset({"timeout", "connect_timeout", "pool_idle_timeout"})
+# humantime's units (how the client parses durations), longest spelling first
+_DURATION = re.compile(
+    r"(?:\s*\d+(?:\.\d+)?\s*(?:nanos|nsec|ns|usec|us|\u00b5s|millis|msec|ms|seconds|second|secs|sec|s"
+    r"|minutes|minute|mins|min|m|hours|hour|hrs|hr|h|days|day|d|weeks|week|wks|wk|w"
+    r"|months|month|M|years|year|yrs|yr|y))+\s*"
+)
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_MULTILINE_WORDS = ("certificate", "service_account_key")  # PEM or JSON documents
+_HOST = re.compile(r"[A-Za-z0-9._-]+")
+_IPV6 = re.compile(r"[0-9A-Fa-f:.]+")
+ENDPOINT_FORM = "http(s)://host[:port][/path] with a port from 1 to 65535"
 
 
 def is_secret(name: str) -> bool:
@@ -91,6 +129,104 @@ def _pyarrow_endpoint(opts: dict[str, str]) -> None:
         opts["allow_http"] = "true"
 
 
+def option_is_true(value: str) -> bool:
+    """Whether a boolean setting's value means true (the object_store client's spellings)."""
+    return value.lower() in _TRUE_WORDS
+
+
+def check_endpoint(
+    value: str, setting: str = "endpoint", where: str = "", environment: bool = False
+) -> None:
+    """Check that ``value`` is an endpoint URL the object store client can use.
+
+    Args:
+        value: the URL (``http(s)://host[:port][/path]``).
+        setting: how the user named it (``endpoint``, ``AWS_ENDPOINT_URL``), for the message.
+        where: the state location it is for (no secret), for the message.
+        environment: ``setting`` is an environment variable (not a storage setting).
+
+    Raises:
+        ConfigError: the scheme is not http or https, the host is missing or malformed, the
+            port is not a number from 1 to 65535, or the URL has a query or fragment.
+    """
+    shown = _redact_uri_text(value)
+    of = f" of {where}" if where else ""
+    kind = "environment variable" if environment else "storage setting"
+
+    def refuse(problem: str) -> ConfigError:
+        return ConfigError(
+            f"{kind} {setting}={shown!r}{of} {problem}: write it as {ENDPOINT_FORM} "
+            f"(e.g. {setting}=https://minio.internal:9000)"
+        )
+
+    parts = urlsplit(value)
+    if parts.scheme.lower() not in ("http", "https"):
+        raise refuse("has no http:// or https:// scheme")
+    if parts.query or parts.fragment or "?" in value or "#" in value:
+        raise refuse("has a query or fragment")
+    hostport = parts.netloc.rpartition("@")[2]
+    if hostport.startswith("["):
+        host, bracket, rest = hostport[1:].partition("]")
+        if not bracket or not _IPV6.fullmatch(host) or (rest and not rest.startswith(":")):
+            raise refuse(f"has a malformed IPv6 host {hostport!r}")
+        port = rest[1:] if rest else None
+    else:
+        host, colon, port_text = hostport.partition(":")
+        port = port_text if colon else None
+        if not host:
+            raise refuse("names no host")
+        if not _HOST.fullmatch(host):
+            raise refuse(f"has a malformed host {host!r} (letters, digits, '.', '-', '_' only)")
+    if port is not None and not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
+        raise refuse(f"has port {port!r}, not a number from 1 to 65535")
+
+
+def check_options(options: Mapping[str, str], where: str = "") -> None:
+    """Check the typed settings among ``options`` (see the module docstring).
+
+    Args:
+        options: normalized settings (names lower case, values strings).
+        where: the state location they are for (no secret), for the message.
+
+    Raises:
+        ConfigError: naming the first setting whose value has the wrong form, and that form.
+    """
+    of = f" of {where}" if where else ""
+
+    def refuse(name: str, value: str, form: str, example: str) -> ConfigError:
+        shown = "***" if is_secret(name) else repr(value)
+        return ConfigError(
+            f"storage setting {name}={shown}{of} is not valid: it must be {form} "
+            f"(e.g. {name}={example})"
+        )
+
+    for name, value in sorted(options.items()):
+        if _CONTROL.search(value) and not any(w in name for w in _MULTILINE_WORDS):
+            raise ConfigError(
+                f"storage setting {name}{of} holds a line break or another control character "
+                "(copied with a trailing newline?): remove it; the object store client cannot "
+                "send it"
+            )
+        if name in _BOOL_OPTIONS and value.lower() not in _BOOL_WORDS:
+            raise refuse(name, value, "true or false (also 1/0, yes/no, on/off)", "true")
+        if name in _INT_OPTIONS:
+            example, largest = _INT_OPTIONS[name]
+            if not (value.isascii() and value.isdigit() and int(value) <= largest):
+                raise refuse(name, value, f"a whole number from 0 to {largest}", example)
+        if name in _DURATION_OPTIONS and not _DURATION.fullmatch(value):
+            raise refuse(name, value, "a duration with a unit, such as 30s, 500ms or 2min", "30s")
+    endpoint = options.get("endpoint")
+    if endpoint is not None:
+        check_endpoint(endpoint, "endpoint", where)
+        allow = options.get("allow_http")
+        plain = urlsplit(endpoint).scheme.lower() == "http"
+        if plain and allow is not None and not option_is_true(allow):
+            raise ConfigError(
+                f"storage setting endpoint={_redact_uri_text(endpoint)!r}{of} is plain http but "
+                f"allow_http={allow!r}: set allow_http=true, or use an https:// endpoint"
+            )
+
+
 @dataclass(frozen=True)
 class Location:
     """A root for state files.
@@ -114,7 +250,8 @@ class Location:
         """Parse a local path or URI; ``options`` win over what the URI says.
 
         Raises:
-            ConfigError: an empty location or a scheme fsstate cannot store state in.
+            ConfigError: an empty location, a scheme fsstate cannot store state in, or a
+                setting whose value has the wrong form (see :func:`check_options`).
         """
         if isinstance(uri, Location):
             return uri.with_options(options or {})
@@ -151,15 +288,27 @@ class Location:
                     f"state location {_redact_uri_text(uri)!r} names no bucket: use "
                     f"{scheme}://<bucket>/<prefix>"
                 )
-        return Location(scheme, bucket, path, tuple(sorted(opts.items())))
+        if "//" in path:
+            raise ConfigError(
+                f"state location {_redact_uri_text(uri)!r} has an empty path segment ('//'), "
+                "which object stores cannot address: write the prefix with single slashes"
+            )
+        location = Location(scheme, bucket, path, tuple(sorted(opts.items())))
+        check_options(opts, location.uri())
+        return location
 
     def with_options(self, options: Mapping[str, Any]) -> Location:
-        """The same location with ``options`` added (they win over the existing ones)."""
+        """The same location with ``options`` added (they win over the existing ones).
+
+        Raises:
+            ConfigError: a setting whose value has the wrong form (see :func:`check_options`).
+        """
         if not options:
             return self
         opts = dict(self.options)
         opts.update(_normalize(options))
         _pyarrow_endpoint(opts)
+        check_options(opts, self.uri())
         return Location(self.scheme, self.bucket, self.path, tuple(sorted(opts.items())))
 
     def child(self, *parts: str) -> Location:
@@ -187,7 +336,7 @@ class Location:
     def single_writer(self) -> bool:
         """Whether the user declared one writer per store at a time (option
         ``single_writer=true``): needed on stores that ignore conditional writes."""
-        return dict(self.options).get(_SINGLE_WRITER, "false") in ("true", "1", "yes")
+        return option_is_true(dict(self.options).get(_SINGLE_WRITER, "false"))
 
     def secrets(self) -> list[str]:
         """The secret values of this location (to scrub them from any text)."""

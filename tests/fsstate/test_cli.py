@@ -1,12 +1,14 @@
 """The ``fsstate`` command line on real stores, local and on the S3 server, through click's test
 runner: list, stats, show and diff agree with :mod:`fsstate.inspect`; verify exits 0 on a clean
 store and 1 naming each truncated, bit-flipped or missing file and each damaged manifest; gc
-deletes only old orphans; compact keeps every row and refuses a streaming writer's store."""
+deletes only old orphans; compact keeps every row and refuses a streaming writer's store; every
+failure of the command (run as a process too) is one line on stderr with exit code 2."""
 
 from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -232,3 +234,86 @@ def test_module_and_console_script_run() -> None:
         assert command in out
     script = Path(sys.executable).parent / "fsstate"
     assert subprocess.run([str(script), "--version"], capture_output=True, check=True).stdout
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+    return port
+
+
+_SECRET = "cli-secret-0123456789"
+
+
+def _cli_args(case: str) -> tuple[list[str], list[str]]:
+    """Arguments of a failing command and words its one line must hold."""
+    creds = ["-o", "access_key_id=AKIACLIKEY", "-o", f"secret_access_key={_SECRET}"]
+    if case == "bad_number":
+        return ["-o", "retries_max=abc", "list", "s3://bucket/prefix"], [
+            "ConfigError",
+            "retries_max",
+            "whole number",
+        ]
+    if case == "port_above_65535":
+        return ["-o", "endpoint=http://127.0.0.1:99999", *creds, "list", "s3://bucket/prefix"], [
+            "ConfigError",
+            "endpoint",
+            "65535",
+        ]
+    if case == "unreachable":
+        endpoint = f"endpoint=http://127.0.0.1:{_closed_port()}"
+        args = ["-o", endpoint, "-o", "retries_max=0", "-o", "region=us-east-1", *creds]
+        return [*args, "list", "s3://bucket/prefix"], [
+            "StorageError",
+            "cannot list s3://bucket/prefix",
+            "connection refused",
+            "AWS_ENDPOINT_URL",
+        ]
+    assert case == "no_state"
+    return ["show", "/nonexistent/fsstate-state", "agg", "total"], ["no committed state"]
+
+
+@pytest.mark.parametrize("case", ["bad_number", "port_above_65535", "unreachable", "no_state"])
+def test_the_real_command_fails_with_one_line_and_exit_code_2(case: str) -> None:
+    """``python -m fsstate`` as a process: exit code 2 and exactly one line on stderr, no
+    traceback (a bad number was a ValueError traceback and exit 1, a port above 65535 a panic
+    of the object store client, an unreachable store ~40 lines of the client's report)."""
+    args, words = _cli_args(case)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    res = subprocess.run(
+        [sys.executable, "-m", "fsstate", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    lines = [line for line in res.stderr.splitlines() if line.strip()]
+    assert res.returncode == 2, (res.returncode, res.stderr)
+    assert len(lines) == 1, res.stderr
+    assert lines[0].startswith("Error: "), lines
+    assert "Traceback" not in res.stderr + res.stdout
+    assert all(w in lines[0] for w in words), (words, lines[0])
+    assert _SECRET not in res.stderr + res.stdout
+
+
+def test_a_panic_of_the_client_is_one_line_and_debug_shows_the_report(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The client panics (a BaseException) signing with a session token holding a line break,
+    read from the environment; the command still ends with one line and exit code 2. With
+    ``--debug`` the client's full reports go to stderr as well."""
+    monkeypatch.setenv("AWS_SESSION_TOKEN", "token\nwith a line break")
+    opts = [
+        *("-o", f"endpoint=http://127.0.0.1:{_closed_port()}"),
+        *("-o", "access_key_id=AKIACLIKEY", "-o", f"secret_access_key={_SECRET}"),
+        *("-o", "region=us-east-1", "-o", "retries_max=0"),
+    ]
+    res = _run(["list", "s3://bucket/prefix"], opts, code=2)
+    assert res.stderr.count("\n") == 1 and "crashed" in res.stderr, res.stderr
+    monkeypatch.delenv("AWS_SESSION_TOKEN")
+    res = _run(["--debug", "list", "s3://bucket/prefix"], opts, code=2)
+    assert "Debug source" in res.stderr and "connection refused" in res.stderr
+    assert res.stderr.splitlines()[-1].startswith("Error: StorageError: cannot list")
+    assert _SECRET not in res.stderr
