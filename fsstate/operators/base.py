@@ -54,12 +54,15 @@ class Epoch:
         partition: the partition.
         late_ms: input at or below this watermark is late (the previous epoch's watermark).
         evict_ms: state at or below this watermark is emitted or removed (this epoch's).
+        now_ms: the epoch's processing time, the same for every attempt of the epoch (None
+            when the driver gives none); the store's TTL clock is set to it.
     """
 
     epoch: int
     partition: int
     late_ms: int = 0
     evict_ms: int = 0
+    now_ms: int | None = None
 
     def __post_init__(self) -> None:
         if self.late_ms > self.evict_ms:
@@ -75,6 +78,10 @@ class Operator(ABC):
     Args:
         name: the operator's state name, unique within a query (its stores live under it).
     """
+
+    #: whether the operator reads the epoch's processing time (``Epoch.now_ms``): a driver
+    #: then fixes one per micro-batch, the same for every attempt
+    uses_clock: bool = False
 
     def __init__(self, name: str) -> None:
         if not isinstance(name, str) or not name or "/" in name:

@@ -87,6 +87,7 @@ def run_epoch(
     config: StoreConfig | None = None,
     pool: StorePool | None = None,
     writer: dict[str, Any] | None = None,
+    now_ms: int | None = None,
 ) -> EpochResult:
     """Run ``op`` on one partition's input of ``epoch`` and commit the epoch.
 
@@ -101,6 +102,8 @@ def run_epoch(
         config: store settings.
         pool: the store pool (the process's by default).
         writer: identity of this operator instance (``{"run": ..., "instance": ...}``).
+        now_ms: the epoch's processing time (the same for every attempt), or None; the store's
+            TTL clock is set to it before the operator runs.
 
     Raises:
         VersionNotFoundError: the parent version is not on storage.
@@ -114,10 +117,12 @@ def run_epoch(
     store = pool.acquire(fileio, op.name, partition, parent, config)
     ok = False
     try:
+        if now_ms is not None:
+            store.set_time(now_ms)
         op.bind(store, batch.schema)
         batch = canonical_order(batch)
         t1 = time.perf_counter()
-        output = op.process(batch, Epoch(epoch, partition, late_ms, evict_ms))
+        output = op.process(batch, Epoch(epoch, partition, late_ms, evict_ms, now_ms))
         schema = op.output_schema(batch.schema)
         if not output.schema.equals(schema):
             output = output.cast(schema)

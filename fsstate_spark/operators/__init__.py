@@ -8,8 +8,11 @@ Usage::
         keys=["k"], time="t", window=ops.Window(size_ms=60_000), aggs=[ops.Agg("count")])
     ops.write_stream(flow, checkpoint_location=ckpt, sink=my_sink).start()
 
-Flows are built with :func:`source`, their methods (:class:`Flow`), :func:`interval_join`
-and :func:`changelog_join`, and run with :func:`write_stream` (a ``foreachBatch`` query whose
+Flows are built with :func:`source`, their methods (:class:`Flow`), :func:`interval_join`,
+:func:`changelog_join` and, for unchanged StatefulProcessors, :func:`transform_with_state` /
+:func:`transform_with_state_in_pandas` (``ops.transform_with_state_in_pandas(df.groupBy("k"),
+MyProcessor(), schema, "Update", "ProcessingTime")``), and run with :func:`write_stream` (a
+``foreachBatch`` query whose
 stages are shuffles and ``mapInArrow`` tasks over :mod:`fsstate.operators`). This package's
 ``__init__`` only re-exports. Its layers, top down: :mod:`~fsstate_spark.operators.driver` (the
 ``foreachBatch`` function), :mod:`~fsstate_spark.operators.flows` (the lazy plan) and
@@ -29,6 +32,7 @@ from fsstate_spark.operators.flows import (
     source,
 )
 from fsstate_spark.operators.settings import FlowSettings
+from fsstate_spark.operators.transform import transform_with_state, transform_with_state_in_pandas
 
 __all__ = [
     "Agg",
@@ -41,5 +45,7 @@ __all__ = [
     "interval_join",
     "parse_duration_ms",
     "source",
+    "transform_with_state",
+    "transform_with_state_in_pandas",
     "write_stream",
 ]

@@ -9,6 +9,9 @@ that per micro-batch ``b``:
    Spark's rules: late rows are those at or below the watermark of ``b - 1``, eviction uses the
    watermark computed after ``b - 1`` from every source's largest event time minus its delay
    (minimum across sources, a source without rows counting as 0);
+   if a stage reads processing time (a StatefulProcessor in ``ProcessingTime`` or ``EventTime``
+   mode), the batch's clock: the driver's time at the batch's first attempt, recorded with
+   the state (put-if-absent), so a re-run of the batch uses the same;
 2. builds the batch's plan: every stage is ``repartition(partitions, *keys).mapInArrow(task)``
    whose tasks run the operator's epoch ``b`` exactly once (:mod:`fsstate_spark.operators.tasks`);
 3. hands the last stage's DataFrame to the user's sink (``sink(df, batch_id)``; without one the
@@ -31,7 +34,10 @@ same, which the equivalence tests use).
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
+import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -42,7 +48,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.streaming.readwriter import DataStreamWriter
 
-from fsstate.errors import ConfigError, VersionNotFoundError
+from fsstate.errors import ConfigError, FsStateError, VersionNotFoundError
 from fsstate.operators.base import EVENT_TIME_META, WATERMARK_META
 from fsstate.operators.runner import check_layout
 from fsstate.operators.watermarks import (
@@ -52,6 +58,7 @@ from fsstate.operators.watermarks import (
     merge_meta,
     next_watermark,
 )
+from fsstate.storage.fileio import FileIO
 from fsstate.storage.manifest import read_manifest
 from fsstate.store.identity import store_dir_for
 from fsstate_spark.operators.flows import Flow, Source, StageSpec, arrow_schema_of
@@ -67,13 +74,18 @@ log = logging.getLogger(__name__)
 
 Sink = Callable[[DataFrame, int], Any]
 SRC = "_fsstate_src"
+CLOCK_DIR = "_fsstate_batches"  # <state_uri>/_fsstate_batches/<batch id>.json: batch clocks
+CLOCK_KEEP = 3  # clock records kept (the last ones; a restart re-runs one batch at most)
 
 
 class _BatchContext:
     """What stages need while one batch's plan is built."""
 
-    def __init__(self, driver: Driver, epoch: int, late_ms: int, evict_ms: int) -> None:
+    def __init__(
+        self, driver: Driver, epoch: int, late_ms: int, evict_ms: int, now_ms: int | None
+    ) -> None:
         self.driver, self.epoch, self.late_ms, self.evict_ms = driver, epoch, late_ms, evict_ms
+        self.now_ms = now_ms
 
     def run_stage(self, spec: StageSpec, df: DataFrame) -> DataFrame:
         d = self.driver
@@ -86,7 +98,7 @@ class _BatchContext:
         arrow_in = arrow_schema_of(df)
         arrow_out = spec.op.output_schema(arrow_in)
         settings = StageSettings(spec.op, d.config, arrow_in, arrow_out, d.writer)
-        task = stage_task(settings, self.epoch, self.late_ms, self.evict_ms)
+        task = stage_task(settings, self.epoch, self.late_ms, self.evict_ms, self.now_ms)
         spark_out = from_arrow_schema(arrow_out, prefer_timestamp_ntz=False)
         keys = [F.col(k) for k in spec.keys]
         shuffled = df.repartition(d.partitions, *keys) if keys else df.repartition(d.partitions)
@@ -104,6 +116,7 @@ class Driver:
         self.writer = {"run": uuid.uuid4().hex, "instance": uuid.uuid4().hex}
         self._metas: dict[int, dict[str, EpochMeta]] = {}  # epoch -> stage -> merged meta
         self._checked = False
+        self._clock = any(s.op.uses_clock for s in flow.stages)
         # the watermark inputs: each source with a watermark, recorded by one stage
         self._inputs: dict[str, tuple[str, str, int]] = {}  # source -> (stage, input, delay)
         for i, src in enumerate(flow.sources):
@@ -164,6 +177,19 @@ class Driver:
                 maxima[src] = seen
         return late, next_watermark(late, maxima, WatermarkSpec(delays))
 
+    def batch_clock(self, fileio: FileIO, batch_id: int) -> int:
+        """The processing time of micro-batch ``batch_id``: fixed by its first attempt and
+        recorded with the state (``_fsstate_batches/<id>.json``, put-if-absent), so a batch
+        re-run after a restart sees the same time (TTL and timers give the same rows)."""
+        path = f"{CLOCK_DIR}/{batch_id:020d}.json"
+        now = int(time.time() * 1000)
+        if not fileio.publish_if_absent(path, json.dumps({"processing_time_ms": now}).encode()):
+            now = int(json.loads(fileio.read_bytes(path))["processing_time_ms"])
+        if batch_id >= CLOCK_KEEP:  # only a batch not yet committed by Spark is re-run
+            with contextlib.suppress(FsStateError):
+                fileio.delete(f"{CLOCK_DIR}/{batch_id - CLOCK_KEEP:020d}.json")
+        return now
+
     # -- one micro-batch -----------------------------------------------------------------------
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
         fileio = fileio_for(self.config.root, self.config.store.fsync)
@@ -179,7 +205,8 @@ class Driver:
                 id(src): batch_df.where(F.col(SRC) == i).select(f"_s{i}.*")
                 for i, src in enumerate(self.flow.sources)
             }
-        ctx = _BatchContext(self, batch_id, late, evict)
+        now = self.batch_clock(fileio, batch_id) if self._clock else None
+        ctx = _BatchContext(self, batch_id, late, evict, now)
         out = self.flow.build(dfs, ctx)
         if self.sink is None:
             out.write.format("noop").mode("overwrite").save()

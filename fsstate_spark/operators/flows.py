@@ -115,6 +115,16 @@ class StageSpec:
 
 
 Build = Callable[[dict[int, DataFrame], Any], DataFrame]
+Prepare = Callable[[DataFrame, Any], DataFrame]  # (a stage's input, the batch context) -> input
+
+
+@dataclass(frozen=True, eq=False)
+class Grouped:
+    """A flow grouped by columns (:meth:`Flow.group_by`), as ``df.groupBy(...)``: what
+    :func:`fsstate_spark.operators.transform_with_state` takes."""
+
+    flow: Flow
+    keys: tuple[str, ...]
 
 
 @dataclass(frozen=True, eq=False)
@@ -134,9 +144,22 @@ class Flow:
         return Flow(self.sources, self.stages, lambda dfs, ctx: fn(parent(dfs, ctx)), self.origin)
 
     # -- stateful ----------------------------------------------------------------------------
+    def group_by(self, *keys: str) -> Grouped:
+        """The flow grouped by columns, for :func:`fsstate_spark.operators.transform_with_state`
+        and :func:`~fsstate_spark.operators.transform_with_state_in_pandas`."""
+        if not keys or not all(isinstance(k, str) and k for k in keys):
+            raise ConfigError(f"group_by{keys!r}: give one or more column names")
+        return Grouped(self, tuple(keys))
+
     def _stage(
-        self, op: Operator, keys: Sequence[str], records: Sequence[tuple[str, Source]] = ()
+        self,
+        op: Operator,
+        keys: Sequence[str],
+        records: Sequence[tuple[str, Source]] = (),
+        prepare: Prepare | None = None,
     ) -> Flow:
+        """This flow followed by a stateful stage running ``op``, shuffled by ``keys``;
+        ``prepare`` turns the stage's input into what its tasks take (per batch)."""
         names = [s.op.name for s in self.stages]
         if op.name in names:
             raise ConfigError(
@@ -145,12 +168,13 @@ class Flow:
             )
         spec = StageSpec(op, tuple(keys), tuple(records))
         parent = self.build
-        return Flow(
-            self.sources,
-            (*self.stages, spec),
-            lambda dfs, ctx: ctx.run_stage(spec, parent(dfs, ctx)),
-            None,
-        )
+
+        def build(dfs: dict[int, DataFrame], ctx: Any) -> DataFrame:
+            df = parent(dfs, ctx)
+            staged: DataFrame = ctx.run_stage(spec, prepare(df, ctx) if prepare else df)
+            return staged
+
+        return Flow(self.sources, (*self.stages, spec), build, None)
 
     def _records(self, time: str) -> list[tuple[str, Source]]:
         o = self.origin

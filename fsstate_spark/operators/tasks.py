@@ -49,7 +49,7 @@ class StageSettings:
 
 
 def stage_task(
-    settings: StageSettings, epoch: int, late_ms: int, evict_ms: int
+    settings: StageSettings, epoch: int, late_ms: int, evict_ms: int, now_ms: int | None = None
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The ``mapInArrow`` function of one stage for one epoch."""
 
@@ -84,6 +84,7 @@ def stage_task(
             evict_ms=evict_ms,
             config=config.store,
             writer=settings.writer,
+            now_ms=now_ms,
         )
         out = _conform(result.output, settings.output_schema)
         yield from out.to_batches(max_chunksize=OUTPUT_BATCH_ROWS)

@@ -4,7 +4,8 @@ The user's processor receives a :class:`TieredHandle` in ``init`` instead of Spa
 Its ``getValueState`` / ``getListState`` / ``getMapState`` take Spark's arguments and return
 objects with exactly the API of Spark's ``ValueState`` / ``ListState`` / ``MapState`` (they
 subclass them, so ``isinstance`` checks keep working), backed by engine tables. Timers go to
-Spark's real handle.
+Spark's real handle inside Spark's operator (``tiered()``), or to the engine
+(:mod:`fsstate_spark.state.timers`) when fsstate drives the processor itself.
 
 Invariants:
 
@@ -46,6 +47,7 @@ from fsstate.interfaces import (
 )
 from fsstate_spark.state.map_order import UNSAFEROW, user_key_order
 from fsstate_spark.state.schemas import SparkSchema, to_arrow
+from fsstate_spark.state.timers import Timers, check_state_name
 
 _PLAIN = frozenset({str, int, float, bool, bytes, type(None)})
 
@@ -56,6 +58,10 @@ class NoGroupingKeyError(FsStateError, RuntimeError):
 
 class EmptyListError(FsStateError, ValueError):
     """An empty list was written to list state (Spark rejects it the same way)."""
+
+
+class TimerModeError(FsStateError, RuntimeError):
+    """A timer call in time mode None (Spark refuses it the same way)."""
 
 
 def _no_key(name: str) -> NoGroupingKeyError:
@@ -276,28 +282,37 @@ class TieredHandle(StatefulProcessorHandle):
     """Spark's StatefulProcessorHandle API with state kept in an fsstate store.
 
     Args:
-        spark_handle: Spark's real handle (timers are delegated to it).
+        spark_handle: Spark's real handle (timers are delegated to it), or None when fsstate
+            drives the processor (``timers`` then).
         store: the partition store (or in-memory store) of this task.
         binding: the shared current-key binding.
         state_encoding: Spark's state encoding in effect for this task: map state iterates in
             Spark's MapState order for it.
+        key_schema: Arrow schema of the grouping key (default: Spark's client's, if any).
+        timers: the engine's timers of the store (instead of Spark's), or None.
+        timers_allowed: False in time mode None, where Spark refuses timer calls.
     """
 
     def __init__(
         self,
-        spark_handle: StatefulProcessorHandle,
+        spark_handle: StatefulProcessorHandle | None,
         store: KeyedStore,
         binding: KeyBinding,
         state_encoding: str = UNSAFEROW,
+        key_schema: pa.Schema | None = None,
+        timers: Timers | None = None,
+        timers_allowed: bool = True,
     ) -> None:
         self._spark_handle = spark_handle
         self._store = store
         self._binding = binding
         self._encoding = state_encoding
+        self._timers = timers
+        self._timers_allowed = timers_allowed
         client = getattr(spark_handle, "_statefulProcessorApiClient", None)
         parse = getattr(client, "_parse_string_schema", None)
         self._ddl_fallback: Callable[[str], StructType] | None = parse
-        self._key_schema = self._grouping_key_schema(client)
+        self._key_schema = key_schema or self._grouping_key_schema(client)
 
     @staticmethod
     def _grouping_key_schema(client: Any) -> pa.Schema | None:
@@ -324,6 +339,7 @@ class TieredHandle(StatefulProcessorHandle):
         self, stateName: str, schema: SparkSchema, ttlDurationMs: int | None = None
     ) -> ValueState:
         """Declare (or get) a value state variable; see Spark's StatefulProcessorHandle."""
+        check_state_name(stateName)
         value_schema = to_arrow(stateName, schema, self._ddl_fallback)
         table = self._store.value_table(stateName, value_schema, self._key_schema, ttlDurationMs)
         return _with_accessors(TieredValueState, ("get", "update"), self._binding, table, stateName)
@@ -332,6 +348,7 @@ class TieredHandle(StatefulProcessorHandle):
         self, stateName: str, schema: SparkSchema, ttlDurationMs: int | None = None
     ) -> ListState:
         """Declare (or get) a list state variable; see Spark's StatefulProcessorHandle."""
+        check_state_name(stateName)
         value_schema = to_arrow(stateName, schema, self._ddl_fallback)
         table = self._store.list_table(stateName, value_schema, self._key_schema, ttlDurationMs)
         return _with_accessors(TieredListState, ("appendValue",), self._binding, table, stateName)
@@ -344,6 +361,7 @@ class TieredHandle(StatefulProcessorHandle):
         ttlDurationMs: int | None = None,
     ) -> MapState:
         """Declare (or get) a map state variable; see Spark's StatefulProcessorHandle."""
+        check_state_name(stateName)
         user_key_schema = to_arrow(stateName, userKeySchema, self._ddl_fallback)
         value_schema = to_arrow(stateName, valueSchema, self._ddl_fallback)
         order = user_key_order(user_key_schema, self._encoding)  # Spark's MapState order
@@ -358,18 +376,46 @@ class TieredHandle(StatefulProcessorHandle):
             stateName,
         )
 
+    def _timer_key(self, call: str) -> tuple[Timers, Key]:
+        if not self._timers_allowed:
+            raise TimerModeError(
+                f"{call}: timers need timeMode 'ProcessingTime' or 'EventTime' (this processor "
+                "runs with timeMode 'None'), as in Spark "
+                "(STATEFUL_PROCESSOR_CANNOT_PERFORM_OPERATION_WITH_INVALID_TIME_MODE)"
+            )
+        key = self._binding.key
+        if key is None:
+            raise _no_key(f"<timers: {call}>")
+        assert self._timers is not None
+        return self._timers, key
+
     def registerTimer(self, expiryTimestampMs: int) -> None:
-        """Register a timer for the current key (Spark's timer service)."""
-        self._spark_handle.registerTimer(expiryTimestampMs)
+        """Register a timer for the current key."""
+        if self._timers is None and self._timers_allowed:
+            assert self._spark_handle is not None
+            self._spark_handle.registerTimer(expiryTimestampMs)
+            return
+        timers, key = self._timer_key("registerTimer")
+        timers.register(key, expiryTimestampMs)
 
     def deleteTimer(self, expiryTimestampMs: int) -> None:
-        """Delete a timer of the current key (Spark's timer service)."""
-        self._spark_handle.deleteTimer(expiryTimestampMs)
+        """Delete a timer of the current key."""
+        if self._timers is None and self._timers_allowed:
+            assert self._spark_handle is not None
+            self._spark_handle.deleteTimer(expiryTimestampMs)
+            return
+        timers, key = self._timer_key("deleteTimer")
+        timers.delete(key, expiryTimestampMs)
 
     def listTimers(self) -> Iterator[int]:
-        """Timers of the current key (Spark's timer service)."""
-        return self._spark_handle.listTimers()
+        """Timers of the current key (in Spark's order)."""
+        if self._timers is None and self._timers_allowed:
+            assert self._spark_handle is not None
+            return self._spark_handle.listTimers()
+        timers, key = self._timer_key("listTimers")
+        return timers.listed(key)
 
     def deleteIfExists(self, stateName: str) -> None:
         """Drop a state variable and all its data from the fsstate store."""
+        check_state_name(stateName)
         self._store.drop_table(stateName)

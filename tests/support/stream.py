@@ -49,6 +49,9 @@ class StreamRunner:
         input_schema: str = INPUT_SCHEMA,
         key: str = "k",
         initial_state: Any = None,
+        driver: bool = False,
+        watermark: tuple[str, str] | None = None,
+        partitions: int = 2,
     ) -> list[tuple[Any, ...]]:
         """Run ``processor`` over ``batches`` (appended to the input of ``name``'s query).
 
@@ -64,6 +67,11 @@ class StreamRunner:
             input_schema: DDL of the input rows.
             key: grouping column.
             initial_state: grouped initial state (``initialState`` of transformWithState).
+            driver: run the processor with fsstate's flow driver
+                (``ops.transform_with_state[_in_pandas]`` and ``ops.write_stream``) instead of
+                Spark's operator.
+            watermark: ``withWatermark(column, delay)`` on the input.
+            partitions: the flow driver's partitions.
 
         Returns:
             Sorted (batch id, *output row) tuples of the data batches.
@@ -78,7 +86,18 @@ class StreamRunner:
         checkpoint = self.root / tag / "checkpoint"
         write_batches(input_dir, batches)
         last = (total_batches or len(batches)) - 1
-        grouped = self.frame(input_dir, input_schema).groupBy(key)
+        frame = self.frame(input_dir, input_schema)
+        if watermark is not None:
+            frame = frame.withWatermark(*watermark)
+        grouped = frame.groupBy(key)
+        if driver:
+            from fsstate_spark import operators as ops
+
+            call = ops.transform_with_state_in_pandas if pandas else ops.transform_with_state
+            flow = call(
+                grouped, processor, output_schema, "Update", time_mode, initialState=initial_state
+            )
+            return self._drive(flow, checkpoint, last, len(batches), partitions)
         if pandas:
             out = grouped.transformWithStateInPandas(
                 processor, output_schema, "Update", time_mode, initialState=initial_state
@@ -116,10 +135,41 @@ class StreamRunner:
             query.stop()
         if query.exception() is not None:
             raise RuntimeError(f"streaming query failed: {query.exception()}")
-        expected = set(range(last + 1 - len(batches), last + 1))  # this run's data batches
+        return self._check(rows, seen, last, len(batches))
+
+    def _check(
+        self, rows: list[tuple[Any, ...]], seen: list[int], last: int, n: int
+    ) -> list[tuple[Any, ...]]:
+        expected = set(range(last + 1 - n, last + 1))  # this run's data batches
         missing = expected - set(seen)
         assert not missing, f"micro-batches {sorted(missing)} never reached the sink ({seen})"
         return sorted(r for r in rows if r[0] <= last)
+
+    def _drive(
+        self, flow: Any, checkpoint: Path, last: int, n: int, partitions: int
+    ) -> list[tuple[Any, ...]]:
+        """Run a flow with fsstate's driver (state under ``<checkpoint>/fsstate``)."""
+        from fsstate_spark import operators as ops
+
+        rows: list[tuple[Any, ...]] = []
+        seen: list[int] = []
+
+        def sink(batch: DataFrame, batch_id: int) -> None:
+            rows.extend((batch_id, *tuple(r)) for r in batch.collect())
+            seen.append(batch_id)
+            time.sleep(0.2)  # keeps micro-batches as far apart as the native runs'
+
+        writer = ops.write_stream(
+            flow, checkpoint_location=str(checkpoint), sink=sink, partitions=partitions
+        )
+        query = writer.trigger(availableNow=True).start()
+        try:
+            query.awaitTermination(300)
+        finally:
+            query.stop()
+        if query.exception() is not None:
+            raise RuntimeError(f"streaming query failed: {query.exception()}")
+        return self._check(rows, seen, last, n)
 
 
 def memo_run(

@@ -1,0 +1,498 @@
+"""A user's unchanged StatefulProcessor run by fsstate over a partition's whole batch.
+
+:class:`ProcessorStage` is an :class:`fsstate.operators.Operator`: the flow driver shuffles a
+micro-batch by the grouping columns and, in each ``mapInArrow`` task, the runner hands it the
+partition's rows and its store (:mod:`fsstate.operators.runner`). The stage then does in one
+Python process, with no state server and no socket, what Spark's Python worker and JVM do
+per key (``pyspark.sql.streaming.stateful_processor_util``, pyspark 4.3):
+
+1. ``init(handle)`` with a handle whose value / list / map state are the ``tiered()`` state
+   objects (:mod:`fsstate_spark.state.handles`) and whose timers live in the store
+   (:mod:`fsstate_spark.state.timers`);
+2. in the first micro-batch, ``handleInitialState`` for every row (Row flavour) or chunk
+   (pandas) of the initial state of each key, before that key's input;
+3. ``handleInputRows(key, rows, timerValues)`` once per key with input: the batch is sorted by
+   key once and sliced; ``rows`` is a lazy iterator of pandas DataFrames (chunks of at most
+   ``spark.sql.execution.arrow.maxRecordsPerBatch`` rows, a fresh ``RangeIndex`` each) or of
+   ``Row`` objects, so a processor that does not read its rows pays no conversion;
+4. ``handleExpiredTimer`` for every timer due (processing time in ``ProcessingTime`` mode, the
+   eviction watermark in ``EventTime`` mode), in expiry order, each timer deleted after its
+   callback, as Spark does; timers registered meanwhile at or before that time fire in the
+   next micro-batch (as in Spark);
+5. ``close()``, then TTL cleanup at the batch's processing time; the runner commits.
+
+Outputs are gathered per task: pandas frames column by column (no concat of small frames),
+converted once with Spark's own pandas-to-Arrow conversion (names or positions, casts and
+checks as Spark's); Rows with ``asDict`` and ``RecordBatch.from_pylist``, as Spark's worker.
+
+Invariants:
+
+* Spark's arguments exactly: ``key`` is a tuple (numpy scalars from the pandas frame in the
+  pandas flavour, Python values in the Row flavour), ``TimerValues`` is ``(-1, -1)`` in time
+  mode None, ``(batch time, eviction watermark)`` otherwise (0 without a watermark).
+* Deterministic given the store version and the set of input rows (rows of a key in the
+  runner's canonical order; processing time fixed per micro-batch by the driver), so retries
+  and re-runs adopt the published version and produce the same rows.
+* In ``EventTime`` mode input rows at or below the previous micro-batch's watermark are late
+  and dropped before the processor sees them, as Spark's operator does.
+* Timer calls in time mode None raise :class:`fsstate_spark.state.handles.TimerModeError`,
+  as Spark refuses them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.streaming.stateful_processor import (
+    ExpiredTimerInfo,
+    StatefulProcessor,
+    TimerValues,
+)
+from pyspark.sql.types import Row, StructType
+
+from fsstate.errors import ConfigError, SchemaError
+from fsstate.operators.base import SIDE, Epoch, Operator, time_us
+from fsstate.store.partition import PartitionStore
+from fsstate.tables.resolve import first_of_group
+from fsstate_spark.state.handles import KeyBinding, TieredHandle
+from fsstate_spark.state.map_order import UNSAFEROW
+from fsstate_spark.state.timers import Timers
+
+TIME_MODES = {"none": "none", "processingtime": "processingtime", "eventtime": "eventtime"}
+OUTPUT_MODES = ("append", "update")
+INPUT = "input"  # struct column of the input rows when an initial state shares the stage
+INIT = "init"  # struct column of the initial state rows
+
+
+@dataclass(frozen=True)
+class ProcessorSpec:
+    """How a stage calls its processor (decided on the driver, pickled with the stage).
+
+    Attributes:
+        keys: the grouping columns (of the input; ``_k0..`` with an initial state).
+        output_type: Spark's output schema.
+        output_mode: ``append`` or ``update`` (Spark's; it changes nothing in the stage).
+        time_mode: ``none``, ``processingtime`` or ``eventtime``.
+        pandas: the pandas flavour (``transformWithStateInPandas``) or the Row one.
+        event_time: the watermark column of the input (event time recorded, late rows
+            dropped in ``eventtime`` mode), or None.
+        initial_state: whether the input carries an initial state (``_side``, ``input``,
+            ``init`` columns).
+        init_keys: the grouping columns of the initial state rows.
+        timezone: the session time zone (timestamps in pandas frames, as Spark's).
+        max_records_per_batch: rows per pandas chunk (``arrow.maxRecordsPerBatch``).
+        state_encoding: Spark's state encoding (MapState iteration order).
+    """
+
+    keys: tuple[str, ...]
+    output_type: StructType
+    output_mode: str
+    time_mode: str
+    pandas: bool
+    event_time: str | None = None
+    initial_state: bool = False
+    init_keys: tuple[str, ...] = ()
+    timezone: str = "UTC"
+    max_records_per_batch: int = 10_000
+    state_encoding: str = UNSAFEROW
+
+    def __post_init__(self) -> None:
+        if self.time_mode not in TIME_MODES.values():
+            raise ConfigError(
+                f"timeMode={self.time_mode!r}: use 'None', 'ProcessingTime' or 'EventTime'"
+            )
+        if self.output_mode not in OUTPUT_MODES:
+            raise ConfigError(f"outputMode={self.output_mode!r}: use 'Append' or 'Update'")
+        if self.time_mode == "eventtime" and self.event_time is None:
+            raise ConfigError(
+                "timeMode='EventTime' needs a watermark: ops.source(df, watermark=(column, "
+                "delay)) or df.withWatermark(column, delay) before groupBy"
+            )
+
+
+def output_arrow_schema(output_type: StructType) -> pa.Schema:
+    """The Arrow schema of a processor's output (timestamps ``timestamp[us, UTC]``)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(output_type, timezone="UTC")
+
+
+class ProcessorStage(Operator):
+    """A StatefulProcessor as a whole-batch stage (see the module docstring).
+
+    Args:
+        name: the stage's state name.
+        processor: the user's processor (unchanged).
+        spec: how it is called.
+    """
+
+    def __init__(self, name: str, processor: StatefulProcessor, spec: ProcessorSpec) -> None:
+        super().__init__(name)
+        if not isinstance(processor, StatefulProcessor):
+            raise ConfigError(
+                f"operator {name!r}: transform_with_state takes a pyspark StatefulProcessor, "
+                f"got {type(processor).__name__}"
+            )
+        self.processor = processor
+        self.spec = spec
+        self.time = spec.event_time
+        self.uses_clock = spec.time_mode != "none"
+        self._out_schema = output_arrow_schema(spec.output_type)
+
+    # -- the operator contract -----------------------------------------------------------------
+    def output_schema(self, input_schema: pa.Schema) -> pa.Schema:
+        return self._out_schema
+
+    def _input_schema(self, schema: pa.Schema) -> pa.Schema:
+        if not self.spec.initial_state:
+            return schema
+        return pa.schema(list(schema.field(INPUT).type))
+
+    def declare(self, store: PartitionStore, input_schema: pa.Schema) -> None:
+        rows = self._input_schema(input_schema)
+        missing = [k for k in self.spec.keys if k not in rows.names]
+        if missing:
+            raise SchemaError(
+                f"operator {self.name!r}: grouping column(s) {missing} are not in the input "
+                f"({rows.names})"
+            )
+        self._key_schema = pa.schema([rows.field(k).with_nullable(True) for k in self.spec.keys])
+        self._timers = (
+            Timers(store, self._key_schema, self.spec.state_encoding)
+            if self.spec.time_mode != "none"
+            else None
+        )
+
+    def event_times(self, batch: pa.Table) -> dict[str, pa.Array]:
+        if self.time is None:
+            return {}
+        rows = self._rows(batch, 0)
+        return {"input": time_us(rows.column(self.time), self.name, self.time)}
+
+    def process(self, batch: pa.Table, epoch: Epoch) -> pa.Table:
+        spec = self.spec
+        rows = self._rows(batch, 0)
+        init = self._rows(batch, 1) if spec.initial_state and epoch.epoch == 0 else None
+        if spec.time_mode == "eventtime" and self.time is not None and rows.num_rows:
+            t = time_us(rows.column(self.time), self.name, self.time)
+            late = pc.fill_null(pc.less_equal(t, epoch.late_ms * 1000), False)
+            rows = rows.filter(pc.invert(late))
+        if spec.time_mode == "none":
+            values = TimerValues(-1, -1)
+        else:
+            now = -1 if epoch.now_ms is None else epoch.now_ms
+            values = TimerValues(now, epoch.evict_ms)
+        binding = KeyBinding()
+        handle = TieredHandle(
+            None,
+            self.store,
+            binding,
+            spec.state_encoding,
+            key_schema=self._key_schema,
+            timers=self._timers,
+            timers_allowed=spec.time_mode != "none",
+        )
+        out = _PandasOutput(spec.output_type) if spec.pandas else _RowOutput(self._out_schema)
+        self.processor.init(handle)
+        self._run_keys(rows, init, binding, values, out)
+        if self._timers is not None:
+            through = epoch.evict_ms if spec.time_mode == "eventtime" else epoch.now_ms
+            if through is not None:
+                self._fire(self._timers, through, binding, values, out)
+        binding.key = None
+        self.processor.close()
+        if self._timers is not None:
+            self._timers.flush()
+        if spec.time_mode != "none" and epoch.now_ms is not None:
+            self.store.expire()
+        return out.table()
+
+    # -- input ---------------------------------------------------------------------------------
+    def _rows(self, batch: pa.Table, side: int) -> pa.Table:
+        """The input rows (side 0) or the initial state rows (side 1) as plain columns."""
+        if not self.spec.initial_state:
+            return batch
+        mask = pc.equal(batch.column(SIDE), side)
+        col = batch.filter(mask).column(INPUT if side == 0 else INIT).combine_chunks()
+        struct_type = col.type
+        if isinstance(col, pa.ChunkedArray):  # pragma: no cover - combine_chunks gives an Array
+            col = col.combine_chunks()
+        fields = list(struct_type)
+        return pa.Table.from_arrays(col.flatten(), schema=pa.schema(fields))
+
+    def _groups(
+        self, table: pa.Table, keys: tuple[str, ...]
+    ) -> tuple[pa.Table, np.ndarray[Any, Any]]:
+        """``table`` sorted by ``keys`` (stable) and the row offsets where each key starts."""
+        if table.num_rows == 0:
+            return table, np.zeros(1, np.int64)
+        sort_keys = [(k, "ascending") for k in keys]
+        order = pc.sort_indices(table, sort_keys=sort_keys)  # nulls last
+        table = table.take(order)
+        cols = [table.column(k).combine_chunks() for k in keys]
+        starts = np.flatnonzero(first_of_group(cols))
+        return table, np.append(starts, table.num_rows)
+
+    def _run_keys(
+        self,
+        rows: pa.Table,
+        init: pa.Table | None,
+        binding: KeyBinding,
+        values: TimerValues,
+        out: _Output,
+    ) -> None:
+        spec = self.spec
+        proc = self.processor
+        rows, bounds = self._groups(rows, spec.keys)
+        data = _Slicer(rows, bounds, spec, spec.keys) if rows.num_rows else None
+        if init is not None and init.num_rows:
+            init, init_bounds = self._groups(init, spec.init_keys)
+            init_data: _Slicer | None = _Slicer(init, init_bounds, spec, spec.init_keys)
+        else:
+            init_data = None
+        for key, i, j in _merge_keys(data, init_data):
+            k = _store_key(key)
+            binding.key = k
+            if j is not None:
+                assert init_data is not None
+                for chunk in init_data.chunks(j):
+                    binding.key = k
+                    proc.handleInitialState(key, chunk, values)
+            if i is not None:
+                assert data is not None
+                binding.key = k
+                result = proc.handleInputRows(key, data.chunks(i), values)
+                if result is not None:
+                    for item in result:
+                        binding.key = k  # a lazy generator may interleave: re-bind
+                        out.add(item)
+
+    def _fire(
+        self,
+        timers: Timers,
+        through_ms: int,
+        binding: KeyBinding,
+        values: TimerValues,
+        out: _Output,
+    ) -> None:
+        proc = self.processor
+        for key, ts in timers.due(through_ms):
+            binding.key = key
+            result = proc.handleExpiredTimer(key, values, ExpiredTimerInfo(ts))
+            if result is not None:
+                for item in result:
+                    binding.key = key
+                    out.add(item)
+            binding.key = key
+            timers.delete(key, ts)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        state.pop("_timers", None)
+        return state
+
+
+def _store_key(key: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The store's key of a Spark key (numpy scalars as Python values)."""
+    if all(type(v) in _PLAIN for v in key):
+        return key
+    return tuple(
+        v.item() if hasattr(v, "item") and type(v).__module__ == "numpy" else v for v in key
+    )
+
+
+_PLAIN = frozenset({str, int, float, bool, bytes, type(None)})
+
+
+class _Slicer:
+    """The rows of each key of a sorted table, in the processor's flavour."""
+
+    def __init__(
+        self,
+        table: pa.Table,
+        bounds: np.ndarray[Any, Any],
+        spec: ProcessorSpec,
+        keys: tuple[str, ...],
+    ) -> None:
+        self.bounds = bounds
+        self.spec = spec
+        self.n = len(bounds) - 1
+        names = table.column_names
+        key_idx = [names.index(k) for k in keys]
+        if spec.pandas:
+            self.frame = _to_pandas(table, spec.timezone)
+            key_cols = [self.frame.iloc[:, i].to_numpy() for i in key_idx]
+            starts = bounds[:-1]
+            self.keys: list[tuple[Any, ...]] = list(zip(*(c[starts] for c in key_cols)))
+        else:
+            cols = [c.to_pylist() for c in table.columns]
+            row_type = Row(*names)
+            self.rows: list[Any] = list(map(row_type, *cols))
+            starts = bounds[:-1].tolist()
+            self.keys = [tuple(cols[i][s] for i in key_idx) for s in starts]
+
+    def chunks(self, g: int) -> Iterator[Any]:
+        """A lazy iterator over group ``g``'s rows (pandas chunks, or Rows)."""
+        a, b = int(self.bounds[g]), int(self.bounds[g + 1])
+        if not self.spec.pandas:
+            return iter(self.rows[a:b])
+        return self._frames(a, b)
+
+    def _frames(self, a: int, b: int) -> Iterator[Any]:
+        import pandas as pd
+
+        step = self.spec.max_records_per_batch
+        for s in range(a, b, step):
+            e = min(b, s + step)
+            chunk = self.frame.iloc[s:e]
+            chunk.index = pd.RangeIndex(e - s)
+            yield chunk
+
+
+def _to_pandas(table: pa.Table, timezone: str) -> Any:
+    """The table as one pandas DataFrame, converted as Spark's Python worker converts."""
+    import pandas as pd
+    from pyspark.sql.conversion import ArrowBatchTransformer
+
+    series = ArrowBatchTransformer.to_pandas(table, timezone=timezone)
+    if not series:
+        return pd.DataFrame(index=pd.RangeIndex(table.num_rows))
+    frame = pd.concat(series, axis=1)
+    frame.columns = table.column_names
+    return frame
+
+
+def _merge_keys(
+    data: _Slicer | None, init: _Slicer | None
+) -> Iterator[tuple[tuple[Any, ...], int | None, int | None]]:
+    """(key, group in data, group in init) for every key of either, data's order first."""
+    if init is None:
+        if data is not None:
+            for i, key in enumerate(data.keys):
+                yield key, i, None
+        return
+    init_of = {_store_key(k): j for j, k in enumerate(init.keys)}
+    seen: set[tuple[Any, ...]] = set()
+    if data is not None:
+        for i, key in enumerate(data.keys):
+            sk = _store_key(key)
+            j = init_of.get(sk)
+            seen.add(sk)
+            yield key, i, j
+    for j, key in enumerate(init.keys):
+        if _store_key(key) not in seen:
+            yield key, None, j
+
+
+class _Output:
+    def add(self, item: Any) -> None:
+        raise NotImplementedError
+
+    def table(self) -> pa.Table:
+        raise NotImplementedError
+
+
+class _RowOutput(_Output):
+    """Rows yielded by a Row-flavour processor, converted as Spark's worker converts them."""
+
+    def __init__(self, schema: pa.Schema) -> None:
+        self.schema = schema
+        self.rows: list[dict[str, Any]] = []
+
+    def add(self, item: Any) -> None:
+        if not isinstance(item, Row):
+            raise SchemaError(
+                f"transform_with_state: the processor yielded a {type(item).__name__}; the "
+                "Row flavour yields pyspark.sql.Row objects"
+            )
+        self.rows.append(item.asDict(True))
+
+    def table(self) -> pa.Table:
+        return pa.Table.from_batches([pa.RecordBatch.from_pylist(self.rows, schema=self.schema)])
+
+
+class _PandasOutput(_Output):
+    """Frames yielded by a pandas-flavour processor, gathered by column and converted once."""
+
+    def __init__(self, output_type: StructType) -> None:
+        self.output_type = output_type
+        self.names = output_type.names
+        self.parts: list[list[Any]] = [[] for _ in self.names]
+
+    def add(self, item: Any) -> None:
+        import pandas as pd
+
+        if not isinstance(item, pd.DataFrame):
+            raise SchemaError(
+                f"transform_with_state: the processor yielded a {type(item).__name__}; the "
+                "pandas flavour yields pandas DataFrames (Spark's 'Invalid return type')"
+            )
+        if not len(item):
+            return
+        cols = list(item.columns)
+        if len(cols) < len(self.names):
+            raise SchemaError(
+                f"transform_with_state: a yielded DataFrame has columns {cols}, the output "
+                f"schema {self.names}"
+            )
+        if all(isinstance(c, str) for c in cols):
+            missing = [n for n in self.names if n not in cols]
+            if missing:
+                raise SchemaError(
+                    f"transform_with_state: a yielded DataFrame has no column(s) {missing} of "
+                    f"the output schema {self.names}"
+                )
+            arrays = _column_arrays(item, [cols.index(n) for n in self.names])
+        else:
+            arrays = _column_arrays(item, list(range(len(self.names))))
+        for part, arr in zip(self.parts, arrays, strict=True):
+            part.append(arr)
+
+    def table(self) -> pa.Table:
+        import pandas as pd
+        from pyspark.sql.conversion import PandasToArrowConversion
+
+        cols = {}
+        for name, part in zip(self.names, self.parts, strict=True):
+            cols[name] = _concat(part)
+        frame = pd.DataFrame(cols)
+        batch = PandasToArrowConversion.convert(
+            frame,
+            self.output_type,
+            timezone="UTC",
+            safecheck=True,
+            arrow_cast=True,
+            assign_cols_by_name=True,
+        )
+        return pa.Table.from_batches([batch])
+
+
+def _column_arrays(frame: Any, positions: list[int]) -> list[Any]:
+    """The frame's columns at ``positions`` as arrays (pandas' fast column iterator when
+    present: one call per frame, not one ``__getitem__`` per column)."""
+    it: Callable[[], Iterator[Any]] | None = getattr(frame, "_iter_column_arrays", None)
+    if it is not None:
+        arrays = list(it())
+        return [arrays[p] for p in positions]
+    return [frame.iloc[:, p].to_numpy() for p in positions]
+
+
+def _concat(parts: list[Any]) -> Any:
+    """One array of a column's parts (numpy or pandas extension arrays)."""
+    import pandas as pd
+
+    if not parts:
+        return np.array([], dtype=object)
+    if len(parts) == 1:
+        return parts[0]
+    if all(isinstance(p, np.ndarray) for p in parts):
+        dtypes = {p.dtype for p in parts}
+        if len(dtypes) == 1:
+            return np.concatenate(parts)
+        return np.concatenate([p.astype(object) for p in parts])
+    return pd.concat([pd.Series(p) for p in parts], ignore_index=True).array

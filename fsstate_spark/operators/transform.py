@@ -1,0 +1,342 @@
+"""``transform_with_state`` / ``transform_with_state_in_pandas``: Spark's calls, driven by fsstate.
+
+Switching a query is one line: where it says
+``df.groupBy("k").transformWithStateInPandas(MyProcessor(), schema, "Update", "ProcessingTime")``
+it says ``ops.transform_with_state_in_pandas(df.groupBy("k"), MyProcessor(), schema, "Update",
+"ProcessingTime")`` and runs the flow with :func:`fsstate_spark.operators.write_stream`. The
+processor is unchanged; :mod:`fsstate_spark.operators.processor` runs it over each partition's
+whole batch. The result is a :class:`~fsstate_spark.operators.flows.Flow`, so further stages
+chain after it.
+
+What is taken from the grouped DataFrame (classic PySpark): its DataFrame, its grouping
+columns (plain column names) and the watermark declared with ``withWatermark`` on it (one
+event-time column and delay; it becomes the flow source's watermark, Spark's rules apply). A
+:class:`~fsstate_spark.operators.flows.Grouped` flow (``flow.group_by("k")``) works too.
+
+Invariants:
+
+* Everything is checked when the flow is built, on the driver: the processor's type, the
+  modes, the output schema, grouping columns and their presence, the initial state's grouping
+  (same number of columns), ``EventTime`` without a watermark. Nothing fails later in a worker
+  for a reason known here.
+* An initial state is read in micro-batch 0 only (as Spark), shuffled with the input by the
+  grouping key (its key columns cast to the input's key types, so both sides hash alike).
+* ``eventTimeColumnName`` (Spark's output event time for downstream operators) is not
+  supported: a non-empty value is refused with :class:`fsstate.errors.ConfigError`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql import DataFrame, GroupedData
+from pyspark.sql import functions as F
+from pyspark.sql.streaming.stateful_processor import StatefulProcessor
+from pyspark.sql.types import StructType
+
+from fsstate.errors import ConfigError
+from fsstate.operators.base import SIDE
+from fsstate_spark.operators.flows import Flow, Grouped, source
+from fsstate_spark.operators.processor import (
+    INIT,
+    INPUT,
+    OUTPUT_MODES,
+    TIME_MODES,
+    ProcessorSpec,
+    ProcessorStage,
+)
+
+MAX_RECORDS_CONF = "spark.sql.execution.arrow.maxRecordsPerBatch"
+TIMEZONE_CONF = "spark.sql.session.timeZone"
+ENCODING_CONF = "spark.sql.streaming.stateStore.encodingFormat"
+
+
+def transform_with_state_in_pandas(
+    grouped: GroupedData | Grouped,
+    statefulProcessor: StatefulProcessor,
+    outputStructType: StructType | str,
+    outputMode: str,
+    timeMode: str,
+    initialState: GroupedData | None = None,
+    eventTimeColumnName: str = "",
+    *,
+    name: str | None = None,
+) -> Flow:
+    """``grouped.transformWithStateInPandas(...)`` as a flow stage (pandas flavour).
+
+    Args:
+        grouped: ``df.groupBy(cols)`` of a streaming DataFrame, or ``flow.group_by(cols)``.
+        statefulProcessor: the user's processor, unchanged.
+        outputStructType: the output schema (``StructType`` or DDL string).
+        outputMode: ``"Append"`` or ``"Update"``.
+        timeMode: ``"None"``, ``"ProcessingTime"`` or ``"EventTime"``.
+        initialState: ``init_df.groupBy(cols)`` of a batch DataFrame, read in micro-batch 0.
+        eventTimeColumnName: not supported (must be empty).
+        name: the stage's state name (default: the processor's class name).
+
+    Raises:
+        ConfigError: any argument is invalid (see the module docstring).
+    """
+    return _transform(
+        grouped,
+        statefulProcessor,
+        outputStructType,
+        outputMode,
+        timeMode,
+        initialState,
+        eventTimeColumnName,
+        name,
+        pandas=True,
+    )
+
+
+def transform_with_state(
+    grouped: GroupedData | Grouped,
+    statefulProcessor: StatefulProcessor,
+    outputStructType: StructType | str,
+    outputMode: str,
+    timeMode: str,
+    initialState: GroupedData | None = None,
+    eventTimeColumnName: str = "",
+    *,
+    name: str | None = None,
+) -> Flow:
+    """``grouped.transformWithState(...)`` as a flow stage (Row flavour); arguments as
+    :func:`transform_with_state_in_pandas`."""
+    return _transform(
+        grouped,
+        statefulProcessor,
+        outputStructType,
+        outputMode,
+        timeMode,
+        initialState,
+        eventTimeColumnName,
+        name,
+        pandas=False,
+    )
+
+
+def _transform(
+    grouped: GroupedData | Grouped,
+    processor: StatefulProcessor,
+    output: StructType | str,
+    output_mode: str,
+    time_mode: str,
+    initial: GroupedData | None,
+    event_time_column: str,
+    name: str | None,
+    *,
+    pandas: bool,
+) -> Flow:
+    call = "transform_with_state_in_pandas" if pandas else "transform_with_state"
+    if not isinstance(processor, StatefulProcessor):
+        raise ConfigError(
+            f"{call}: statefulProcessor must be a pyspark StatefulProcessor, got "
+            f"{type(processor).__name__}"
+        )
+    if event_time_column:
+        raise ConfigError(
+            f"{call}: eventTimeColumnName={event_time_column!r} is not supported; a later "
+            "stage takes its watermark from the flow's source"
+        )
+    flow, keys = _grouped_flow(grouped, call)
+    df_cols = _columns(flow)
+    missing = [k for k in keys if df_cols is not None and k not in df_cols]
+    if missing:
+        raise ConfigError(f"{call}: grouping column(s) {missing} are not in {df_cols}")
+    session = _session(flow)
+    out_type = _output_type(output, session, call)
+    tmode = TIME_MODES.get(str(time_mode).strip().lower())
+    omode = str(output_mode).strip().lower()
+    if tmode is None:
+        raise ConfigError(
+            f"{call}: timeMode={time_mode!r}: use 'None', 'ProcessingTime' or 'EventTime'"
+        )
+    if omode not in OUTPUT_MODES:
+        raise ConfigError(f"{call}: outputMode={output_mode!r}: use 'Append' or 'Update'")
+    origin = flow.origin
+    event_time = origin.time if origin is not None else None
+    conf = _conf(session)
+    init_df, init_keys = _initial(initial, keys, call)
+    spec = ProcessorSpec(
+        keys=tuple(keys),
+        output_type=out_type,
+        output_mode=omode,
+        time_mode=tmode,
+        pandas=pandas,
+        event_time=event_time,
+        initial_state=init_df is not None,
+        init_keys=tuple(init_keys),
+        timezone=conf.get(TIMEZONE_CONF) or "UTC",
+        max_records_per_batch=_int(conf.get(MAX_RECORDS_CONF), 10_000),
+        state_encoding=(conf.get(ENCODING_CONF) or "unsaferow").strip().lower(),
+    )
+    op = ProcessorStage(name or type(processor).__name__, processor, spec)
+    records = [("input", origin)] if origin is not None and origin.time is not None else []
+    if init_df is None:
+        return flow._stage(op, keys, records)
+    partition_keys = [f"_k{i}" for i in range(len(keys))]
+    init_frame = init_df
+
+    def prepare(df: DataFrame, ctx: Any) -> DataFrame:
+        return _with_initial(df, init_frame if ctx.epoch == 0 else None, keys, init_keys)
+
+    return flow._stage(op, partition_keys, records, prepare)
+
+
+def _grouped_flow(grouped: Any, call: str) -> tuple[Flow, list[str]]:
+    """The flow and grouping columns of ``df.groupBy(...)`` or ``flow.group_by(...)``."""
+    if isinstance(grouped, Grouped):
+        return grouped.flow, list(grouped.keys)
+    if not isinstance(grouped, GroupedData):
+        raise ConfigError(
+            f"{call}: takes df.groupBy(columns) of a streaming DataFrame, or "
+            f"flow.group_by(columns); got {type(grouped).__name__}"
+        )
+    df = grouped._df
+    keys = _grouping_columns(grouped, call)
+    watermark = _watermark(df, call)
+    return source(df, watermark=watermark), keys
+
+
+def _grouping_columns(grouped: GroupedData, call: str) -> list[str]:
+    """The column names a classic ``GroupedData`` groups by."""
+    jgd = getattr(grouped, "_jgd", None)
+    if jgd is None:
+        raise ConfigError(f"{call}: group the DataFrame with groupBy(column names)")
+    exprs = jgd.groupingExprs()
+    names = []
+    for i in range(exprs.size()):
+        e = exprs.apply(i)
+        cls = e.getClass().getSimpleName()
+        if cls not in ("UnresolvedAttribute", "AttributeReference"):
+            raise ConfigError(
+                f"{call}: group by plain column names (got the expression {e.sql()}); add "
+                "the expression as a column first (withColumn)"
+            )
+        names.append(str(e.name()))
+    if not names:
+        raise ConfigError(f"{call}: groupBy() without columns: give the grouping columns")
+    return names
+
+
+def _watermark(df: DataFrame, call: str) -> tuple[str, int] | None:
+    """The (column, delay ms) of the ``withWatermark`` in ``df``'s plan, if any."""
+    plan = df._jdf.queryExecution().analyzed()
+    found: list[tuple[str, int]] = []
+    todo = [plan]
+    while todo:
+        node = todo.pop()
+        if node.nodeName() == "EventTimeWatermark":
+            from py4j.java_gateway import get_field
+
+            delay = node.delay()
+            months, days, micros = (
+                int(get_field(delay, f)) for f in ("months", "days", "microseconds")
+            )
+            if months:
+                raise ConfigError(f"{call}: a watermark delay in months is not supported")
+            found.append((str(node.eventTime().name()), int(days) * 86_400_000 + micros // 1000))
+        children = node.children()
+        todo.extend(children.apply(i) for i in range(children.size()))
+    if len(found) > 1:
+        raise ConfigError(
+            f"{call}: the DataFrame has {len(found)} watermarks; use one (withWatermark once)"
+        )
+    return found[0] if found else None
+
+
+def _columns(flow: Flow) -> list[str] | None:
+    origin = flow.origin
+    return list(origin.df.columns) if origin is not None else None
+
+
+def _session(flow: Flow) -> Any:
+    return flow.sources[0].df.sparkSession
+
+
+def _conf(session: Any) -> dict[str, str]:
+    out = {}
+    for key in (MAX_RECORDS_CONF, TIMEZONE_CONF, ENCODING_CONF):
+        try:
+            value = session.conf.get(key, None)
+        except Exception:
+            value = None
+        if value:
+            out[key] = str(value)
+    return out
+
+
+def _int(text: str | None, default: int) -> int:
+    try:
+        value = int(text) if text is not None else default
+    except ValueError:
+        return default
+    return value if value > 0 else 2**31 - 1
+
+
+def _output_type(output: StructType | str, session: Any, call: str) -> StructType:
+    if isinstance(output, StructType):
+        return output
+    if isinstance(output, str):
+        try:
+            parsed = session._parse_ddl(output) if hasattr(session, "_parse_ddl") else None
+        except Exception as exc:
+            raise ConfigError(
+                f"{call}: outputStructType {output!r} does not parse: {exc}"
+            ) from None
+        if parsed is None:
+            from pyspark.sql.types import _parse_datatype_string
+
+            parsed = _parse_datatype_string(output)
+        if isinstance(parsed, StructType):
+            return parsed
+    raise ConfigError(f"{call}: outputStructType must be a StructType or a DDL string")
+
+
+def _initial(
+    initial: GroupedData | None, keys: list[str], call: str
+) -> tuple[DataFrame | None, list[str]]:
+    if initial is None:
+        return None, list(keys)
+    if not isinstance(initial, GroupedData):
+        raise ConfigError(f"{call}: initialState takes init_df.groupBy(columns)")
+    df = initial._df
+    if df.isStreaming:
+        raise ConfigError(f"{call}: initialState must be a batch DataFrame, not a streaming one")
+    init_keys = _grouping_columns(initial, call)
+    if len(init_keys) != len(keys):
+        raise ConfigError(
+            f"{call}: initialState is grouped by {init_keys}, the input by {keys}: give the "
+            "same number of grouping columns"
+        )
+    return df, init_keys
+
+
+def _with_initial(
+    df: DataFrame, init: DataFrame | None, keys: list[str], init_keys: list[str]
+) -> DataFrame:
+    """Input rows and initial state rows in one DataFrame: ``_side``, ``_k0..``, ``input``,
+    ``init`` (structs of each side's row; the other side null)."""
+    in_struct = F.struct(*[F.col(c) for c in df.columns])
+    key_types = [df.schema[k].dataType for k in keys]
+    init_type = None
+    if init is not None:
+        init_struct = F.struct(*[F.col(c) for c in init.columns])
+        init_type = init.select(init_struct.alias("s")).schema["s"].dataType
+    in_type = df.select(in_struct.alias("s")).schema["s"].dataType
+    left = df.select(
+        F.lit(0).cast("tinyint").alias(SIDE),
+        *[F.col(k).alias(f"_k{i}") for i, k in enumerate(keys)],
+        in_struct.alias(INPUT),
+        F.lit(None).cast(init_type or StructType([])).alias(INIT),
+    )
+    if init is None:
+        return left
+    right = init.select(
+        F.lit(1).cast("tinyint").alias(SIDE),
+        *[F.col(k).cast(t).alias(f"_k{i}") for i, (k, t) in enumerate(zip(init_keys, key_types))],
+        F.lit(None).cast(in_type).alias(INPUT),
+        init_struct.alias(INIT),
+    )
+    return left.unionByName(right)

@@ -1,0 +1,196 @@
+"""The processor stage without Spark: run by the engine's runner against a dict model, over
+seeded random epochs with failed attempts, re-runs of published epochs and restarts."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pytest
+from pyspark.sql import Row
+from pyspark.sql.streaming.stateful_processor import (
+    ExpiredTimerInfo,
+    StatefulProcessor,
+    StatefulProcessorHandle,
+    TimerValues,
+)
+from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+from fsstate.operators.runner import run_epoch
+from fsstate.storage.fileio import FileIO
+from fsstate.storage.location import Location
+from fsstate.store.pool import StorePool
+from fsstate_spark.operators.processor import ProcessorSpec, ProcessorStage
+from fsstate_spark.state.handles import TimerModeError
+
+OUT = StructType(
+    [
+        StructField("k", StringType()),
+        StructField("kind", StringType()),
+        StructField("n", LongType()),
+        StructField("last", StringType()),
+    ]
+)
+
+
+class Boom(RuntimeError):
+    """An injected failure."""
+
+
+class Tally(StatefulProcessor):
+    """Per key: a count (value), the values seen (list), per-parity counts (map), a timer
+    ``gap`` ms after each batch that saw the key; a fired timer reports and clears the list.
+    ``fail_at`` makes the processor raise after writing state for that (epoch, key)."""
+
+    def __init__(self, pandas: bool, gap: int, fail_at: tuple[int, str] | None = None) -> None:
+        self.pandas, self.gap, self.fail_at = pandas, gap, fail_at
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.h = handle
+        self.n = handle.getValueState("n", "n BIGINT")
+        self.vals = handle.getListState("vals", "v BIGINT")
+        self.par = handle.getMapState("par", "p INT", "c BIGINT")
+
+    def _out(self, key: Any, kind: str) -> Any:
+        n = self.n.get()
+        last = ",".join(str(v[0]) for v in self.vals.get())
+        if self.pandas:
+            return pd.DataFrame(
+                {"k": [key[0]], "kind": [kind], "n": [n[0] if n else 0], "last": [last]}
+            )
+        return Row(k=key[0], kind=kind, n=n[0] if n else 0, last=last)
+
+    def handleInputRows(self, key: Any, rows: Any, timerValues: TimerValues) -> Iterator[Any]:
+        if self.pandas:
+            vs = [int(v) for df in rows for v in df["v"]]
+        else:
+            vs = [int(r.v) for r in rows]
+        old = self.n.get()
+        self.n.update(((old[0] if old else 0) + len(vs),))
+        self.vals.appendList([(v,) for v in vs])
+        for v in vs:
+            c = self.par.getValue((v % 2,))
+            self.par.updateValue((v % 2,), ((c[0] if c else 0) + 1,))
+        self.h.registerTimer(timerValues.getCurrentProcessingTimeInMs() + self.gap)
+        if self.fail_at is not None and self.fail_at == (self.epoch, key[0]):
+            raise Boom(f"injected at {self.fail_at}")
+        yield self._out(key, "input")
+
+    def handleExpiredTimer(
+        self, key: Any, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
+    ) -> Iterator[Any]:
+        yield self._out(key, "timer")
+        self.vals.clear()
+
+    def close(self) -> None:
+        pass
+
+
+class Model:
+    """What the processor's state and output must be, in plain Python."""
+
+    def __init__(self, gap: int) -> None:
+        self.gap = gap
+        self.n: dict[str, int] = {}
+        self.vals: dict[str, list[int]] = {}
+        self.timers: dict[str, set[int]] = {}
+
+    def epoch(self, rows: list[tuple[str, int]], now: int) -> list[tuple[Any, ...]]:
+        out = []
+        by_key: dict[str, list[int]] = {}
+        for k, v in sorted(rows):
+            by_key.setdefault(k, []).append(v)
+        for k, vs in sorted(by_key.items()):
+            self.n[k] = self.n.get(k, 0) + len(vs)
+            self.vals.setdefault(k, []).extend(vs)
+            self.timers.setdefault(k, set()).add(now + self.gap)
+            out.append((k, "input", self.n[k], ",".join(map(str, self.vals[k]))))
+        due = sorted((ts, k) for k, tss in self.timers.items() for ts in tss if ts <= now)
+        for ts, k in due:
+            out.append((k, "timer", self.n.get(k, 0), ",".join(map(str, self.vals.get(k, [])))))
+            self.vals[k] = []
+            self.timers[k].discard(ts)
+        return sorted(out)
+
+
+def _run(
+    tmp: Path, pool: StorePool, proc: Tally, pandas: bool, epoch: int, rows: Any, now: int
+) -> list[tuple[Any, ...]]:
+    spec = ProcessorSpec(
+        keys=("k",),
+        output_type=OUT,
+        output_mode="update",
+        time_mode="processingtime",
+        pandas=pandas,
+    )
+    proc.epoch = epoch  # type: ignore[attr-defined]
+    op = ProcessorStage("tally", proc, spec)
+    table = pa.table(
+        {
+            "k": pa.array([k for k, _ in rows], pa.string()),
+            "v": pa.array([v for _, v in rows], pa.int64()),
+        }
+    )
+    fileio = FileIO(Location.parse(str(tmp)))
+    res = run_epoch(op, fileio, 0, epoch, table, pool=pool, now_ms=now)
+    return sorted(tuple(r.values()) for r in res.output.to_pylist())
+
+
+@pytest.mark.parametrize("seed", [11, 12, 13])
+@pytest.mark.parametrize("pandas", [True, False])
+def test_random_epochs_with_failures_reruns_and_restarts(
+    tmp_path: Path, seed: int, pandas: bool
+) -> None:
+    rng = random.Random(seed)
+    gap = 25
+    model = Model(gap)
+    pool = StorePool()
+    now = 1_000
+    outputs: dict[int, list[tuple[Any, ...]]] = {}
+    for epoch in range(25):
+        now += rng.choice([0, 10, 20, 30])
+        rows = [(rng.choice("abcde"), rng.randint(0, 9)) for _ in range(rng.randint(0, 8))]
+        if rows and rng.random() < 0.25:  # a failed attempt first: nothing of it may remain
+            with pytest.raises(Boom):
+                _run(
+                    tmp_path,
+                    pool,
+                    Tally(pandas, gap, (epoch, rows[0][0])),
+                    pandas,
+                    epoch,
+                    rows,
+                    now,
+                )
+        got = _run(tmp_path, pool, Tally(pandas, gap), pandas, epoch, rows, now)
+        want = model.epoch(rows, now)
+        assert got == want, f"seed {seed} epoch {epoch}"
+        outputs[epoch] = got
+        if rng.random() < 0.2:  # a re-run of the published epoch adopts it: same rows
+            assert _run(tmp_path, StorePool(), Tally(pandas, gap), pandas, epoch, rows, now) == got
+        if rng.random() < 0.2:  # a restart: stores reopened from storage
+            pool = StorePool()
+
+
+def test_timers_need_a_time_mode(tmp_path: Path) -> None:
+    class Timed(StatefulProcessor):
+        def init(self, handle: StatefulProcessorHandle) -> None:
+            self.h = handle
+
+        def handleInputRows(self, key: Any, rows: Any, timerValues: TimerValues) -> Iterator[Any]:
+            self.h.registerTimer(5)
+            yield from ()
+
+        def close(self) -> None:
+            pass
+
+    spec = ProcessorSpec(
+        keys=("k",), output_type=OUT, output_mode="update", time_mode="none", pandas=False
+    )
+    op = ProcessorStage("timed", Timed(), spec)
+    fileio = FileIO(Location.parse(str(tmp_path)))
+    with pytest.raises(TimerModeError, match="timeMode"):
+        run_epoch(op, fileio, 0, 0, pa.table({"k": ["a"], "v": [1]}), pool=StorePool())
