@@ -15,6 +15,12 @@ NaN values ``_nan<i>``) and ``values_<i>`` per min / max aggregate (map table: g
 count}, NaN left out: stored keys do not match NaN to NaN; NaN sits above every number, so the
 NaN count decides a max with a NaN and a min without numbers).
 
+With ``keys=[]`` there is one global group, as Spark's aggregate without ``GROUP BY``: it always
+has a result (``count`` 0, the others null over no rows), emitted by partition 0 in its first
+epoch and never removed; every input row must reach partition 0 (:class:`LocalQuery` routes a
+stage without keys there; a row in another partition is refused with a ConfigError). The
+group is stored under a constant key column ``_global``.
+
 Types and results are :mod:`fsstate.operators.aggregates`' (Spark's): sums of decimals are exact
 decimals, ``avg`` of a decimal is a decimal, ``min`` / ``max`` take every orderable type (NaN
 above every number).
@@ -48,6 +54,7 @@ from fsstate.store.partition import PartitionStore
 
 OP = "op"
 ROWS = "_rows"
+GLOBAL = "_global"  # the constant key column of the one group of ``keys=[]``
 OUTPUTS = ("changelog", "upsert")
 TOP_N = 16  # values kept per group in the min / max cache
 CACHE_GROUPS_MAX = 65_536  # groups a min / max cache holds at most (then it starts over)
@@ -81,6 +88,7 @@ class RetractAggregate(Operator):
         if top_n < 1:
             raise ConfigError(f"operator {name!r}: top_n must be >= 1")
         self.keys, self.aggs, self.output, self.top_n = list(keys), list(aggs), output, top_n
+        self.gkeys = self.keys or [GLOBAL]  # the state's key columns
         self._cache_top: dict[int, dict[Any, list[Any]]] | None = None
 
     def reset_caches(self) -> None:
@@ -110,7 +118,10 @@ class RetractAggregate(Operator):
     def declare(self, store: PartitionStore, input_schema: pa.Schema) -> None:
         self.output_schema(input_schema)
         self.input_schema = input_schema
-        key = pa.schema([input_schema.field(k).with_nullable(True) for k in self.keys])
+        key = pa.schema(
+            [input_schema.field(k).with_nullable(True) for k in self.keys]
+            or [pa.field(GLOBAL, pa.int8(), nullable=False)]
+        )
         self.groups = store.value_table(
             "groups", pa.schema(self._state_fields(input_schema)), key_schema=key
         )
@@ -128,11 +139,21 @@ class RetractAggregate(Operator):
     # -- one epoch ---------------------------------------------------------------------------
     def process(self, batch: pa.Table, epoch: Epoch) -> pa.Table:
         schema = self.output_schema(self.input_schema)
+        if not self.keys:
+            if epoch.partition != 0:
+                if batch.num_rows:
+                    raise ConfigError(
+                        f"operator {self.name!r}: a global aggregate (keys=[]) got "
+                        f"{batch.num_rows} rows in partition {epoch.partition}; route every row "
+                        "of a stage without keys to partition 0"
+                    )
+                return schema.empty_table()
+            batch = _global_batch(batch)
         if not batch.num_rows:
             return schema.empty_table()
         op = batch.column(OP).combine_chunks().cast(pa.int64())
         # totals per group: rows, counts, sums
-        cols: dict[str, Any] = {k: batch.column(k) for k in self.keys}
+        cols: dict[str, Any] = {k: batch.column(k) for k in self.gkeys}
         cols["_d"] = op
         specs: list[tuple[str, str]] = [("_d", "sum")]
         for i, a in enumerate(self.aggs):
@@ -153,8 +174,8 @@ class RetractAggregate(Operator):
                 nan = pc.fill_null(pc.is_nan(batch.column(a.column)), False)
                 cols[f"_nan{i}"] = pc.multiply(nan.cast(pa.int64()), op)
                 specs.append((f"_nan{i}", "sum"))
-        delta = pa.table(cols).group_by(self.keys, use_threads=False).aggregate(specs)
-        keys = delta.select(self.keys)
+        delta = pa.table(cols).group_by(self.gkeys, use_threads=False).aggregate(specs)
+        keys = delta.select(self.gkeys)
         old = self.groups.get_many(keys)
         found = np.asarray(old.column("_found").to_numpy(zero_copy_only=False), dtype=bool)
         fields = self._state_fields(self.input_schema)
@@ -176,14 +197,14 @@ class RetractAggregate(Operator):
             [new.get(f.name, pa.nulls(len(keys), f.type)).cast(f.type) for f in fields],
             schema=pa.schema(fields),
         )
-        alive = new_rows > 0
+        alive = new_rows > 0 if self.keys else np.ones(len(new_rows), dtype=bool)
         if alive.any():
             self.groups.put_many(take_rows(keys, alive), take_rows(new_state, alive))
         gone = found & ~alive
         if gone.any():
             gone_keys = take_rows(keys, gone)
             self.groups.delete_many(gone_keys)
-            for g in zip(*(gone_keys.column(k).to_pylist() for k in self.keys)):
+            for g in zip(*(gone_keys.column(k).to_pylist() for k in self.gkeys)):
                 for cache in (self._cache_top or {}).values():
                     cache.pop(g, None)
         for cache in (self._cache_top or {}).values():
@@ -200,17 +221,17 @@ class RetractAggregate(Operator):
         table = self.values[i]
         want_max = a.func == "max"
         vals = batch.column(a.column)
-        flat = pa.table({**{k: batch.column(k) for k in self.keys}, "_v": vals, "_d": op})
+        flat = pa.table({**{k: batch.column(k) for k in self.gkeys}, "_v": vals, "_d": op})
         ok = pc.is_valid(vals)
         if pa.types.is_floating(vals.type):  # NaN is counted in the group's row, not mapped
             ok = pc.and_(ok, pc.invert(pc.fill_null(pc.is_nan(vals), True)))
         flat = take_rows(flat, np.asarray(ok.to_numpy(zero_copy_only=False), bool))
-        net = flat.group_by([*self.keys, "_v"], use_threads=False).aggregate([("_d", "sum")])
+        net = flat.group_by([*self.gkeys, "_v"], use_threads=False).aggregate([("_d", "sum")])
         net = take_rows(net, net.column("_d_sum").to_numpy() != 0)
         cache = self._cache_top[i]
         removed_top: set[Any] = set()
         if net.num_rows:
-            gk, uk = net.select(self.keys), net.select(["_v"])
+            gk, uk = net.select(self.gkeys), net.select(["_v"])
             got = table.get_many(gk, uk)
             have = pc.fill_null(got.column("count"), 0).to_numpy(zero_copy_only=False)
             now = np.maximum(have + net.column("_d_sum").to_numpy(), 0)
@@ -219,9 +240,9 @@ class RetractAggregate(Operator):
                 table.put_many(take_rows(gk, up), take_rows(uk, up), pa.table({"count": now[up]}))
             if (~up).any():
                 table.delete_many(take_rows(gk, ~up), take_rows(uk, ~up))
-            groups = _tuples(net, self.keys)
+            groups = _tuples(net, self.gkeys)
             values = net.column("_v").to_pylist()
-            cur = dict(zip(_tuples(keys, self.keys), current.to_pylist()))
+            cur = dict(zip(_tuples(keys, self.gkeys), current.to_pylist()))
             for g, v, n, was in zip(groups, values, now, have):
                 top = cache.get(g)
                 if n == 0 and was > 0:
@@ -237,11 +258,11 @@ class RetractAggregate(Operator):
                     del top[self.top_n :]
         # new extreme: old one vs the epoch's inserts, unless the old one was removed
         out = current.to_pylist()
-        key_list = _tuples(keys, self.keys)
+        key_list = _tuples(keys, self.gkeys)
         if net.num_rows:
             adds = take_rows(net, net.column("_d_sum").to_numpy() > 0)
-            best = adds.group_by(self.keys, use_threads=False).aggregate([("_v", a.func)])
-            best_of = dict(zip(_tuples(best, self.keys), best.column(f"_v_{a.func}").to_pylist()))
+            best = adds.group_by(self.gkeys, use_threads=False).aggregate([("_v", a.func)])
+            best_of = dict(zip(_tuples(best, self.gkeys), best.column(f"_v_{a.func}").to_pylist()))
         else:
             best_of = {}
         for j, g in enumerate(key_list):
@@ -332,6 +353,17 @@ def _times(v: pa.Array, op: pa.Array) -> pa.Array:
         return pc.if_else(pc.equal(op, 0), zero, pc.if_else(pc.less(op, 0), pc.negate(v), v))
     prod = [None if x is None else x * m for x, m in zip(v.to_pylist(), op.to_pylist())]
     return pa.array(prod, v.type)
+
+
+def _global_batch(batch: pa.Table) -> pa.Table:
+    """The batch of a ``keys=[]`` aggregate with its constant key column, plus one row that
+    changes nothing (``op`` 0, null values) so the global group is visited every epoch."""
+    nothing = pa.Table.from_arrays(
+        [pa.array([0], f.type) if f.name == OP else pa.nulls(1, f.type) for f in batch.schema],
+        schema=batch.schema,
+    )
+    out = pa.concat_tables([batch, nothing]) if batch.num_rows else nothing
+    return out.append_column(GLOBAL, pa.array(np.zeros(out.num_rows, np.int8)))
 
 
 def _with_nan(func: str, state: pa.Table, i: int) -> pa.Array:

@@ -1,7 +1,7 @@
 """Aggregates over every column type Spark aggregates, on the engine (LocalQuery): min / max
 over timestamps, dates, booleans, strings and NaN; exact decimal sums and averages typed as
-Spark types them; nulls and all-null groups; the types Spark refuses, refused with a
-ConfigError before anything runs.
+Spark types them; global aggregates (``keys=[]``); nulls and all-null groups; the types
+Spark refuses, refused with a ConfigError before anything runs.
 
 Spark's types and values were checked by hand on Spark 4.3 (local mode, ANSI on): e.g.
 ``sum(decimal(10,2))`` is decimal(20,2), ``avg`` of it decimal(14,6) rounded half up (64 values
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+from collections import Counter
 from collections.abc import Sequence
 from decimal import Decimal
 from pathlib import Path
@@ -23,6 +24,7 @@ import pytest
 from fsstate.errors import ConfigError
 from fsstate.operators import (
     Agg,
+    Deduplicate,
     LocalQuery,
     Operator,
     RetractAggregate,
@@ -31,8 +33,11 @@ from fsstate.operators import (
     WatermarkSpec,
     Window,
     WindowAggregate,
+    run_epoch,
 )
+from fsstate.storage.fileio import FileIO
 from fsstate.store.pool import store_pool
+from tests.fsstate.operators import spark_rules
 
 US = 1_000_000
 TS = pa.timestamp("us", tz="UTC")
@@ -180,7 +185,102 @@ def test_decimal_precision_is_bounded_at_38(tmp_path: Path) -> None:
     assert out.field("avg(v)").type == pa.decimal128(38, 34)
 
 
-# -- 3. nulls and all-null groups ----------------------------------------------------------------
+# -- 3. global aggregates: keys=[] -------------------------------------------------------------
+def _global_rows(changes: list[dict[str, Any]], view: Counter[tuple[Any, ...]]) -> None:
+    for r in changes:
+        row = tuple(v for k, v in sorted(r.items()) if k != "op")
+        view[row] += r["op"]
+        if not view[row]:
+            del view[row]
+
+
+@pytest.mark.parametrize("partitions", [1, 3])
+def test_retract_aggregate_without_keys(tmp_path: Path, partitions: int) -> None:
+    aggs = [Agg("count"), Agg("count", "v"), Agg("sum", "v"), Agg("max", "v"), Agg("avg", "v")]
+    op = RetractAggregate("g", keys=[], aggs=aggs)
+    q = LocalQuery(_state(tmp_path), [Stage(op, [])], partitions=partitions)
+    schema = pa.schema([("v", pa.int64()), ("op", pa.int8())])
+    epochs: list[list[tuple[int | None, int]]] = [[], [(5, 1), (None, 1), (7, 1)], [(7, -1)]]
+    epochs += [[(5, -1), (None, -1)], [], [(2, 1)]]
+    want = [(0, 0, None, None, None), (3, 2, 12, 7, 6.0), (2, 1, 5, 5, 5.0)]
+    want += [(0, 0, None, None, None)] * 2 + [(1, 1, 2, 2, 2.0)]
+    view: Counter[tuple[Any, ...]] = Counter()
+    for epoch, rows in enumerate(epochs):
+        batch = pa.table(
+            [pa.array([v for v, _ in rows], pa.int64()), pa.array([o for _, o in rows], pa.int8())],
+            schema=schema,
+        )
+        _global_rows(q.run(epoch, batch).to_pylist(), view)
+        # the materialized changelog is one row, as SELECT ... without GROUP BY
+        names = ["avg(v)", "count", "count(v)", "max(v)", "sum(v)"]
+        expected = dict(zip(["count", "count(v)", "sum(v)", "max(v)", "avg(v)"], want[epoch]))
+        assert view == Counter({tuple(expected[n] for n in names): 1}), (epoch, view)
+
+
+def test_global_retract_refuses_rows_outside_partition_zero(tmp_path: Path) -> None:
+    op = RetractAggregate("g", keys=[], aggs=[Agg("count")])
+    batch = pa.table({"v": pa.array([1], pa.int64()), "op": pa.array([1], pa.int8())})
+    with pytest.raises(ConfigError, match="partition 0"):
+        run_epoch(op, FileIO(_state(tmp_path)), 1, 0, batch, late_ms=0, evict_ms=0)
+
+
+@pytest.mark.parametrize("kind", ["window", "session"])
+def test_windows_without_keys(tmp_path: Path, kind: str) -> None:
+    aggs = [Agg("count"), Agg("sum", "v"), Agg("min", "v")]
+    batches: list[list[dict[str, Any]]] = [
+        [{"t": 1, "v": 3}, {"t": 12, "v": None}, {"t": 2, "v": -1}],
+        [{"t": 14, "v": 4}, {"t": 31, "v": 9}],
+        [{"t": 70, "v": 1}],
+    ]
+    if kind == "window":
+        op: Operator = WindowAggregate("w", keys=[], time="t", window=Window(10_000), aggs=aggs)
+        ref = spark_rules.model_window_agg(
+            batches, key=[], time="t", size_s=10, aggs=[("count", "*"), ("sum", "v"), ("min", "v")]
+        )
+    else:
+        op = SessionAggregate("s", keys=[], time="t", gap_ms=5_000, aggs=aggs)
+        ref = spark_rules.model_window_agg(
+            batches,
+            key=[],
+            time="t",
+            session_gap_s=5,
+            aggs=[("count", "*"), ("sum", "v"), ("min", "v")],
+        )
+    q = LocalQuery(
+        _state(tmp_path), [Stage(op, [])], partitions=2, watermark=WatermarkSpec({"input": 0})
+    )
+    for b, rows in enumerate(batches):
+        table = pa.table(
+            {
+                "t": pa.array([r["t"] * US for r in rows], pa.int64()).cast(TS),
+                "v": pa.array([r["v"] for r in rows], pa.int64()),
+            }
+        )
+        out = q.run(b, table).to_pylist()
+        wcol = "window" if kind == "window" else "session_window"
+        got = sorted(
+            (
+                int(r[wcol]["start"].timestamp()),
+                int(r[wcol]["end"].timestamp()),
+                r["count"],
+                r["sum(v)"],
+                r["min(v)"],
+            )
+            for r in out
+        )
+        want = sorted(
+            (r["window_start"], r["window_end"], r["count"], r["sum_v"], r["min_v"])
+            for r in ref[b]["rows"]
+        )
+        assert got == want, (kind, b, got, want)
+
+
+def test_deduplicate_without_keys_is_refused() -> None:
+    with pytest.raises(ConfigError, match="list every column"):
+        Deduplicate("d", keys=[], time="t", delay_ms=0)
+
+
+# -- 4. nulls and all-null groups ----------------------------------------------------------------
 NULL_TYPES: dict[str, tuple[pa.DataType, list[Any]]] = {
     "int32": (pa.int32(), [1, 2]),
     "double": (pa.float64(), [0.5, 1.5]),
