@@ -48,7 +48,10 @@ class Deduplicate(Operator):
     def __init__(self, name: str, *, keys: Sequence[str], time: str, delay_ms: int) -> None:
         super().__init__(name)
         if not keys:
-            raise ConfigError(f"operator {name!r}: give the key columns")
+            raise ConfigError(
+                f"operator {name!r}: give the key columns (Spark's dropDuplicatesWithinWatermark() "
+                "without columns compares whole rows: list every column to get that)"
+            )
         if not isinstance(delay_ms, int) or delay_ms < 0:
             raise ConfigError(f"operator {name!r}: delay_ms must be an int >= 0")
         self.keys, self.time, self.delay_ms = list(keys), time, delay_ms

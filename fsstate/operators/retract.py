@@ -10,8 +10,20 @@ does: the cache holds the group's top values as a prefix of the value order, is 
 with every change, and is refilled from state when it runs empty.
 
 Tables: ``groups`` (value table keyed by the group columns: ``_rows``, the count and sum
-partials, the current min / max of each such aggregate) and ``values_<i>`` per min / max
-aggregate (map table: group -> {value: count}).
+partials, the current min / max of each such aggregate and, over floating point, its count of
+NaN values ``_nan<i>``) and ``values_<i>`` per min / max aggregate (map table: group -> {value:
+count}, NaN left out: stored keys do not match NaN to NaN; NaN sits above every number, so the
+NaN count decides a max with a NaN and a min without numbers).
+
+With ``keys=[]`` there is one global group, as Spark's aggregate without ``GROUP BY``: it always
+has a result (``count`` 0, the others null over no rows), emitted by partition 0 in its first
+epoch and never removed; every input row must reach partition 0 (:class:`LocalQuery` routes a
+stage without keys there; a row in another partition is refused with a ConfigError). The
+group is stored under a constant key column ``_global``.
+
+Types and results are :mod:`fsstate.operators.aggregates`' (Spark's): sums of decimals are exact
+decimals, ``avg`` of a decimal is a decimal, ``min`` / ``max`` take every orderable type (NaN
+above every number).
 
 Output (``output="changelog"``): for each group whose result changed, ``op`` -1 with the old
 result (if it had one) and +1 with the new one (if it still has rows). ``output="upsert"``: one
@@ -21,7 +33,9 @@ gone.
 Invariants: after every epoch, applying all emitted changes gives exactly a batch
 recomputation of the aggregate over the input's current rows (groups with no rows absent);
 deletes of rows that were never inserted are the caller's error (counts never go below zero:
-such a delete is ignored); nulls are skipped as in SQL.
+such a delete is ignored); nulls are skipped as in SQL. Floating-point sums are running totals,
+so after retractions they equal the recomputation up to rounding (and a retracted NaN or
+infinity leaves the sum NaN); integer and decimal sums are exact.
 """
 
 from __future__ import annotations
@@ -34,12 +48,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from fsstate.errors import ConfigError
-from fsstate.operators.aggregates import Agg
+from fsstate.operators.aggregates import Agg, add_sums, average, nan_equal
 from fsstate.operators.base import Epoch, Operator, require_columns, take_rows
 from fsstate.store.partition import PartitionStore
 
 OP = "op"
 ROWS = "_rows"
+GLOBAL = "_global"  # the constant key column of the one group of ``keys=[]``
 OUTPUTS = ("changelog", "upsert")
 TOP_N = 16  # values kept per group in the min / max cache
 CACHE_GROUPS_MAX = 65_536  # groups a min / max cache holds at most (then it starts over)
@@ -73,6 +88,7 @@ class RetractAggregate(Operator):
         if top_n < 1:
             raise ConfigError(f"operator {name!r}: top_n must be >= 1")
         self.keys, self.aggs, self.output, self.top_n = list(keys), list(aggs), output, top_n
+        self.gkeys = self.keys or [GLOBAL]  # the state's key columns
         self._cache_top: dict[int, dict[Any, list[Any]]] | None = None
 
     def reset_caches(self) -> None:
@@ -91,16 +107,21 @@ class RetractAggregate(Operator):
             if a.func == "count":
                 out.append(pa.field(f"_c{i}", pa.int64()))
             elif a.func in ("sum", "avg"):
-                st = pa.float64() if a.func == "avg" else t
+                st = a.sum_type(schema, self.name)
                 out += [pa.field(f"_s{i}", st), pa.field(f"_n{i}", pa.int64())]
             else:
                 out.append(pa.field(f"_x{i}", t))
+                if pa.types.is_floating(t):
+                    out.append(pa.field(f"_nan{i}", pa.int64()))
         return out
 
     def declare(self, store: PartitionStore, input_schema: pa.Schema) -> None:
         self.output_schema(input_schema)
         self.input_schema = input_schema
-        key = pa.schema([input_schema.field(k).with_nullable(True) for k in self.keys])
+        key = pa.schema(
+            [input_schema.field(k).with_nullable(True) for k in self.keys]
+            or [pa.field(GLOBAL, pa.int8(), nullable=False)]
+        )
         self.groups = store.value_table(
             "groups", pa.schema(self._state_fields(input_schema)), key_schema=key
         )
@@ -118,11 +139,21 @@ class RetractAggregate(Operator):
     # -- one epoch ---------------------------------------------------------------------------
     def process(self, batch: pa.Table, epoch: Epoch) -> pa.Table:
         schema = self.output_schema(self.input_schema)
+        if not self.keys:
+            if epoch.partition != 0:
+                if batch.num_rows:
+                    raise ConfigError(
+                        f"operator {self.name!r}: a global aggregate (keys=[]) got "
+                        f"{batch.num_rows} rows in partition {epoch.partition}; route every row "
+                        "of a stage without keys to partition 0"
+                    )
+                return schema.empty_table()
+            batch = _global_batch(batch)
         if not batch.num_rows:
             return schema.empty_table()
         op = batch.column(OP).combine_chunks().cast(pa.int64())
         # totals per group: rows, counts, sums
-        cols: dict[str, Any] = {k: batch.column(k) for k in self.keys}
+        cols: dict[str, Any] = {k: batch.column(k) for k in self.gkeys}
         cols["_d"] = op
         specs: list[tuple[str, str]] = [("_d", "sum")]
         for i, a in enumerate(self.aggs):
@@ -134,13 +165,17 @@ class RetractAggregate(Operator):
                 )
                 specs.append((f"_c{i}", "sum"))
             elif a.func in ("sum", "avg"):
-                t = pa.float64() if a.func == "avg" else a.result_type(self.input_schema, self.name)
-                v = batch.column(a.column).cast(t)
-                cols[f"_s{i}"] = pc.multiply(v, op.cast(t))
+                t = a.sum_type(self.input_schema, self.name)
+                v = batch.column(a.column).combine_chunks().cast(t)
+                cols[f"_s{i}"] = _times(v, op)
                 cols[f"_n{i}"] = pc.multiply(pc.is_valid(v).cast(pa.int64()), op)
                 specs += [(f"_s{i}", "sum"), (f"_n{i}", "sum")]
-        delta = pa.table(cols).group_by(self.keys, use_threads=False).aggregate(specs)
-        keys = delta.select(self.keys)
+            elif pa.types.is_floating(batch.schema.field(a.column).type):
+                nan = pc.fill_null(pc.is_nan(batch.column(a.column)), False)
+                cols[f"_nan{i}"] = pc.multiply(nan.cast(pa.int64()), op)
+                specs.append((f"_nan{i}", "sum"))
+        delta = pa.table(cols).group_by(self.gkeys, use_threads=False).aggregate(specs)
+        keys = delta.select(self.gkeys)
         old = self.groups.get_many(keys)
         found = np.asarray(old.column("_found").to_numpy(zero_copy_only=False), dtype=bool)
         fields = self._state_fields(self.input_schema)
@@ -152,22 +187,24 @@ class RetractAggregate(Operator):
             if a.func == "count" and a.column is not None:
                 new[f"_c{i}"] = _add(old.column(f"_c{i}"), delta.column(f"_c{i}_sum"))
             elif a.func in ("sum", "avg"):
-                new[f"_s{i}"] = _add(old.column(f"_s{i}"), delta.column(f"_s{i}_sum"))
+                new[f"_s{i}"] = add_sums(old.column(f"_s{i}"), delta.column(f"_s{i}_sum"))
                 new[f"_n{i}"] = _add(old.column(f"_n{i}"), delta.column(f"_n{i}_sum"))
         for i in self.values:
             new[f"_x{i}"] = self._extreme(i, batch, op, keys, old.column(f"_x{i}"))
+            if f"_nan{i}" in old.column_names:
+                new[f"_nan{i}"] = _add(old.column(f"_nan{i}"), delta.column(f"_nan{i}_sum"))
         new_state = pa.Table.from_arrays(
             [new.get(f.name, pa.nulls(len(keys), f.type)).cast(f.type) for f in fields],
             schema=pa.schema(fields),
         )
-        alive = new_rows > 0
+        alive = new_rows > 0 if self.keys else np.ones(len(new_rows), dtype=bool)
         if alive.any():
             self.groups.put_many(take_rows(keys, alive), take_rows(new_state, alive))
         gone = found & ~alive
         if gone.any():
             gone_keys = take_rows(keys, gone)
             self.groups.delete_many(gone_keys)
-            for g in zip(*(gone_keys.column(k).to_pylist() for k in self.keys)):
+            for g in zip(*(gone_keys.column(k).to_pylist() for k in self.gkeys)):
                 for cache in (self._cache_top or {}).values():
                     cache.pop(g, None)
         for cache in (self._cache_top or {}).values():
@@ -184,14 +221,17 @@ class RetractAggregate(Operator):
         table = self.values[i]
         want_max = a.func == "max"
         vals = batch.column(a.column)
-        flat = pa.table({**{k: batch.column(k) for k in self.keys}, "_v": vals, "_d": op})
-        flat = take_rows(flat, np.asarray(pc.is_valid(vals).to_numpy(zero_copy_only=False), bool))
-        net = flat.group_by([*self.keys, "_v"], use_threads=False).aggregate([("_d", "sum")])
+        flat = pa.table({**{k: batch.column(k) for k in self.gkeys}, "_v": vals, "_d": op})
+        ok = pc.is_valid(vals)
+        if pa.types.is_floating(vals.type):  # NaN is counted in the group's row, not mapped
+            ok = pc.and_(ok, pc.invert(pc.fill_null(pc.is_nan(vals), True)))
+        flat = take_rows(flat, np.asarray(ok.to_numpy(zero_copy_only=False), bool))
+        net = flat.group_by([*self.gkeys, "_v"], use_threads=False).aggregate([("_d", "sum")])
         net = take_rows(net, net.column("_d_sum").to_numpy() != 0)
         cache = self._cache_top[i]
         removed_top: set[Any] = set()
         if net.num_rows:
-            gk, uk = net.select(self.keys), net.select(["_v"])
+            gk, uk = net.select(self.gkeys), net.select(["_v"])
             got = table.get_many(gk, uk)
             have = pc.fill_null(got.column("count"), 0).to_numpy(zero_copy_only=False)
             now = np.maximum(have + net.column("_d_sum").to_numpy(), 0)
@@ -200,11 +240,9 @@ class RetractAggregate(Operator):
                 table.put_many(take_rows(gk, up), take_rows(uk, up), pa.table({"count": now[up]}))
             if (~up).any():
                 table.delete_many(take_rows(gk, ~up), take_rows(uk, ~up))
-            groups = list(zip(*(net.column(k).to_pylist() for k in self.keys)))
+            groups = _tuples(net, self.gkeys)
             values = net.column("_v").to_pylist()
-            cur = dict(
-                zip(zip(*(keys.column(k).to_pylist() for k in self.keys)), current.to_pylist())
-            )
+            cur = dict(zip(_tuples(keys, self.gkeys), current.to_pylist()))
             for g, v, n, was in zip(groups, values, now, have):
                 top = cache.get(g)
                 if n == 0 and was > 0:
@@ -220,16 +258,11 @@ class RetractAggregate(Operator):
                     del top[self.top_n :]
         # new extreme: old one vs the epoch's inserts, unless the old one was removed
         out = current.to_pylist()
-        key_list = list(zip(*(keys.column(k).to_pylist() for k in self.keys)))
+        key_list = _tuples(keys, self.gkeys)
         if net.num_rows:
             adds = take_rows(net, net.column("_d_sum").to_numpy() > 0)
-            best = adds.group_by(self.keys, use_threads=False).aggregate([("_v", a.func)])
-            best_of = dict(
-                zip(
-                    zip(*(best.column(k).to_pylist() for k in self.keys)),
-                    best.column(f"_v_{a.func}").to_pylist(),
-                )
-            )
+            best = adds.group_by(self.gkeys, use_threads=False).aggregate([("_v", a.func)])
+            best_of = dict(zip(_tuples(best, self.gkeys), best.column(f"_v_{a.func}").to_pylist()))
         else:
             best_of = {}
         for j, g in enumerate(key_list):
@@ -265,10 +298,8 @@ class RetractAggregate(Operator):
         names = [a.name for a in self.aggs]
         same = np.ones(len(found), dtype=bool)
         for n in names:
-            x, y = before.column(n), after.column(n)
-            eq = pc.fill_null(pc.equal(x, y), False)
-            both_null = pc.and_(pc.is_null(x), pc.is_null(y))
-            same &= np.asarray(pc.or_(eq, both_null).to_numpy(zero_copy_only=False), bool)
+            eq = nan_equal(before.column(n), after.column(n))
+            same &= np.asarray(eq.to_numpy(zero_copy_only=False), bool)
         same &= found == alive
         retract = found & ~same
         insert = alive & ~same
@@ -293,12 +324,10 @@ class RetractAggregate(Operator):
                     pc.if_else(pc.greater(pc.fill_null(n, 0), 0), state.column(f"_s{i}"), None)
                 )
             elif a.func == "avg":
-                n = pc.fill_null(state.column(f"_n{i}"), 0).cast(pa.float64())
-                cols.append(
-                    pc.if_else(pc.greater(n, 0), pc.divide(state.column(f"_s{i}"), n), None)
-                )
+                t = a.result_type(self.input_schema, self.name)
+                cols.append(average(state.column(f"_s{i}"), state.column(f"_n{i}"), t))
             else:
-                cols.append(state.column(f"_x{i}"))
+                cols.append(_with_nan(a.func, state, i))
         fields = list(schema)[:-1]
         return pa.Table.from_arrays(
             [c.cast(f.type) for c, f in zip(cols, fields)], schema=pa.schema(fields)
@@ -310,13 +339,48 @@ def _tuples(table: pa.Table, names: list[str]) -> list[tuple[Any, ...]]:
 
 
 def _add(old: pa.ChunkedArray, delta: pa.ChunkedArray) -> pa.Array:
-    t = old.type
-    zero = pa.scalar(0).cast(t)
-    return pc.add(pc.fill_null(old, zero), pc.fill_null(delta.cast(t), zero))
+    """Counts: ``old + delta`` (a null is 0)."""
+    return pc.add(pc.fill_null(old, 0), pc.fill_null(delta.cast(pa.int64()), 0))
+
+
+def _times(v: pa.Array, op: pa.Array) -> pa.Array:
+    """``v * op`` in ``v``'s type. Decimals: by sign where ``op`` is -1, 0 or 1 (an Arrow decimal
+    product would widen the type past 38 digits); other multiplicities exactly, value by value."""
+    if not pa.types.is_decimal(v.type):
+        return pc.multiply(v, op.cast(v.type))
+    if pc.all(pc.less_equal(pc.abs(op), 1)).as_py() is not False:
+        zero = pc.subtract(v, v).cast(v.type)
+        return pc.if_else(pc.equal(op, 0), zero, pc.if_else(pc.less(op, 0), pc.negate(v), v))
+    prod = [None if x is None else x * m for x, m in zip(v.to_pylist(), op.to_pylist())]
+    return pa.array(prod, v.type)
+
+
+def _global_batch(batch: pa.Table) -> pa.Table:
+    """The batch of a ``keys=[]`` aggregate with its constant key column, plus one row that
+    changes nothing (``op`` 0, null values) so the global group is visited every epoch."""
+    nothing = pa.Table.from_arrays(
+        [pa.array([0], f.type) if f.name == OP else pa.nulls(1, f.type) for f in batch.schema],
+        schema=batch.schema,
+    )
+    out = pa.concat_tables([batch, nothing]) if batch.num_rows else nothing
+    return out.append_column(GLOBAL, pa.array(np.zeros(out.num_rows, np.int8)))
+
+
+def _with_nan(func: str, state: pa.Table, i: int) -> pa.Array:
+    """The min / max of aggregate ``i`` from its extreme over the other values and its NaN
+    count: NaN is above every number (a max with a NaN is NaN, a min only without numbers)."""
+    x = state.column(f"_x{i}").combine_chunks()
+    if f"_nan{i}" not in state.column_names:
+        return x
+    nan = pc.greater(pc.fill_null(state.column(f"_nan{i}"), 0), 0)
+    if func == "min":
+        nan = pc.and_(nan, pc.is_null(x))
+    out: pa.Array = pc.if_else(nan, pa.scalar(float("nan"), x.type), x)
+    return out
 
 
 def _before(v: Any, w: Any, want_max: bool) -> bool:
-    """Whether ``v`` comes before ``w`` in the cache's order."""
+    """Whether ``v`` comes before ``w`` in the cache's order (values here are never NaN)."""
     return bool(v > w) if want_max else bool(v < w)
 
 

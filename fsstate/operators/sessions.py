@@ -11,9 +11,10 @@ session's current end).
 
 Per epoch (Spark's ``SessionWindowStateStoreRestoreExec`` / ``MergingSessionsIterator``):
 rows with ``t + gap <= late`` are dropped, row by row before merging; the stored sessions of the
-epoch's keys (one prefix lookup) and the rows' sessions are merged per key, vectorized (a
-running maximum of ends within each key); the merged sessions replace the stored ones of those
-keys; then every stored session with ``end <= evict`` is emitted and removed.
+epoch's keys (one prefix lookup; with ``keys=[]``, one global group, all of them) and the
+rows' sessions are merged per key, vectorized (a running maximum of ends within each key); the
+merged sessions replace the stored ones of those keys; then every stored session with
+``end <= evict`` is emitted and removed.
 
 Invariants: outputs equal Spark's session-window aggregation in append mode on the same
 micro-batches (Spark supports no update mode for session windows, nor does this operator);
@@ -137,7 +138,12 @@ class SessionAggregate(Operator):
         table = table.append_column(START, pa.array(t, pa.int64()))
         new = batch_partials(table, [*self.keys, START], self.aggs, self.name)
         new = new.append_column(END, pc.add(new.column(START), self.gap_us))
-        old = self.sessions.scan_prefixes(new.select(self.keys))
+        # without keys every stored session is the one group's (a prefix needs a column)
+        old = (
+            self.sessions.scan_prefixes(new.select(self.keys))
+            if self.keys
+            else self.sessions.scan()
+        )
         cols = [*self.keys, START, END, *self.pnames]
         both = pa.concat_tables([old.select(cols), new.select(cols).cast(old.select(cols).schema)])
         order = pc.sort_indices(
