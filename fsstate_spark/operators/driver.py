@@ -13,6 +13,7 @@ that per micro-batch ``b``:
    mode), the batch's clock: the driver's time at the batch's first attempt, recorded with
    the state (put-if-absent), so a re-run of the batch uses the same;
 2. builds the batch's plan: every stage is ``repartition(partitions, *keys).mapInArrow(task)``
+   (a stage without keys: a literal Spark hashes to partition 0, so all its rows meet there)
    whose tasks run the operator's epoch ``b`` exactly once (:mod:`fsstate_spark.operators.tasks`);
 3. hands the last stage's DataFrame to the user's sink (``sink(df, batch_id)``; without one the
    rows are dropped with Spark's ``noop`` format);
@@ -100,9 +101,8 @@ class _BatchContext:
         settings = StageSettings(spec.op, d.config, arrow_in, arrow_out, d.writer)
         task = stage_task(settings, self.epoch, self.late_ms, self.evict_ms, self.now_ms)
         spark_out = from_arrow_schema(arrow_out, prefer_timestamp_ntz=False)
-        keys = [F.col(k) for k in spec.keys]
-        shuffled = df.repartition(d.partitions, *keys) if keys else df.repartition(d.partitions)
-        return shuffled.mapInArrow(task, spark_out)
+        keys = [F.col(k) for k in spec.keys] or [F.lit(d.zero_key(df)).cast("bigint")]
+        return df.repartition(d.partitions, *keys).mapInArrow(task, spark_out)
 
 
 class Driver:
@@ -117,6 +117,7 @@ class Driver:
         self._metas: dict[int, dict[str, EpochMeta]] = {}  # epoch -> stage -> merged meta
         self._checked = False
         self._clock = any(s.op.uses_clock for s in flow.stages)
+        self._zero_key: int | None = None
         # the watermark inputs: each source with a watermark, recorded by one stage
         self._inputs: dict[str, tuple[str, str, int]] = {}  # source -> (stage, input, delay)
         for i, src in enumerate(flow.sources):
@@ -129,6 +130,21 @@ class Driver:
                     "(a stage must use that column as its event time on the source's rows)"
                 )
             self._inputs[f"source{i}"] = (rec[0][0], rec[0][1], src.delay_ms)
+
+    def zero_key(self, df: DataFrame) -> int:
+        """A bigint literal that Spark's hash partitioning sends to partition 0: the key of a
+        stage without keys (a global window or aggregate: every row in one partition, the
+        one that holds its state). Found once per driver with Spark's own ``hash``."""
+        if self._zero_key is None:
+            n = self.partitions
+            found = (
+                df.sparkSession.range(0, 64 * n + 64)
+                .where(F.expr(f"pmod(hash(id), {n}) = 0"))
+                .first()
+            )
+            assert found is not None  # some id of 64n hashes to 0 (Murmur3 mixes well)
+            self._zero_key = int(found[0])
+        return self._zero_key
 
     # -- watermarks ----------------------------------------------------------------------------
     def _read(self, epoch: int) -> dict[str, EpochMeta] | None:

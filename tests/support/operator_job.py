@@ -54,10 +54,17 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pyarrow as pa
 from pyspark import TaskContext
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.streaming.stateful_processor import (
+    ExpiredTimerInfo,
+    StatefulProcessor,
+    StatefulProcessorHandle,
+    TimerValues,
+)
 
 from examples.recovery_job import write_batch_file
 from fsstate_spark import operators as ops
@@ -86,13 +93,74 @@ def slow_pass(slow_ms: int) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.
     return task
 
 
-def build_flow(events: DataFrame, slow_ms: int = 0) -> ops.Flow:
+class WindowCounts(StatefulProcessor):
+    """The ``windows`` stage as an unchanged StatefulProcessor (``EventTime``): per key, a map
+    window start -> (count, sum) and a timer at each window's end; an expired timer outputs
+    the window as ``window_aggregate`` does (struct ``window``, ``k``, ``count``, ``sum(v)``)."""
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.handle = handle
+        self.windows = handle.getMapState("windows", "start BIGINT", "n BIGINT, total BIGINT")
+
+    def handleInputRows(
+        self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
+    ) -> Iterator[pd.DataFrame]:
+        for df in rows:
+            for t, v in zip(df["t"], df["v"], strict=True):
+                ms = int(t.value // 1_000_000)
+                start = ms - ms % WINDOW_MS
+                cur = self.windows.getValue((start,)) or (0, 0)
+                total = cur[1] + (0 if pd.isna(v) else int(v))
+                self.windows.updateValue((start,), (cur[0] + 1, total))
+                self.handle.registerTimer(start + WINDOW_MS)
+        yield from ()
+
+    def handleExpiredTimer(
+        self, key: Any, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
+    ) -> Iterator[pd.DataFrame]:
+        start = expiredTimerInfo.getExpiryTimeInMs() - WINDOW_MS
+        cur = self.windows.getValue((start,))
+        if cur is not None:
+            self.windows.removeKey((start,))
+            yield pd.DataFrame(
+                {
+                    "window": [
+                        {
+                            "start": pd.Timestamp(start, unit="ms"),
+                            "end": pd.Timestamp(start + WINDOW_MS, unit="ms"),
+                        }
+                    ],
+                    "k": [key[0]],
+                    "count": [cur[0]],
+                    "sum(v)": [cur[1]],
+                }
+            )
+
+    def close(self) -> None:
+        pass
+
+
+WINDOW_SCHEMA = (
+    "window STRUCT<start: TIMESTAMP, end: TIMESTAMP>, k STRING, count BIGINT, `sum(v)` BIGINT"
+)
+
+
+def build_flow(events: DataFrame, slow_ms: int = 0, processor: bool = False) -> ops.Flow:
     """The job's flow over the raw input (``t`` in epoch seconds)."""
     flow = ops.source(
         events.withColumn("t", F.timestamp_seconds("t")), watermark=("t", WATERMARK_DELAY)
     ).deduplicate(keys=["k", "v"], time="t", name=STAGES[0])
     if slow_ms > 0:
         flow = flow.transform(lambda df: df.mapInArrow(slow_pass(slow_ms), df.schema))
+    if processor:
+        return ops.transform_with_state_in_pandas(
+            flow.group_by("k"),
+            WindowCounts(),
+            WINDOW_SCHEMA,
+            "Append",
+            "EventTime",
+            name=STAGES[1],
+        )
     return flow.window_aggregate(
         keys=["k"],
         time="t",
@@ -123,6 +191,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--checkpoint", required=True, help="Spark checkpoint directory")
     parser.add_argument("--state-uri", required=True, help="fsstate state directory or URI")
     parser.add_argument("--sink", required=True, help="directory of batch-<id>.json outputs")
+    parser.add_argument(
+        "--processor",
+        action="store_true",
+        help="count the windows with an unchanged StatefulProcessor run by the flow driver",
+    )
     parser.add_argument(
         "--slow-ms",
         type=int,
@@ -155,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
 
     query = (
         ops.write_stream(
-            build_flow(events, args.slow_ms),
+            build_flow(events, args.slow_ms, args.processor),
             checkpoint_location=args.checkpoint,
             sink=write,
             partitions=PARTITIONS,

@@ -40,7 +40,7 @@ from fsstate.operators import (
 )
 from fsstate.storage.fileio import FileIO
 from fsstate.store.pool import store_pool
-from tests.fsstate.operators import spark_rules
+from tests.support import spark_rules
 
 US = 1_000_000
 TS = pa.timestamp("us", tz="UTC")
