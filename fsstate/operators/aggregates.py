@@ -222,9 +222,14 @@ def _grouped(
 
 
 def batch_partials(
-    table: pa.Table, group_cols: Sequence[str], aggs: Sequence[Agg], op: str
+    table: pa.Table,
+    group_cols: Sequence[str],
+    aggs: Sequence[Agg],
+    op: str,
+    max_of: tuple[str, str] | None = None,
 ) -> pa.Table:
-    """Pre-aggregate ``table`` by ``group_cols``: the group columns, then the partials."""
+    """Pre-aggregate ``table`` by ``group_cols``: the group columns, then the partials (and,
+    with ``max_of=(column, name)``, the group's largest ``column`` named ``name`` last)."""
     schema = table.schema
     cols: dict[str, pa.ChunkedArray] = {g: table.column(g) for g in group_cols}
     specs: list[Spec] = []
@@ -248,6 +253,9 @@ def batch_partials(
             a.result_type(schema, op)
             cols[name] = src
             specs.append((name, a.func, some, f"_p{i}_v"))
+    if max_of is not None:
+        cols["_max_of"] = table.column(max_of[0])
+        specs.append(("_max_of", "max", some, max_of[1]))
     return _grouped(cols, group_cols, specs)
 
 

@@ -24,6 +24,12 @@ Invariants every operator keeps:
   (:meth:`Operator.bind` is called whenever the runner hands over a store).
 * Output schemas are fixed by the input schema (:meth:`Operator.output_schema`), so an empty
   epoch still returns a typed empty table.
+* Combining before the shuffle (decomposable aggregates): an operator that can
+  (:meth:`Operator.can_combine`) turns any subset of an epoch's input rows into fewer rows
+  (:meth:`Operator.combine`, stateless, run map-side per input partition with the epoch's
+  late watermark); a copy made by :meth:`Operator.with_combined` takes those rows, from any
+  number of input partitions, as its input and gives exactly the output and state the raw
+  rows would (and the same event times for the watermark).
 """
 
 from __future__ import annotations
@@ -82,6 +88,8 @@ class Operator(ABC):
     #: whether the operator reads the epoch's processing time (``Epoch.now_ms``): a driver
     #: then fixes one per micro-batch, the same for every attempt
     uses_clock: bool = False
+    #: the raw input schema of a copy that takes combined rows (:meth:`with_combined`)
+    raw_schema: pa.Schema | None = None
 
     def __init__(self, name: str) -> None:
         if not isinstance(name, str) or not name or "/" in name:
@@ -114,6 +122,34 @@ class Operator(ABC):
     def reset_caches(self) -> None:  # noqa: B027
         """Forget caches derived from state (called when the store changes identity/version)."""
 
+    # -- combining before the shuffle (see the module docstring) ----------------------------
+    def can_combine(self, input_schema: pa.Schema) -> bool:
+        """Whether :meth:`combine` pre-aggregates input of ``input_schema`` (default: no)."""
+        return False
+
+    def combined_schema(self, input_schema: pa.Schema) -> pa.Schema:
+        """The schema of :meth:`combine`'s rows for raw input of ``input_schema``."""
+        raise NotImplementedError(f"operator {self.name!r} does not combine")
+
+    def combine(self, batch: pa.Table, late_ms: int) -> pa.Table:
+        """Map side: some raw input rows of an epoch pre-aggregated (stateless)."""
+        raise NotImplementedError(f"operator {self.name!r} does not combine")
+
+    def with_combined(self, input_schema: pa.Schema) -> Operator:
+        """A copy that takes :meth:`combine`'s rows of raw input of ``input_schema``."""
+        import copy
+
+        if not self.can_combine(input_schema):
+            raise ConfigError(f"operator {self.name!r} does not combine this input")
+        twin = copy.copy(self)
+        twin.raw_schema = input_schema
+        twin._bound = None
+        return twin
+
+    def schema_of(self, input_schema: pa.Schema) -> pa.Schema:
+        """The raw input schema (a combined copy's, or ``input_schema`` itself)."""
+        return self.raw_schema if self.raw_schema is not None else input_schema
+
     # -- binding ----------------------------------------------------------------------------
     def bind(self, store: PartitionStore, input_schema: pa.Schema) -> None:
         """Hand the operator the store of the partition it runs next (at the epoch's parent)."""
@@ -144,6 +180,17 @@ def require_columns(op: str, schema: pa.Schema, names: Sequence[str]) -> None:
     if missing:
         raise SchemaError(
             f"operator {op!r}: input has no column(s) {missing}; it has {schema.names}"
+        )
+
+
+def require_time(op: str, schema: pa.Schema, name: str) -> None:
+    """Raise SchemaError unless column ``name`` of ``schema`` can be an event time (a timestamp
+    or an integer of microseconds): checked when a flow is built, not in a worker."""
+    t = schema.field(name).type
+    if not (pa.types.is_timestamp(t) or pa.types.is_integer(t)):
+        raise SchemaError(
+            f"operator {op!r}: event-time column {name!r} has type {t}; use a timestamp or "
+            "int64 microseconds"
         )
 
 

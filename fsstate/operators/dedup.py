@@ -27,7 +27,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from fsstate.errors import ConfigError
-from fsstate.operators.base import Epoch, Operator, require_columns, take_rows, time_us
+from fsstate.operators.base import (
+    Epoch,
+    Operator,
+    require_columns,
+    require_time,
+    take_rows,
+    time_us,
+)
 from fsstate.operators.expiry import DEADLINE, DeadlineIndex
 from fsstate.store.partition import PartitionStore
 
@@ -58,6 +65,7 @@ class Deduplicate(Operator):
 
     def output_schema(self, input_schema: pa.Schema) -> pa.Schema:
         require_columns(self.name, input_schema, [*self.keys, self.time])
+        require_time(self.name, input_schema, self.time)
         return input_schema
 
     def declare(self, store: PartitionStore, input_schema: pa.Schema) -> None:

@@ -43,7 +43,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from fsstate.errors import ConfigError, SchemaError
-from fsstate.operators.base import SIDE, Epoch, Operator, row_struct, take_rows, time_us
+from fsstate.operators.base import (
+    SIDE,
+    Epoch,
+    Operator,
+    require_time,
+    row_struct,
+    take_rows,
+    time_us,
+)
 from fsstate.operators.expiry import DeadlineIndex
 from fsstate.store.partition import PartitionStore
 
@@ -120,6 +128,7 @@ class IntervalJoin(Operator):
                 raise SchemaError(
                     f"operator {self.name!r}: the {side} rows have no event-time field {tcol!r}"
                 )
+            require_time(self.name, pa.schema([st.field(tcol)]), tcol)
         return lt, rt, keys
 
     def output_schema(self, input_schema: pa.Schema) -> pa.Schema:

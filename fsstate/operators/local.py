@@ -6,6 +6,10 @@ across executors: it computes the epoch's watermarks from the previous version's
 into a fixed number of partitions and runs every partition's epoch (:func:`run_epoch`), the
 output of one stage feeding the next. For tests, notebooks and jobs without a cluster.
 
+A stage whose operator combines before the shuffle (decomposable aggregates,
+:meth:`fsstate.operators.Operator.can_combine`) gets its input combined per input part first,
+as the Spark driver does per input partition (``input_parts`` parts of each batch here).
+
 Invariants: the same input batches give the same outputs as the Spark driver (both run the same
 operators with the same watermarks); a key always goes to the same partition (a stable hash,
 the same in every process); re-running an epoch after a crash adopts what was committed.
@@ -62,6 +66,8 @@ class LocalQuery:
         partitions: the partition count of every stage.
         watermark: the watermark inputs (recorded by the first stage's operator).
         config: store settings.
+        combine: combine stages that can before partitioning their input.
+        input_parts: how many parts each stage's input is combined in (input partitions).
     """
 
     def __init__(
@@ -72,6 +78,8 @@ class LocalQuery:
         partitions: int = 1,
         watermark: WatermarkSpec | None = None,
         config: StoreConfig | None = None,
+        combine: bool = True,
+        input_parts: int = 2,
     ) -> None:
         names = [s.op.name for s in stages]
         if len(set(names)) != len(names):
@@ -84,6 +92,9 @@ class LocalQuery:
         self.watermark = watermark or WatermarkSpec({})
         self.config = config or StoreConfig()
         self.last_watermarks = (0, 0)
+        self.combine = combine
+        self.input_parts = max(1, input_parts)
+        self._combined: dict[int, Operator] = {}
         for stage in self.stages:
             check_layout(self.fileio, stage.op, partitions)
 
@@ -99,15 +110,26 @@ class LocalQuery:
         """Process one micro-batch; returns the last stage's output."""
         late, evict = self.last_watermarks = self.watermarks(epoch)
         data = batch
-        for stage in self.stages:
+        for s, stage in enumerate(self.stages):
             if stage.before is not None:
                 data = stage.before(data)
+            op = stage.op
+            if self.combine and (s in self._combined or op.can_combine(data.schema)):
+                if s not in self._combined:
+                    self._combined[s] = op.with_combined(data.schema)
+                op = self._combined[s]
+                step = -(-data.num_rows // self.input_parts) or 1
+                parts = [
+                    stage.op.combine(data.slice(i, step), late)
+                    for i in range(0, max(data.num_rows, 1), step)
+                ]
+                data = pa.concat_tables(parts)
             ids = partition_ids(data, stage.keys, self.partitions)
             outs = []
             for p in range(self.partitions):
                 part = data.filter(pa.array(ids == p))
                 res = run_epoch(
-                    stage.op,
+                    op,
                     self.fileio,
                     p,
                     epoch,

@@ -30,6 +30,12 @@ result (if it had one) and +1 with the new one (if it still has rows). ``output=
 row per changed group, ``op`` +1 with the new result or -1 with the old one when the group is
 gone.
 
+Combining before the shuffle: without min / max (and with keys), the per-group totals of an
+epoch's rows (rows, counts, sums, each weighted by ``op``) are what the epoch adds to the
+state, and totals of parts add up: :meth:`RetractAggregate.combine` computes them on any part
+of the input and the combined copy adds up the parts' totals before applying them, as it
+does its own.
+
 Invariants: after every epoch, applying all emitted changes gives exactly a batch
 recomputation of the aggregate over the input's current rows (groups with no rows absent);
 deletes of rows that were never inserted are the caller's error (counts never go below zero:
@@ -95,6 +101,7 @@ class RetractAggregate(Operator):
         self._cache_top = None
 
     def output_schema(self, input_schema: pa.Schema) -> pa.Schema:
+        input_schema = self.schema_of(input_schema)
         require_columns(self.name, input_schema, [*self.keys, OP])
         fields = [input_schema.field(k).with_nullable(True) for k in self.keys]
         fields += [pa.field(a.name, a.result_type(input_schema, self.name)) for a in self.aggs]
@@ -116,6 +123,7 @@ class RetractAggregate(Operator):
         return out
 
     def declare(self, store: PartitionStore, input_schema: pa.Schema) -> None:
+        input_schema = self.schema_of(input_schema)
         self.output_schema(input_schema)
         self.input_schema = input_schema
         key = pa.schema(
@@ -136,23 +144,34 @@ class RetractAggregate(Operator):
         if self._cache_top is None:
             self._cache_top = {i: {} for i in self.values}
 
-    # -- one epoch ---------------------------------------------------------------------------
-    def process(self, batch: pa.Table, epoch: Epoch) -> pa.Table:
-        schema = self.output_schema(self.input_schema)
-        if not self.keys:
-            if epoch.partition != 0:
-                if batch.num_rows:
-                    raise ConfigError(
-                        f"operator {self.name!r}: a global aggregate (keys=[]) got "
-                        f"{batch.num_rows} rows in partition {epoch.partition}; route every row "
-                        "of a stage without keys to partition 0"
-                    )
-                return schema.empty_table()
-            batch = _global_batch(batch)
+    # -- combining before the shuffle ----------------------------------------------------------
+    def can_combine(self, input_schema: pa.Schema) -> bool:
+        return bool(self.keys) and all(a.func in ("count", "sum", "avg") for a in self.aggs)
+
+    def combined_schema(self, input_schema: pa.Schema) -> pa.Schema:
+        self.output_schema(input_schema)
+        fields = [input_schema.field(k).with_nullable(True) for k in self.keys]
+        fields.append(pa.field("_d_sum", pa.int64()))
+        for i, a in enumerate(self.aggs):
+            if a.func == "count" and a.column is not None:
+                fields.append(pa.field(f"_c{i}_sum", pa.int64()))
+            elif a.func in ("sum", "avg"):
+                st = a.sum_type(input_schema, self.name)
+                fields += [pa.field(f"_s{i}_sum", st), pa.field(f"_n{i}_sum", pa.int64())]
+        return pa.schema(fields)
+
+    def combine(self, batch: pa.Table, late_ms: int) -> pa.Table:
+        """The rows' totals per group (see the module docstring)."""
+        schema = self.combined_schema(batch.schema)
+        self.input_schema = batch.schema
         if not batch.num_rows:
             return schema.empty_table()
+        return self._delta(batch).select(schema.names).cast(schema)
+
+    def _delta(self, batch: pa.Table) -> pa.Table:
+        """Per group of ``batch``: ``_d_sum`` (rows, op-weighted), and the op-weighted count,
+        sum and NaN totals of the aggregates that keep them."""
         op = batch.column(OP).combine_chunks().cast(pa.int64())
-        # totals per group: rows, counts, sums
         cols: dict[str, Any] = {k: batch.column(k) for k in self.gkeys}
         cols["_d"] = op
         specs: list[tuple[str, str]] = [("_d", "sum")]
@@ -174,7 +193,34 @@ class RetractAggregate(Operator):
                 nan = pc.fill_null(pc.is_nan(batch.column(a.column)), False)
                 cols[f"_nan{i}"] = pc.multiply(nan.cast(pa.int64()), op)
                 specs.append((f"_nan{i}", "sum"))
-        delta = pa.table(cols).group_by(self.gkeys, use_threads=False).aggregate(specs)
+        return pa.table(cols).group_by(self.gkeys, use_threads=False).aggregate(specs)
+
+    # -- one epoch ---------------------------------------------------------------------------
+    def process(self, batch: pa.Table, epoch: Epoch) -> pa.Table:
+        schema = self.output_schema(self.input_schema)
+        if not self.keys:
+            if epoch.partition != 0:
+                if batch.num_rows:
+                    raise ConfigError(
+                        f"operator {self.name!r}: a global aggregate (keys=[]) got "
+                        f"{batch.num_rows} rows in partition {epoch.partition}; route every row "
+                        "of a stage without keys to partition 0"
+                    )
+                return schema.empty_table()
+            batch = _global_batch(batch)
+        if not batch.num_rows:
+            return schema.empty_table()
+        if self.raw_schema is not None:  # the totals of every input partition: add them up
+            sums = [c for c in batch.column_names if c not in self.gkeys]
+            delta = batch.group_by(self.gkeys, use_threads=False).aggregate(
+                [(c, "sum") for c in sums]
+            )
+            renamed = {f"{c}_sum": c for c in sums}
+            delta = delta.rename_columns([renamed.get(c, c) for c in delta.column_names])
+            op: pa.Array | None = None
+        else:
+            op = batch.column(OP).combine_chunks().cast(pa.int64())
+            delta = self._delta(batch)
         keys = delta.select(self.gkeys)
         old = self.groups.get_many(keys)
         found = np.asarray(old.column("_found").to_numpy(zero_copy_only=False), dtype=bool)
@@ -190,6 +236,7 @@ class RetractAggregate(Operator):
                 new[f"_s{i}"] = add_sums(old.column(f"_s{i}"), delta.column(f"_s{i}_sum"))
                 new[f"_n{i}"] = _add(old.column(f"_n{i}"), delta.column(f"_n{i}_sum"))
         for i in self.values:
+            assert op is not None  # a combined copy has no min / max (can_combine)
             new[f"_x{i}"] = self._extreme(i, batch, op, keys, old.column(f"_x{i}"))
             if f"_nan{i}" in old.column_names:
                 new[f"_nan{i}"] = _add(old.column(f"_nan{i}"), delta.column(f"_nan{i}_sum"))

@@ -38,7 +38,14 @@ from fsstate.operators.aggregates import (
     finalize,
     partial_schema,
 )
-from fsstate.operators.base import Epoch, Operator, require_columns, take_rows, time_us
+from fsstate.operators.base import (
+    Epoch,
+    Operator,
+    require_columns,
+    require_time,
+    take_rows,
+    time_us,
+)
 from fsstate.operators.expiry import DEADLINE, DeadlineIndex
 from fsstate.store.partition import PartitionStore
 from fsstate.tables.resolve import first_of_group
@@ -101,6 +108,7 @@ class SessionAggregate(Operator):
 
     def output_schema(self, input_schema: pa.Schema) -> pa.Schema:
         require_columns(self.name, input_schema, [*self.keys, self.time])
+        require_time(self.name, input_schema, self.time)
         ts = self._ts(input_schema)
         fields = [pa.field("session_window", pa.struct([("start", ts), ("end", ts)]))]
         fields += [input_schema.field(k).with_nullable(True) for k in self.keys]

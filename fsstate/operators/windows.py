@@ -24,6 +24,13 @@ Per epoch (watermarks as in :mod:`fsstate.operators.base`, Spark's rules):
 * then every pane whose last window ended at or below ``evict`` is removed with one range
   tombstone.
 
+Combining before the shuffle: :meth:`WindowAggregate.combine` does the first step above (late
+pairs dropped, rows to panes, partials per (pane, keys), plus the largest event time of each
+group for the watermark) on any part of the input; the combined copy merges such rows from
+every input partition (:func:`fsstate.operators.aggregates.combine_partials`) and goes on as
+with its own pre-aggregation. A late row never raises the largest event time (it is below the
+previous watermark), so dropping it map-side changes no watermark.
+
 Invariants: outputs equal Spark's ``groupBy(window(t, size, slide, start), keys).agg(...)`` on
 the same micro-batches and watermarks (append and update modes), and the cost of an epoch is
 proportional to its input and to the panes of the windows it closes, not to the state.
@@ -49,12 +56,20 @@ from fsstate.operators.aggregates import (
     merge_partials,
     partial_schema,
 )
-from fsstate.operators.base import Epoch, Operator, require_columns, take_rows, time_us
+from fsstate.operators.base import (
+    Epoch,
+    Operator,
+    require_columns,
+    require_time,
+    take_rows,
+    time_us,
+)
 from fsstate.operators.expiry import purged_below
 from fsstate.store.partition import PartitionStore
 
 PANE = "_pane_us"
 WSTART = "_wstart_us"
+TMAX = "_tmax_us"  # combined rows: the largest event time of the group (the watermark input)
 MODES = ("append", "update")
 EMIT_CHUNK_BYTES = 2 * 1024 * 1024  # stored pane bytes resolved per piece of a closing scan
 
@@ -172,7 +187,9 @@ class WindowAggregate(Operator):
         return t if pa.types.is_timestamp(t) else pa.timestamp("us", tz="UTC")
 
     def output_schema(self, input_schema: pa.Schema) -> pa.Schema:
+        input_schema = self.schema_of(input_schema)
         require_columns(self.name, input_schema, [*self.keys, self.time])
+        require_time(self.name, input_schema, self.time)
         ts = self._time_type(input_schema)
         window = pa.struct([pa.field("start", ts), pa.field("end", ts)])
         fields = [pa.field("window", window)]
@@ -181,6 +198,7 @@ class WindowAggregate(Operator):
         return pa.schema(fields)
 
     def declare(self, store: PartitionStore, input_schema: pa.Schema) -> None:
+        input_schema = self.schema_of(input_schema)
         self.output_schema(input_schema)
         key = pa.schema(
             [pa.field(PANE, pa.int64(), nullable=False)]
@@ -191,12 +209,29 @@ class WindowAggregate(Operator):
         self.input_schema = input_schema
 
     def event_times(self, batch: pa.Table) -> dict[str, pa.Array]:
+        if self.raw_schema is not None:
+            return {"input": batch.column(TMAX).combine_chunks()}
         return {"input": time_us(batch.column(self.time), self.name, self.time)}
 
-    # -- one epoch ---------------------------------------------------------------------------
-    def process(self, batch: pa.Table, epoch: Epoch) -> pa.Table:
+    # -- combining before the shuffle ----------------------------------------------------------
+    def can_combine(self, input_schema: pa.Schema) -> bool:
+        return True
+
+    def combined_schema(self, input_schema: pa.Schema) -> pa.Schema:
+        self.output_schema(input_schema)
+        fields = [pa.field(PANE, pa.int64())]
+        fields += [input_schema.field(k).with_nullable(True) for k in self.keys]
+        fields += list(partial_schema(self.aggs, input_schema, self.name))
+        return pa.schema([*fields, pa.field(TMAX, pa.int64())])
+
+    def combine(self, batch: pa.Table, late_ms: int) -> pa.Table:
+        """(pane, keys, partials, largest event time) of the rows' non-late (row, window)s."""
+        out = self._partials(batch, late_ms * 1000, with_tmax=True)
+        return out.cast(self.combined_schema(batch.schema))
+
+    def _partials(self, batch: pa.Table, late_us: int, with_tmax: bool = False) -> pa.Table:
+        """Rows to panes (late ones dropped), pre-aggregated per (pane, keys)."""
         w = self.window
-        late_us, evict_us = epoch.late_ms * 1000, epoch.evict_ms * 1000
         t = time_us(batch.column(self.time), self.name, self.time)
         valid = np.asarray(pc.is_valid(t).to_numpy(zero_copy_only=False), dtype=bool)
         tv = np.asarray(pc.fill_null(t, 0).to_numpy(zero_copy_only=False), dtype=np.int64)
@@ -206,7 +241,18 @@ class WindowAggregate(Operator):
         panes = w.floor(tv[keep], w.pane_us)
         table = rows.select([*self.keys, *{a.column for a in self.aggs if a.column}])
         table = table.append_column(PANE, pa.array(panes, pa.int64()))
-        partials = batch_partials(table, [PANE, *self.keys], self.aggs, self.name)
+        if not with_tmax:
+            return batch_partials(table, [PANE, *self.keys], self.aggs, self.name)
+        table = table.append_column("_t", pa.array(tv[keep], pa.int64()))
+        return batch_partials(table, [PANE, *self.keys], self.aggs, self.name, max_of=("_t", TMAX))
+
+    # -- one epoch ---------------------------------------------------------------------------
+    def process(self, batch: pa.Table, epoch: Epoch) -> pa.Table:
+        late_us, evict_us = epoch.late_ms * 1000, epoch.evict_ms * 1000
+        if self.raw_schema is not None:  # combined rows of every input partition: merge them
+            partials = combine_partials(batch.drop_columns([TMAX]), [PANE, *self.keys], self.aggs)
+        else:
+            partials = self._partials(batch, late_us)
         pnames = [f.name for f in partial_schema(self.aggs, self.input_schema, self.name)]
         merged = partials
         if partials.num_rows:

@@ -12,7 +12,11 @@ that per micro-batch ``b``:
    if a stage reads processing time (a StatefulProcessor in ``ProcessingTime`` or ``EventTime``
    mode), the batch's clock: the driver's time at the batch's first attempt, recorded with
    the state (put-if-absent), so a re-run of the batch uses the same;
-2. builds the batch's plan: every stage is ``repartition(partitions, *keys).mapInArrow(task)``
+2. builds the batch's plan: every stage is ``repartition(partitions, *keys).mapInArrow(task)``,
+   preceded, for an operator that combines (decomposable aggregates), by a ``mapInArrow``
+   that pre-aggregates each input partition's rows before the shuffle (Arrow's hash
+   aggregation; Spark's own would bring an exchange that adaptive execution may coalesce,
+   moving keys out of their partitions, or a second shuffle)
    (a stage without keys: a literal Spark hashes to partition 0, so all its rows meet there)
    whose tasks run the operator's epoch ``b`` exactly once (:mod:`fsstate_spark.operators.tasks`);
 3. hands the last stage's DataFrame to the user's sink (``sink(df, batch_id)``; without one the
@@ -44,13 +48,14 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.streaming.readwriter import DataStreamWriter
 
 from fsstate.errors import ConfigError, FsStateError, VersionNotFoundError
-from fsstate.operators.base import EVENT_TIME_META, WATERMARK_META
+from fsstate.operators.base import EVENT_TIME_META, WATERMARK_META, Operator
 from fsstate.operators.runner import check_layout
 from fsstate.operators.watermarks import (
     READ_THREADS_MAX,
@@ -68,7 +73,7 @@ from fsstate_spark.operators.settings import (
     FlowSettings,
     resolve_flow_settings,
 )
-from fsstate_spark.operators.tasks import StageSettings, stage_task
+from fsstate_spark.operators.tasks import PARTITION_COL, StageSettings, combine_task, stage_task
 from fsstate_spark.runtime import fileio_for
 
 log = logging.getLogger(__name__)
@@ -98,11 +103,45 @@ class _BatchContext:
             )
         arrow_in = arrow_schema_of(df)
         arrow_out = spec.op.output_schema(arrow_in)
-        settings = StageSettings(spec.op, d.config, arrow_in, arrow_out, d.writer)
+        op = spec.op
+        if d.config.combine and spec.keys and op.can_combine(arrow_in):
+            combined = op.combined_schema(arrow_in)
+            combiner = combine_task(op, arrow_in, combined, self.late_ms)
+            df = df.mapInArrow(combiner, from_arrow_schema(combined, prefer_timestamp_ntz=False))
+            op = d.combined_op(spec, arrow_in)
+            arrow_in = combined
+        settings = StageSettings(op, d.config, arrow_in, arrow_out, d.writer)
         task = stage_task(settings, self.epoch, self.late_ms, self.evict_ms, self.now_ms)
         spark_out = from_arrow_schema(arrow_out, prefer_timestamp_ntz=False)
         keys = [F.col(k) for k in spec.keys] or [F.lit(d.zero_key(df)).cast("bigint")]
+        # each row's partition as Spark's hash partitioning computes it: the tasks check it
+        where = F.pmod(F.hash(*keys), F.lit(d.partitions)).cast("int")
+        df = df.withColumn(PARTITION_COL, where)
         return df.repartition(d.partitions, *keys).mapInArrow(task, spark_out)
+
+
+class _SchemaContext:
+    """Builds a flow's plan for its schemas only (:meth:`Driver.check`): each stage's input and
+    output schema is computed on the driver, as the first batch would, and nothing runs."""
+
+    epoch, late_ms, evict_ms, now_ms = 0, 0, 0, None
+
+    def __init__(self, driver: Driver) -> None:
+        self.driver = driver
+
+    def run_stage(self, spec: StageSpec, df: DataFrame) -> DataFrame:
+        missing = [k for k in spec.keys if k not in df.columns]
+        if missing:
+            raise ConfigError(
+                f"operator {spec.op.name!r}: its input has no column(s) {missing} to partition "
+                f"by ({df.columns})"
+            )
+        arrow_in = arrow_schema_of(df)
+        arrow_out = spec.op.output_schema(arrow_in)
+        if self.driver.config.combine and spec.keys and spec.op.can_combine(arrow_in):
+            spec.op.combined_schema(arrow_in)
+        out_type = from_arrow_schema(arrow_out, prefer_timestamp_ntz=False)
+        return df.sparkSession.createDataFrame([], out_type)
 
 
 class Driver:
@@ -118,6 +157,7 @@ class Driver:
         self._checked = False
         self._clock = any(s.op.uses_clock for s in flow.stages)
         self._zero_key: int | None = None
+        self._combined: dict[tuple[str, pa.Schema], Operator] = {}
         # the watermark inputs: each source with a watermark, recorded by one stage
         self._inputs: dict[str, tuple[str, str, int]] = {}  # source -> (stage, input, delay)
         for i, src in enumerate(flow.sources):
@@ -130,6 +170,14 @@ class Driver:
                     "(a stage must use that column as its event time on the source's rows)"
                 )
             self._inputs[f"source{i}"] = (rec[0][0], rec[0][1], src.delay_ms)
+
+    def combined_op(self, spec: StageSpec, input_schema: pa.Schema) -> Operator:
+        """The stage's operator taking combined rows (one copy per stage and input schema)."""
+        key = (spec.op.name, input_schema)
+        op = self._combined.get(key)
+        if op is None:
+            op = self._combined[key] = spec.op.with_combined(input_schema)
+        return op
 
     def zero_key(self, df: DataFrame) -> int:
         """A bigint literal that Spark's hash partitioning sends to partition 0: the key of a
@@ -145,6 +193,12 @@ class Driver:
             assert found is not None  # some id of 64n hashes to 0 (Murmur3 mixes well)
             self._zero_key = int(found[0])
         return self._zero_key
+
+    def check(self) -> None:
+        """Build the flow's plan over its sources once, for the schemas: a bad column, type or
+        aggregate fails here, before the query starts, not in a worker."""
+        dfs = {id(src): src.df for src in self.flow.sources}
+        self.flow.build(dfs, _SchemaContext(self))
 
     # -- watermarks ----------------------------------------------------------------------------
     def _read(self, epoch: int) -> dict[str, EpochMeta] | None:
@@ -284,10 +338,14 @@ def write_stream(
 
     Raises:
         ConfigError: a setting is invalid, or two operators share a name.
+        FsStateError: a stage does not fit its input (a missing column, an event-time column
+            that is no time, an aggregate over a type it does not take), found by building
+            the flow's plan once for its schemas.
     """
     config = resolve_flow_settings(
         checkpoint_location, partitions, state_uri, memory_limit, options
     )
     driver = Driver(flow, sink, config)
+    driver.check()
     writer = _union(flow.sources).writeStream.foreachBatch(driver)
     return writer.option("checkpointLocation", checkpoint_location)

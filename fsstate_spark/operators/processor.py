@@ -80,7 +80,9 @@ class ProcessorSpec:
         time_mode: ``none``, ``processingtime`` or ``eventtime``.
         pandas: the pandas flavour (``transformWithStateInPandas``) or the Row one.
         event_time: the watermark column of the input (event time recorded, late rows
-            dropped in ``eventtime`` mode), or None.
+            dropped in ``eventtime`` mode), or None (a stage after another stateful stage: the
+            flow's watermark still fires its timers; the stage before dropped late rows).
+        watermarked: whether the flow has a watermark at all (``eventtime`` needs one).
         initial_state: whether the input carries an initial state (``_side``, ``input``,
             ``init`` columns).
         init_keys: the grouping columns of the initial state rows.
@@ -97,6 +99,7 @@ class ProcessorSpec:
     event_time: str | None = None
     initial_state: bool = False
     init_keys: tuple[str, ...] = ()
+    watermarked: bool = False
     timezone: str = "UTC"
     max_records_per_batch: int = 10_000
     state_encoding: str = UNSAFEROW
@@ -108,7 +111,7 @@ class ProcessorSpec:
             )
         if self.output_mode not in OUTPUT_MODES:
             raise ConfigError(f"outputMode={self.output_mode!r}: use 'Append' or 'Update'")
-        if self.time_mode == "eventtime" and self.event_time is None:
+        if self.time_mode == "eventtime" and self.event_time is None and not self.watermarked:
             raise ConfigError(
                 "timeMode='EventTime' needs a watermark: ops.source(df, watermark=(column, "
                 "delay)) or df.withWatermark(column, delay) before groupBy"

@@ -28,6 +28,7 @@ from fsstate_spark.settings import (
     STORE_FIELDS,
     Product,
     StateSettings,
+    coerce,
     merge_settings,
     resolve_state_settings,
     spark_settings,
@@ -35,7 +36,7 @@ from fsstate_spark.settings import (
 )
 
 FLOWS = Product("ops.write_stream()", "ops.write_stream(state_uri=...)")
-FLOW_FIELDS = STORE_FIELDS | ENGINE_FIELDS | SHARED_FIELDS
+FLOW_FIELDS = STORE_FIELDS | ENGINE_FIELDS | SHARED_FIELDS | {"combine"}
 PARTITIONS_DEFAULT = 8
 
 
@@ -46,15 +47,19 @@ class FlowSettings(StateSettings):
 
     Attributes:
         partitions: partitions of every stateful stage (recorded with each stage's state).
+        combine: pre-aggregate decomposable aggregates before the shuffle (default).
     """
 
     partitions: int = PARTITIONS_DEFAULT
+    combine: bool = True
 
     def __post_init__(self) -> None:
         super().__post_init__()
         p = self.partitions
         if isinstance(p, bool) or not isinstance(p, int) or p < 1:
             raise ConfigError(f"ops.write_stream(partitions={p!r}): give an int >= 1")
+        if not isinstance(self.combine, bool):
+            raise ConfigError(f"ops.write_stream(combine={self.combine!r}): give True or False")
 
 
 def resolve_flow_settings(
@@ -89,5 +94,6 @@ def resolve_flow_settings(
     # a flow's stores sit right under its state URI (no query id level), so a shared
     # spark.fsstate.stateUri would mix queries: the default is the query's checkpoint
     merged["state_uri"] = state_uri or state_dir_of(checkpoint_location)
+    combine = coerce("combine", merged.pop("combine", True), True)
     shared = resolve_state_settings(FLOWS, merged, storage_conf, checkpoint_location)
-    return FlowSettings(partitions=partitions, **shared)
+    return FlowSettings(partitions=partitions, combine=combine, **shared)

@@ -14,6 +14,11 @@ Invariants:
 * The input is cast to the stage's input schema computed on the driver (so an empty partition
   still declares its tables with the right types, and timestamps have one time zone label);
   the output is cast to the schema the driver declared to Spark.
+* Rows are in the partition they belong to: the driver adds each row's partition as Spark's
+  hash partitioning computes it (``_fsstate_partition``), and a task refuses rows of another
+  partition (an exchange coalesced or replaced by Spark's optimizer would otherwise put keys
+  into the wrong store). The column is dropped before the operator sees the rows.
+* :func:`combine_task` (before the shuffle) is stateless: it touches no store.
 * Nothing but the operator's store is touched; settings reach the worker with the function
   (picklable, no secret in its ``repr``).
 """
@@ -25,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark import TaskContext
 
 from fsstate.errors import ConfigError
@@ -35,6 +41,7 @@ from fsstate_spark.operators.settings import FlowSettings
 from fsstate_spark.runtime import apply_engine_settings, fileio_for
 
 OUTPUT_BATCH_ROWS = 65_536  # rows per Arrow batch handed back to Spark
+PARTITION_COL = "_fsstate_partition"  # each row's partition, as Spark's hash partitioning
 
 
 @dataclass(frozen=True)
@@ -67,7 +74,7 @@ def stage_task(
         config = settings.config
         apply_engine_settings(config)
         store_pool().max_idle = config.max_cached_stores
-        parts = [pa.Table.from_batches([b]) for b in batches]
+        parts = [_checked(pa.Table.from_batches([b]), partition, settings) for b in batches]
         table = (
             pa.concat_tables([_conform(p, settings.input_schema) for p in parts])
             if parts
@@ -90,6 +97,36 @@ def stage_task(
         yield from out.to_batches(max_chunksize=OUTPUT_BATCH_ROWS)
 
     return task
+
+
+def combine_task(
+    op: Operator, input_schema: pa.Schema, output_schema: pa.Schema, late_ms: int
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The ``mapInArrow`` function that combines an input partition's rows before the
+    shuffle (:meth:`fsstate.operators.Operator.combine`): one pass over the partition."""
+
+    def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        parts = [_conform(pa.Table.from_batches([b]), input_schema) for b in batches]
+        table = pa.concat_tables(parts) if parts else input_schema.empty_table()
+        out = _conform(op.combine(table, late_ms), output_schema)
+        yield from out.to_batches(max_chunksize=OUTPUT_BATCH_ROWS)
+
+    return task
+
+
+def _checked(table: pa.Table, partition: int, settings: StageSettings) -> pa.Table:
+    """``table`` without its partition column, once every row is known to belong here."""
+    if PARTITION_COL not in table.column_names:
+        return table
+    col = table.column(PARTITION_COL)
+    if table.num_rows and not pc.all(pc.equal(col, partition)).as_py():
+        wrong = sorted(set(pc.unique(col).to_pylist()) - {partition})
+        raise ConfigError(
+            f"operator {settings.op.name!r}: the task of partition {partition} got rows of "
+            f"partitions {wrong[:5]}; Spark changed the stage's partitioning (an adaptive "
+            "plan coalescing or replacing its exchange): nothing was written"
+        )
+    return table.drop_columns([PARTITION_COL])
 
 
 def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:

@@ -165,6 +165,7 @@ def _transform(
         time_mode=tmode,
         pandas=pandas,
         event_time=event_time,
+        watermarked=any(s.time is not None for s in flow.sources),
         initial_state=init_df is not None,
         init_keys=tuple(init_keys),
         timezone=conf.get(TIMEZONE_CONF) or "UTC",

@@ -12,152 +12,25 @@ is the configuration in which both must agree on every batch.
 
 from __future__ import annotations
 
-import datetime as dt
 import random
 from collections import Counter
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
-from pyspark.sql import DataFrame, Row, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from examples import max_by_category as mbc
 from fsstate_spark import operators as ops
+from tests.support.flow_cases import (
+    Case,
+    assert_same,
+    make_batches,
+)
 from tests.support.spark_local import write_batches
 
 pytestmark = pytest.mark.slow
-
-SCHEMA = "k string, t bigint, v bigint, id string"
-KEYS = ["a", "b", "c", "d", None]
-
-
-def _batches(
-    seed: int, n_batches: int = 6, rows: int = 14, one_time_per_key: bool = False
-) -> list[list[dict[str, Any]]]:
-    """Rows with event times around ``100 + 8 * batch`` seconds, up to 20 s early (late rows).
-
-    ``one_time_per_key``: the rows of one key in one batch share an event time (which of
-    them Spark's deduplication keeps depends on its partition order, fsstate's on a canonical
-    order; with one time per key and batch, which one is kept changes no later outcome).
-    """
-    rng = random.Random(seed)
-    out = []
-    for b in range(n_batches):
-        batch = []
-        times: dict[Any, int] = {}
-        for j in range(rng.randint(0, rows) if b else rows):
-            k = rng.choice(KEYS)
-            t = 100 + 8 * b + rng.randint(-20, 6)
-            if one_time_per_key:
-                t = times.setdefault(k, t)
-            v = None if rng.random() < 0.1 else rng.randint(-50, 50)
-            batch.append({"k": k, "t": t, "v": v, "id": f"{b}-{j}"})
-        out.append(batch)
-    return out
-
-
-def _py(value: Any) -> Any:
-    """Rows and structs as tuples, timestamps as epoch seconds, floats rounded."""
-    if isinstance(value, Row):
-        return tuple(_py(v) for v in value)
-    if isinstance(value, dt.datetime):
-        return value.replace(tzinfo=dt.timezone.utc).timestamp()
-    if isinstance(value, float):
-        return round(value, 9)
-    return value
-
-
-def _key(row: tuple[Any, ...]) -> tuple[Any, ...]:
-    return tuple((v is None, repr(v)) for v in row)
-
-
-@contextmanager
-def _no_data_batches_off(spark: SparkSession) -> Iterator[None]:
-    key = "spark.sql.streaming.noDataMicroBatches.enabled"
-    old = spark.conf.get(key)
-    spark.conf.set(key, "false")
-    try:
-        yield
-    finally:
-        spark.conf.set(key, old)
-
-
-class Case:
-    """Inputs of one comparison: a directory per source with its batch files."""
-
-    def __init__(self, spark: SparkSession, root: Path, sources: list[list[list[dict[str, Any]]]]):
-        self.spark, self.root = spark, root
-        n = max(len(s) for s in sources)
-        self.n = n
-        self.dirs = []
-        for i, batches in enumerate(sources):
-            d = root / f"in{i}"
-            write_batches(d, [*batches, *([[]] * (n - len(batches)))])
-            self.dirs.append(d)
-
-    def frame(self, i: int = 0) -> DataFrame:
-        df = (
-            self.spark.readStream.schema(SCHEMA)
-            .option("maxFilesPerTrigger", 1)
-            .json(str(self.dirs[i]))
-        )
-        return df.withColumn("t", F.timestamp_seconds("t"))
-
-    def _collect(self) -> tuple[dict[int, list[tuple[Any, ...]]], Callable[[DataFrame, int], None]]:
-        got: dict[int, list[tuple[Any, ...]]] = {}
-
-        def sink(df: DataFrame, batch_id: int) -> None:
-            got[batch_id] = sorted((_py(r) for r in df.collect()), key=_key)
-
-        return got, sink
-
-    def _finish(self, query: Any, got: dict[int, list[tuple[Any, ...]]]) -> None:
-        query.awaitTermination(300)
-        if query.exception() is not None:
-            raise RuntimeError(f"query failed: {query.exception()}")
-        assert sorted(got) == list(range(self.n)), f"batches run: {sorted(got)}"
-
-    def builtin(self, out: DataFrame, mode: str = "append") -> dict[int, list[tuple[Any, ...]]]:
-        """Spark's own operator's rows per batch (no no-data batches)."""
-        got, sink = self._collect()
-        with _no_data_batches_off(self.spark):
-            query = (
-                out.writeStream.outputMode(mode)
-                .foreachBatch(sink)
-                .option("checkpointLocation", str(self.root / "ckpt-spark"))
-                .trigger(availableNow=True)
-                .start()
-            )
-            self._finish(query, got)
-        return got
-
-    def fsstate(self, flow: ops.Flow, partitions: int = 3) -> dict[int, list[tuple[Any, ...]]]:
-        """The fsstate flow's rows per batch."""
-        got, sink = self._collect()
-        query = (
-            ops.write_stream(
-                flow,
-                checkpoint_location=str(self.root / "ckpt-fsstate"),
-                sink=sink,
-                partitions=partitions,
-            )
-            .trigger(availableNow=True)
-            .start()
-        )
-        self._finish(query, got)
-        return got
-
-
-def _assert_same(seed: int, spark_rows: dict[int, Any], ours: dict[int, Any]) -> None:
-    for b in sorted(spark_rows):
-        assert ours.get(b) == spark_rows[b], (
-            f"seed {seed}, batch {b}:\n spark   {spark_rows[b]}\n fsstate {ours.get(b)}"
-        )
-    assert any(spark_rows.values()), f"seed {seed}: no output at all proves nothing"
-
 
 AGGS = [ops.Agg("count"), ops.Agg("sum", "v"), ops.Agg("min", "v"), ops.Agg("max", "v")]
 
@@ -173,7 +46,7 @@ def _spark_aggs() -> list[Any]:
 def test_window_aggregate_equals_spark(
     spark: SparkSession, tmp_path: Path, seed: int, slide_s: int | None, mode: str
 ) -> None:
-    case = Case(spark, tmp_path, [_batches(seed)])
+    case = Case(spark, tmp_path, [make_batches(seed)])
     w = F.window("t", "10 seconds", f"{slide_s} seconds" if slide_s else None)
     spark_out = (
         case.frame()
@@ -185,12 +58,12 @@ def test_window_aggregate_equals_spark(
     flow = ops.source(case.frame(), watermark=("t", "5 seconds")).window_aggregate(
         keys=["k"], time="t", window=window, aggs=[*AGGS, ops.Agg("avg", "v")], mode=mode
     )
-    _assert_same(seed, case.builtin(spark_out, mode), case.fsstate(flow))
+    assert_same(seed, case.builtin(spark_out, mode), case.fsstate(flow))
 
 
 def test_session_window_equals_spark(spark: SparkSession, tmp_path: Path) -> None:
     seed = 5
-    case = Case(spark, tmp_path, [_batches(seed)])
+    case = Case(spark, tmp_path, [make_batches(seed)])
     spark_out = (
         case.frame()
         .withWatermark("t", "4 seconds")
@@ -200,14 +73,14 @@ def test_session_window_equals_spark(spark: SparkSession, tmp_path: Path) -> Non
     flow = ops.source(case.frame(), watermark=("t", "4 seconds")).session_aggregate(
         keys=["k"], time="t", gap_ms=3_000, aggs=AGGS
     )
-    _assert_same(seed, case.builtin(spark_out), case.fsstate(flow))
+    assert_same(seed, case.builtin(spark_out), case.fsstate(flow))
 
 
 @pytest.mark.parametrize(("seed", "how"), [(6, "inner"), (7, "left_outer")])
 def test_interval_join_equals_spark(
     spark: SparkSession, tmp_path: Path, seed: int, how: str
 ) -> None:
-    case = Case(spark, tmp_path, [_batches(seed), _batches(seed + 100)])
+    case = Case(spark, tmp_path, [make_batches(seed), make_batches(seed + 100)])
     left = case.frame(0).withWatermark("t", "5 seconds")
     right = case.frame(1).withWatermark("t", "3 seconds")
     lf = left.select(*[F.col(c).alias(f"l_{c}") for c in left.columns])
@@ -224,12 +97,12 @@ def test_interval_join_equals_spark(
         upper_ms=6_000,
         how=how,
     ).transform(lambda df: df.select("left.id", "right.id"))
-    _assert_same(seed, case.builtin(spark_out), case.fsstate(flow))
+    assert_same(seed, case.builtin(spark_out), case.fsstate(flow))
 
 
 def test_dedup_within_watermark_equals_spark(spark: SparkSession, tmp_path: Path) -> None:
     seed = 8
-    case = Case(spark, tmp_path, [_batches(seed, rows=20, one_time_per_key=True)])
+    case = Case(spark, tmp_path, [make_batches(seed, rows=20, one_time_perrow_key=True)])
     spark_out = (
         case.frame()
         .withWatermark("t", "6 seconds")
@@ -241,7 +114,7 @@ def test_dedup_within_watermark_equals_spark(spark: SparkSession, tmp_path: Path
         .deduplicate(keys=["k"], time="t")
         .transform(lambda df: df.select("k"))
     )
-    _assert_same(seed, case.builtin(spark_out), case.fsstate(flow))
+    assert_same(seed, case.builtin(spark_out), case.fsstate(flow))
 
 
 # -- the seed-003 query: a join of two change streams feeding MAX with retractions ------------

@@ -1,0 +1,230 @@
+"""Operators on Spark over every column type, key count and aggregate, against Spark's built-ins;
+global windows; combining before the shuffle; checks when a flow is built.
+
+The random test draws, per seed, the aggregated column's type (string, int, date, timestamp,
+boolean, decimal(10,2), with nulls), zero to two grouping keys and the aggregates that type
+takes, and compares a tumbling window aggregate (append) and a running aggregate over an
+insert-only stream (``retract_aggregate`` with upsert output against Spark's
+``groupBy().agg()`` in update mode) with Spark batch by batch.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from fsstate.errors import FsStateError
+from fsstate_spark import operators as ops
+from tests.support.flow_cases import Case, assert_same
+
+pytestmark = pytest.mark.slow
+
+TYPES = {
+    "string": "string",
+    "int": "int",
+    "date": "date",
+    "timestamp": "timestamp",
+    "boolean": "boolean",
+    "decimal": "decimal(10,2)",
+}
+TAKES = {  # the aggregates Spark computes over each type (fsstate refuses the others)
+    "string": ["count", "min", "max"],
+    "int": ["count", "sum", "min", "max", "avg"],
+    "date": ["count", "min", "max"],
+    "timestamp": ["count", "min", "max"],
+    "boolean": ["count", "min", "max"],
+    "decimal": ["count", "sum", "min", "max", "avg"],
+}
+
+
+def _value(kind: str, rng: random.Random) -> Any:
+    if rng.random() < 0.15:
+        return None
+    if kind == "string":
+        return rng.choice(["x", "yy", "", "Zed", "b"])
+    if kind == "int":
+        return rng.randint(-50, 50)
+    if kind == "date":
+        return (dt.date(2024, 1, 1) + dt.timedelta(days=rng.randint(0, 60))).isoformat()
+    if kind == "timestamp":
+        return (dt.datetime(2024, 1, 1) + dt.timedelta(seconds=rng.randint(0, 9999))).isoformat()
+    if kind == "boolean":
+        return rng.random() < 0.5
+    return rng.randint(-99999, 99999) / 100
+
+
+def _rows(seed: int, kind: str, nkeys: int, n_batches: int = 5) -> list[list[dict[str, Any]]]:
+    rng = random.Random(seed)
+    out = []
+    for b in range(n_batches):
+        batch = []
+        for _ in range(rng.randint(3, 12)):
+            row: dict[str, Any] = {"t": 100 + 8 * b + rng.randint(-12, 6), "v": _value(kind, rng)}
+            row["k"] = rng.choice(["a", "b", None]) if nkeys >= 1 else "a"
+            row["k2"] = rng.randint(0, 1) if nkeys >= 2 else 0
+            batch.append(row)
+        out.append(batch)
+    return out
+
+
+def _frame(case: Case, kind: str) -> DataFrame:
+    schema = f"k string, k2 int, t bigint, v {TYPES[kind]}"
+    df = (
+        case.spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).json(str(case.dirs[0]))
+    )
+    return df.withColumn("t", F.timestamp_seconds("t"))
+
+
+@pytest.mark.parametrize("seed", [31, 32, 33])
+def test_random_types_keys_and_aggregates_equal_spark(
+    spark: SparkSession, tmp_path: Path, seed: int
+) -> None:
+    rng = random.Random(seed)
+    kind = rng.choice(sorted(TYPES))
+    nkeys = rng.randint(0, 2)
+    keys = ["k", "k2"][:nkeys]
+    funcs = rng.sample(TAKES[kind], rng.randint(1, len(TAKES[kind])))
+    label = f"seed {seed}: v {kind}, keys {keys}, aggs {funcs}"
+    print(label)
+    aggs = [ops.Agg("count")] + [ops.Agg(f, "v") for f in funcs]
+    spark_aggs = [F.count(F.lit(1)).alias("count")] + [
+        getattr(F, f)("v").alias(f"{f}(v)") for f in funcs
+    ]
+
+    case = Case(spark, tmp_path / "w", [_rows(seed, kind, nkeys)])
+    built = (
+        _frame(case, kind)
+        .withWatermark("t", "5 seconds")
+        .groupBy(F.window("t", "10 seconds").alias("window"), *keys)
+        .agg(*spark_aggs)
+    )
+    flow = ops.source(_frame(case, kind), watermark=("t", "5 seconds")).window_aggregate(
+        keys=keys, time="t", window=ops.Window(size_ms=10_000), aggs=aggs
+    )
+    assert_same(seed, case.builtin(built), case.fsstate(flow))
+
+    retract_funcs = [f for f in funcs if f in ("sum", "avg", "min", "max")]
+    case = Case(spark, tmp_path / "r", [_rows(seed + 1, kind, nkeys)])
+    r_aggs = [ops.Agg("count")] + [ops.Agg(f, "v") for f in retract_funcs]
+    built = (
+        _frame(case, kind)
+        .groupBy(*keys)
+        .agg(
+            F.count(F.lit(1)).alias("count"),
+            *[getattr(F, f)("v").alias(f"{f}(v)") for f in retract_funcs],
+        )
+    )
+    flow = (
+        ops.source(_frame(case, kind))
+        .transform(lambda d: d.withColumn("op", F.lit(1).cast("tinyint")))
+        .retract_aggregate(keys=keys, aggs=r_aggs, output="upsert")
+        .transform(lambda d: d.drop("op"))
+    )
+    spark_rows = case.builtin(built, "update")
+    assert_same(seed, spark_rows, case.fsstate(flow))
+    print(f"{label}: equal")
+
+
+def test_global_window_meets_in_one_partition(spark: SparkSession, tmp_path: Path) -> None:
+    """``window_aggregate(keys=[])`` (Spark's ``groupBy(window(...))``) with 3 partitions: one
+    row per window, not one partial row per partition."""
+    case = Case(spark, tmp_path, [_rows(7, "int", 1)])
+    built = (
+        _frame(case, "int")
+        .withWatermark("t", "5 seconds")
+        .groupBy(F.window("t", "10 seconds").alias("window"))
+        .agg(F.count(F.lit(1)).alias("count"), F.sum("v").alias("sum(v)"), F.max("v"))
+    )
+    flow = ops.source(_frame(case, "int"), watermark=("t", "5 seconds")).window_aggregate(
+        keys=[],
+        time="t",
+        window=ops.Window(size_ms=10_000),
+        aggs=[ops.Agg("count"), ops.Agg("sum", "v"), ops.Agg("max", "v")],
+    )
+    assert_same(7, case.builtin(built), case.fsstate(flow, partitions=3))
+
+
+def _exchange_records(df: DataFrame) -> list[int]:
+    """Records each shuffle of ``df``'s executed plan wrote (Spark's SQL metrics)."""
+    plan = df._jdf.queryExecution().executedPlan()
+    out: list[int] = []
+    todo = [plan]
+    while todo:
+        node = todo.pop()
+        name = node.nodeName()
+        if name == "AdaptiveSparkPlan":
+            todo.append(node.executedPlan())
+            continue
+        if "QueryStage" in node.getClass().getSimpleName():  # adaptive stages wrap plans
+            todo.append(node.plan())
+            continue
+        if "Exchange" in name:
+            metric = node.metrics().get("shuffleRecordsWritten")
+            if metric.isDefined():
+                out.append(int(metric.get().value()))
+        children = node.children()
+        todo.extend(children.apply(i) for i in range(children.size()))
+    return out
+
+
+def test_combining_shuffles_one_row_per_key_and_pane(spark: SparkSession, tmp_path: Path) -> None:
+    """A windowed count and a running sum over 400 rows of 4 keys per batch: the stage's shuffle
+    carries one row per (pane, key) per input partition, not the raw rows."""
+    rng = random.Random(5)
+    batches = [
+        [
+            {"k": rng.choice("abcd"), "t": 100 + 8 * b + rng.randint(0, 7), "v": 1}
+            for _ in range(400)
+        ]
+        for b in range(3)
+    ]
+    case = Case(spark, tmp_path, [batches])
+    shuffled: list[list[int]] = []
+
+    def sink(df: DataFrame, batch_id: int) -> None:
+        df.collect()
+        shuffled.append(_exchange_records(df))
+
+    for flow in (
+        ops.source(case.frame(), watermark=("t", "5 seconds")).window_aggregate(
+            keys=["k"], time="t", window=ops.Window(size_ms=10_000), aggs=[ops.Agg("count")]
+        ),
+        ops.source(case.frame())
+        .transform(lambda d: d.withColumn("op", F.lit(1).cast("tinyint")))
+        .retract_aggregate(keys=["k"], aggs=[ops.Agg("sum", "v")], output="upsert"),
+    ):
+        shuffled.clear()
+        ckpt = tmp_path / f"ckpt-{len(list(tmp_path.glob('ckpt-*')))}"
+        query = (
+            ops.write_stream(flow, checkpoint_location=str(ckpt), sink=sink, partitions=3)
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination(300)
+        assert query.exception() is None, query.exception()
+        assert len(shuffled) == 3 and all(shuffled), shuffled
+        # 4 keys x at most 2 panes (a batch's times span two windows) per input partition
+        assert all(0 < sum(rec) <= 8 * spark.sparkContext.defaultParallelism for rec in shuffled)
+
+
+def test_flow_checks_columns_and_types_when_built(spark: SparkSession, tmp_path: Path) -> None:
+    df = spark.readStream.schema("k string, t string, v string").json(str(tmp_path))
+    bad_time = ops.source(df).window_aggregate(
+        keys=["k"], time="t", window=ops.Window(size_ms=1000), aggs=[ops.Agg("count")]
+    )
+    with pytest.raises(FsStateError, match="event-time column 't' has type string"):
+        ops.write_stream(bad_time, checkpoint_location=str(tmp_path / "c1"))
+    bad_sum = ops.source(df.withColumn("t", F.col("t").cast("timestamp"))).window_aggregate(
+        keys=["k"], time="t", window=ops.Window(size_ms=1000), aggs=[ops.Agg("sum", "v")]
+    )
+    with pytest.raises(FsStateError, match="sum over column 'v' of type string"):
+        ops.write_stream(bad_sum, checkpoint_location=str(tmp_path / "c2"))
+    missing = ops.source(df).retract_aggregate(keys=["nope"], aggs=[ops.Agg("count")])
+    with pytest.raises(FsStateError, match="nope"):
+        ops.write_stream(missing, checkpoint_location=str(tmp_path / "c3"))
