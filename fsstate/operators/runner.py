@@ -66,6 +66,7 @@ class EpochResult:
         rows_in: input rows.
         process_ms: time spent in the operator.
         total_ms: time of the whole epoch (store, sort, operator, commit).
+        meta: the published version's meta (the watermark used, the event times seen).
     """
 
     output: pa.Table
@@ -73,6 +74,7 @@ class EpochResult:
     rows_in: int
     process_ms: float
     total_ms: float
+    meta: dict[str, Any] | None = None
 
 
 def run_epoch(
@@ -148,6 +150,7 @@ def run_epoch(
                 "stateful operators of one query must have different names (pass name=...)."
             )
         op.after_commit(store)
+        meta = {k: store.meta.get(k) for k in (EVENT_TIME_META, WATERMARK_META)}
         ok = True
     finally:
         if ok:
@@ -155,7 +158,7 @@ def run_epoch(
         else:
             pool.discard(store)
     total = (time.perf_counter() - t0) * 1000
-    return EpochResult(output, info, batch.num_rows, (t2 - t1) * 1000, total)
+    return EpochResult(output, info, batch.num_rows, (t2 - t1) * 1000, total, meta)
 
 
 def check_layout(fileio: FileIO, op: Operator, partitions: int) -> None:

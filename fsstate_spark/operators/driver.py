@@ -12,20 +12,22 @@ that per micro-batch ``b``:
    if a stage reads processing time (a StatefulProcessor in ``ProcessingTime`` or ``EventTime``
    mode), the batch's clock: the driver's time at the batch's first attempt, recorded with
    the state (put-if-absent), so a re-run of the batch uses the same;
-2. builds the batch's plan: every stage is ``repartition(partitions, *keys).mapInArrow(task)``,
-   preceded, for an operator that combines (decomposable aggregates), by a ``mapInArrow``
-   that pre-aggregates each input partition's rows before the shuffle (Arrow's hash
-   aggregation; Spark's own would bring an exchange that adaptive execution may coalesce,
-   moving keys out of their partitions, or a second shuffle)
-   (a stage without keys: a literal Spark hashes to partition 0, so all its rows meet there)
-   whose tasks run the operator's epoch ``b`` exactly once (:mod:`fsstate_spark.operators.tasks`);
+2. builds the batch's plan: every stage is ``repartition(partitions, *keys).mapInArrow(task)``
+   whose tasks run the operator's epoch ``b`` exactly once (:mod:`fsstate_spark.operators.tasks`;
+   a stage without keys uses a literal Spark hashes to partition 0, so all its rows meet
+   there), preceded, for an operator that combines (decomposable aggregates), by a
+   ``mapInArrow`` that pre-aggregates each input partition's rows before the shuffle (Arrow's
+   hash aggregation; Spark's own would bring an exchange that adaptive execution may
+   coalesce, moving keys out of their partitions, or a second shuffle);
 3. hands the last stage's DataFrame to the user's sink (``sink(df, batch_id)``; without one the
    rows are dropped with Spark's ``noop`` format);
-4. checks that every partition of every stage committed ``b`` (reading the manifests, which
-   also gives step 1 of the next batch); partitions the sink did not compute (it read only part
-   of the DataFrame) are computed then, by writing the DataFrame to ``noop``: their epochs
-   commit, the others adopt what they published. So a batch never ends with a partition
-   behind, which the next batch would find as a missing version.
+4. checks that every partition of every stage committed ``b`` (from the receipts its tasks
+   add to an accumulator, the version's meta; a partition without one, as on Spark Connect,
+   has its manifest read), which also gives step 1 of the next batch; partitions the sink
+   did not compute (it read only part of the DataFrame) are computed then, by writing the
+   DataFrame to ``noop``: their epochs commit, the others adopt what they published. So a
+   batch never ends with a partition behind, which the next batch would find as a missing
+   version.
 
 Exactly once, end to end: Spark re-runs an uncommitted batch with the same input after a
 restart; stages then adopt their published versions and produce the same rows, so an
@@ -49,6 +51,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pyarrow as pa
+from pyspark.accumulators import AccumulatorParam
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
@@ -110,7 +113,7 @@ class _BatchContext:
             df = df.mapInArrow(combiner, from_arrow_schema(combined, prefer_timestamp_ntz=False))
             op = d.combined_op(spec, arrow_in)
             arrow_in = combined
-        settings = StageSettings(op, d.config, arrow_in, arrow_out, d.writer)
+        settings = StageSettings(op, d.config, arrow_in, arrow_out, d.writer, d.receipts)
         task = stage_task(settings, self.epoch, self.late_ms, self.evict_ms, self.now_ms)
         spark_out = from_arrow_schema(arrow_out, prefer_timestamp_ntz=False)
         keys = [F.col(k) for k in spec.keys] or [F.lit(d.zero_key(df)).cast("bigint")]
@@ -118,6 +121,18 @@ class _BatchContext:
         where = F.pmod(F.hash(*keys), F.lit(d.partitions)).cast("int")
         df = df.withColumn(PARTITION_COL, where)
         return df.repartition(d.partitions, *keys).mapInArrow(task, spark_out)
+
+
+class _Receipts(AccumulatorParam[dict[Any, Any]]):
+    """Receipts of committed epochs, (stage, partition, epoch) -> the version's meta: merged
+    by key (a repeated task adds the same receipt)."""
+
+    def zero(self, value: dict[Any, Any]) -> dict[Any, Any]:
+        return {}
+
+    def addInPlace(self, value1: dict[Any, Any], value2: dict[Any, Any]) -> dict[Any, Any]:
+        value1.update(value2)
+        return value1
 
 
 class _SchemaContext:
@@ -157,6 +172,8 @@ class Driver:
         self._checked = False
         self._clock = any(s.op.uses_clock for s in flow.stages)
         self._zero_key: int | None = None
+        self.receipts: Any = None  # created at the first batch (classic PySpark only)
+        self.manifest_reads = 0  # manifests the driver read (partitions without a receipt)
         self._combined: dict[tuple[str, pa.Schema], Operator] = {}
         # the watermark inputs: each source with a watermark, recorded by one stage
         self._inputs: dict[str, tuple[str, str, int]] = {}  # source -> (stage, input, delay)
@@ -194,6 +211,17 @@ class Driver:
             self._zero_key = int(found[0])
         return self._zero_key
 
+    def _reset_receipts(self, batch_df: DataFrame) -> None:
+        """An empty receipt accumulator for this batch's tasks (none on Spark Connect, which
+        has no accumulators: the manifests are read instead)."""
+        if self.receipts is None:
+            try:
+                sc = batch_df.sparkSession.sparkContext
+            except Exception:  # Spark Connect: no SparkContext
+                return
+            self.receipts = sc.accumulator({}, _Receipts())
+        self.receipts.value = {}
+
     def check(self) -> None:
         """Build the flow's plan over its sources once, for the schemas: a bad column, type or
         aggregate fails here, before the query starts, not in a worker."""
@@ -202,21 +230,39 @@ class Driver:
 
     # -- watermarks ----------------------------------------------------------------------------
     def _read(self, epoch: int) -> dict[str, EpochMeta] | None:
-        """Every stage's merged meta of version ``epoch`` (None if a partition lacks it)."""
+        """Every stage's merged meta of version ``epoch`` (None if a partition lacks it): from
+        the tasks' receipts of this batch, the manifests of partitions without one."""
         fileio = fileio_for(self.config.root, self.config.store.fsync)
         jobs = [(s.op.name, p) for s in self.flow.stages for p in range(self.partitions)]
+        received: dict[Any, Any] = {}
+        if self.receipts is not None:
+            received = dict(self.receipts.value)
 
-        def one(job: tuple[str, int]) -> EpochMeta | None:
+        def of(meta: dict[str, Any]) -> EpochMeta:
+            seen = {k: int(v) for k, v in (meta.get(EVENT_TIME_META) or {}).items()}
+            return EpochMeta(int(meta.get(WATERMARK_META) or 0), seen)
+
+        def read(job: tuple[str, int]) -> EpochMeta | None:
             name, p = job
             try:
                 meta = read_manifest(fileio, store_dir_for(name, p), epoch).meta
             except VersionNotFoundError:
                 return None
-            seen = {k: int(v) for k, v in (meta.get(EVENT_TIME_META) or {}).items()}
-            return EpochMeta(int(meta.get(WATERMARK_META) or 0), seen)
+            return of(meta)
 
-        with ThreadPoolExecutor(min(READ_THREADS_MAX, len(jobs))) as pool:
-            got = list(pool.map(one, jobs))
+        found: dict[tuple[str, int], EpochMeta | None] = {}
+        missing = []
+        for job in jobs:
+            receipt = received.get((job[0], job[1], epoch))
+            if receipt is not None:
+                found[job] = of(receipt)
+            else:
+                missing.append(job)
+        if missing:
+            self.manifest_reads += len(missing)
+            with ThreadPoolExecutor(min(READ_THREADS_MAX, len(missing))) as pool:
+                found.update(zip(missing, pool.map(read, missing)))
+        got = [found[job] for job in jobs]
         if any(m is None for m in got):
             return None
         by_stage: dict[str, list[EpochMeta]] = {}
@@ -268,6 +314,7 @@ class Driver:
                 check_layout(fileio, spec.op, self.partitions)
             self._checked = True
         late, evict = self.watermarks(batch_id)
+        self._reset_receipts(batch_df)
         if len(self.flow.sources) == 1:
             dfs = {id(self.flow.sources[0]): batch_df}
         else:
@@ -326,6 +373,9 @@ def write_stream(
 ) -> DataStreamWriter:
     """The ``DataStreamWriter`` that runs ``flow``; add a trigger and ``start()`` it.
 
+    The writer carries its :class:`Driver` as ``fsstate_driver`` (diagnostics: e.g.
+    ``manifest_reads``, the manifests the driver had to read for lack of a task's receipt).
+
     Args:
         flow: the flow (its last stage's rows are the output).
         checkpoint_location: Spark's checkpoint location of the query.
@@ -348,4 +398,5 @@ def write_stream(
     driver = Driver(flow, sink, config)
     driver.check()
     writer = _union(flow.sources).writeStream.foreachBatch(driver)
+    writer.fsstate_driver = driver  # type: ignore[attr-defined]  # diagnostics (tests, benches)
     return writer.option("checkpointLocation", checkpoint_location)

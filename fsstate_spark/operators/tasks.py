@@ -19,6 +19,9 @@ Invariants:
   partition (an exchange coalesced or replaced by Spark's optimizer would otherwise put keys
   into the wrong store). The column is dropped before the operator sees the rows.
 * :func:`combine_task` (before the shuffle) is stateless: it touches no store.
+* After its epoch committed (or adopted) its version, a task adds a receipt, the version's
+  meta, to the stage's accumulator when the driver gave one: receipts are idempotent (a
+  recomputed task adds the same one), so the driver may trust any receipt it gets.
 * Nothing but the operator's store is touched; settings reach the worker with the function
   (picklable, no secret in its ``repr``).
 """
@@ -53,6 +56,7 @@ class StageSettings:
     input_schema: pa.Schema
     output_schema: pa.Schema
     writer: dict[str, Any]
+    receipts: Any = None  # a Spark accumulator of (stage, partition, epoch) -> version meta
 
 
 def stage_task(
@@ -93,6 +97,8 @@ def stage_task(
             writer=settings.writer,
             now_ms=now_ms,
         )
+        if settings.receipts is not None:  # the driver learns the commit without a read
+            settings.receipts.add({(settings.op.name, partition, epoch): result.meta or {}})
         out = _conform(result.output, settings.output_schema)
         yield from out.to_batches(max_chunksize=OUTPUT_BATCH_ROWS)
 

@@ -102,7 +102,7 @@ def test_interval_join_equals_spark(
 
 def test_dedup_within_watermark_equals_spark(spark: SparkSession, tmp_path: Path) -> None:
     seed = 8
-    case = Case(spark, tmp_path, [make_batches(seed, rows=20, one_time_perrow_key=True)])
+    case = Case(spark, tmp_path, [make_batches(seed, rows=20, one_time_per_key=True)])
     spark_out = (
         case.frame()
         .withWatermark("t", "6 seconds")
