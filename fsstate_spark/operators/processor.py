@@ -363,7 +363,7 @@ class _Slicer:
         without the per-row call chain of ``Row.__call__``."""
         row_type = self.row_type
         new = tuple.__new__
-        rows = [new(Row, v) for v in zip(*(c.to_pylist() for c in self.table.columns))]
+        rows = [new(Row, v) for v in zip(*(_py_values(c) for c in self.table.columns))]
         for r in rows:
             r.__dict__["__fields__"] = row_type
         self._rows = rows
@@ -378,6 +378,44 @@ class _Slicer:
             chunk = self.frame.iloc[s:e]
             chunk.index = pd.RangeIndex(e - s)
             yield chunk
+
+
+_MIN_US = -62_135_596_800_000_000  # datetime(1, 1, 1) in µs since the epoch
+_MAX_US = 253_402_300_799_999_999  # datetime(9999, 12, 31, 23, 59, 59, 999999)
+
+
+def _py_values(col: pa.ChunkedArray) -> list[Any]:
+    """``col.to_pylist()``, what Spark's worker gives a Row (``as_py()`` of each value).
+
+    A ``timestamp[us]`` column (Spark's timestamps) is converted in bulk with the same
+    arithmetic: pyarrow makes ``datetime(1970, 1, 1) + timedelta(microseconds=v)`` (numpy's
+    ``tolist`` of ``datetime64[us]`` makes the same naive datetimes) and, with a time zone,
+    ``.replace(tzinfo=timezone.utc).astimezone(tz)`` of it, ``tz`` being pyarrow's own tzinfo
+    of the column (for UTC that is ``.replace(tzinfo=tz)``). Values outside ``datetime``'s
+    range, other units, and zones for which pyarrow makes a new tzinfo per value (fixed
+    offsets such as ``+05:30``) go through ``to_pylist``.
+    """
+    t = col.type
+    plain: list[Any]
+    if not pa.types.is_timestamp(t) or t.unit != "us" or col.null_count == len(col):
+        plain = col.to_pylist()
+        return plain
+    lo, hi = pc.min_max(col.cast(pa.int64())).values()
+    if lo.as_py() < _MIN_US or hi.as_py() > _MAX_US:
+        plain = col.to_pylist()
+        return plain
+    naive: list[Any] = col.to_numpy().tolist()
+    if t.tz is None:
+        return naive
+    first = col.drop_null()[0]
+    tz = first.as_py().tzinfo  # pyarrow's tzinfo of the column's zone
+    if first.as_py().tzinfo is not tz:  # a new tzinfo per value (fixed offsets): keep that
+        plain = col.to_pylist()
+        return plain
+    if tz is dt.timezone.utc or getattr(tz, "key", None) == "UTC":
+        return [None if d is None else d.replace(tzinfo=tz) for d in naive]
+    utc = dt.timezone.utc
+    return [None if d is None else d.replace(tzinfo=utc).astimezone(tz) for d in naive]
 
 
 def _plain_values(values: np.ndarray[Any, Any]) -> list[Any]:

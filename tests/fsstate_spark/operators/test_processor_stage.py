@@ -302,3 +302,48 @@ def test_store_keys_of_pandas_key_columns() -> None:
         want = [_store_key((v,))[0] for v in col]
         assert [repr(g) for g in got] == [repr(w) for w in want]
         assert [type(g) for g in got] == [type(w) for w in want]
+
+
+TS_VALUES = [
+    0,
+    -1,
+    1_700_000_000_000_000,
+    None,
+    1_699_167_600_000_000,  # 2023-11-05 07:00 UTC: the hour Los Angeles repeats (fold)
+    1_699_171_200_000_000,
+    1_699_171_199_999_999,
+    -62_135_596_800_000_000,  # datetime.min
+    253_402_300_799_999_999,  # datetime.max
+]
+
+
+@pytest.mark.parametrize(
+    "tz", [None, "UTC", "+00:00", "Etc/UTC", "America/Los_Angeles", "Europe/Berlin", "+05:30"]
+)
+@pytest.mark.parametrize(
+    "values",
+    [TS_VALUES, TS_VALUES[:7], [None, None], [], [5], [253_402_300_799_999_999 + 1]],
+    ids=["edges", "in-range", "nulls", "empty", "one", "beyond"],
+)
+def test_row_timestamps_as_pyarrow_converts_them(tz: str | None, values: list[Any]) -> None:
+    """Row values of a ``timestamp[us]`` column, converted in bulk, are ``to_pylist``'s: same
+    values, wall times, folds and tzinfo objects, and the same error where it raises."""
+    from fsstate_spark.operators.processor import _py_values
+
+    col = pa.chunked_array(
+        [pa.array(values[:3], pa.timestamp("us", tz)), pa.array(values[3:], pa.timestamp("us", tz))]
+    )
+    try:
+        want = col.to_pylist()
+    except Exception as exc:  # whatever pyarrow raises, the same must be raised
+        with pytest.raises(type(exc)):
+            _py_values(col)
+        return
+    got = _py_values(col)
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        if w is None:
+            assert g is None
+            continue
+        assert (g, g.replace(tzinfo=None), g.fold) == (w, w.replace(tzinfo=None), w.fold)
+        assert g.tzinfo is w.tzinfo or (tz is not None and tz.startswith("+"))
