@@ -14,7 +14,8 @@ per key (``pyspark.sql.streaming.stateful_processor_util``, pyspark 4.3):
 3. ``handleInputRows(key, rows, timerValues)`` once per key with input: the batch is sorted by
    key once and sliced; ``rows`` is a lazy iterator of pandas DataFrames (chunks of at most
    ``spark.sql.execution.arrow.maxRecordsPerBatch`` rows, a fresh ``RangeIndex`` each) or of
-   ``Row`` objects, so a processor that does not read its rows pays no conversion;
+   ``Row`` objects (all made in bulk on the first read), so a processor that does not read its
+   rows pays no conversion;
 4. ``handleExpiredTimer`` for every timer due (processing time in ``ProcessingTime`` mode, the
    eviction watermark in ``EventTime`` mode), in expiry order, each timer deleted after its
    callback, as Spark does; timers registered meanwhile at or before that time fire in the
@@ -23,7 +24,9 @@ per key (``pyspark.sql.streaming.stateful_processor_util``, pyspark 4.3):
 
 Outputs are gathered per task: pandas frames column by column (no concat of small frames),
 converted once with Spark's own pandas-to-Arrow conversion (names or positions, casts and
-checks as Spark's); Rows with ``asDict`` and ``RecordBatch.from_pylist``, as Spark's worker.
+checks as Spark's); Rows as Spark's worker converts them (``asDict(True)`` and
+``RecordBatch.from_pylist``), plain Rows with the output's fields gathered by column into the
+same lists.
 
 Invariants:
 
