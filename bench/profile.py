@@ -1,5 +1,9 @@
 """cProfile of single engine calls the benchmarks flag as slow: ``python -m bench.profile CASE``.
 
+The ``driver_*`` cases profile one epoch of the flow driver's processor stage (an unchanged
+StatefulProcessor, pandas or Row flavour, without Spark: :mod:`bench.driver_cost`); they need
+pyspark installed, not a Spark session.
+
 ``python -m bench.profile --list`` lists the cases; ``python -m bench.profile all`` runs every
 one. Each case builds its fixture untimed, profiles only the engine call, and prints the
 functions with the largest own time and cumulative time, as shares of the profiled call (with
@@ -187,6 +191,20 @@ def case_map_update(tmp: Path, n: int) -> Callable[[], Any]:
     return call
 
 
+def _driver_case(variant: str, flavour: str) -> Case:
+    def case(tmp: Path, n: int) -> Callable[[], Any]:
+        from bench.driver_cost import epoch_fixture  # needs pyspark (no session)
+
+        return epoch_fixture(variant, flavour, tmp, rows=n)
+
+    what = "does nothing" if variant == "idle" else "RunningAgg: rows + value state + one row"
+    case.__doc__ = (
+        f"one epoch of a processor stage, {flavour} flavour, {what} (n rows, n/2 keys; "
+        "bench.driver_cost)"
+    )
+    return case
+
+
 CASES: dict[str, Case] = {
     "hot_update": case_hot_update,
     "hot_update_ttl": case_hot_update_ttl,
@@ -199,6 +217,10 @@ CASES: dict[str, Case] = {
     "cold_get": case_cold_get,
     "list_append": case_list_append,
     "map_update": case_map_update,
+    "driver_idle_pandas": _driver_case("idle", "pandas"),
+    "driver_idle_row": _driver_case("idle", "row"),
+    "driver_running_pandas": _driver_case("running", "pandas"),
+    "driver_running_row": _driver_case("running", "row"),
 }
 
 
@@ -207,7 +229,7 @@ def _short(func: tuple[str, int, str]) -> str:
     if file == "~":
         return name
     parts = Path(file).parts
-    for anchor in ("fsstate", "pyarrow", "bench", "numpy"):
+    for anchor in ("fsstate", "fsstate_spark", "pyarrow", "bench", "numpy", "pyspark", "pandas"):
         if anchor in parts:
             i = len(parts) - 1 - parts[::-1].index(anchor)
             return f"{'/'.join(parts[i:])}:{line}({name})"

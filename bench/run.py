@@ -138,6 +138,15 @@ register(
 )
 register(
     Suite(
+        "spark_driver",
+        "bench.spark_driver",
+        engine=False,
+        description="unchanged StatefulProcessors (pandas and Row) through the flow driver "
+        "against transformWithStateInPandas / transformWithState, and the driver's cost per key",
+    )
+)
+register(
+    Suite(
         "spark_e2e",
         "bench.spark_e2e",
         engine=False,

@@ -157,18 +157,23 @@ def _sizes(ctx: BenchContext) -> tuple[int, int, int]:
     return 20_000, 10_000, 3
 
 
-def _write(path: Path, batch: int, rows: int, keys: int) -> None:
+def batch_table(batch: int, rows: int, keys: int) -> pa.Table:
+    """Micro-batch ``batch`` (seeded by its index): ``rows`` rows over ``keys`` keys, event
+    times in ``[10 batch, 10 batch + 10)`` seconds."""
     rng = np.random.default_rng(batch)
     ids = rng.integers(0, keys, rows, dtype=np.int64)
     t_ms = batch * WINDOW_MS + rng.integers(0, WINDOW_MS, rows, dtype=np.int64)
-    table = pa.table(
+    return pa.table(
         {
             "k": key_strings(ids),
             "v": pa.array(rng.integers(0, 100, rows, dtype=np.int64)),
             "t": pa.array(t_ms * 1000, pa.timestamp("us", "UTC")),
         }
     )
-    pq.write_table(table, path)
+
+
+def _write(path: Path, batch: int, rows: int, keys: int) -> None:
+    pq.write_table(batch_table(batch, rows, keys), path)
 
 
 def _start(spark: Any, job: Job) -> None:

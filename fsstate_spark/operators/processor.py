@@ -14,7 +14,8 @@ per key (``pyspark.sql.streaming.stateful_processor_util``, pyspark 4.3):
 3. ``handleInputRows(key, rows, timerValues)`` once per key with input: the batch is sorted by
    key once and sliced; ``rows`` is a lazy iterator of pandas DataFrames (chunks of at most
    ``spark.sql.execution.arrow.maxRecordsPerBatch`` rows, a fresh ``RangeIndex`` each) or of
-   ``Row`` objects, so a processor that does not read its rows pays no conversion;
+   ``Row`` objects (all made in bulk on the first read), so a processor that does not read its
+   rows pays no conversion;
 4. ``handleExpiredTimer`` for every timer due (processing time in ``ProcessingTime`` mode, the
    eviction watermark in ``EventTime`` mode), in expiry order, each timer deleted after its
    callback, as Spark does; timers registered meanwhile at or before that time fire in the
@@ -23,7 +24,9 @@ per key (``pyspark.sql.streaming.stateful_processor_util``, pyspark 4.3):
 
 Outputs are gathered per task: pandas frames column by column (no concat of small frames),
 converted once with Spark's own pandas-to-Arrow conversion (names or positions, casts and
-checks as Spark's); Rows with ``asDict`` and ``RecordBatch.from_pylist``, as Spark's worker.
+checks as Spark's); Rows as Spark's worker converts them (``asDict(True)`` and
+``RecordBatch.from_pylist``), plain Rows with the output's fields gathered by column into the
+same lists.
 
 Invariants:
 
@@ -41,8 +44,11 @@ Invariants:
 
 from __future__ import annotations
 
+import datetime as dt
+import decimal
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -258,8 +264,7 @@ class ProcessorStage(Operator):
             init_data: _Slicer | None = _Slicer(init, init_bounds, spec, spec.init_keys)
         else:
             init_data = None
-        for key, i, j in _merge_keys(data, init_data):
-            k = _store_key(key)
+        for key, k, i, j in _merge_keys(data, init_data):
             binding.key = k
             if j is not None:
                 assert init_data is not None
@@ -313,7 +318,13 @@ _PLAIN = frozenset({str, int, float, bool, bytes, type(None)})
 
 
 class _Slicer:
-    """The rows of each key of a sorted table, in the processor's flavour."""
+    """The rows of each key of a sorted table, in the processor's flavour.
+
+    ``keys`` are Spark's key tuples (numpy scalars from the frame in the pandas flavour, Python
+    values in the Row flavour) and ``store_keys`` the store's (Python values), both per group,
+    computed column by column. Row objects are made on the first read of any key's rows, all
+    at once (a processor that never reads its rows pays for no conversion).
+    """
 
     def __init__(
         self,
@@ -322,29 +333,47 @@ class _Slicer:
         spec: ProcessorSpec,
         keys: tuple[str, ...],
     ) -> None:
-        self.bounds = bounds
+        self.bounds: list[int] = bounds.tolist()
         self.spec = spec
         self.n = len(bounds) - 1
         names = table.column_names
         key_idx = [names.index(k) for k in keys]
+        starts = bounds[:-1]
         if spec.pandas:
             self.frame = _to_pandas(table, spec.timezone)
-            key_cols = [self.frame.iloc[:, i].to_numpy() for i in key_idx]
-            starts = bounds[:-1]
-            self.keys: list[tuple[Any, ...]] = list(zip(*(c[starts] for c in key_cols)))
+            key_cols = [self.frame.iloc[:, i].to_numpy()[starts] for i in key_idx]
+            self.keys: list[tuple[Any, ...]] = list(zip(*key_cols))
+            self.store_keys: list[tuple[Any, ...]] = list(zip(*map(_plain_values, key_cols)))
         else:
-            cols = [c.to_pylist() for c in table.columns]
-            row_type = Row(*names)
-            self.rows: list[Any] = list(map(row_type, *cols))
-            starts = bounds[:-1].tolist()
-            self.keys = [tuple(cols[i][s] for i in key_idx) for s in starts]
+            self.table = table
+            self.row_type = Row(*names)
+            self._rows: list[Any] | None = None
+            take = pa.array(starts)
+            self.keys = list(zip(*(table.column(i).take(take).to_pylist() for i in key_idx)))
+            self.store_keys = self.keys
 
     def chunks(self, g: int) -> Iterator[Any]:
         """A lazy iterator over group ``g``'s rows (pandas chunks, or Rows)."""
-        a, b = int(self.bounds[g]), int(self.bounds[g + 1])
+        a, b = self.bounds[g], self.bounds[g + 1]
         if not self.spec.pandas:
-            return iter(self.rows[a:b])
+            return self._row_range(a, b)
         return self._frames(a, b)
+
+    def _row_range(self, a: int, b: int) -> Iterator[Any]:
+        rows = self._rows if self._rows is not None else self._make_rows()
+        yield from rows[a:b]
+
+    def _make_rows(self) -> list[Any]:
+        """Every row as a ``Row`` of the table's column names, as Spark's worker makes them
+        (``Row(*names)(*values)``: a Row whose ``__fields__`` is that Row of names), built
+        without the per-row call chain of ``Row.__call__``."""
+        row_type = self.row_type
+        new = tuple.__new__
+        rows = [new(Row, v) for v in zip(*(_py_values(c) for c in self.table.columns))]
+        for r in rows:
+            r.__dict__["__fields__"] = row_type
+        self._rows = rows
+        return rows
 
     def _frames(self, a: int, b: int) -> Iterator[Any]:
         import pandas as pd
@@ -355,6 +384,53 @@ class _Slicer:
             chunk = self.frame.iloc[s:e]
             chunk.index = pd.RangeIndex(e - s)
             yield chunk
+
+
+_MIN_US = -62_135_596_800_000_000  # datetime(1, 1, 1) in µs since the epoch
+_MAX_US = 253_402_300_799_999_999  # datetime(9999, 12, 31, 23, 59, 59, 999999)
+
+
+def _py_values(col: pa.ChunkedArray) -> list[Any]:
+    """``col.to_pylist()``, what Spark's worker gives a Row (``as_py()`` of each value).
+
+    A ``timestamp[us]`` column (Spark's timestamps) is converted in bulk with the same
+    arithmetic: pyarrow makes ``datetime(1970, 1, 1) + timedelta(microseconds=v)`` (numpy's
+    ``tolist`` of ``datetime64[us]`` makes the same naive datetimes) and, with a time zone,
+    ``.replace(tzinfo=timezone.utc).astimezone(tz)`` of it, ``tz`` being pyarrow's own tzinfo
+    of the column (for UTC that is ``.replace(tzinfo=tz)``). Values outside ``datetime``'s
+    range, other units, and zones for which pyarrow makes a new tzinfo per value (fixed
+    offsets such as ``+05:30``) go through ``to_pylist``.
+    """
+    t = col.type
+    plain: list[Any]
+    if not pa.types.is_timestamp(t) or t.unit != "us" or col.null_count == len(col):
+        plain = col.to_pylist()
+        return plain
+    lo, hi = pc.min_max(col.cast(pa.int64())).values()
+    if lo.as_py() < _MIN_US or hi.as_py() > _MAX_US:
+        plain = col.to_pylist()
+        return plain
+    naive: list[Any] = col.to_numpy().tolist()
+    if t.tz is None:
+        return naive
+    first = col.drop_null()[0]
+    tz = first.as_py().tzinfo  # pyarrow's tzinfo of the column's zone
+    if first.as_py().tzinfo is not tz:  # a new tzinfo per value (fixed offsets): keep that
+        plain = col.to_pylist()
+        return plain
+    if tz is dt.timezone.utc or getattr(tz, "key", None) == "UTC":
+        return [None if d is None else d.replace(tzinfo=tz) for d in naive]
+    utc = dt.timezone.utc
+    return [None if d is None else d.replace(tzinfo=utc).astimezone(tz) for d in naive]
+
+
+def _plain_values(values: np.ndarray[Any, Any]) -> list[Any]:
+    """A key column's values as the store's: numpy scalars as Python values
+    (:func:`_store_key`, for a whole column at once)."""
+    if values.dtype != object or set(map(type, values)) <= _PLAIN:
+        out: list[Any] = values.tolist()  # numpy's ``item()`` of each element
+        return out
+    return [_store_key((v,))[0] for v in values]
 
 
 def _to_pandas(table: pa.Table, timezone: str) -> Any:
@@ -372,24 +448,22 @@ def _to_pandas(table: pa.Table, timezone: str) -> Any:
 
 def _merge_keys(
     data: _Slicer | None, init: _Slicer | None
-) -> Iterator[tuple[tuple[Any, ...], int | None, int | None]]:
-    """(key, group in data, group in init) for every key of either, data's order first."""
+) -> Iterator[tuple[tuple[Any, ...], tuple[Any, ...], int | None, int | None]]:
+    """(key, store key, group in data, group in init) for every key of either, data's order
+    first."""
     if init is None:
         if data is not None:
-            for i, key in enumerate(data.keys):
-                yield key, i, None
+            yield from zip(data.keys, data.store_keys, range(data.n), repeat(None))
         return
-    init_of = {_store_key(k): j for j, k in enumerate(init.keys)}
+    init_of = {k: j for j, k in enumerate(init.store_keys)}
     seen: set[tuple[Any, ...]] = set()
     if data is not None:
-        for i, key in enumerate(data.keys):
-            sk = _store_key(key)
-            j = init_of.get(sk)
+        for i, (key, sk) in enumerate(zip(data.keys, data.store_keys)):
             seen.add(sk)
-            yield key, i, j
-    for j, key in enumerate(init.keys):
-        if _store_key(key) not in seen:
-            yield key, None, j
+            yield key, sk, i, init_of.get(sk)
+    for j, (key, sk) in enumerate(zip(init.keys, init.store_keys)):
+        if sk not in seen:
+            yield key, sk, None, j
 
 
 class _Output:
@@ -401,11 +475,26 @@ class _Output:
 
 
 class _RowOutput(_Output):
-    """Rows yielded by a Row-flavour processor, converted as Spark's worker converts them."""
+    """Rows yielded by a Row-flavour processor, converted as Spark's worker converts them
+    (``RecordBatch.from_pylist`` of their ``asDict(True)``).
+
+    A Row whose fields are the output's names, in order, and whose values are all of plain
+    immutable types (:data:`_FLAT`: none of them a Row, list or dict, which ``asDict(True)``
+    would copy) is kept as is, and the values are gathered by column: the lists
+    ``from_pylist`` would build from its dict. Any other Row goes through ``asDict(True)``
+    when it is yielded, as Spark's worker does; the batch is then built with ``from_pylist``.
+    """
 
     def __init__(self, schema: pa.Schema) -> None:
         self.schema = schema
-        self.rows: list[dict[str, Any]] = []
+        self.rows: list[Any] = []  # Rows with the output's fields, or dicts of other Rows
+        names = list(schema.names)
+        unique = len(set(names)) == len(names)
+        self._fields: tuple[list[str], tuple[str, ...]] | None = (
+            (names, tuple(names)) if unique else None
+        )
+        self._width = len(names)
+        self._dicts = False
 
     def add(self, item: Any) -> None:
         if not isinstance(item, Row):
@@ -413,10 +502,36 @@ class _RowOutput(_Output):
                 f"transform_with_state: the processor yielded a {type(item).__name__}; the "
                 "Row flavour yields pyspark.sql.Row objects"
             )
-        self.rows.append(item.asDict(True))
+        fields = item.__dict__.get("__fields__")
+        same = self._fields
+        if (
+            same is not None
+            and fields is not None
+            and len(item) == self._width
+            and (fields == same[0] or fields == same[1])
+            and _FLAT.issuperset(map(type, item))
+        ):
+            self.rows.append(item)
+        else:
+            self.rows.append(item.asDict(True))
+            self._dicts = True
 
     def table(self) -> pa.Table:
-        return pa.Table.from_batches([pa.RecordBatch.from_pylist(self.rows, schema=self.schema)])
+        rows = self.rows
+        if not self._dicts:
+            columns = [list(c) for c in zip(*rows)] if rows else [[] for _ in self.schema]
+            batch = pa.RecordBatch.from_arrays(columns, schema=self.schema)
+        else:
+            dicts = [r if isinstance(r, dict) else r.asDict(True) for r in rows]
+            batch = pa.RecordBatch.from_pylist(dicts, schema=self.schema)
+        return pa.Table.from_batches([batch])
+
+
+_FLAT: frozenset[type] = frozenset(
+    {str, int, float, bool, bytes, type(None)}
+    | {dt.datetime, dt.date, dt.time, dt.timedelta, decimal.Decimal}
+)
+"""Value types a Row output keeps as is (``asDict(True)`` copies only Rows, lists, dicts)."""
 
 
 class _PandasOutput(_Output):

@@ -194,3 +194,156 @@ def test_timers_need_a_time_mode(tmp_path: Path) -> None:
     fileio = FileIO(Location.parse(str(tmp_path)))
     with pytest.raises(TimerModeError, match="timeMode"):
         run_epoch(op, fileio, 0, 0, pa.table({"k": ["a"], "v": [1]}), pool=StorePool())
+
+
+class Echo(StatefulProcessor):
+    """Records the key tuples and input Rows it is given; yields nothing."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[Any, list[Any]]] = []
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        pass
+
+    def handleInputRows(self, key: Any, rows: Any, timerValues: TimerValues) -> Iterator[Any]:
+        self.seen.append((key, list(rows)))
+        yield from ()
+
+    def close(self) -> None:
+        pass
+
+
+def test_row_input_as_spark_makes_it_with_two_key_columns(tmp_path: Path) -> None:
+    """Rows are made lazily in bulk; they must be what Spark's worker makes:
+    ``Row(*names)(*values)`` (same values, same ``__fields__``), keys as Python tuples."""
+    table = pa.table(
+        {
+            "a": pa.array([2, 1, None, 1, 2], pa.int64()),
+            "b": pa.array(["x", "y", "z", "y", None], pa.string()),
+            "v": pa.array([1.5, 2.5, 3.5, 4.5, 5.5], pa.float64()),
+        }
+    )
+    spec = ProcessorSpec(
+        keys=("a", "b"), output_type=OUT, output_mode="update", time_mode="none", pandas=False
+    )
+    proc = Echo()
+    fileio = FileIO(Location.parse(str(tmp_path)))
+    run_epoch(ProcessorStage("echo", proc, spec), fileio, 0, 0, table, pool=StorePool())
+    data_row = Row("a", "b", "v")
+    want = {}
+    for r in table.to_pylist():
+        want.setdefault((r["a"], r["b"]), []).append(data_row(r["a"], r["b"], r["v"]))
+    got = {key: rows for key, rows in proc.seen}
+    assert sorted(got, key=repr) == sorted(want, key=repr)
+    for key, rows in got.items():
+        assert sorted(rows) == sorted(want[key])
+        assert all(type(r) is Row and r.__fields__ == data_row for r in rows)
+        assert [r.asDict() for r in sorted(rows)] == [r.asDict() for r in sorted(want[key])]
+
+
+def test_row_output_equals_spark_conversion() -> None:
+    """The Row output's fast path (Rows with the output's fields and plain values, gathered
+    by column) gives the batch Spark's ``from_pylist`` of ``asDict(True)`` gives, and any other
+    Row (other field order, fewer values, nested values, a row type's Row) still converts as
+    Spark converts it."""
+    import datetime as dt
+
+    from fsstate_spark.operators.processor import _RowOutput
+
+    schema = pa.schema(
+        [
+            ("k", pa.string()),
+            ("n", pa.int64()),
+            ("t", pa.timestamp("us", "UTC")),
+            ("tags", pa.list_(pa.int64())),
+            ("inner", pa.struct([("x", pa.int64())])),
+        ]
+    )
+    t0 = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
+    flat = [
+        Row(k="a", n=1, t=t0, tags=None, inner=None),
+        Row(k=None, n=None, t=None, tags=None, inner=None),
+    ]
+    other = [
+        Row(n=2, k="b", t=t0, tags=None, inner=None),  # another field order
+        Row("k", "n", "t", "tags", "inner")("c", 3),  # a row type's Row with fewer values
+        Row(k="d", n=4, t=t0, tags=[1, 2], inner=Row(x=5)),  # nested values
+        Row(k="e", n=5, t=t0, tags=[], inner={"x": 6}),
+    ]
+    for rows in (flat, other, flat + other, other + flat, []):
+        out = _RowOutput(schema)
+        for r in rows:
+            out.add(r)
+        want = pa.RecordBatch.from_pylist([r.asDict(True) for r in rows], schema=schema)
+        assert out.table().equals(pa.Table.from_batches([want]))
+    tags = [1]
+    out = _RowOutput(schema)
+    out.add(Row(k="f", n=1, t=None, tags=tags, inner=None))
+    tags.append(2)  # converted when yielded, as Spark's worker does
+    assert out.table().column("tags").to_pylist() == [[1]]
+
+
+def test_store_keys_of_pandas_key_columns() -> None:
+    """Store keys computed per column are :func:`_store_key` of each key."""
+    import numpy as np
+
+    from fsstate_spark.operators.processor import _plain_values, _store_key
+
+    columns = [
+        np.array([1, 2, 3], dtype=np.int64),
+        np.array([1.5, float("nan"), 2.0]),
+        np.array(["a", None, "c"], dtype=object),
+        np.array([np.int64(1), "b", None], dtype=object),
+        np.array(["2024-01-01T00:00:00", "NaT", "1970-01-01"], dtype="datetime64[ns]"),
+        np.array([True, False, True]),
+    ]
+    for col in columns:
+        got = _plain_values(col)
+        want = [_store_key((v,))[0] for v in col]
+        assert [repr(g) for g in got] == [repr(w) for w in want]
+        assert [type(g) for g in got] == [type(w) for w in want]
+
+
+TS_VALUES = [
+    0,
+    -1,
+    1_700_000_000_000_000,
+    None,
+    1_699_167_600_000_000,  # 2023-11-05 07:00 UTC: the hour Los Angeles repeats (fold)
+    1_699_171_200_000_000,
+    1_699_171_199_999_999,
+    -62_135_596_800_000_000,  # datetime.min
+    253_402_300_799_999_999,  # datetime.max
+]
+
+
+@pytest.mark.parametrize(
+    "tz", [None, "UTC", "+00:00", "Etc/UTC", "America/Los_Angeles", "Europe/Berlin", "+05:30"]
+)
+@pytest.mark.parametrize(
+    "values",
+    [TS_VALUES, TS_VALUES[:7], [None, None], [], [5], [253_402_300_799_999_999 + 1]],
+    ids=["edges", "in-range", "nulls", "empty", "one", "beyond"],
+)
+def test_row_timestamps_as_pyarrow_converts_them(tz: str | None, values: list[Any]) -> None:
+    """Row values of a ``timestamp[us]`` column, converted in bulk, are ``to_pylist``'s: same
+    values, wall times, folds and tzinfo objects, and the same error where it raises."""
+    from fsstate_spark.operators.processor import _py_values
+
+    col = pa.chunked_array(
+        [pa.array(values[:3], pa.timestamp("us", tz)), pa.array(values[3:], pa.timestamp("us", tz))]
+    )
+    try:
+        want = col.to_pylist()
+    except Exception as exc:  # whatever pyarrow raises, the same must be raised
+        with pytest.raises(type(exc)):
+            _py_values(col)
+        return
+    got = _py_values(col)
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        if w is None:
+            assert g is None
+            continue
+        assert (g, g.replace(tzinfo=None), g.fold) == (w, w.replace(tzinfo=None), w.fold)
+        assert g.tzinfo is w.tzinfo or (tz is not None and tz.startswith("+"))

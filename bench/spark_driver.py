@@ -1,0 +1,315 @@
+"""Unchanged StatefulProcessors: the flow driver against Spark's transformWithState, side by side.
+
+One keyed processor, the running aggregate of ``spark_operators`` (count and sum(v) per key in
+a value state, one output row per key and batch: :class:`bench.spark_operators.RunningAgg`,
+and its Row twin :class:`bench.driver_cost.RunningAggRow`), in four queries over the same
+Parquet micro-batches (``spark_operators``' shape: ``rows`` rows per batch over ``rows / 2``
+keys), time mode ``None``, update output:
+
+* ``pandas/native``: ``df.groupBy("k").transformWithStateInPandas(...)``, Spark's handles;
+* ``pandas/driver``: ``ops.transform_with_state_in_pandas(df.groupBy("k"), ...)`` run by
+  ``ops.write_stream`` (:mod:`fsstate_spark.operators`);
+* ``row/native``: ``df.groupBy("k").transformWithState(...)``, Spark's handles;
+* ``row/driver``: ``ops.transform_with_state(df.groupBy("k"), ...)``.
+
+Shapes: 50,000 and 500,000 rows per batch (``--quick``: 10,000 and 40,000 rows, fewer
+batches). Per shape the four queries run at once, each on its own copy of the input, with a
+processing-time trigger; round by round a batch file is given to one query at a time (the
+order rotating) and the round waits for it; a query's batch time is Spark's
+``triggerExecution``. Per batch, native time / driver time is a sample of the flavour's ratio;
+a row's value is the median over the steady batches (batch 0 warms up), its status decided on
+it. Goals: the pandas processor >= 10x ``transformWithStateInPandas``, the Row processor >= 30x
+``transformWithState``. The suite also holds the driver's own cost per key without Spark
+(:mod:`bench.driver_cost`, goal <= 20 µs). ``--only "per key"`` runs only those rows,
+``--only "50k"`` (a shape's label) only that shape.
+
+Invariants:
+
+* Both sides of a ratio do the same work: the same processor object type and logic, the same
+  input file, the same output rows, the same partitions (``spark.sql.shuffle.partitions`` =
+  the driver's ``partitions`` = ``PARTITIONS``) and the same sink: every query is a
+  ``foreachBatch`` query (the driver is one by construction; the native queries get one)
+  whose function writes the batch to Spark's ``noop`` format, as the driver does without a
+  sink.
+* Nothing fast but wrong passes: on batch 0 (warm-up) and on one extra, small batch after the
+  timed ones (so the running totals of every earlier batch are in it), the same sink function
+  instead computes (rows, sum n, sum s, sum crc32(k)) of the output; the four queries must
+  agree with each other and with the same figures computed from the input files with Arrow,
+  or the suite fails. Neither checked batch is a sample.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from bench.common import BenchContext, Result, SuiteSkipped, median, spread_text
+from bench.driver_cost import (
+    OUTPUT_DDL,
+    Checksum,
+    RunningAggRow,
+    expected_checksum,
+    run_cost,
+)
+from bench.spark_operators import INPUT_SCHEMA, RunningAgg, batch_table
+
+SUITE = "spark_driver"
+GOALS = {"pandas": 10.0, "row": 30.0}
+NATIVE = {"pandas": "transformWithStateInPandas", "row": "transformWithState"}
+FLAVOUR_NAMES = {"pandas": "pandas processor", "row": "Row processor"}
+PARTITIONS = 4
+TRIGGER = "500 milliseconds"
+CHECK_ROWS = 2_000  # rows of the extra, checked batch after the timed ones
+KINDS = (("pandas", "native"), ("pandas", "driver"), ("row", "native"), ("row", "driver"))
+
+
+@dataclass(frozen=True)
+class Shape:
+    """Rows per batch (over ``rows // 2`` keys) and timed batches after the warm-up."""
+
+    rows: int
+    steady: int
+
+    @property
+    def keys(self) -> int:
+        """Keys the rows are drawn over (~2 rows per key, as ``spark_operators``)."""
+        return self.rows // 2
+
+    @property
+    def label(self) -> str:
+        """``50k rows/batch``."""
+        return f"{self.rows // 1000}k rows/batch"
+
+
+def shapes(ctx: BenchContext) -> list[Shape]:
+    """The shapes of this mode. The full run is long: transformWithStateInPandas ran at
+    ~250-300 rows/s in a quick run on a shared 2-core machine (~30 minutes per batch of 500k
+    rows there), so the 500k shape has fewer timed batches."""
+    if ctx.mode == "full":
+        return [Shape(50_000, 5), Shape(500_000, 3)]
+    return [Shape(10_000, 3), Shape(40_000, 3)]
+
+
+class ChecksumSink:
+    """The ``foreachBatch`` function of every query: the batch's rows to Spark's ``noop``
+    format, or, for the checked batch ids, its checksum (kept in ``sums``)."""
+
+    def __init__(self, checked: set[int]) -> None:
+        self.checked = checked
+        self.sums: dict[int, Checksum] = {}
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        from pyspark.sql import functions as F
+
+        if batch_id not in self.checked:
+            df.write.format("noop").mode("overwrite").save()
+            return
+        row = df.agg(
+            F.count(F.lit(1)), F.sum("n"), F.sum("s"), F.sum(F.crc32(F.col("k")))
+        ).collect()[0]
+        self.sums[batch_id] = (int(row[0]), int(row[1] or 0), int(row[2] or 0), int(row[3] or 0))
+
+
+@dataclass
+class Job:
+    """One running query and its per-batch times."""
+
+    flavour: str
+    impl: str
+    input_dir: Path
+    checkpoint: Path
+    sink: ChecksumSink
+    query: Any = None
+    wall_ms: dict[int, float] = field(default_factory=dict)
+    rows: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def tag(self) -> str:
+        """``flavour/impl``."""
+        return f"{self.flavour}/{self.impl}"
+
+
+def _start(spark: Any, job: Job) -> None:
+    from fsstate_spark import operators as ops
+
+    df = (
+        spark.readStream.schema(INPUT_SCHEMA)
+        .option("maxFilesPerTrigger", 1)
+        .parquet(str(job.input_dir))
+    )
+    proc = RunningAgg() if job.flavour == "pandas" else RunningAggRow()
+    grouped = df.groupBy("k")
+    if job.impl == "driver":
+        call = (
+            ops.transform_with_state_in_pandas
+            if job.flavour == "pandas"
+            else ops.transform_with_state
+        )
+        flow = call(grouped, proc, OUTPUT_DDL, "Update", "None")
+        writer = ops.write_stream(
+            flow, checkpoint_location=str(job.checkpoint), sink=job.sink, partitions=PARTITIONS
+        )
+    else:
+        if job.flavour == "pandas":
+            out = grouped.transformWithStateInPandas(proc, OUTPUT_DDL, "Update", "None")
+        else:
+            out = grouped.transformWithState(proc, OUTPUT_DDL, "Update", "None")
+        writer = (
+            out.writeStream.outputMode("update")
+            .foreachBatch(job.sink)
+            .option("checkpointLocation", str(job.checkpoint))
+        )
+    job.query = writer.trigger(processingTime=TRIGGER).start()
+
+
+def _wait(job: Job, batch: int, rows: int) -> None:
+    deadline = time.monotonic() + max(900.0, rows / 50)  # 50 rows/s: 10 times too slow
+    while True:
+        for p in job.query.recentProgress:
+            if int(p["batchId"]) == batch and int(p.get("numInputRows") or 0):
+                job.wall_ms[batch] = float(p["durationMs"]["triggerExecution"])
+                job.rows[batch] = int(p["numInputRows"])
+                return
+        if job.query.exception() is not None:
+            raise RuntimeError(f"{job.tag} failed: {job.query.exception()}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{job.tag}: batch {batch} did not finish")
+        time.sleep(0.05)
+
+
+def _run_shape(ctx: BenchContext, spark: Any, shape: Shape, scratch: Path) -> list[Job]:
+    """Run the four queries of ``shape`` side by side; check batch 0 and the extra batch."""
+    check_batch = shape.steady + 1
+    jobs = [
+        Job(
+            f,
+            i,
+            scratch / f"{f}-{i}" / "input",
+            scratch / f"{f}-{i}" / "checkpoint",
+            ChecksumSink({0, check_batch}),
+        )
+        for f, i in KINDS
+    ]
+    source = scratch / "batches"
+    source.mkdir()
+    inputs: list[pa.Table] = []
+    want: dict[int, Checksum] = {}
+    try:
+        for job in jobs:
+            job.input_dir.mkdir(parents=True)
+            _start(spark, job)
+        for b in range(check_batch + 1):
+            rows = CHECK_ROWS if b == check_batch else shape.rows
+            table = batch_table(b, rows, shape.keys)
+            inputs.append(table)
+            if b in (0, check_batch):
+                want[b] = expected_checksum(inputs)
+            path = source / f"batch-{b:05d}.parquet"
+            pq.write_table(table, path)
+            mtime = 1_600_000_000 + 10 * b
+            order = jobs[b % len(jobs) :] + jobs[: b % len(jobs)]
+            for job in order:
+                target = job.input_dir / path.name
+                os.link(path, target)
+                os.utime(target, (mtime, mtime))
+                _wait(job, b, rows)
+                ctx.log(f"  {shape.label} batch {b} {job.tag:<14} {job.wall_ms[b] / 1000:7.2f} s")
+    finally:
+        for job in jobs:
+            if job.query is not None:
+                job.query.stop()
+    for b, w in want.items():
+        got = {job.tag: job.sink.sums.get(b) for job in jobs}
+        if any(g != w for g in got.values()):
+            raise AssertionError(
+                f"{shape.label}, batch {b}: output checksums (rows, sum n, sum s, sum crc32 k) "
+                f"{got} differ from the input's {w}"
+            )
+    ctx.log(f"  {shape.label}: outputs of batches 0 and {check_batch} agree with the input")
+    return jobs
+
+
+def run(ctx: BenchContext) -> list[Result]:
+    """The driver's cost per key, then each shape's four queries side by side."""
+    try:
+        import pyspark  # noqa: F401
+    except ImportError as exc:
+        raise SuiteSkipped("pyspark is not installed") from exc
+    out: list[Result] = []
+    if ctx.wants("per key"):
+        out += run_cost(ctx)
+    todo = [s for s in shapes(ctx) if ctx.wants(s.label)]
+    if not todo:
+        return out
+    from bench.spark_runner import _session
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    ctx.tmp_dir.mkdir(parents=True, exist_ok=True)
+    spark = _session(
+        ctx,
+        "fsstate-bench-driver",
+        **{
+            "spark.sql.shuffle.partitions": str(PARTITIONS),
+            "spark.sql.streaming.noDataMicroBatches.enabled": "false",
+        },
+    )
+    try:
+        for shape in todo:
+            scratch = Path(tempfile.mkdtemp(prefix=f"{SUITE}-", dir=ctx.tmp_dir))
+            try:
+                out += _results(_run_shape(ctx, spark, shape, scratch), shape)
+            finally:
+                shutil.rmtree(scratch, ignore_errors=True)
+    finally:
+        spark.stop()
+    return out
+
+
+def _results(jobs: list[Job], shape: Shape) -> list[Result]:
+    steady = list(range(1, shape.steady + 1))
+    by = {(j.flavour, j.impl): j for j in jobs}
+    work = (
+        f"{shape.rows:,} rows per batch over {shape.keys:,} keys, running count + sum per key "
+        f"in a value state, one output row per key, time mode None, local[2], {PARTITIONS} "
+        f"partitions, foreachBatch to noop, batches {steady[0]}-{steady[-1]} (batch 0 warms up)"
+    )
+    out: list[Result] = []
+    for flavour in ("pandas", "row"):
+        native, driver = by[(flavour, "native")], by[(flavour, "driver")]
+        ratios = [native.wall_ms[b] / driver.wall_ms[b] for b in steady]
+        out.append(
+            Result(
+                suite=SUITE,
+                name=f"{shape.label}: {FLAVOUR_NAMES[flavour]}: driver vs {NATIVE[flavour]}",
+                value=median(ratios),
+                unit="x",
+                goal=GOALS[flavour],
+                notes=f"{NATIVE[flavour]} (Spark's handles) batch time / the same processor "
+                f"through the flow driver, same batch, paired ({spread_text(ratios)}); {work}",
+                samples=ratios,
+            )
+        )
+        for job in (native, driver):
+            api = NATIVE[flavour] if job.impl == "native" else "flow driver"
+            rates = [job.rows[b] / (job.wall_ms[b] / 1000) for b in steady]
+            out.append(
+                Result(
+                    suite=SUITE,
+                    name=f"{shape.label}: {FLAVOUR_NAMES[flavour]}: {api} rows/s",
+                    value=median(rates),
+                    unit="rows/s",
+                    notes=f"triggerExecution per batch ({spread_text(rates)}); {work}",
+                    samples=rates,
+                )
+            )
+    return out
