@@ -44,11 +44,7 @@ Invariants:
 
 from __future__ import annotations
 
-import datetime as dt
-import decimal
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -59,12 +55,19 @@ from pyspark.sql.streaming.stateful_processor import (
     StatefulProcessor,
     TimerValues,
 )
-from pyspark.sql.types import Row, StructType
+from pyspark.sql.types import StructType
 
 from fsstate.errors import ConfigError, SchemaError
 from fsstate.operators.base import SIDE, Epoch, Operator, time_us
 from fsstate.store.partition import PartitionStore
 from fsstate.tables.resolve import first_of_group
+from fsstate_spark.operators.keyed import (
+    KeyedRows,
+    Output,
+    PandasOutput,
+    RowOutput,
+    merge_keys,
+)
 from fsstate_spark.state.handles import KeyBinding, TieredHandle
 from fsstate_spark.state.map_order import UNSAFEROW
 from fsstate_spark.state.timers import Timers
@@ -206,7 +209,7 @@ class ProcessorStage(Operator):
             timers=self._timers,
             timers_allowed=spec.time_mode != "none",
         )
-        out = _PandasOutput(spec.output_type) if spec.pandas else _RowOutput(self._out_schema)
+        out = PandasOutput(spec.output_type) if spec.pandas else RowOutput(self._out_schema)
         self.processor.init(handle)
         self._run_keys(rows, init, binding, values, out)
         if self._timers is not None:
@@ -253,18 +256,18 @@ class ProcessorStage(Operator):
         init: pa.Table | None,
         binding: KeyBinding,
         values: TimerValues,
-        out: _Output,
+        out: Output,
     ) -> None:
         spec = self.spec
         proc = self.processor
         rows, bounds = self._groups(rows, spec.keys)
-        data = _Slicer(rows, bounds, spec, spec.keys) if rows.num_rows else None
+        data = KeyedRows(rows, bounds, spec, spec.keys) if rows.num_rows else None
         if init is not None and init.num_rows:
             init, init_bounds = self._groups(init, spec.init_keys)
-            init_data: _Slicer | None = _Slicer(init, init_bounds, spec, spec.init_keys)
+            init_data: KeyedRows | None = KeyedRows(init, init_bounds, spec, spec.init_keys)
         else:
             init_data = None
-        for key, k, i, j in _merge_keys(data, init_data):
+        for key, k, i, j in merge_keys(data, init_data):
             binding.key = k
             if j is not None:
                 assert init_data is not None
@@ -286,7 +289,7 @@ class ProcessorStage(Operator):
         through_ms: int,
         binding: KeyBinding,
         values: TimerValues,
-        out: _Output,
+        out: Output,
     ) -> None:
         proc = self.processor
         for key, ts in timers.due(through_ms):
@@ -303,314 +306,3 @@ class ProcessorStage(Operator):
         state = super().__getstate__()
         state.pop("_timers", None)
         return state
-
-
-def _store_key(key: tuple[Any, ...]) -> tuple[Any, ...]:
-    """The store's key of a Spark key (numpy scalars as Python values)."""
-    if all(type(v) in _PLAIN for v in key):
-        return key
-    return tuple(
-        v.item() if hasattr(v, "item") and type(v).__module__ == "numpy" else v for v in key
-    )
-
-
-_PLAIN = frozenset({str, int, float, bool, bytes, type(None)})
-
-
-class _Slicer:
-    """The rows of each key of a sorted table, in the processor's flavour.
-
-    ``keys`` are Spark's key tuples (numpy scalars from the frame in the pandas flavour, Python
-    values in the Row flavour) and ``store_keys`` the store's (Python values), both per group,
-    computed column by column. Row objects are made on the first read of any key's rows, all
-    at once (a processor that never reads its rows pays for no conversion).
-    """
-
-    def __init__(
-        self,
-        table: pa.Table,
-        bounds: np.ndarray[Any, Any],
-        spec: ProcessorSpec,
-        keys: tuple[str, ...],
-    ) -> None:
-        self.bounds: list[int] = bounds.tolist()
-        self.spec = spec
-        self.n = len(bounds) - 1
-        names = table.column_names
-        key_idx = [names.index(k) for k in keys]
-        starts = bounds[:-1]
-        if spec.pandas:
-            self.frame = _to_pandas(table, spec.timezone)
-            key_cols = [self.frame.iloc[:, i].to_numpy()[starts] for i in key_idx]
-            self.keys: list[tuple[Any, ...]] = list(zip(*key_cols))
-            self.store_keys: list[tuple[Any, ...]] = list(zip(*map(_plain_values, key_cols)))
-        else:
-            self.table = table
-            self.row_type = Row(*names)
-            self._rows: list[Any] | None = None
-            take = pa.array(starts)
-            self.keys = list(zip(*(table.column(i).take(take).to_pylist() for i in key_idx)))
-            self.store_keys = self.keys
-
-    def chunks(self, g: int) -> Iterator[Any]:
-        """A lazy iterator over group ``g``'s rows (pandas chunks, or Rows)."""
-        a, b = self.bounds[g], self.bounds[g + 1]
-        if not self.spec.pandas:
-            return self._row_range(a, b)
-        return self._frames(a, b)
-
-    def _row_range(self, a: int, b: int) -> Iterator[Any]:
-        rows = self._rows if self._rows is not None else self._make_rows()
-        yield from rows[a:b]
-
-    def _make_rows(self) -> list[Any]:
-        """Every row as a ``Row`` of the table's column names, as Spark's worker makes them
-        (``Row(*names)(*values)``: a Row whose ``__fields__`` is that Row of names), built
-        without the per-row call chain of ``Row.__call__``."""
-        row_type = self.row_type
-        new = tuple.__new__
-        rows = [new(Row, v) for v in zip(*(_py_values(c) for c in self.table.columns))]
-        for r in rows:
-            r.__dict__["__fields__"] = row_type
-        self._rows = rows
-        return rows
-
-    def _frames(self, a: int, b: int) -> Iterator[Any]:
-        import pandas as pd
-
-        step = self.spec.max_records_per_batch
-        for s in range(a, b, step):
-            e = min(b, s + step)
-            chunk = self.frame.iloc[s:e]
-            chunk.index = pd.RangeIndex(e - s)
-            yield chunk
-
-
-_MIN_US = -62_135_596_800_000_000  # datetime(1, 1, 1) in µs since the epoch
-_MAX_US = 253_402_300_799_999_999  # datetime(9999, 12, 31, 23, 59, 59, 999999)
-
-
-def _py_values(col: pa.ChunkedArray) -> list[Any]:
-    """``col.to_pylist()``, what Spark's worker gives a Row (``as_py()`` of each value).
-
-    A ``timestamp[us]`` column (Spark's timestamps) is converted in bulk with the same
-    arithmetic: pyarrow makes ``datetime(1970, 1, 1) + timedelta(microseconds=v)`` (numpy's
-    ``tolist`` of ``datetime64[us]`` makes the same naive datetimes) and, with a time zone,
-    ``.replace(tzinfo=timezone.utc).astimezone(tz)`` of it, ``tz`` being pyarrow's own tzinfo
-    of the column (for UTC that is ``.replace(tzinfo=tz)``). Values outside ``datetime``'s
-    range, other units, and zones for which pyarrow makes a new tzinfo per value (fixed
-    offsets such as ``+05:30``) go through ``to_pylist``.
-    """
-    t = col.type
-    plain: list[Any]
-    if not pa.types.is_timestamp(t) or t.unit != "us" or col.null_count == len(col):
-        plain = col.to_pylist()
-        return plain
-    lo, hi = pc.min_max(col.cast(pa.int64())).values()
-    if lo.as_py() < _MIN_US or hi.as_py() > _MAX_US:
-        plain = col.to_pylist()
-        return plain
-    naive: list[Any] = col.to_numpy().tolist()
-    if t.tz is None:
-        return naive
-    first = col.drop_null()[0]
-    tz = first.as_py().tzinfo  # pyarrow's tzinfo of the column's zone
-    if first.as_py().tzinfo is not tz:  # a new tzinfo per value (fixed offsets): keep that
-        plain = col.to_pylist()
-        return plain
-    if tz is dt.timezone.utc or getattr(tz, "key", None) == "UTC":
-        return [None if d is None else d.replace(tzinfo=tz) for d in naive]
-    utc = dt.timezone.utc
-    return [None if d is None else d.replace(tzinfo=utc).astimezone(tz) for d in naive]
-
-
-def _plain_values(values: np.ndarray[Any, Any]) -> list[Any]:
-    """A key column's values as the store's: numpy scalars as Python values
-    (:func:`_store_key`, for a whole column at once)."""
-    if values.dtype != object or set(map(type, values)) <= _PLAIN:
-        out: list[Any] = values.tolist()  # numpy's ``item()`` of each element
-        return out
-    return [_store_key((v,))[0] for v in values]
-
-
-def _to_pandas(table: pa.Table, timezone: str) -> Any:
-    """The table as one pandas DataFrame, converted as Spark's Python worker converts."""
-    import pandas as pd
-    from pyspark.sql.conversion import ArrowBatchTransformer
-
-    series = ArrowBatchTransformer.to_pandas(table, timezone=timezone)
-    if not series:
-        return pd.DataFrame(index=pd.RangeIndex(table.num_rows))
-    frame = pd.concat(series, axis=1)
-    frame.columns = table.column_names
-    return frame
-
-
-def _merge_keys(
-    data: _Slicer | None, init: _Slicer | None
-) -> Iterator[tuple[tuple[Any, ...], tuple[Any, ...], int | None, int | None]]:
-    """(key, store key, group in data, group in init) for every key of either, data's order
-    first."""
-    if init is None:
-        if data is not None:
-            yield from zip(data.keys, data.store_keys, range(data.n), repeat(None))
-        return
-    init_of = {k: j for j, k in enumerate(init.store_keys)}
-    seen: set[tuple[Any, ...]] = set()
-    if data is not None:
-        for i, (key, sk) in enumerate(zip(data.keys, data.store_keys)):
-            seen.add(sk)
-            yield key, sk, i, init_of.get(sk)
-    for j, (key, sk) in enumerate(zip(init.keys, init.store_keys)):
-        if sk not in seen:
-            yield key, sk, None, j
-
-
-class _Output:
-    def add(self, item: Any) -> None:
-        raise NotImplementedError
-
-    def table(self) -> pa.Table:
-        raise NotImplementedError
-
-
-class _RowOutput(_Output):
-    """Rows yielded by a Row-flavour processor, converted as Spark's worker converts them
-    (``RecordBatch.from_pylist`` of their ``asDict(True)``).
-
-    A Row whose fields are the output's names, in order, and whose values are all of plain
-    immutable types (:data:`_FLAT`: none of them a Row, list or dict, which ``asDict(True)``
-    would copy) is kept as is, and the values are gathered by column: the lists
-    ``from_pylist`` would build from its dict. Any other Row goes through ``asDict(True)``
-    when it is yielded, as Spark's worker does; the batch is then built with ``from_pylist``.
-    """
-
-    def __init__(self, schema: pa.Schema) -> None:
-        self.schema = schema
-        self.rows: list[Any] = []  # Rows with the output's fields, or dicts of other Rows
-        names = list(schema.names)
-        unique = len(set(names)) == len(names)
-        self._fields: tuple[list[str], tuple[str, ...]] | None = (
-            (names, tuple(names)) if unique else None
-        )
-        self._width = len(names)
-        self._dicts = False
-
-    def add(self, item: Any) -> None:
-        if not isinstance(item, Row):
-            raise SchemaError(
-                f"transform_with_state: the processor yielded a {type(item).__name__}; the "
-                "Row flavour yields pyspark.sql.Row objects"
-            )
-        fields = item.__dict__.get("__fields__")
-        same = self._fields
-        if (
-            same is not None
-            and fields is not None
-            and len(item) == self._width
-            and (fields == same[0] or fields == same[1])
-            and _FLAT.issuperset(map(type, item))
-        ):
-            self.rows.append(item)
-        else:
-            self.rows.append(item.asDict(True))
-            self._dicts = True
-
-    def table(self) -> pa.Table:
-        rows = self.rows
-        if not self._dicts:
-            columns = [list(c) for c in zip(*rows)] if rows else [[] for _ in self.schema]
-            batch = pa.RecordBatch.from_arrays(columns, schema=self.schema)
-        else:
-            dicts = [r if isinstance(r, dict) else r.asDict(True) for r in rows]
-            batch = pa.RecordBatch.from_pylist(dicts, schema=self.schema)
-        return pa.Table.from_batches([batch])
-
-
-_FLAT: frozenset[type] = frozenset(
-    {str, int, float, bool, bytes, type(None)}
-    | {dt.datetime, dt.date, dt.time, dt.timedelta, decimal.Decimal}
-)
-"""Value types a Row output keeps as is (``asDict(True)`` copies only Rows, lists, dicts)."""
-
-
-class _PandasOutput(_Output):
-    """Frames yielded by a pandas-flavour processor, gathered by column and converted once."""
-
-    def __init__(self, output_type: StructType) -> None:
-        self.output_type = output_type
-        self.names = output_type.names
-        self.parts: list[list[Any]] = [[] for _ in self.names]
-
-    def add(self, item: Any) -> None:
-        import pandas as pd
-
-        if not isinstance(item, pd.DataFrame):
-            raise SchemaError(
-                f"transform_with_state: the processor yielded a {type(item).__name__}; the "
-                "pandas flavour yields pandas DataFrames (Spark's 'Invalid return type')"
-            )
-        if not len(item):
-            return
-        cols = list(item.columns)
-        if len(cols) < len(self.names):
-            raise SchemaError(
-                f"transform_with_state: a yielded DataFrame has columns {cols}, the output "
-                f"schema {self.names}"
-            )
-        if all(isinstance(c, str) for c in cols):
-            missing = [n for n in self.names if n not in cols]
-            if missing:
-                raise SchemaError(
-                    f"transform_with_state: a yielded DataFrame has no column(s) {missing} of "
-                    f"the output schema {self.names}"
-                )
-            arrays = _column_arrays(item, [cols.index(n) for n in self.names])
-        else:
-            arrays = _column_arrays(item, list(range(len(self.names))))
-        for part, arr in zip(self.parts, arrays, strict=True):
-            part.append(arr)
-
-    def table(self) -> pa.Table:
-        import pandas as pd
-        from pyspark.sql.conversion import PandasToArrowConversion
-
-        cols = {}
-        for name, part in zip(self.names, self.parts, strict=True):
-            cols[name] = _concat(part)
-        frame = pd.DataFrame(cols)
-        batch = PandasToArrowConversion.convert(
-            frame,
-            self.output_type,
-            timezone="UTC",
-            safecheck=True,
-            arrow_cast=True,
-            assign_cols_by_name=True,
-        )
-        return pa.Table.from_batches([batch])
-
-
-def _column_arrays(frame: Any, positions: list[int]) -> list[Any]:
-    """The frame's columns at ``positions`` as arrays (pandas' fast column iterator when
-    present: one call per frame, not one ``__getitem__`` per column)."""
-    it: Callable[[], Iterator[Any]] | None = getattr(frame, "_iter_column_arrays", None)
-    if it is not None:
-        arrays = list(it())
-        return [arrays[p] for p in positions]
-    return [frame.iloc[:, p].to_numpy() for p in positions]
-
-
-def _concat(parts: list[Any]) -> Any:
-    """One array of a column's parts (numpy or pandas extension arrays)."""
-    import pandas as pd
-
-    if not parts:
-        return np.array([], dtype=object)
-    if len(parts) == 1:
-        return parts[0]
-    if all(isinstance(p, np.ndarray) for p in parts):
-        dtypes = {p.dtype for p in parts}
-        if len(dtypes) == 1:
-            return np.concatenate(parts)
-        return np.concatenate([p.astype(object) for p in parts])
-    return pd.concat([pd.Series(p) for p in parts], ignore_index=True).array

@@ -248,7 +248,7 @@ def test_row_output_equals_spark_conversion() -> None:
     Spark converts it."""
     import datetime as dt
 
-    from fsstate_spark.operators.processor import _RowOutput
+    from fsstate_spark.operators.keyed import RowOutput
 
     schema = pa.schema(
         [
@@ -271,13 +271,13 @@ def test_row_output_equals_spark_conversion() -> None:
         Row(k="e", n=5, t=t0, tags=[], inner={"x": 6}),
     ]
     for rows in (flat, other, flat + other, other + flat, []):
-        out = _RowOutput(schema)
+        out = RowOutput(schema)
         for r in rows:
             out.add(r)
         want = pa.RecordBatch.from_pylist([r.asDict(True) for r in rows], schema=schema)
         assert out.table().equals(pa.Table.from_batches([want]))
     tags = [1]
-    out = _RowOutput(schema)
+    out = RowOutput(schema)
     out.add(Row(k="f", n=1, t=None, tags=tags, inner=None))
     tags.append(2)  # converted when yielded, as Spark's worker does
     assert out.table().column("tags").to_pylist() == [[1]]
@@ -287,7 +287,7 @@ def test_store_keys_of_pandas_key_columns() -> None:
     """Store keys computed per column are :func:`_store_key` of each key."""
     import numpy as np
 
-    from fsstate_spark.operators.processor import _plain_values, _store_key
+    from fsstate_spark.operators.keyed import _plain_values, store_key
 
     columns = [
         np.array([1, 2, 3], dtype=np.int64),
@@ -299,7 +299,7 @@ def test_store_keys_of_pandas_key_columns() -> None:
     ]
     for col in columns:
         got = _plain_values(col)
-        want = [_store_key((v,))[0] for v in col]
+        want = [store_key((v,))[0] for v in col]
         assert [repr(g) for g in got] == [repr(w) for w in want]
         assert [type(g) for g in got] == [type(w) for w in want]
 
@@ -328,7 +328,7 @@ TS_VALUES = [
 def test_row_timestamps_as_pyarrow_converts_them(tz: str | None, values: list[Any]) -> None:
     """Row values of a ``timestamp[us]`` column, converted in bulk, are ``to_pylist``'s: same
     values, wall times, folds and tzinfo objects, and the same error where it raises."""
-    from fsstate_spark.operators.processor import _py_values
+    from fsstate_spark.operators.keyed import _py_values
 
     col = pa.chunked_array(
         [pa.array(values[:3], pa.timestamp("us", tz)), pa.array(values[3:], pa.timestamp("us", tz))]
