@@ -8,7 +8,7 @@ misses that goal with the default allocator settings (see the README's allocator
 the issue note). Measured from ``/proc/self/status``: importing numpy, pyarrow (compute,
 parquet) and fsstate takes 75 MiB; the job's first ``pa.array`` of a numpy array makes
 pyarrow import pandas (+35 MiB, 23 of it anonymous) and the first compute calls add 6 MiB:
-about 118 MiB before the first epoch. At the peak (236-244 MiB) Arrow's mimalloc arena holds
+about 118 MiB before the first epoch. At the peak (232-254 MiB) Arrow's mimalloc arena holds
 about 100 MiB of pages for 50-60 MiB of live Arrow allocations (the input batch's copies
 while it is split, sorted and pre-aggregated, the closing window's output and one piece of
 its scan, the job's own check), and the background compaction working beside the epoch adds
