@@ -252,6 +252,18 @@ class DiskRun:
             return range(self.num_row_groups)
         return range(start, max(start, end))
 
+    def groups_between(self, first: tuple[Any, ...], last: tuple[Any, ...]) -> range:
+        """Row groups whose key bounds may hold keys in ``[first, last]``, both ends included
+        and compared in :func:`sort_key` order (all groups if keys don't compare)."""
+        if not self.firsts:
+            return range(self.num_row_groups)
+        try:
+            start = bisect.bisect_left([sort_key(k) for k in self.lasts], sort_key(first))
+            end = bisect.bisect_right([sort_key(k) for k in self.firsts], sort_key(last))
+        except TypeError:
+            return range(self.num_row_groups)
+        return range(start, max(start, end))
+
     def read_group(self, spec: TableSpec, ctx: RunContext, i: int) -> Segment:
         """Decode row group ``i`` (page checksums verified)."""
         try:
@@ -405,10 +417,12 @@ class Run:
         lo: Bound = None,
         hi: Bound = None,
         point: bool = False,
+        last: tuple[Any, ...] | None = None,
     ) -> Iterator[Segment]:
-        """The segments that may hold keys in ``[lo, hi)`` (with ``point``: the key ``lo``),
-        in key order, through the block cache (a batched read of a file this process read
-        before costs no request)."""
+        """The segments that may hold keys in ``[lo, hi)`` (with ``point``: the key ``lo``;
+        with ``last``: the keys from ``lo`` through ``last`` included, both whole keys), in key
+        order, through the block cache (a batched read of a file this process read before
+        costs no request)."""
         if self._segment is not None:
             yield self._segment
             return
@@ -417,7 +431,10 @@ class Run:
             yield self._whole(spec, ctx)
             return
         disk = self._disk_run(ctx)
-        groups = disk.candidate_groups(lo) if point and lo is not None else None
+        if last is not None and lo is not None:
+            groups: range | None = disk.groups_between(lo, last)
+        else:
+            groups = disk.candidate_groups(lo) if point and lo is not None else None
         for i in groups if groups is not None else disk.groups_in_range(lo, hi):
             yield _cached(ctx, (disk.path, i), spec, lambda i=i: disk.read_group(spec, ctx, i))  # type: ignore[misc]
 

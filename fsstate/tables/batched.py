@@ -130,7 +130,9 @@ class BatchedTable(ScanTable):
         (the small side) and probes every row of the run in any order (an unsorted batched
         write is not sorted for it), then the highest sequence number per requested key
         (``np.maximum.at``: no sort). A row under a range tombstone of its key is dead, and
-        so is every older row of that key."""
+        so is every older row of that key. Only the row groups whose key bounds overlap the
+        requested keys' span are read (:func:`key_span`): a file's other row groups cannot
+        hold a requested key, and decoding them was most of the lookup's memory traffic."""
         n = len(key_struct)
         key_cols = key_struct.flatten()
         floors = self.ranges.floor_array(key_cols) if self.ranges else None
@@ -140,11 +142,12 @@ class BatchedTable(ScanTable):
         )
         pos_parts: list[np.ndarray[Any, Any]] = []
         value_parts: list[pa.Array] = []
+        first, last = key_span(key_cols)
         runs = self.runs
         for i in range(len(runs) - 1, -1, -1):
             if remaining.num_rows == 0:
                 break
-            segments = runs[i].cached_segments(self.spec, self.ctx)
+            segments = runs[i].cached_segments(self.spec, self.ctx, first, last=last)
             hit = _run_hits(segments, remaining, self.now_ms)
             if hit is None:
                 continue
@@ -173,6 +176,25 @@ class BatchedTable(ScanTable):
         else:
             out_cols = [pa.nulls(n, f.type) for f in schema]
         return pa.Table.from_arrays([*out_cols, pc.is_valid(index)], schema=result_schema(schema))
+
+
+def key_span(key_cols: Sequence[pa.Array]) -> tuple[tuple[Any, ...] | None, tuple[Any, ...] | None]:
+    """The smallest and largest key of a batch in stored order (Arrow's sort: each field
+    ascending, NaN and then nulls last, :func:`fsstate.format.keyorder.sort_key`), or
+    ``(None, None)`` for no keys or keys Arrow cannot sort (then nothing is skipped). Every
+    key of the batch lies in ``[first, last]``."""
+    if not key_cols or not len(key_cols[0]):
+        return None, None
+    names = [f"k{i}" for i in range(len(key_cols))]
+    try:
+        order = pc.sort_indices(
+            pa.Table.from_arrays(list(key_cols), names=names),
+            sort_keys=[(n, "ascending") for n in names],  # NaN, then nulls last by default
+        )
+    except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError):
+        return None, None
+    lo, hi = order[0].as_py(), order[len(order) - 1].as_py()
+    return tuple(c[lo].as_py() for c in key_cols), tuple(c[hi].as_py() for c in key_cols)
 
 
 def _run_hits(
