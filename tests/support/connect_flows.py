@@ -1,8 +1,8 @@
 """Every kind of fsstate operator flow, run the same way on a classic session or a Connect client.
 
 :func:`write_inputs` writes the micro-batches (one JSON file per batch and source) once;
-:func:`run_flows` starts one ``ops.write_stream`` query per flow (all at once: they overlap
-while a 2-core machine waits on one of them) and returns each flow's rows per micro-batch. The
+:func:`run_flows` runs one ``ops.write_stream`` query per flow (on a classic session all at
+once, on Spark Connect one after the other) and returns each flow's rows per micro-batch. The
 sink (:class:`FileSink`) writes a batch's rows, as JSON text made by Spark (``to_json``, times
 in the session's UTC), to ``<work>/out/<flow>/<batch id>.json``: on Spark Connect it runs in a
 Python process of the server, so files are how its rows come back.
@@ -44,7 +44,6 @@ from fsstate_spark import operators as ops
 from tests.support.batch_processors import RunningStats
 from tests.support.driver_processors import EVENT_INPUT, EVENT_OUTPUT, EventTimers
 from tests.support.migration_processors import INIT_SCHEMA, Basket
-from tests.support.migration_processors import INPUT_SCHEMA as BASKET_INPUT
 from tests.support.migration_processors import OUTPUT_SCHEMA as BASKET_OUTPUT
 from tests.support.processors import ROW_SCHEMA, SINK_BATCHES, RowCounter
 from tests.support.spark_local import write_batches
@@ -91,12 +90,6 @@ TIMED = [  # EventTimers' input: event-time timers, late rows, keys expiring tog
         {"k": "b", "v": 5, "t": _t(5)},
     ],
     [{"k": "e", "v": 12, "t": _t(60)}, {"k": "c", "v": 7, "t": _t(20)}],
-    [{"k": "h", "v": 2, "t": _t(130)}, {"k": "a", "v": 3, "t": _t(60)}],
-]
-BASKETS = [
-    [{"k": "a", "item": "x", "v": 1}, {"k": "b", "item": "y", "v": 2}],
-    [{"k": "a", "item": "z", "v": 3}, {"k": "c", "item": "x", "v": -1}],
-    [{"k": "b", "item": "y", "v": 5}, {"k": "a", "item": "x", "v": 6}],
 ]
 INIT_ROWS = [
     ("a", "total", 10, None, None, None),
@@ -114,7 +107,6 @@ def write_inputs(root: Path) -> None:
     write_batches(root / "info", [i for i, _ in mbc.SEED_BATCHES])
     write_batches(root / "visit", [v for _, v in mbc.SEED_BATCHES])
     write_batches(root / "timed", TIMED)
-    write_batches(root / "baskets", BASKETS)
     write_batches(root / "rows", SINK_BATCHES)
 
 
@@ -158,6 +150,9 @@ def flows(spark: SparkSession, root: Path) -> dict[str, ops.Flow]:
     )
     init = spark.createDataFrame(INIT_ROWS, INIT_SCHEMA).groupBy("k")
     timed = read("timed", EVENT_INPUT).withWatermark("t", "10 seconds").groupBy("k")
+    timers = ops.transform_with_state_in_pandas(  # event-time timers, then Basket's input
+        timed, EventTimers(), EVENT_OUTPUT, "Update", "EventTime"
+    ).transform(lambda df: df.select("k", F.col("kind").alias("item"), F.col("total").alias("v")))
     counted = ops.transform_with_state(
         read("rows", "k STRING, v BIGINT").groupBy("k"), RowCounter(), ROW_SCHEMA, "Update", "None"
     )
@@ -182,16 +177,8 @@ def flows(spark: SparkSession, root: Path) -> dict[str, ops.Flow]:
                 F.when(F.col("count") % 3 == 0, "reset").otherwise("add").alias("op"),
             )
         ).process(RunningStats(), keys=["k"]),
-        "transform_with_state_in_pandas": ops.transform_with_state_in_pandas(
-            timed, EventTimers(), EVENT_OUTPUT, "Update", "EventTime"
-        ),
-        "transform_with_state_in_pandas_initial": ops.transform_with_state_in_pandas(
-            read("baskets", BASKET_INPUT).groupBy("k"),
-            Basket(),
-            BASKET_OUTPUT,
-            "Update",
-            "None",
-            initialState=init,
+        "transform_with_state_in_pandas_twice": ops.transform_with_state_in_pandas(
+            timers.group_by("k"), Basket(), BASKET_OUTPUT, "Update", "None", initialState=init
         ),
     }
 

@@ -3,8 +3,8 @@
 The flows of :mod:`tests.support.connect_flows` (deduplication then a tumbling window in append
 mode, a sliding window in update mode, session windows, an interval join, a changelog join
 with a retracting aggregate, transform_with_state then a BatchProcessor,
-transform_with_state_in_pandas with event-time timers and with an initial state) run over the
-same input files twice: on the suite's classic session, and from a Spark Connect client in a
+transform_with_state_in_pandas with event-time timers then one with an initial state) run over
+the same input files twice: on the suite's classic session, and from a Spark Connect client in a
 process of its own (``python -m tests.support.connect_flows``) served from the suite's JVM
 (:func:`~tests.support.connect_flows.connect_server`: no second JVM to start). Each flow's rows
 must be equal batch by batch. The Connect client also reports what it refuses (what it cannot
