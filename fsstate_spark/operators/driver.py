@@ -42,7 +42,9 @@ Spark Connect: a flow of a Connect client's DataFrames runs the same way. ``fore
 pickles the :class:`Driver` (with the flow, its sink and settings) and runs it in a Python
 process of the server, once per query; there each batch's DataFrame belongs to a session
 cloned from the client's, and everything above (Spark functions, ``repartition``,
-``mapInArrow``, the manifests read through fsstate's FileIO) works on it unchanged.
+``mapInArrow``, fsstate's FileIO) works on it unchanged, except receipts: Connect has no
+accumulators, so step 4 reads every partition's manifest. The driver the client's writer
+carries (``fsstate_driver``) is the pickled original: its counters stay at zero there.
 """
 
 from __future__ import annotations

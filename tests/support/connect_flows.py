@@ -11,13 +11,14 @@ Run as a Spark Connect client (``test_connect_flows.py`` does, in its own proces
 process is either a classic or a Connect client)::
 
     SPARK_REMOTE=sc://localhost:PORT/;token=... python -m tests.support.connect_flows \\
-        --input DIR --work DIR
+        --input DIR --work DIR [--go FILE]
 
-It checks that what a Connect client cannot tell is refused (:func:`refusals`), runs the flows
-and prints one line ``RESULT {"session", "flows", "refusals"}``. :func:`connect_server` serves
-Spark Connect from a classic session's JVM (the suite's), as ``SparkSession.builder.remote(
-"local[2]")`` does from a JVM of its own; the flows' ``foreachBatch`` functions then run in
-Python processes that JVM starts.
+It checks that what a Connect client cannot tell is refused (:func:`refusals`), prepares the
+flows' writers, waits for ``FILE`` to exist if given, runs the flows and prints one line
+``RESULT {"session", "flows", "refusals"}``. :func:`connect_server` serves Spark Connect from a
+classic session's JVM (the suite's), as ``SparkSession.builder.remote("local[2]")`` does from a
+JVM of its own; the flows' ``foreachBatch`` functions then run in Python processes that JVM
+starts.
 """
 
 from __future__ import annotations
@@ -184,26 +185,32 @@ def flows(spark: SparkSession, root: Path) -> dict[str, ops.Flow]:
 
 
 def run_flows(
-    spark: SparkSession, root: Path, work: Path, *, together: bool
+    spark: SparkSession, root: Path, work: Path, *, together: bool, go: Path | None = None
 ) -> dict[str, list[list[str]]]:
     """Every flow's rows per micro-batch (``[batch 0 rows, batch 1 rows, ...]``).
 
     ``together``: start every query at once (classic). On Spark Connect each query's
     ``foreachBatch`` function runs in a new Python process of the server, which must connect
     back within Spark's fixed 10 s: queries run one after the other there, so that no start
-    competes with running queries for the CPU.
+    competes with running queries for the CPU. ``go``: a file whose existence starts the
+    queries, once their writers are ready (the test runs the classic flows meanwhile).
     """
-    out: dict[str, list[list[str]]] = {}
-    started = []
-    t0 = time.monotonic()
-    for name, flow in flows(spark, root).items():
-        writer = ops.write_stream(
+    writers = {
+        name: ops.write_stream(
             flow,
             checkpoint_location=str(work / "ckpt" / name),
             sink=FileSink(work / "out" / name),
             partitions=PARTITIONS,
-        )
-        started.append((name, _start(writer.trigger(availableNow=True), name)))
+        ).trigger(availableNow=True)
+        for name, flow in flows(spark, root).items()
+    }
+    while go is not None and not go.exists():
+        time.sleep(0.2)
+    out: dict[str, list[list[str]]] = {}
+    started = []
+    t0 = time.monotonic()
+    for name, writer in writers.items():
+        started.append((name, _start(writer, name)))
         if not together:
             _finish(*started.pop(), work, out)
             print(f"{name}: {time.monotonic() - t0:.1f} s", flush=True)
@@ -213,9 +220,11 @@ def run_flows(
     return out
 
 
-def _start(writer: Any, name: str, attempts: int = 3) -> Any:
+def _start(writer: Any, name: str, attempts: int = 6) -> Any:
     """``writer.start()``, again when Spark's Python process for the query's ``foreachBatch``
-    did not connect back within Spark's fixed 10 s (a machine busy with other work)."""
+    did not connect back within Spark's fixed 10 s: its imports (pyspark from Spark's zip, not
+    byte-compiled) take 2-3 s of CPU, more than 10 s on a machine busy with other work. Waits
+    longer after each failure, for the load to pass."""
     for attempt in range(1, attempts + 1):
         try:
             return writer.start()
@@ -223,7 +232,7 @@ def _start(writer: Any, name: str, attempts: int = 3) -> Any:
             if "connect back" not in str(exc) or attempt == attempts:
                 raise
             print(f"flow {name!r}: foreachBatch worker too slow to start, again", flush=True)
-            time.sleep(3)  # the late process gives up meanwhile
+            time.sleep(5 * attempt)
     raise AssertionError("unreachable")
 
 
@@ -288,12 +297,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--input", required=True)
     parser.add_argument("--work", required=True)
+    parser.add_argument("--go", help="a file whose existence starts the queries")
     args = parser.parse_args(argv)
+    go = Path(args.go) if args.go else None
     spark = SparkSession.builder.remote(os.environ["SPARK_REMOTE"]).getOrCreate()
     result = {
         "session": type(spark).__module__,
         "refusals": refusals(spark, Path(args.input)),
-        "flows": run_flows(spark, Path(args.input), Path(args.work), together=False),
+        "flows": run_flows(spark, Path(args.input), Path(args.work), together=False, go=go),
     }
     print("RESULT " + json.dumps(result), flush=True)
     spark.stop()

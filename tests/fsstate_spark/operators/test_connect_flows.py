@@ -4,11 +4,13 @@ The flows of :mod:`tests.support.connect_flows` (deduplication then a tumbling w
 mode, a sliding window in update mode, session windows, an interval join, a changelog join
 with a retracting aggregate, transform_with_state then a BatchProcessor,
 transform_with_state_in_pandas with event-time timers then one with an initial state) run over
-the same input files twice: on the suite's classic session, and from a Spark Connect client in a
-process of its own (``python -m tests.support.connect_flows``) served from the suite's JVM
+the same input files twice: on the suite's classic session, and from a Spark Connect client in
+a process of its own (``python -m tests.support.connect_flows``) served from the suite's JVM
 (:func:`~tests.support.connect_flows.connect_server`: no second JVM to start). Each flow's rows
-must be equal batch by batch. The Connect client also reports what it refuses (what it cannot
-read of a grouped DataFrame): each case must be a ConfigError.
+must be equal batch by batch. The client prepares its flows (plans, checks, pickled drivers)
+while the classic flows run, and runs its queries once they are done. It also reports what it
+refuses (what a Connect client cannot read of a grouped DataFrame): each case must be a
+ConfigError.
 """
 
 from __future__ import annotations
@@ -34,15 +36,20 @@ def test_every_operator_kind_from_a_connect_client_equals_the_classic_session(
 ) -> None:
     inputs = tmp_path / "input"
     write_inputs(inputs)
-    with connect_server(spark) as url:
-        classic = run_flows(spark, inputs, tmp_path / "classic", together=True)
+    go, out, err = tmp_path / "go", tmp_path / "connect.out", tmp_path / "connect.err"
+    command = [sys.executable, "-m", "tests.support.connect_flows", "--input", str(inputs)]
+    command += ["--work", str(tmp_path / "connect"), "--go", str(go)]
+    with connect_server(spark) as url, out.open("w") as stdout, err.open("w") as stderr:
         env = {**os.environ, "SPARK_REMOTE": url, "PYSPARK_PYTHON": sys.executable}
-        command = [sys.executable, "-m", "tests.support.connect_flows", "--input", str(inputs)]
-        command += ["--work", str(tmp_path / "connect")]
-        client = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, timeout=600)
-    stdout = client.stdout.decode()
-    lines = [ln for ln in stdout.splitlines() if ln.startswith("RESULT ")]
-    assert client.returncode == 0 and lines, stdout[-2000:] + client.stderr.decode()[-4000:]
+        client = subprocess.Popen(command, cwd=ROOT, env=env, stdout=stdout, stderr=stderr)
+        try:  # the client prepares its flows while the classic ones run, then runs them alone
+            classic = run_flows(spark, inputs, tmp_path / "classic", together=True)
+            go.touch()
+            client.wait(timeout=600)
+        finally:
+            client.kill()
+    lines = [ln for ln in out.read_text().splitlines() if ln.startswith("RESULT ")]
+    assert client.returncode == 0 and lines, out.read_text()[-2000:] + err.read_text()[-4000:]
     result: dict[str, Any] = json.loads(lines[-1].removeprefix("RESULT "))
     assert result["session"] == "pyspark.sql.connect.session"
     connect = result["flows"]
