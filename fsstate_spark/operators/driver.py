@@ -37,6 +37,14 @@ emit and evict when only the watermark moved; a ``foreachBatch`` query gets no s
 that work happens in the next batch with data (with
 ``spark.sql.streaming.noDataMicroBatches.enabled=false`` Spark's built-in operators behave the
 same, which the equivalence tests use).
+
+Spark Connect: a flow of a Connect client's DataFrames runs the same way. ``foreachBatch``
+pickles the :class:`Driver` (with the flow, its sink and settings) and runs it in a Python
+process of the server, once per query; there each batch's DataFrame belongs to a session
+cloned from the client's, and everything above (Spark functions, ``repartition``,
+``mapInArrow``, fsstate's FileIO) works on it unchanged, except receipts: Connect has no
+accumulators, so step 4 reads every partition's manifest. The driver the client's writer
+carries (``fsstate_driver``) is the pickled original: its counters stay at zero there.
 """
 
 from __future__ import annotations
@@ -48,7 +56,7 @@ import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from pyspark.accumulators import AccumulatorParam
@@ -78,6 +86,9 @@ from fsstate_spark.operators.settings import (
 )
 from fsstate_spark.operators.tasks import PARTITION_COL, StageSettings, combine_task, stage_task
 from fsstate_spark.runtime import fileio_for
+
+if TYPE_CHECKING:  # Spark Connect's writer (not a subclass of the classic one)
+    from pyspark.sql.connect.streaming.readwriter import DataStreamWriter as ConnectStreamWriter
 
 log = logging.getLogger(__name__)
 
@@ -370,8 +381,9 @@ def write_stream(
     state_uri: str | None = None,
     memory_limit: int | str | None = None,
     **options: Any,
-) -> DataStreamWriter:
-    """The ``DataStreamWriter`` that runs ``flow``; add a trigger and ``start()`` it.
+) -> DataStreamWriter | ConnectStreamWriter:
+    """The ``DataStreamWriter`` that runs ``flow``; add a trigger and ``start()`` it (a Spark
+    Connect one for a flow of a Connect client's DataFrames).
 
     The writer carries its :class:`Driver` as ``fsstate_driver`` (diagnostics: e.g.
     ``manifest_reads``, the manifests the driver had to read for lack of a task's receipt).

@@ -16,6 +16,9 @@ Invariants:
 * Stages see Spark's column types as Arrow (timestamps as ``timestamp[us, UTC]``); their
   output schema is known on the driver before anything runs
   (:meth:`fsstate.operators.Operator.output_schema`).
+* A flow's sources are all DataFrames of classic sessions or all of Spark Connect clients
+  (:func:`is_connect`); the same flow gives the same rows either way. On Spark Connect the
+  flow's steps run in the server's ``foreachBatch`` process, on each batch's DataFrame.
 """
 
 from __future__ import annotations
@@ -242,19 +245,20 @@ class Flow:
         return self._stage(processor, keys, records)
 
 
+def is_connect(obj: Any) -> bool:
+    """Whether ``obj`` (a DataFrame, GroupedData...) belongs to a Spark Connect session."""
+    return type(obj).__module__.startswith("pyspark.sql.connect")
+
+
 def source(df: DataFrame, *, watermark: tuple[str, str | int] | None = None) -> Flow:
     """A flow of a streaming DataFrame's rows.
 
     Args:
-        df: a streaming DataFrame (``spark.readStream...``).
+        df: a streaming DataFrame (``spark.readStream...``) of a classic session or of a
+            Spark Connect client (``pyspark.sql.DataFrame`` is the parent of both).
         watermark: ``(event-time column, delay)`` as ``withWatermark`` takes them (the delay
             as ``"10 seconds"`` or milliseconds).
     """
-    if type(df).__module__.startswith("pyspark.sql.connect"):
-        raise ConfigError(
-            "fsstate operators run with the classic PySpark API; Spark Connect DataFrames are "
-            "not supported yet (tiered() processors are)"
-        )
     if not isinstance(df, DataFrame) or not df.isStreaming:
         raise ConfigError("source() takes a streaming DataFrame (spark.readStream...)")
     if watermark is None:
@@ -271,6 +275,10 @@ def source(df: DataFrame, *, watermark: tuple[str, str | int] | None = None) -> 
 
 def _merge(left: Flow, right: Flow) -> tuple[tuple[Source, ...], tuple[StageSpec, ...]]:
     sources = left.sources + tuple(s for s in right.sources if s not in left.sources)
+    if len({is_connect(s.df) for s in sources}) > 1:
+        raise ConfigError(
+            "a flow joins a classic session's DataFrame with a Spark Connect one: use one kind"
+        )
     names = [s.op.name for s in left.stages]
     stages = left.stages + tuple(s for s in right.stages if s not in left.stages)
     dup = [s.op.name for s in right.stages if s not in left.stages and s.op.name in names]

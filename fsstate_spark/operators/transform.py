@@ -8,10 +8,14 @@ processor is unchanged; :mod:`fsstate_spark.operators.processor` runs it over ea
 whole batch. The result is a :class:`~fsstate_spark.operators.flows.Flow`, so further stages
 chain after it.
 
-What is taken from the grouped DataFrame (classic PySpark): its DataFrame, its grouping
-columns (plain column names) and the watermark declared with ``withWatermark`` on it (one
-event-time column and delay; it becomes the flow source's watermark, Spark's rules apply). A
-:class:`~fsstate_spark.operators.flows.Grouped` flow (``flow.group_by("k")``) works too.
+What is taken from the grouped DataFrame: its DataFrame, its grouping columns (plain column
+names) and the watermark declared with ``withWatermark`` on it (one event-time column and
+delay; it becomes the flow source's watermark, Spark's rules apply). A classic ``GroupedData``
+tells them through its JVM objects (the grouping expressions, the analyzed plan's
+``EventTimeWatermark`` nodes); a Spark Connect one through its Python objects (its grouping
+columns, the ``WithWatermark`` nodes of its plan, the event time column and the delay text as
+given to ``withWatermark``). A :class:`~fsstate_spark.operators.flows.Grouped` flow
+(``flow.group_by("k")``) works too.
 
 Invariants:
 
@@ -23,11 +27,19 @@ Invariants:
   grouping key (its key columns cast to the input's key types, so both sides hash alike).
 * ``eventTimeColumnName`` (Spark's output event time for downstream operators) is not
   supported: a non-empty value is refused with :class:`fsstate.errors.ConfigError`.
+* What a Spark Connect client cannot tell is refused, not guessed
+  (:class:`fsstate.errors.ConfigError`): a grouping that is not plain columns (expressions,
+  ordinals, rollup, cube, pivot), several watermarks, a delay that is not a fixed duration, a
+  watermark the server's analyzed plan shows but the client's plan hides (declared inside SQL
+  text or a view).
+* On Spark Connect the flow's ``foreachBatch`` function runs in a Python process of the server,
+  on a session cloned from the client's per query; the initial state (a DataFrame of the
+  client's session) is re-bound to the batch's session there (its plan, unchanged).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import DataFrame, GroupedData
 from pyspark.sql import functions as F
@@ -36,7 +48,7 @@ from pyspark.sql.types import StructType
 
 from fsstate.errors import ConfigError
 from fsstate.operators.base import SIDE
-from fsstate_spark.operators.flows import Flow, Grouped, source
+from fsstate_spark.operators.flows import Flow, Grouped, is_connect, parse_duration_ms, source
 from fsstate_spark.operators.processor import (
     INIT,
     INPUT,
@@ -46,18 +58,21 @@ from fsstate_spark.operators.processor import (
     ProcessorStage,
 )
 
+if TYPE_CHECKING:
+    from pyspark.sql.connect.group import GroupedData as ConnectGroupedData
+
 MAX_RECORDS_CONF = "spark.sql.execution.arrow.maxRecordsPerBatch"
 TIMEZONE_CONF = "spark.sql.session.timeZone"
 ENCODING_CONF = "spark.sql.streaming.stateStore.encodingFormat"
 
 
 def transform_with_state_in_pandas(
-    grouped: GroupedData | Grouped,
+    grouped: GroupedData | ConnectGroupedData | Grouped,
     statefulProcessor: StatefulProcessor,
     outputStructType: StructType | str,
     outputMode: str,
     timeMode: str,
-    initialState: GroupedData | None = None,
+    initialState: GroupedData | ConnectGroupedData | None = None,
     eventTimeColumnName: str = "",
     *,
     name: str | None = None,
@@ -91,12 +106,12 @@ def transform_with_state_in_pandas(
 
 
 def transform_with_state(
-    grouped: GroupedData | Grouped,
+    grouped: GroupedData | ConnectGroupedData | Grouped,
     statefulProcessor: StatefulProcessor,
     outputStructType: StructType | str,
     outputMode: str,
     timeMode: str,
-    initialState: GroupedData | None = None,
+    initialState: GroupedData | ConnectGroupedData | None = None,
     eventTimeColumnName: str = "",
     *,
     name: str | None = None,
@@ -117,12 +132,12 @@ def transform_with_state(
 
 
 def _transform(
-    grouped: GroupedData | Grouped,
+    grouped: GroupedData | ConnectGroupedData | Grouped,
     processor: StatefulProcessor,
     output: StructType | str,
     output_mode: str,
     time_mode: str,
-    initial: GroupedData | None,
+    initial: GroupedData | ConnectGroupedData | None,
     event_time_column: str,
     name: str | None,
     *,
@@ -180,7 +195,8 @@ def _transform(
     init_frame = init_df
 
     def prepare(df: DataFrame, ctx: Any) -> DataFrame:
-        return _with_initial(df, init_frame if ctx.epoch == 0 else None, keys, init_keys)
+        init = _in_session(init_frame, df) if ctx.epoch == 0 else None
+        return _with_initial(df, init, keys, init_keys)
 
     return flow._stage(op, partition_keys, records, prepare)
 
@@ -189,15 +205,29 @@ def _grouped_flow(grouped: Any, call: str) -> tuple[Flow, list[str]]:
     """The flow and grouping columns of ``df.groupBy(...)`` or ``flow.group_by(...)``."""
     if isinstance(grouped, Grouped):
         return grouped.flow, list(grouped.keys)
-    if not isinstance(grouped, GroupedData):
+    if not _is_grouped(grouped):
         raise ConfigError(
             f"{call}: takes df.groupBy(columns) of a streaming DataFrame, or "
             f"flow.group_by(columns); got {type(grouped).__name__}"
         )
     df = grouped._df
-    keys = _grouping_columns(grouped, call)
-    watermark = _watermark(df, call)
+    keys = _keys(grouped, call)
+    watermark = _connect_watermark(df, call) if is_connect(df) else _watermark(df, call)
     return source(df, watermark=watermark), keys
+
+
+def _is_grouped(obj: Any) -> bool:
+    """``df.groupBy(...)`` of a classic or a Spark Connect session."""
+    if isinstance(obj, GroupedData):
+        return True
+    return is_connect(obj) and type(obj).__name__ == "GroupedData" and hasattr(obj, "_df")
+
+
+def _keys(grouped: Any, call: str) -> list[str]:
+    """The column names ``df.groupBy(...)`` groups by (classic or Spark Connect)."""
+    if is_connect(grouped):
+        return _connect_grouping_columns(grouped, call)
+    return _grouping_columns(grouped, call)
 
 
 def _grouping_columns(grouped: GroupedData, call: str) -> list[str]:
@@ -245,6 +275,105 @@ def _watermark(df: DataFrame, call: str) -> tuple[str, int] | None:
             f"{call}: the DataFrame has {len(found)} watermarks; use one (withWatermark once)"
         )
     return found[0] if found else None
+
+
+def _connect_grouping_columns(grouped: Any, call: str) -> list[str]:
+    """The column names a Spark Connect ``GroupedData`` groups by (its ``_grouping_cols``)."""
+    if getattr(grouped, "_group_type", None) != "groupby" or (
+        getattr(grouped, "_pivot_col", None) is not None
+    ):
+        raise ConfigError(
+            f"{call}: group the DataFrame with groupBy(column names) (not rollup, cube, pivot or "
+            "grouping sets)"
+        )
+    names = []
+    for col in getattr(grouped, "_grouping_cols", None) or []:
+        expr = getattr(col, "_expr", None)
+        name = getattr(expr, "_unparsed_identifier", None)
+        if type(expr).__name__ != "ColumnReference" or not isinstance(name, str):
+            raise ConfigError(
+                f"{call}: group by plain column names (got the expression {col}); add the "
+                "expression as a column first (withColumn)"
+            )
+        names.append(name)
+    if not names:
+        raise ConfigError(f"{call}: groupBy() without columns: give the grouping columns")
+    return names
+
+
+WITH_WATERMARK = "spark.connect.WithWatermark"  # the plan node of withWatermark (Connect proto)
+ANALYZED = "== Analyzed Logical Plan =="
+
+
+def _connect_watermark(df: Any, call: str) -> tuple[str, int] | None:
+    """The (column, delay ms) of the ``withWatermark`` in a Spark Connect DataFrame's plan."""
+    try:
+        relation = df._plan.plan(df.sparkSession.client)
+    except Exception as exc:
+        raise ConfigError(f"{call}: cannot read the DataFrame's plan ({exc})") from None
+    found: list[tuple[str, str]] = []
+    todo = [relation]
+    while todo:  # every message of the plan: relations, expressions, subqueries
+        msg = todo.pop()
+        if msg.DESCRIPTOR.full_name == WITH_WATERMARK:
+            found.append((str(msg.event_time), str(msg.delay_threshold)))
+        for fd, value in msg.ListFields():
+            if fd.message_type is None:  # a scalar field
+                continue
+            if hasattr(value, "ListFields"):  # a message
+                todo.append(value)
+            elif hasattr(value, "values"):  # a map (of messages or of scalars)
+                todo.extend(v for v in value.values() if hasattr(v, "ListFields"))
+            else:  # repeated messages
+                todo.extend(value)
+    if len(found) > 1:
+        raise ConfigError(
+            f"{call}: the DataFrame has {len(found)} watermarks; use one (withWatermark once)"
+        )
+    if _analyzed_watermarks(df) > len(found):
+        raise ConfigError(
+            f"{call}: the DataFrame's watermark is declared where a Spark Connect client cannot "
+            "read it (SQL text or a view); declare it with withWatermark on the DataFrame"
+        )
+    if not found:
+        return None
+    column, delay = found[0]
+    text = delay.strip().lower()
+    text = text[len("interval") :].strip() if text.startswith("interval") else text
+    try:
+        return column, parse_duration_ms(text)
+    except ConfigError:
+        raise ConfigError(
+            f"{call}: watermark delay {delay!r}: use a fixed duration (e.g. '10 seconds'; "
+            "months, years and microseconds are not supported)"
+        ) from None
+
+
+def _analyzed_watermarks(df: Any) -> int:
+    """How many ``EventTimeWatermark`` nodes the server's analyzed plan of ``df`` has (0 when
+    it cannot tell)."""
+    try:
+        text = str(df._explain_string(extended=True))
+    except Exception:
+        return 0
+    analyzed = text.partition(ANALYZED)[2].partition("\n== ")[0]
+    # tree lines as "+- ~EventTimeWatermark ..." ("~" marks a streaming node)
+    lines = [line.lstrip(" :+-~'") for line in analyzed.splitlines()]
+    return sum(1 for line in lines if line.startswith("EventTimeWatermark"))
+
+
+def _in_session(init: DataFrame, df: DataFrame) -> DataFrame:
+    """``init`` as a DataFrame of ``df``'s session: on Spark Connect the batch's session (a
+    clone of the client's, per query) differs from the one ``init`` was built on; its plan is
+    the same."""
+    if not is_connect(init):
+        return init
+    connect: Any = init
+    session: Any = df.sparkSession
+    if connect.sparkSession.session_id == session.session_id:
+        return init
+    rebound: DataFrame = type(init)(connect._plan, session)
+    return rebound
 
 
 def _columns(flow: Flow) -> list[str] | None:
@@ -296,16 +425,16 @@ def _output_type(output: StructType | str, session: Any, call: str) -> StructTyp
 
 
 def _initial(
-    initial: GroupedData | None, keys: list[str], call: str
+    initial: GroupedData | ConnectGroupedData | None, keys: list[str], call: str
 ) -> tuple[DataFrame | None, list[str]]:
     if initial is None:
         return None, list(keys)
-    if not isinstance(initial, GroupedData):
+    if not _is_grouped(initial):
         raise ConfigError(f"{call}: initialState takes init_df.groupBy(columns)")
     df = initial._df
     if df.isStreaming:
         raise ConfigError(f"{call}: initialState must be a batch DataFrame, not a streaming one")
-    init_keys = _grouping_columns(initial, call)
+    init_keys = _keys(initial, call)
     if len(init_keys) != len(keys):
         raise ConfigError(
             f"{call}: initialState is grouped by {init_keys}, the input by {keys}: give the "
