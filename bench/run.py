@@ -138,6 +138,15 @@ register(
 )
 register(
     Suite(
+        "spark_matrix",
+        "bench.spark_matrix",
+        engine=False,
+        description="fsstate operators against Spark's built-ins over {4, 200 partitions} x "
+        "{2, 20 rows per key} x {windowed count, running aggregate}, fsync on and off",
+    )
+)
+register(
+    Suite(
         "spark_driver",
         "bench.spark_driver",
         engine=False,
