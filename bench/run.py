@@ -147,6 +147,15 @@ register(
 )
 register(
     Suite(
+        "spark_breakdown",
+        "bench.spark_breakdown",
+        engine=False,
+        description="where a batch's time goes (Spark's progress, the flow driver, the job's "
+        "stages, the tasks and their epochs): fsstate's windowed count at 4 and 200 partitions",
+    )
+)
+register(
+    Suite(
         "spark_driver",
         "bench.spark_driver",
         engine=False,
