@@ -32,6 +32,7 @@ import datetime as _dt
 import json
 import math
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -160,8 +161,59 @@ def _factor(r: Result, x: float) -> float | None:
     return x / r.goal if r.goal_op == ">=" else r.goal / x
 
 
+MATRIX_ROW = re.compile(
+    r"^(?P<group>[^:,]+), (?P<partitions>\d+) partitions, (?P<per_key>\d+) rows/key: (?P<what>.+)$"
+)
+
+Matrix = dict[str, dict[tuple[int, int], dict[str, Result]]]  # group -> (N, rows/key) -> rows
+
+
+def matrix_cells(results: list[Result]) -> Matrix:
+    """Rows named ``<group>, <N> partitions, <R> rows/key: <what>`` (a matrix of cells, e.g.
+    :mod:`bench.spark_matrix`), by group and cell; empty when there are none."""
+    out: Matrix = {}
+    for r in results:
+        m = MATRIX_ROW.match(r.name)
+        if m is None or r.notes.startswith("ERROR"):
+            continue
+        cell = (int(m["partitions"]), int(m["per_key"]))
+        out.setdefault(m["group"], {}).setdefault(cell, {})[m["what"]] = r
+    return out
+
+
+def _draw_matrix(
+    ax: Any, group: str, cells: dict[tuple[int, int], dict[str, Result]], ylabels: bool
+) -> None:
+    """One group's cells as a grid: partitions down, rows per key across; each cell colored
+    by its goal row (green: pass, red: miss, grey: no goal) and listing its rows' values."""
+    from matplotlib.patches import Rectangle
+
+    parts = sorted({n for n, _ in cells})
+    per_key = sorted({r for _, r in cells})
+    ax.set_xlim(-0.5, len(per_key) - 0.5)
+    ax.set_ylim(len(parts) - 0.5, -0.5)
+    for i, n in enumerate(parts):
+        for j, rk in enumerate(per_key):
+            rows = cells.get((n, rk), {})
+            goal = next((r for r in rows.values() if r.goal is not None), None)
+            color = "#eeeeee" if goal is None else ("#c8e6c9" if goal.passed else "#ffcdd2")
+            ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, facecolor=color, edgecolor="white"))
+            lines = []
+            for what, r in sorted(rows.items(), key=lambda kv: kv[1].goal is None):
+                ci = r.ci
+                spread = f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else ""
+                goal_txt = f" (goal {fmt_goal(r)})" if r.goal is not None else ""
+                lines.append(f"{what}{goal_txt}:\n{fmt_value(r.value, r.unit)}{spread}")
+            ax.text(j, i, "\n".join(lines), ha="center", va="center", fontsize=8)
+    ax.set_xticks(range(len(per_key)), [f"{r} rows/key" for r in per_key])
+    ax.set_yticks(range(len(parts)), [f"{n} partitions" for n in parts] if ylabels else [])
+    ax.set_title(f"{group}: median per cell, [CI of the median]")
+
+
 def write_chart(path: Path, suite: str, results: list[Result], subtitle: str) -> Path | None:
-    """A two-panel PNG: value relative to goal, and engine relative to the dict baseline."""
+    """A PNG of up to two panels, value relative to goal and engine relative to the dict
+    baseline, and, below them, a grid per group when the rows form a matrix
+    (:func:`matrix_cells`)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -169,11 +221,23 @@ def write_chart(path: Path, suite: str, results: list[Result], subtitle: str) ->
 
     goals = [r for r in results if r.goal_factor is not None]
     bases = [r for r in results if r.ratio is not None and r.ratio > 0]
+    matrix = matrix_cells(results)
     if not goals and not bases:
         return None
     panels = [p for p in (goals, bases) if p]
     height = max(3.0, 0.42 * max(len(p) for p in panels) + 1.6)
-    fig, axes = plt.subplots(1, len(panels), figsize=(7.0 * len(panels), height), squeeze=False)
+    width = 7.0 * max(len(panels), len(matrix))
+    grid_height = 1.0 + 1.5 * max((len({n for n, _ in c}) for c in matrix.values()), default=0)
+    fig = plt.figure(figsize=(width, height + grid_height))
+    outer = fig.add_gridspec(
+        2 if matrix else 1, 1, height_ratios=[height, grid_height] if matrix else None
+    )
+    top = outer[0].subgridspec(1, len(panels))
+    axes = [[fig.add_subplot(top[0, i]) for i in range(len(panels))]]
+    if matrix:
+        bottom = outer[1].subgridspec(1, len(matrix))
+        for i, (group, cells) in enumerate(matrix.items()):
+            _draw_matrix(fig.add_subplot(bottom[0, i]), group, cells, ylabels=i == 0)
     col = 0
     if goals:
         ax = axes[0][col]

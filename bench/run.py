@@ -138,6 +138,24 @@ register(
 )
 register(
     Suite(
+        "spark_matrix",
+        "bench.spark_matrix",
+        engine=False,
+        description="fsstate operators against Spark's built-ins over {4, 200 partitions} x "
+        "{2, 20 rows per key} x {windowed count, running aggregate}, fsync on and off",
+    )
+)
+register(
+    Suite(
+        "spark_breakdown",
+        "bench.spark_breakdown",
+        engine=False,
+        description="where a batch's time goes (Spark's progress, the flow driver, the job's "
+        "stages, the tasks and their epochs): fsstate's windowed count at 4 and 200 partitions",
+    )
+)
+register(
+    Suite(
         "spark_driver",
         "bench.spark_driver",
         engine=False,

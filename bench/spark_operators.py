@@ -176,9 +176,45 @@ def _write(path: Path, batch: int, rows: int, keys: int) -> None:
     pq.write_table(batch_table(batch, rows, keys), path)
 
 
-def _start(spark: Any, job: Job) -> None:
+def fsstate_flow(df: Any, group: str, name: str | None = None) -> Any:
+    """The fsstate flow of ``group`` (``window`` or ``running``) over the input ``df``;
+    ``name`` names its operator (the default operator name if None)."""
     from pyspark.sql import functions as F
 
+    from fsstate_spark import operators as ops
+
+    named = {} if name is None else {"name": name}
+    if group == "window":
+        return ops.source(df, watermark=("t", DELAY)).window_aggregate(
+            keys=["k"], time="t", window=ops.Window(WINDOW_MS), aggs=[ops.Agg("count")], **named
+        )
+    return (
+        ops.source(df)
+        .transform(lambda d: d.withColumn("op", F.lit(1).cast("tinyint")))
+        .retract_aggregate(
+            keys=["k"],
+            aggs=[ops.Agg("count", alias="n"), ops.Agg("sum", "v", "s")],
+            output="upsert",
+            **named,
+        )
+    )
+
+
+def builtin_query(df: Any, group: str) -> tuple[Any, str]:
+    """Spark's built-in operator for ``group`` over ``df``, and its output mode."""
+    from pyspark.sql import functions as F
+
+    if group == "window":
+        out = (
+            df.withWatermark("t", DELAY)
+            .groupBy(F.window("t", "10 seconds"), "k")
+            .agg(F.count(F.lit(1)).alias("n"))
+        )
+        return out, "append"
+    return df.groupBy("k").agg(F.count(F.lit(1)).alias("n"), F.sum("v").alias("s")), "update"
+
+
+def _start(spark: Any, job: Job) -> None:
     from fsstate_spark import operators as ops
     from fsstate_spark import tiered
 
@@ -188,35 +224,14 @@ def _start(spark: Any, job: Job) -> None:
         .parquet(str(job.input_dir))
     )
     if job.kind == "fsstate":
-        if job.group == "window":
-            flow = ops.source(df, watermark=("t", DELAY)).window_aggregate(
-                keys=["k"], time="t", window=ops.Window(WINDOW_MS), aggs=[ops.Agg("count")]
-            )
-        else:
-            flow = (
-                ops.source(df)
-                .transform(lambda d: d.withColumn("op", F.lit(1).cast("tinyint")))
-                .retract_aggregate(
-                    keys=["k"],
-                    aggs=[ops.Agg("count", alias="n"), ops.Agg("sum", "v", "s")],
-                    output="upsert",
-                )
-            )
         writer = ops.write_stream(
-            flow, checkpoint_location=str(job.checkpoint), partitions=PARTITIONS
+            fsstate_flow(df, job.group),
+            checkpoint_location=str(job.checkpoint),
+            partitions=PARTITIONS,
         )
     else:
         if job.kind == "builtin":
-            if job.group == "window":
-                out = (
-                    df.withWatermark("t", DELAY)
-                    .groupBy(F.window("t", "10 seconds"), "k")
-                    .agg(F.count(F.lit(1)).alias("n"))
-                )
-                mode = "append"
-            else:
-                out = df.groupBy("k").agg(F.count(F.lit(1)).alias("n"), F.sum("v").alias("s"))
-                mode = "update"
+            out, mode = builtin_query(df, job.group)
         else:
             proc: StatefulProcessor = WindowCount() if job.group == "window" else RunningAgg()
             if job.kind == "tws_tiered":

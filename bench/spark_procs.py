@@ -108,17 +108,18 @@ class Recorder(StatefulProcessor):
     ``finish_s`` (this task's share of the adapter's cumulative per-process counters: getting
     the tiered store in ``init`` and TTL cleanup + commit + hand-back in ``close``; 0 for
     native state), ``init_s`` / ``close_s`` (wall time of the inner ``init`` / ``close``),
-    ``store`` (``hit``, ``caught_up`` or ``restored``; ``""`` for native state) and the
-    process's peak RSS after the commit. A task runs in one process from ``init`` to
-    ``close``, so the counter deltas are its own whichever process it runs in. Driver-side
-    calls, without a TaskContext, record nothing.
+    ``store`` (``hit``, ``caught_up`` or ``restored``; ``""`` for native state), ``requests``
+    and ``requests_by_kind`` (the storage requests the process made from ``init`` to the end of
+    ``close``: get, put, head, list, delete) and the process's peak RSS after the commit. A
+    task runs in one process from ``init`` to ``close``, so the counter deltas are its own
+    whichever process it runs in. Driver-side calls, without a TaskContext, record nothing.
     """
 
     def __init__(self, inner: StatefulProcessor, bench: BenchProcessor) -> None:
         self.inner = inner
         self.bench = bench
         self._t0 = self._init_s = self._acquire_s = 0.0
-        self._requests0 = 0
+        self._requests0: dict[str, int] = {}
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         """Run the inner init, timing it and the store acquisition inside it."""
@@ -164,7 +165,7 @@ class Recorder(StatefulProcessor):
             "keys": b._keys,
             "state_s": b._state_s,
             "acquire_s": self._acquire_s,
-            "requests": _storage_requests() - self._requests0,
+            **_request_deltas(self._requests0),
             "finish_s": finish_s,
             "init_s": self._init_s,
             "close_s": close_s,
@@ -185,11 +186,19 @@ def _store_outcome(handle: StatefulProcessorHandle) -> str:
     return store_cache().last_outcome if isinstance(handle, TieredHandle) else ""
 
 
-def _storage_requests() -> int:
-    """Requests this process made to tiered state's storage so far (0 without tiered state)."""
-    from fsstate_spark.runtime import storage_requests
+def _storage_requests() -> dict[str, int]:
+    """Requests this process made to tiered state's storage so far, by kind (get, put, head,
+    list, delete; all 0 without tiered state)."""
+    from fsstate_spark.runtime import storage_request_counts
 
-    return storage_requests()
+    return storage_request_counts()
+
+
+def _request_deltas(before: dict[str, int]) -> dict[str, Any]:
+    """``requests`` (all kinds) and ``requests_by_kind`` made since ``before``."""
+    now = _storage_requests()
+    by_kind = {k: v - before.get(k, 0) for k, v in now.items()}
+    return {"requests": sum(by_kind.values()), "requests_by_kind": by_kind}
 
 
 def _store_times() -> tuple[float, float]:

@@ -1,16 +1,28 @@
 """The same Spark job with its tiered state on local disk and on an S3 server on loopback, side
-by side in one run (goal: per-batch time on S3 at most 1.25x local disk).
+by side in one run, at 2 and at 200 shuffle partitions (goals: per-batch time on S3 at most
+1.25x local disk at 2 partitions, 1.1x at 200).
 
 The job is the ``value_count`` query of :mod:`bench.spark_e2e` (pandas flavour, 20,000 keys,
-5,000 distinct keys per micro-batch). Two variants differ only in ``state_uri``: a local
-directory, or ``s3://<bucket>/...`` on SeaweedFS's ``weed mini`` (started and stopped here, its
-settings given through ``tiered(storage_options=...)``). Round by round, each micro-batch runs
-in both queries, the one going first alternating; per batch the ratio of Spark's
-``triggerExecution`` times (S3 over local) is a sample, the row's value their median.
+5,000 distinct keys per micro-batch). Per partition count, two variants differ only in
+``state_uri``: a local directory, or ``s3://<bucket>/...`` on SeaweedFS's ``weed mini`` (started
+and stopped here, its settings given through ``tiered(storage_options=...)``); each variant has
+its own state and checkpoint. The partition count is ``spark.sql.shuffle.partitions`` when the
+variant's query starts (Spark keeps it with the checkpoint): 2 is the session's default of the
+other Spark suites, 200 Spark's own default, where each batch commits 200 stores (most with
+about 25 keys).
 
-Beside it, per variant: the per-batch time, the time inside fsstate per batch (state calls,
-getting and committing the stores) and the storage requests per batch, summed over the batch's
-tasks (each task's worker counts its own).
+Invariants:
+
+* Every variant reads the same micro-batch files. Round by round, each micro-batch runs in
+  every variant (one query run per batch, ``availableNow``), the partition counts in turn and,
+  within one, the backend going first alternating; per partition count and batch the ratio of
+  Spark's ``triggerExecution`` times (S3 over local) is a sample, the row's value their median
+  and its status decided on it. The load batch and the warm-up batches are not measured.
+* Beside it, per variant: the per-batch time, the time inside fsstate per batch (state calls,
+  getting and committing the stores) and the storage requests per batch by kind (GET, PUT,
+  HEAD, LIST, DELETE), each summed over the batch's tasks (each task's worker counts its own,
+  from the task's init to the end of its commit: :class:`bench.spark_procs.Recorder`). For the
+  local disk, a "request" is a file opened, written, listed or removed.
 """
 
 from __future__ import annotations
@@ -30,13 +42,19 @@ from bench.spark_runner import Variant, _read_stats, _run_once, _session, _write
 from bench.storage import s3_server
 
 SUITE = "spark_storage"
-GOAL_S3_OVER_LOCAL = 1.25
+GOALS_S3_OVER_LOCAL = {2: 1.25, 200: 1.1}  # shuffle partitions -> goal
 KEYS = 20_000
 ROWS_PER_BATCH = 5_000
+KINDS = ("get", "put", "head", "list", "delete")
+
+
+def _label(partitions: int) -> str:
+    """The start of a partition count's rows (the 2-partition rows keep their first names)."""
+    return "20k value_count per batch" + ("" if partitions == 2 else f", {partitions} partitions")
 
 
 def run(ctx: BenchContext) -> list[Result]:
-    """Run the local-vs-S3 comparison."""
+    """Run the local-vs-S3 comparison at each partition count."""
     try:
         import pyspark  # noqa: F401
     except ImportError as exc:
@@ -61,15 +79,20 @@ def run(ctx: BenchContext) -> list[Result]:
         input_dir = scratch / "input"
         for d in (stats_dir, input_dir):
             d.mkdir(parents=True)
-        variants: dict[str, Variant] = {}
-        for backend, uri, options in (
-            ("local", str(scratch / "state"), None),
-            ("s3", f"s3://{info.bucket}/bench", opts),
-        ):
-            bench = ValueCount(f"storage/{backend}", str(stats_dir), "pandas")
-            proc = tiered(bench, state_uri=uri, name=f"count_{backend}", storage_options=options)
-            cp = scratch / "checkpoints" / backend
-            variants[backend] = Variant("value_count", backend, Recorder(proc, bench), cp, 2)
+        variants: dict[tuple[int, str], Variant] = {}
+        for n in GOALS_S3_OVER_LOCAL:
+            for backend, uri, options in (
+                ("local", str(scratch / f"state-p{n}"), None),
+                ("s3", f"s3://{info.bucket}/bench-p{n}", opts),
+            ):
+                bench = ValueCount(_tag(n, backend), str(stats_dir), "pandas")
+                proc = tiered(
+                    bench, state_uri=uri, name=f"count_{backend}_p{n}", storage_options=options
+                )
+                cp = scratch / "checkpoints" / f"{backend}-p{n}"
+                variants[(n, backend)] = Variant(
+                    "value_count", backend, Recorder(proc, bench), cp, 2
+                )
         spark = _session(ctx, "fsstate-bench-storage")
         rng = np.random.default_rng(KEYS)
         warm, measured = 2, ctx.pick(3, 9)
@@ -77,13 +100,23 @@ def run(ctx: BenchContext) -> list[Result]:
             ids = rng.permutation(KEYS) if b == 0 else rng.choice(KEYS, ROWS_PER_BATCH, False)
             rows = _write_batch(input_dir, b, ids)
             order = ["local", "s3"] if b % 2 == 0 else ["s3", "local"]
-            for name in order:
-                v = variants[name]
-                _run_once(spark, v, input_dir)
-                ms = v.wall_ms.get(b, float("nan"))
-                ctx.log(f"  storage batch {b} {name:<5} {rows:>6} rows {ms / 1000:6.2f} s")
+            for n in GOALS_S3_OVER_LOCAL:
+                for name in order:
+                    v = variants[(n, name)]
+                    # read at the query's first start, then from its checkpoint
+                    spark.conf.set("spark.sql.shuffle.partitions", str(n))
+                    _run_once(spark, v, input_dir)
+                    ms = v.wall_ms.get(b, float("nan"))
+                    ctx.log(
+                        f"  storage batch {b} {n:>3} partitions {name:<5} {rows:>6} rows "
+                        f"{ms / 1000:6.2f} s"
+                    )
         batches = list(range(1 + warm, 1 + warm + measured))
-        return _results(variants, _read_stats(stats_dir), batches)
+        stats = _read_stats(stats_dir)
+        out: list[Result] = []
+        for n in GOALS_S3_OVER_LOCAL:
+            out += _results(n, variants, stats, batches)
+        return out
     finally:
         if spark is not None:
             spark.stop()
@@ -91,32 +124,42 @@ def run(ctx: BenchContext) -> list[Result]:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+def _tag(partitions: int, backend: str) -> str:
+    return f"storage/{backend}" if partitions == 2 else f"storage/{backend}/p{partitions}"
+
+
 def _results(
-    variants: dict[str, Variant], stats: list[dict[str, Any]], batches: list[int]
+    partitions: int,
+    variants: dict[tuple[int, str], Variant],
+    stats: list[dict[str, Any]],
+    batches: list[int],
 ) -> list[Result]:
-    local, s3 = variants["local"], variants["s3"]
+    local, s3 = variants[(partitions, "local")], variants[(partitions, "s3")]
     pairs = [(s3.wall_ms[b], local.wall_ms[b]) for b in batches if b in s3.wall_ms]
     ratios = [a / c for a, c in pairs]
     common = (
-        f"value_count, transformWithStateInPandas, {KEYS:,} keys in state, "
-        f"{ROWS_PER_BATCH:,} distinct keys per batch, {len(pairs)} measured batches"
+        f"value_count, transformWithStateInPandas, {partitions} shuffle partitions, "
+        f"{KEYS:,} keys in state, {ROWS_PER_BATCH:,} distinct keys per batch, "
+        f"{len(pairs)} measured batches"
     )
+    label = _label(partitions)
     out = [
         Result(
             SUITE,
-            "20k value_count per batch, s3/local",
+            f"{label}, s3/local",
             median(ratios),
             "x",
-            goal=GOAL_S3_OVER_LOCAL,
+            goal=GOALS_S3_OVER_LOCAL[partitions],
             goal_op="<=",
             notes=f"Spark's triggerExecution, S3 over local, paired by batch; {common}; "
             f"{spread_text(ratios)}",
             samples=ratios,
         )
     ]
-    for name, v in variants.items():
+    for name in ("local", "s3"):
+        v = variants[(partitions, name)]
         times = [v.wall_ms[b] / 1000 for b in batches if b in v.wall_ms]
-        mine = [x for x in stats if x["tag"] == f"storage/{name}" and x["batch"] in batches]
+        mine = [x for x in stats if x["tag"] == _tag(partitions, name) and x["batch"] in batches]
         per_batch: dict[int, list[dict[str, Any]]] = {}
         for x in mine:
             per_batch.setdefault(x["batch"], []).append(x)
@@ -125,20 +168,44 @@ def _results(
             for xs in per_batch.values()
         ]
         reqs = [float(sum(x.get("requests", 0) for x in xs)) for xs in per_batch.values()]
-        restored = sum(x["store"] == "restored" for x in mine)
+        by_kind = {
+            k: median(
+                [
+                    float(sum((x.get("requests_by_kind") or {}).get(k, 0) for x in xs))
+                    for xs in per_batch.values()
+                ]
+            )
+            for k in KINDS
+        }
+        kinds = ", ".join(f"{k.upper()} {v:.0f}" for k, v in by_kind.items())
+        outcomes = {s: sum(x["store"] == s for x in mine) for s in ("hit", "caught_up", "restored")}
         out.append(
             Result(
                 SUITE,
-                f"20k value_count per batch, {name}",
+                f"{label}, {name}",
                 median(times),
                 "s",
                 notes=(
                     f"{common}; inside fsstate (calls + getting and committing the stores) "
-                    f"{median(inside):.0f} ms per batch ({spread_text(inside)}); storage "
-                    f"requests per batch {median(reqs):.0f} ({spread_text(reqs)}); "
-                    f"{restored} of {len(mine)} tasks restored their store"
+                    f"{median(inside):.0f} ms per batch ({spread_text(inside)}); "
+                    f"{len(mine) // max(1, len(per_batch))} tasks per batch; their stores: "
+                    f"{outcomes['hit']} hit, {outcomes['caught_up']} caught up, "
+                    f"{outcomes['restored']} restored"
                 ),
                 samples=times,
+            )
+        )
+        out.append(
+            Result(
+                SUITE,
+                f"{label}, {name} requests per batch",
+                median(reqs),
+                "requests",
+                notes=(
+                    f"storage requests per batch summed over its tasks (medians by kind: "
+                    f"{kinds}); {spread_text(reqs)}; {common}"
+                ),
+                samples=reqs,
             )
         )
     return out

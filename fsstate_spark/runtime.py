@@ -95,6 +95,19 @@ def storage_requests() -> int:
         return sum(f.stats.requests for f in _fileios.values())
 
 
+def storage_request_counts() -> dict[str, int]:
+    """This process's requests to the state storage of every root so far, by kind (``get``,
+    ``put``, ``head``, ``list``, ``delete``; see :class:`fsstate.storage.backend.RequestStats`)."""
+    kinds = ("get", "put", "head", "list", "delete")
+    out = dict.fromkeys(kinds, 0)
+    with _fileios_lock:
+        snaps = [f.stats.snapshot() for f in _fileios.values()]
+    for snap in snaps:
+        for k in kinds:
+            out[k] += snap[k]
+    return out
+
+
 def fileio_for(root: Location, fsync: bool) -> FileIO:
     """The process's FileIO of a state root (one client and request counter per root)."""
     key = (root, fsync)

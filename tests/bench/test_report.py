@@ -106,3 +106,27 @@ def test_published_page_is_what_the_json_gives(tmp_path: Path) -> None:
     # chart links are relative to where the page is written
     rebuilt = re.sub(r"\]\([^)]*bench/results/", "](../bench/results/", rebuilt)
     assert rebuilt == DOCS_PATH.read_text("utf-8"), "run python -m bench.report"
+
+
+def test_matrix_rows_are_drawn_as_a_grid(tmp_path: Path) -> None:
+    """Rows named ``<group>, <N> partitions, <R> rows/key: <what>`` form a matrix (one grid per
+    group below the usual panels); other rows are not part of it."""
+    from bench.report import matrix_cells, write_chart
+
+    rows = [
+        Result("m", f"{g}, {n} partitions, {r} rows/key: {w}", v, "x", goal=goal, samples=[v])
+        for g in ("windowed count", "running aggregate")
+        for n in (4, 200)
+        for r in (2, 20)
+        for w, goal, v in (("fsstate vs builtin", 1.5, 1.2 + n / 100), ("fsync off", None, 2.0))
+    ]
+    rows.append(Result("m", "20k value_count per batch, 200 partitions, s3/local", 1.0, "x"))
+    cells = matrix_cells(rows)
+    assert sorted(cells) == ["running aggregate", "windowed count"]
+    assert sorted(cells["windowed count"]) == [(4, 2), (4, 20), (200, 2), (200, 20)]
+    cell = cells["windowed count"][(200, 20)]
+    assert sorted(cell) == ["fsstate vs builtin", "fsync off"]
+    assert cell["fsstate vs builtin"].passed is True
+    assert cells["running aggregate"][(4, 2)]["fsstate vs builtin"].passed is False
+    path = write_chart(tmp_path / "m.png", "m", rows, "test")
+    assert path is not None and path.stat().st_size > 0
