@@ -132,7 +132,7 @@ def _start(spark: Any, job: Job, timings: Timings) -> None:
     )
     flow = fsstate_flow(df, job.cell.group, name=job.name)
     writer = ops.write_stream(flow, checkpoint_location=str(job.checkpoint), partitions=n)
-    driver = writer.fsstate_driver  # type: ignore[attr-defined]
+    driver = writer.fsstate_driver  # type: ignore[union-attr]
     sink = _instrument(driver, timings)
     driver.sink = sink
     job.query = writer.queryName(job.name).trigger(processingTime=TRIGGER).start()
