@@ -272,17 +272,33 @@ def _field_normalizer(field: pa.Field) -> tuple[type | None, Callable[[Any], Any
     return None, base(generic)
 
 
-def make_checker(state: str, what: str, schema: pa.Schema) -> Checker:
-    """Compile a validator for tuples of ``schema``.
+_CHECKERS: dict[tuple[str, str, pa.Schema], Checker] = {}
+CHECKERS_MAX = 512  # compiled checkers kept (a store's tables are rebuilt per epoch)
 
-    The returned function takes a tuple (or a list / Row) and returns a plain tuple of Python
-    scalars, or raises :class:`SchemaError` / :class:`KeyArityError` naming ``state``.
+
+def make_checker(state: str, what: str, schema: pa.Schema) -> Checker:
+    """A validator for tuples of ``schema``, compiled once per (state, what, schema).
+
+    Checkers are pure functions of their arguments, so one compiled checker serves every
+    table (and every epoch's rebuilt table) of the same state, role and schema; at most
+    ``CHECKERS_MAX`` are kept (the cache is emptied when full).
 
     Args:
         state: state name for messages.
         what: ``"value"``, ``"grouping key"`` or ``"user key"``.
         schema: the Arrow schema the tuple must match.
     """
+    key = (state, what, schema)
+    check = _CHECKERS.get(key)
+    if check is None:
+        if len(_CHECKERS) >= CHECKERS_MAX:
+            _CHECKERS.clear()
+        check = _CHECKERS[key] = _compile_checker(state, what, schema)
+    return check
+
+
+def _compile_checker(state: str, what: str, schema: pa.Schema) -> Checker:
+    """Compile the validator :func:`make_checker` returns."""
     n = len(schema)
     fields = list(schema)
     norms = [_field_normalizer(f) for f in fields]

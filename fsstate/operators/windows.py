@@ -24,6 +24,13 @@ Per epoch (watermarks as in :mod:`fsstate.operators.base`, Spark's rules):
 * then every pane whose last window ended at or below ``evict`` is removed with one range
   tombstone.
 
+Open panes: every version's meta holds ``open_panes_us``, the ascending starts of the panes with
+live rows (a pane is added when written, removed when purged; at most ``OPEN_PANES_MAX``, else
+null, as in state written before it existed: then the summary is not used). An epoch in which no
+open pane belongs to a window ending in ``(late, evict]`` emits nothing without scanning, and
+one with no open pane below the purge cutoff writes no tombstone: a partition without input
+whose windows are not due costs no read of its panes.
+
 Combining before the shuffle: :meth:`WindowAggregate.combine` does the first step above (late
 pairs dropped, rows to panes, partials per (pane, keys), plus the largest event time of each
 group for the watermark) on any part of the input; the combined copy merges such rows from
@@ -72,6 +79,8 @@ WSTART = "_wstart_us"
 TMAX = "_tmax_us"  # combined rows: the largest event time of the group (the watermark input)
 MODES = ("append", "update")
 EMIT_CHUNK_BYTES = 2 * 1024 * 1024  # stored pane bytes resolved per piece of a closing scan
+OPEN_PANES_META = "open_panes_us"  # version meta: starts of the panes with live rows
+OPEN_PANES_MAX = 4096  # more open panes than this: the summary is dropped (scans as before)
 
 
 @dataclass(frozen=True)
@@ -207,6 +216,9 @@ class WindowAggregate(Operator):
         value = partial_schema(self.aggs, input_schema, self.name)
         self.panes = store.value_table("panes", value, key_schema=key)
         self.input_schema = input_schema
+        self.store = store
+        if store.version is None and OPEN_PANES_META not in store.meta:
+            store.meta[OPEN_PANES_META] = []  # new state: the summary starts empty
 
     def event_times(self, batch: pa.Table) -> dict[str, pa.Array]:
         if self.raw_schema is not None:
@@ -263,6 +275,7 @@ class WindowAggregate(Operator):
                 [*key_table.columns, *merged_cols], names=[PANE, *self.keys, *pnames]
             )
             self.panes.put_many(key_table, merged.select(pnames))
+            self._note_panes(partials.column(PANE))
         if self.mode == "append":
             out = self._closing(late_us, evict_us)
         else:
@@ -270,8 +283,30 @@ class WindowAggregate(Operator):
         self._purge(evict_us)
         return out
 
+    # -- the open panes (store meta) ---------------------------------------------------------
+    def _open_panes(self) -> list[int] | None:
+        """The starts of the panes holding live rows, ascending (None: not known)."""
+        got = self.store.meta.get(OPEN_PANES_META)
+        return list(got) if isinstance(got, list) else None
+
+    def _note_panes(self, panes: pa.ChunkedArray) -> None:
+        """Record the panes written this epoch among the open ones."""
+        have = self._open_panes()
+        if have is None and self.store.version is not None:
+            return  # state written before the summary existed: stays unknown
+        got = np.union1d(np.asarray(have or [], dtype=np.int64), pc.unique(panes).to_numpy())
+        self.store.meta[OPEN_PANES_META] = (
+            [int(p) for p in got] if len(got) <= OPEN_PANES_MAX else None
+        )
+
     def _closing(self, late_us: int, evict_us: int) -> pa.Table:
         """Windows with ``late < end <= evict``: from the live panes below ``evict``."""
+        open_panes = self._open_panes()
+        if open_panes is not None:
+            _, starts = self.window.windows_of(np.asarray(open_panes, dtype=np.int64))
+            ends = starts + self.window.size_us
+            if not ((ends > late_us) & (ends <= evict_us)).any():
+                return self.output_schema(self.input_schema).empty_table()
         lo = purged_below(self.panes)
         lo_key = None if lo is None else (lo,)
         w = self.window
@@ -366,6 +401,11 @@ class WindowAggregate(Operator):
     def _purge(self, evict_us: int) -> None:
         """Remove the panes no open window needs (one range tombstone)."""
         cutoff = self.window.cutoff(evict_us)
+        open_panes = self._open_panes()
+        if open_panes is not None:
+            if not open_panes or open_panes[0] >= cutoff:
+                return  # no live pane below the cutoff: nothing to remove
+            self.store.meta[OPEN_PANES_META] = [p for p in open_panes if p >= cutoff]
         lo = purged_below(self.panes)
         if lo is None or cutoff > lo:
             self.panes.delete_range(None, (cutoff,))
