@@ -26,6 +26,9 @@ Invariants:
   row-group key bounds prune a point lookup to at most the row groups that can hold the key),
   with Parquet page checksums verified.
 * Every decode failure is a :class:`fsstate.errors.DataFileCorruptError` naming the file.
+* Write-through: a file written in one part and small enough to be read whole enters this
+  process's block cache as the segment it was written from (the rows the file decodes to), so
+  the next epoch's reads of what the last one wrote do not read it back.
 """
 
 from __future__ import annotations
@@ -501,12 +504,15 @@ def write_run_stream(
     lasts: list[Any] = []
     rows = arrow_bytes = 0
     min_seq, max_seq = -1, -1
+    only: Segment | None = None  # the file's one part, while it has only one
+    parts_seen = 0
     with contextlib.ExitStack() as stack:
         stream = None
         for part in parts:
             n = part.num_rows
             if not n:
                 continue
+            parts_seen += 1
             if stream is None:
                 stream = stack.enter_context(
                     ctx.fileio.parquet_stream(
@@ -517,6 +523,7 @@ def write_run_stream(
                     )
                 )
             seg = Segment(spec, part)
+            only = seg if parts_seen == 1 else None
             hashes.extend(map(stable_hash, seg.distinct_keys()))
             lo, hi = seg.min_max_seq()
             min_seq = lo if min_seq < 0 else min(min_seq, lo)
@@ -545,4 +552,10 @@ def write_run_stream(
         full, ctx.fileio.describe(full), ref.size_bytes, bloom, firsts, lasts, len(firsts)
     )
     ctx.cache.put((full, FOOTER), run._disk)  # a later open of the file in this process
+    if (
+        only is not None
+        and ref.size_bytes <= WHOLE_FILE_BYTES_MAX
+        and arrow_bytes * 8 <= ctx.cache.capacity_bytes
+    ):  # written through: the next epoch's reads of a file just written do not decode it
+        ctx.cache.put((full, WHOLE), only)
     return run

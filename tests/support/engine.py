@@ -84,3 +84,9 @@ def store_factory(root: Location) -> Factory:
         return store
 
     return make
+
+
+def as_another_process(store: PartitionStore) -> None:
+    """Empty the block cache ``store`` uses, so later reads see storage as a process that did
+    not write its files would (a process caches the small files it writes: write-through)."""
+    store.controller.cache.shrink_to(0)

@@ -16,7 +16,7 @@ from fsstate.errors import (
     ManifestCorruptError,
     VersionNotFoundError,
 )
-from tests.support.engine import KEY, VAL
+from tests.support.engine import KEY, VAL, as_another_process
 
 Factory = Callable[..., PartitionStore]
 
@@ -52,6 +52,7 @@ def test_open_is_lazy(make_store: Factory, tmp_path: Path) -> None:
     s.commit(0)
     for f in (tmp_path / "state").rglob("data/*.parquet"):
         f.write_bytes(b"garbage")  # opening must not read data files
+    as_another_process(s)
     s2 = PartitionStore.open(str(tmp_path / "state"), "op", 0, 0)
     t2 = s2.value_table("v", VAL, KEY)
     with pytest.raises(DataFileCorruptError) as info:
@@ -167,6 +168,7 @@ def test_corrupt_data_file_names_file_and_previous_opens(
         path.write_bytes(data[:i] + b"zzzz" + data[i + 4 :])
     else:
         path.unlink()
+    as_another_process(s)
     s1 = PartitionStore.open(str(tmp_path / "state"), "op", 0, 1)
     with pytest.raises(DataFileCorruptError) as info:
         s1.value_table("v", VAL, KEY).get(("a",))
