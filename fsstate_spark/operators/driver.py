@@ -12,13 +12,16 @@ that per micro-batch ``b``:
    if a stage reads processing time (a StatefulProcessor in ``ProcessingTime`` or ``EventTime``
    mode), the batch's clock: the driver's time at the batch's first attempt, recorded with
    the state (put-if-absent), so a re-run of the batch uses the same;
-2. builds the batch's plan: every stage is ``repartition(partitions, *keys).mapInArrow(task)``
-   whose tasks run the operator's epoch ``b`` exactly once (:mod:`fsstate_spark.operators.tasks`;
-   a stage without keys uses a literal Spark hashes to partition 0, so all its rows meet
-   there), preceded, for an operator that combines (decomposable aggregates), by a
-   ``mapInArrow`` that pre-aggregates each input partition's rows before the shuffle (Arrow's
-   hash aggregation; Spark's own would bring an exchange that adaptive execution may
-   coalesce, moving keys out of their partitions, or a second shuffle);
+2. builds the batch's plan: every stage tags each row with its state partition
+   ``pmod(hash(keys), partitions)`` (a stage without keys uses a literal Spark hashes to
+   partition 0, so all its rows meet there) and is ``repartition(tasks, partition)
+   .mapInArrow(task)``, each task running epoch ``b`` of the partitions it owns exactly once
+   (:mod:`fsstate_spark.operators.tasks`; with as many tasks as partitions, the plain
+   ``repartition(partitions, *keys)``, a task per partition), preceded, for an operator
+   that combines (decomposable aggregates), by a ``mapInArrow`` that pre-aggregates each
+   input partition's rows before the shuffle (Arrow's hash aggregation; Spark's own would
+   bring an exchange that adaptive execution may coalesce, moving keys out of their
+   partitions, or a second shuffle);
 3. hands the last stage's DataFrame to the user's sink (``sink(df, batch_id)``; without one the
    rows are dropped with Spark's ``noop`` format);
 4. checks that every partition of every stage committed ``b`` (from the receipts its tasks
@@ -124,14 +127,18 @@ class _BatchContext:
             df = df.mapInArrow(combiner, from_arrow_schema(combined, prefer_timestamp_ntz=False))
             op = d.combined_op(spec, arrow_in)
             arrow_in = combined
-        settings = StageSettings(op, d.config, arrow_in, arrow_out, d.writer, d.receipts)
+        owned = d.owned(df)
+        settings = StageSettings(op, d.config, arrow_in, arrow_out, d.writer, d.receipts, owned)
         task = stage_task(settings, self.epoch, self.late_ms, self.evict_ms, self.now_ms)
         spark_out = from_arrow_schema(arrow_out, prefer_timestamp_ntz=False)
         keys = [F.col(k) for k in spec.keys] or [F.lit(d.zero_key(df)).cast("bigint")]
         # each row's partition as Spark's hash partitioning computes it: the tasks check it
         where = F.pmod(F.hash(*keys), F.lit(d.partitions)).cast("int")
         df = df.withColumn(PARTITION_COL, where)
-        return df.repartition(d.partitions, *keys).mapInArrow(task, spark_out)
+        if owned is None:  # a task per partition: the shuffle is Spark's on the keys
+            return df.repartition(d.partitions, *keys).mapInArrow(task, spark_out)
+        # fewer tasks: a partition's rows go to the task that owns it
+        return df.repartition(len(owned), F.col(PARTITION_COL)).mapInArrow(task, spark_out)
 
 
 class _Receipts(AccumulatorParam[dict[Any, Any]]):
@@ -183,6 +190,8 @@ class Driver:
         self._checked = False
         self._clock = any(s.op.uses_clock for s in flow.stages)
         self._zero_key: int | None = None
+        self._owned: tuple[tuple[int, ...], ...] | None = None
+        self._tasks: int | None = config.tasks
         self.receipts: Any = None  # created at the first batch (classic PySpark only)
         self.manifest_reads = 0  # manifests the driver read (partitions without a receipt)
         self._combined: dict[tuple[str, pa.Schema], Operator] = {}
@@ -221,6 +230,37 @@ class Driver:
             assert found is not None  # some id of 64n hashes to 0 (Murmur3 mixes well)
             self._zero_key = int(found[0])
         return self._zero_key
+
+    def task_count(self, df: DataFrame) -> int:
+        """Spark tasks per stage: ``tasks=``, else the cluster's default parallelism (at most
+        ``partitions``; on Spark Connect, which does not tell it, ``partitions``)."""
+        if self._tasks is None:
+            try:
+                cores = int(df.sparkSession.sparkContext.defaultParallelism)
+            except Exception:  # Spark Connect: no SparkContext
+                cores = self.partitions
+            self._tasks = max(1, min(self.partitions, cores))
+        return self._tasks
+
+    def owned(self, df: DataFrame) -> tuple[tuple[int, ...], ...] | None:
+        """The state partitions of each task (None: one task per partition). Partition ``p``
+        goes to task ``pmod(hash(p), tasks)``, what Spark's hash partitioning on the int
+        partition column computes: found once per driver with Spark's own ``hash``."""
+        tasks = self.task_count(df)
+        if tasks == self.partitions:
+            return None
+        if self._owned is None:
+            n = self.partitions
+            rows = (
+                df.sparkSession.range(0, n)
+                .select(F.pmod(F.hash(F.col("id").cast("int")), F.lit(tasks)).alias("t"), "id")
+                .collect()
+            )
+            owned: list[list[int]] = [[] for _ in range(tasks)]
+            for r in rows:
+                owned[int(r[0])].append(int(r[1]))
+            self._owned = tuple(tuple(sorted(o)) for o in owned)
+        return self._owned
 
     def _reset_receipts(self, batch_df: DataFrame) -> None:
         """An empty receipt accumulator for this batch's tasks (none on Spark Connect, which
@@ -378,6 +418,7 @@ def write_stream(
     checkpoint_location: str,
     sink: Sink | None = None,
     partitions: int = PARTITIONS_DEFAULT,
+    tasks: int | None = None,
     state_uri: str | None = None,
     memory_limit: int | str | None = None,
     **options: Any,
@@ -393,7 +434,11 @@ def write_stream(
         checkpoint_location: Spark's checkpoint location of the query.
         sink: ``sink(df, batch_id)`` writes a batch's output (idempotently per batch id for
             exactly-once output); None drops it.
-        partitions: partitions of every stage (recorded with the state; cannot change).
+        partitions: partitions of every stage's state (recorded with the state; cannot
+            change): where keys live.
+        tasks: Spark tasks per stage and batch, each running the epochs of several
+            partitions (None: the default parallelism, at most ``partitions``): a batch pays
+            Spark's per-task cost per task, not per partition.
         state_uri: where the operators' state lives (default ``<checkpoint>/fsstate``).
         memory_limit: the engine's byte budget in each Python worker.
         **options: store, engine and storage settings (:mod:`fsstate_spark.operators.settings`).
@@ -405,7 +450,7 @@ def write_stream(
             the flow's plan once for its schemas.
     """
     config = resolve_flow_settings(
-        checkpoint_location, partitions, state_uri, memory_limit, options
+        checkpoint_location, partitions, state_uri, memory_limit, options, tasks=tasks
     )
     driver = Driver(flow, sink, config)
     driver.check()

@@ -13,7 +13,8 @@ Invariants:
   and fully validated on the driver; a bad setting fails in :func:`resolve_flow_settings` with
   a :class:`fsstate.errors.ConfigError` naming the setting and ``write_stream()``.
 * Only settings operators use are accepted: store, engine and storage settings, the state
-  URI, the memory limit and the partition count (no store name: each stage has its own).
+  URI, the memory limit, the partition count and the task count (no store name: each stage
+  has its own).
 """
 
 from __future__ import annotations
@@ -48,16 +49,25 @@ class FlowSettings(StateSettings):
     Attributes:
         partitions: partitions of every stateful stage (recorded with each stage's state).
         combine: pre-aggregate decomposable aggregates before the shuffle (default).
+        tasks: Spark tasks per stage and batch, each running the epochs of several state
+            partitions (key groups: the state keeps ``partitions``, the work runs in
+            ``tasks``); None: the cluster's default parallelism, at most ``partitions``.
     """
 
     partitions: int = PARTITIONS_DEFAULT
     combine: bool = True
+    tasks: int | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
         p = self.partitions
         if isinstance(p, bool) or not isinstance(p, int) or p < 1:
             raise ConfigError(f"ops.write_stream(partitions={p!r}): give an int >= 1")
+        t = self.tasks
+        if t is not None and (isinstance(t, bool) or not isinstance(t, int) or not 1 <= t <= p):
+            raise ConfigError(
+                f"ops.write_stream(tasks={t!r}): give an int from 1 to partitions ({p}), or None"
+            )
         if not isinstance(self.combine, bool):
             raise ConfigError(f"ops.write_stream(combine={self.combine!r}): give True or False")
 
@@ -69,6 +79,7 @@ def resolve_flow_settings(
     memory_limit: int | str | None,
     options: dict[str, Any],
     conf: dict[str, str] | None = None,
+    tasks: int | None = None,
 ) -> FlowSettings:
     """Merge ``write_stream``'s arguments, Spark settings and defaults into :class:`FlowSettings`.
 
@@ -79,11 +90,12 @@ def resolve_flow_settings(
         memory_limit: the engine's byte budget per Python worker, or None.
         options: store, engine and storage settings (``storage_options``).
         conf: ``spark.fsstate.*`` settings; read from the active session when None.
+        tasks: Spark tasks per stage (None: the default parallelism, at most ``partitions``).
 
     Raises:
         ConfigError: any setting is unknown or invalid, or the state URI is unusable.
     """
-    FlowSettings(state_uri="", partitions=partitions)  # validate before any I/O
+    FlowSettings(state_uri="", partitions=partitions, tasks=tasks)  # validate before any I/O
     if not isinstance(checkpoint_location, str) or not checkpoint_location:
         raise ConfigError("ops.write_stream() needs checkpoint_location (a directory or URI)")
     conf = spark_settings() if conf is None else dict(conf)
@@ -96,4 +108,4 @@ def resolve_flow_settings(
     merged["state_uri"] = state_uri or state_dir_of(checkpoint_location)
     combine = coerce("combine", merged.pop("combine", True), True)
     shared = resolve_state_settings(FLOWS, merged, storage_conf, checkpoint_location)
-    return FlowSettings(partitions=partitions, combine=combine, **shared)
+    return FlowSettings(partitions=partitions, combine=combine, tasks=tasks, **shared)

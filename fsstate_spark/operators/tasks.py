@@ -1,10 +1,15 @@
-"""The worker side of an operator stage: one ``mapInArrow`` task = one partition's epoch.
+"""The worker side of an operator stage: one ``mapInArrow`` task runs the epochs of its state
+partitions.
 
 :func:`stage_task` builds the function a stage's ``mapInArrow`` runs. In the task it reads the
-partition id from Spark's TaskContext, collects the partition's input batches (an epoch's rows
-of one partition, as Arrow), runs the operator's epoch with :func:`fsstate.operators.run_epoch`
-(store from the process's pool at the previous epoch, commit of this one) and yields the
-output as Arrow batches.
+task's partition id from Spark's TaskContext, collects its input batches (an epoch's rows of the
+state partitions the task owns, as Arrow), and runs each owned partition's epoch with
+:func:`fsstate.operators.run_epoch` (store from the process's pool at the previous epoch,
+commit of this one), yielding the outputs as Arrow batches. A stage has ``partitions`` state
+partitions (key groups: where keys live) and runs in ``tasks`` Spark tasks; with as many tasks
+as partitions each task owns its own partition, with fewer the driver gives each task the
+partitions Spark's hash partitioning of the partition number sends it (``owned``), so a batch
+pays a Spark task (scheduling, the Python worker round trip) per task, not per partition.
 
 Invariants:
 
@@ -15,9 +20,10 @@ Invariants:
   still declares its tables with the right types, and timestamps have one time zone label);
   the output is cast to the schema the driver declared to Spark.
 * Rows are in the partition they belong to: the driver adds each row's partition as Spark's
-  hash partitioning computes it (``_fsstate_partition``), and a task refuses rows of another
-  partition (an exchange coalesced or replaced by Spark's optimizer would otherwise put keys
-  into the wrong store). The column is dropped before the operator sees the rows.
+  hash partitioning computes it (``_fsstate_partition``), and a task refuses rows of a
+  partition it does not own (an exchange coalesced or replaced by Spark's optimizer would
+  otherwise put keys into the wrong store). The column is dropped before the operator sees
+  the rows. Every owned partition's epoch commits, with rows or without.
 * :func:`combine_task` (before the shuffle) is stateless: it touches no store.
 * After its epoch committed (or adopted) its version, a task adds a receipt, the version's
   meta, to the stage's accumulator when the driver gave one: receipts are idempotent (a
@@ -32,6 +38,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark import TaskContext
@@ -57,6 +64,7 @@ class StageSettings:
     output_schema: pa.Schema
     writer: dict[str, Any]
     receipts: Any = None  # a Spark accumulator of (stage, partition, epoch) -> version meta
+    owned: tuple[tuple[int, ...], ...] | None = None  # task -> its state partitions (None: itself)
 
 
 def stage_task(
@@ -68,39 +76,36 @@ def stage_task(
         tc = TaskContext.get()
         if tc is None:  # pragma: no cover - Spark always runs mapInArrow in a task
             raise ConfigError("an fsstate operator stage runs only inside a Spark task")
-        partition = tc.partitionId()
-        if partition >= settings.config.partitions:
-            raise ConfigError(
-                f"operator {settings.op.name!r}: task of partition {partition} but the stage "
-                f"has {settings.config.partitions} partitions; do not change the stage's "
-                "partitioning"
-            )
+        task_id = tc.partitionId()
         config = settings.config
+        owned = (task_id,) if settings.owned is None else _owned(settings, task_id)
+        if owned and owned[-1] >= config.partitions:
+            raise ConfigError(
+                f"operator {settings.op.name!r}: task of partition {task_id} but the stage "
+                f"has {config.partitions} partitions; do not change the stage's partitioning"
+            )
         apply_engine_settings(config)
         store_pool().max_idle = config.max_cached_stores
-        parts = [_checked(pa.Table.from_batches([b]), partition, settings) for b in batches]
-        table = (
-            pa.concat_tables([_conform(p, settings.input_schema) for p in parts])
-            if parts
-            else (settings.input_schema.empty_table())
-        )
+        parts = [pa.Table.from_batches([b]) for b in batches]
+        table = _checked(pa.concat_tables(parts) if parts else None, task_id, owned, settings)
         fileio = fileio_for(config.root, config.store.fsync)
-        result = run_epoch(
-            settings.op,
-            fileio,
-            partition,
-            epoch,
-            table,
-            late_ms=late_ms,
-            evict_ms=evict_ms,
-            config=config.store,
-            writer=settings.writer,
-            now_ms=now_ms,
-        )
-        if settings.receipts is not None:  # the driver learns the commit without a read
-            settings.receipts.add({(settings.op.name, partition, epoch): result.meta or {}})
-        out = _conform(result.output, settings.output_schema)
-        yield from out.to_batches(max_chunksize=OUTPUT_BATCH_ROWS)
+        for partition, rows in _by_partition(table, owned, settings):
+            result = run_epoch(
+                settings.op,
+                fileio,
+                partition,
+                epoch,
+                rows,
+                late_ms=late_ms,
+                evict_ms=evict_ms,
+                config=config.store,
+                writer=settings.writer,
+                now_ms=now_ms,
+            )
+            if settings.receipts is not None:  # the driver learns the commit without a read
+                settings.receipts.add({(settings.op.name, partition, epoch): result.meta or {}})
+            out = _conform(result.output, settings.output_schema)
+            yield from out.to_batches(max_chunksize=OUTPUT_BATCH_ROWS)
 
     return task
 
@@ -120,19 +125,57 @@ def combine_task(
     return task
 
 
-def _checked(table: pa.Table, partition: int, settings: StageSettings) -> pa.Table:
-    """``table`` without its partition column, once every row is known to belong here."""
-    if PARTITION_COL not in table.column_names:
-        return table
-    col = table.column(PARTITION_COL)
-    if table.num_rows and not pc.all(pc.equal(col, partition)).as_py():
-        wrong = sorted(set(pc.unique(col).to_pylist()) - {partition})
+def _owned(settings: StageSettings, task_id: int) -> tuple[int, ...]:
+    """The state partitions task ``task_id`` runs, ascending."""
+    assert settings.owned is not None
+    if task_id >= len(settings.owned):
         raise ConfigError(
-            f"operator {settings.op.name!r}: the task of partition {partition} got rows of "
-            f"partitions {wrong[:5]}; Spark changed the stage's partitioning (an adaptive "
-            "plan coalescing or replacing its exchange): nothing was written"
+            f"operator {settings.op.name!r}: task {task_id} but the stage has "
+            f"{len(settings.owned)} tasks; do not change the stage's partitioning"
         )
-    return table.drop_columns([PARTITION_COL])
+    return settings.owned[task_id]
+
+
+def _checked(
+    table: pa.Table | None, task_id: int, owned: tuple[int, ...], settings: StageSettings
+) -> pa.Table | None:
+    """``table``, once every row's partition column is known to name a partition of this
+    task (None: no rows)."""
+    if table is None or not table.num_rows:
+        return None
+    col = table.column(PARTITION_COL)
+    allowed = pa.array(owned, pa.int32())
+    if not pc.all(pc.is_in(col, value_set=allowed)).as_py():
+        wrong = sorted(set(pc.unique(col).to_pylist()) - set(owned))
+        raise ConfigError(
+            f"operator {settings.op.name!r}: the task {task_id} (partitions {list(owned)[:5]}) "
+            f"got rows of partitions {wrong[:5]}; Spark changed the stage's partitioning (an "
+            "adaptive plan coalescing or replacing its exchange): nothing was written"
+        )
+    return table
+
+
+def _by_partition(
+    table: pa.Table | None, owned: tuple[int, ...], settings: StageSettings
+) -> Iterator[tuple[int, pa.Table]]:
+    """(partition, its rows cast to the stage's input schema) for every owned partition, in
+    order, the ones without rows included (their epochs commit too)."""
+    empty = settings.input_schema.empty_table()
+    if table is None:
+        for p in owned:
+            yield p, empty
+        return
+    col = table.column(PARTITION_COL)
+    rows = _conform(table.drop_columns([PARTITION_COL]), settings.input_schema)
+    if len(owned) == 1:
+        yield owned[0], rows
+        return
+    order = pc.sort_indices(col)  # stable: each partition's rows keep their order
+    ids = col.take(order).to_numpy()
+    rows = rows.take(order)
+    for p in owned:
+        lo, hi = np.searchsorted(ids, p, "left"), np.searchsorted(ids, p, "right")
+        yield p, rows.slice(int(lo), int(hi - lo)) if hi > lo else empty
 
 
 def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:

@@ -128,15 +128,18 @@ class Case:
             self._finish(query, got)
         return got
 
-    def fsstate(self, flow: ops.Flow, partitions: int = 3) -> dict[int, list[tuple[Any, ...]]]:
-        """The fsstate flow's rows per batch."""
+    def fsstate(
+        self, flow: ops.Flow, partitions: int = 3, tasks: int | None = None, tag: str = ""
+    ) -> dict[int, list[tuple[Any, ...]]]:
+        """The fsstate flow's rows per batch (``tag``: another checkpoint for another run)."""
         got, sink = self._collect()
         query = (
             ops.write_stream(
                 flow,
-                checkpoint_location=str(self.root / "ckpt-fsstate"),
+                checkpoint_location=str(self.root / f"ckpt-fsstate{tag}"),
                 sink=sink,
                 partitions=partitions,
+                tasks=tasks,
             )
             .trigger(availableNow=True)
             .start()
