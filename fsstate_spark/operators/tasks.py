@@ -57,6 +57,7 @@ class StageSettings:
     output_schema: pa.Schema
     writer: dict[str, Any]
     receipts: Any = None  # a Spark accumulator of (stage, partition, epoch) -> version meta
+    layout: str = ""  # the stage's layout generation directory (fsstate.store.layout)
 
 
 def stage_task(
@@ -96,6 +97,7 @@ def stage_task(
             config=config.store,
             writer=settings.writer,
             now_ms=now_ms,
+            layout=settings.layout,
         )
         if settings.receipts is not None:  # the driver learns the commit without a read
             settings.receipts.add({(settings.op.name, partition, epoch): result.meta or {}})

@@ -42,6 +42,7 @@ from fsstate.store import PartitionStore
 from fsstate.store.layout import Layout, in_force, publish_layout, read_layouts
 from fsstate.store.pool import store_pool
 from fsstate.store.rescale import rescale
+from tests.support.faulty_backend import FaultyBackend
 from tests.support.plugin import s3_options
 
 OP = "op"
@@ -163,29 +164,6 @@ def test_rescale_to_one_and_back_keeps_rows(tmp_path: Path) -> None:
     assert rows_of(fileio, 1, v, one.dir) == before
     six = rescale(fileio, OP, partitions=6, keys=["k"], partition_of=by_k(6), version=v).layout
     assert six.generation == 2 and rows_of(fileio, 6, v, six.dir) == before
-
-
-class FaultyBackend:
-    """A FileIO backend that fails its ``fail_at``-th write (put, conditional put, output
-    stream, delete) with an OSError, then works again; reads pass through."""
-
-    WRITES = ("put", "put_if_absent", "open_output", "delete")
-
-    def __init__(self, inner: Any, fail_at: int) -> None:
-        self.inner, self.fail_at, self.writes = inner, fail_at, 0
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self.inner, name)
-        if name not in self.WRITES:
-            return attr
-
-        def write(*args: Any, **kwargs: Any) -> Any:
-            self.writes += 1
-            if self.writes == self.fail_at:
-                raise OSError(f"injected fault at write {self.writes}")
-            return attr(*args, **kwargs)
-
-        return write
 
 
 def test_rescale_killed_at_any_write_leaves_the_old_generation_and_reruns(
