@@ -13,6 +13,7 @@ the restarted query rescales again. Local disk and the S3 test server.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import random
 from collections.abc import Callable, Iterator
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -126,9 +128,11 @@ def run(
     state_uri: str | None = None,
     options: dict[str, Any] | None = None,
     fault: Callable[[int], int | None] = lambda run: None,
+    fired: list[int] | None = None,
 ) -> dict[int, list[tuple[Any, ...]]]:
     """Run ``flow`` over the inputs in restarts per ``plan``; ``fault(i)`` gives the write of
-    the driver's FileIO that fails in run ``i`` (None: none), which is then re-run."""
+    the driver's FileIO that fails in run ``i`` (None: none), which is then re-run (the runs
+    whose fault fired are appended to ``fired``)."""
     got: dict[int, list[tuple[Any, ...]]] = {}
 
     def sink(df: DataFrame, batch_id: int) -> None:
@@ -153,12 +157,15 @@ def run(
                     .trigger(availableNow=True)
                     .start()
                 )
-                query.awaitTermination(600)
+                with contextlib.suppress(StreamingQueryException):  # a fault: checked below
+                    query.awaitTermination(600)
                 error = query.exception()
             if not faults.fired():
                 assert error is None, f"run {i}: {error}"
                 break
             assert error is not None and "injected fault" in str(error), f"run {i}: {error}"
+            if fired is not None:
+                fired.append(i)
     assert sorted(got) == list(range(done)), f"batches run: {sorted(got)}"
     return got
 
@@ -233,11 +240,13 @@ def test_flow_rescale_killed_at_random_writes_and_rerun_equals_unrescaled(
     inputs = _inputs(flow, 7, n)
     kills = {1: rng.randrange(1, 25), 2: rng.randrange(1, 25)}
     want = run(spark, tmp_path / "plain", flow, inputs, [(n, 4)])
+    fired: list[int] = []
     try:
-        got = run(spark, tmp_path / "killed", flow, inputs, PLAN, fault=kills.get)
+        got = run(spark, tmp_path / "killed", flow, inputs, PLAN, fault=kills.get, fired=fired)
     except AssertionError as exc:
         raise AssertionError(f"seed {seed} (kills {kills}): {exc}") from None
     _assert_same(seed, want, got)
+    assert fired == [1, 2], f"seed {seed} (kills {kills}): the faults fired in runs {fired}"
 
 
 def test_flow_rescaled_on_s3_equals_unrescaled(
