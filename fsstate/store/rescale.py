@@ -7,7 +7,9 @@ new partition (``partition_of``: a function of the partition key columns, as an 
 returning one partition per row; a Spark driver computes it with Spark's own hash partitioning,
 so keys land where Spark's shuffle sends them), writes the rows into ``M`` new stores under a
 new generation directory and commits each as version ``v`` (so the next batch, ``v + 1``,
-continues from there), then publishes the generation's record (:mod:`fsstate.store.layout`).
+continues from there; or as a later ``as_version``, when the rescale is itself a batch of the
+query, as Spark's offline repartition of a checkpoint commits one), then publishes the
+generation's record (:mod:`fsstate.store.layout`).
 
 What is carried over, per table: every live row with its per-row expiry (``_expires_at_ms``:
 TTL state keeps its deadlines; the new stores' TTL indexes are built as the rows are written);
@@ -253,6 +255,7 @@ def rescale(
     config: StoreConfig | None = None,
     chunk_bytes: int = CHUNK_BYTES,
     progress: Callable[[RescaleProgress], None] | None = None,
+    as_version: int | None = None,
 ) -> RescaleResult:
     """Rescale ``operator``'s state to ``partitions`` partitions (see the module docstring).
 
@@ -269,6 +272,9 @@ def rescale(
         config: settings of the new stores.
         chunk_bytes: stored bytes read at a time from a table (> 0).
         progress: called after each old partition with a :class:`RescaleProgress`.
+        as_version: the version the new stores commit the rows as (default ``version``): a
+            later one when the rescale itself is a batch of the query (Spark's offline
+            repartition of a checkpoint commits a batch ``version + 1`` that only rescales).
 
     Returns:
         What was done; ``result.layout.dir`` is the new generation's directory.
@@ -284,6 +290,12 @@ def rescale(
         raise ConfigError(f"rescale of {operator!r}: partitions must be an int >= 1")
     if chunk_bytes <= 0:
         raise ConfigError(f"rescale of {operator!r}: chunk_bytes must be > 0")
+    target_version = version if as_version is None else as_version
+    if target_version is not None and version is not None and target_version < version:
+        raise ConfigError(
+            f"rescale of {operator!r}: as_version={as_version} is older than version={version}; "
+            "give a version at or after the one read"
+        )
     config = config or StoreConfig()
     t0 = time.perf_counter()
     layouts = read_layouts(fileio, operator)
@@ -299,7 +311,7 @@ def rescale(
         gen,
         partitions,
         new_layout_dir(gen),
-        -1 if version is None else version,
+        -1 if target_version is None else target_version,
         tuple(keys),
         layouts[0].kind,
     )
@@ -350,8 +362,9 @@ def rescale(
                 if progress is not None:
                     ms = (time.perf_counter() - t0) * 1000
                     progress(RescaleProgress(operator, q + 1, len(manifests), rows_written, ms))
+            assert target_version is not None  # version is not None
             for target in targets:
-                target.commit(version)
+                target.commit(target_version)
         finally:
             for target in targets:
                 target.close()

@@ -18,6 +18,7 @@ import pytest
 from fsstate.errors import (
     CommitConflictError,
     CommitError,
+    ConfigError,
     FsStateError,
     PartitionCountError,
     StorageError,
@@ -331,3 +332,24 @@ def test_rescale_requests_are_bounded_by_files_not_keys(root: Location) -> None:
     # manifest; the record, the conditional-write probe: far fewer than the rows moved
     assert got["put"] <= 4 * (3 * 5 + 1) + 1 + 2, got
     assert got["put"] < done.rows / 2, (got, done.rows)
+
+
+def test_rescale_as_a_later_version_continues_from_it(tmp_path: Path) -> None:
+    """Spark's offline repartition commits a batch of its own (measured on PySpark 4.3: a
+    checkpoint with batches 0..v gets offsets and commits v + 1): the rescaled stores then
+    hold the rows as version v + 1, the next batch v + 2 opens them there."""
+    fileio = FileIO(str(tmp_path / "s"))
+    v = write_state(fileio, 3, seed=7)
+    before = rows_of(fileio, 3, v, "")
+    new = rescale(
+        fileio, OP, partitions=2, keys=["k"], partition_of=by_k(2), version=v, as_version=v + 1
+    ).layout
+    assert new.since == v + 1
+    assert in_force(read_layouts(fileio, OP), v).generation == 0
+    assert in_force(read_layouts(fileio, OP), v + 1) == new
+    assert rows_of(fileio, 2, v + 1, new.dir) == before
+    store = PartitionStore.open(fileio, OP, 1, v + 1, layout=new.dir)
+    store.commit(v + 2)
+    store.close()
+    with pytest.raises(ConfigError):
+        rescale(fileio, OP, partitions=3, keys=["k"], partition_of=by_k(3), version=v, as_version=0)
