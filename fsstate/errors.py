@@ -22,6 +22,10 @@ class ConfigError(FsStateError, ValueError):
     """A setting is invalid (bad memory limit, unusable state URI, bad retention...)."""
 
 
+class PartitionCountError(ConfigError):
+    """State written with one partition count was reached with another: rescale it first."""
+
+
 class SchemaError(FsStateError, TypeError):
     """A value, key or table does not match the schema of its state variable."""
 

@@ -7,6 +7,13 @@ Measured on pyspark 4.3 (local mode and local-cluster):
   query id (``sql.streaming.queryId``) and the run id (``spark.jobGroup.id``, new per start);
   ``foreachBatch`` jobs carry them too, so tasks of a flow's stages see the batch id;
 * a bounded (batch) DataFrame's tasks have a TaskContext but no batch id; the driver has none.
+* a streaming task carries the SQL confs of its query's session as local properties; among
+  them Spark's internal ``spark.sql.streaming.internal.stateStore.partitions``, the partition
+  count of the query's state stores as restored from the checkpoint (a restart with another
+  ``spark.sql.shuffle.partitions`` keeps the checkpoint's count, and so does this property,
+  while the local property ``spark.sql.shuffle.partitions`` shows the session's new value:
+  measured with a restarted transformWithStateInPandas query). It is ``TaskInfo.partitions``
+  (None if absent: an internal conf, another Spark version may not set it).
 
 Invariants:
 
@@ -34,6 +41,8 @@ from fsstate_spark.settings import StateSettings
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
 RUN_ID_PROPERTY = "spark.jobGroup.id"  # a streaming query sets it to its run id (new per start)
+# the partition count of the query's state stores (see the module docstring)
+PARTITIONS_PROPERTY = "spark.sql.streaming.internal.stateStore.partitions"
 
 
 class TaskMode(str, Enum):
@@ -58,6 +67,7 @@ class TaskInfo:
         query_id: the streaming query's id, stable across restarts (streaming only).
         attempt: the task attempt number (0 for the first attempt).
         run_id: the id of this start of the query (streaming only).
+        partitions: the query's shuffle partitions (streaming only; None if unknown).
     """
 
     mode: TaskMode
@@ -66,6 +76,7 @@ class TaskInfo:
     query_id: str | None = None
     attempt: int = 0
     run_id: str | None = None
+    partitions: int | None = None
 
 
 def current_task() -> TaskInfo:
@@ -78,8 +89,15 @@ def current_task() -> TaskInfo:
         return TaskInfo(TaskMode.BOUNDED, tc.partitionId(), attempt=tc.attemptNumber())
     query_id = tc.getLocalProperty(QUERY_ID_PROPERTY) or "unknown-query"
     run_id = tc.getLocalProperty(RUN_ID_PROPERTY) or None
+    parts = tc.getLocalProperty(PARTITIONS_PROPERTY) or ""
     return TaskInfo(
-        TaskMode.STREAMING, tc.partitionId(), int(batch), query_id, tc.attemptNumber(), run_id
+        TaskMode.STREAMING,
+        tc.partitionId(),
+        int(batch),
+        query_id,
+        tc.attemptNumber(),
+        run_id,
+        int(parts) if parts.isdigit() else None,
     )
 
 

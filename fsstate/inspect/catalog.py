@@ -7,11 +7,19 @@ URI it is given from one recursive listing: a store is a directory ``<dir>/<digi
 ``manifests/<20 digits>.json``; everything above ``<dir>`` is the store's ``prefix`` (the
 query id for tiered queries, empty for the runner).
 
+A rescaled operator (:mod:`fsstate.store.rescale`) has its later stores in layout generation
+directories, ``<dir>/@g<k>-<hex>/<digits>`` (a ``@`` never starts a path-safe operator name,
+so these never read as an operator under a prefix), and the generations' records in
+``<dir>/layouts/``. :func:`find_stores` returns the stores of one generation per operator: the
+one in force at ``version`` (default the newest; :func:`fsstate.store.layout.in_force`);
+directories without a published record (a rescale that died) are never returned.
+
 Invariants:
 
 * Nothing here writes, and nothing is opened beyond what is asked: :func:`find_stores` costs
   one listing (plus one manifest read per store whose directory name may be a name
-  :func:`store_dir_for` made path-safe: it ends in ``-`` and 8 hex digits);
+  :func:`store_dir_for` made path-safe: it ends in ``-`` and 8 hex digits, and one read per
+  layout generation record of a rescaled operator);
   :func:`read_store_manifest` one read.
 * The versions a :class:`StoreRef` lists are the manifests present when the listing ran
   (a retained window; older ones may have been deleted by retention since).
@@ -26,8 +34,10 @@ from fsstate.storage.fileio import FileIO
 from fsstate.storage.location import Location
 from fsstate.storage.manifest import Manifest, read_manifest
 from fsstate.store import store_dir_for
+from fsstate.store.layout import LAYOUTS_DIR, Layout, in_force, read_layouts
 
-_MANIFEST = re.compile(r"^(?:(.*)/)?([^/]+)/(\d+)/manifests/(\d{20})\.json$")
+_MANIFEST = re.compile(r"^(?:(.*)/)?([^/@]+)/(?:(@[^/]+)/)?(\d+)/manifests/(\d{20})\.json$")
+_RECORD = re.compile(r"^(?:(.*)/)?([^/@]+)/" + LAYOUTS_DIR + r"/\d+\.json$")
 _HASHED = re.compile(r"-[0-9a-f]{8}$")  # the suffix store_dir_for adds to a made-safe name
 
 
@@ -40,12 +50,16 @@ class StoreRef:
         operator: the operator (store) name, as :meth:`PartitionStore.open` takes it.
         partition: partition id.
         versions: committed versions found, ascending.
+        layout: the directory of its layout generation (``""``: generation 0).
+        since: the first version its generation holds (-1: every version).
     """
 
     prefix: str
     operator: str
     partition: int
     versions: tuple[int, ...]
+    layout: str = ""
+    since: int = -1
 
     @property
     def latest(self) -> int:
@@ -59,7 +73,7 @@ class StoreRef:
     @property
     def store_dir(self) -> str:
         """Directory of the store relative to its root."""
-        return store_dir_for(self.operator, self.partition)
+        return store_dir_for(self.operator, self.partition, self.layout)
 
 
 def as_fileio(uri: str | Location | FileIO) -> FileIO:
@@ -73,37 +87,56 @@ def find_stores(
     prefix: str | None = None,
     operator: str | None = None,
     partition: int | None = None,
+    version: int | None = None,
 ) -> list[StoreRef]:
-    """Every partition store under ``uri`` with at least one committed version.
+    """Every partition store under ``uri`` with at least one committed version, of the layout
+    generation in force at ``version`` for a rescaled operator (see the module docstring).
 
     Args:
         uri: a state root (local path or object store URI), a location or a FileIO.
         prefix: only stores under this prefix (a tiered query's id).
         operator: only this operator.
         partition: only this partition.
+        version: pick each operator's generation in force at this version (None: the newest).
 
     Returns:
         Stores sorted by (prefix, operator, partition).
     """
     fileio = as_fileio(uri)
-    found: dict[tuple[str, str, int], list[int]] = {}
+    found: dict[tuple[str, str, str, int], list[int]] = {}
+    rescaled: set[tuple[str, str]] = set()
     for entry in fileio.list("", recursive=True):
         m = _MANIFEST.match(entry.path)
         if m:
-            key = (m.group(1) or "", m.group(2), int(m.group(3)))
-            found.setdefault(key, []).append(int(m.group(4)))
+            key = (m.group(1) or "", m.group(2), m.group(3) or "", int(m.group(4)))
+            found.setdefault(key, []).append(int(m.group(5)))
+            continue
+        r = _RECORD.match(entry.path)
+        if r:
+            rescaled.add((r.group(1) or "", r.group(2)))
+    chosen: dict[tuple[str, str], Layout] = {}
     out: list[StoreRef] = []
-    for (pre, op_dir, part), versions in found.items():
+    for (pre, op_dir, layout, part), versions in found.items():
         if (prefix is not None and pre != prefix) or (partition is not None and part != partition):
             continue
         versions.sort()
+        root = fileio.child(pre) if pre else fileio
         name = op_dir
         if _HASHED.search(op_dir):  # maybe a name store_dir_for made path-safe: ask the store
-            root = fileio.child(pre) if pre else fileio
-            name = read_manifest(root, f"{op_dir}/{part}", versions[-1]).operator
+            name = read_manifest(
+                root, f"{op_dir}/{layout + '/' if layout else ''}{part}", versions[-1]
+            ).operator
         if operator is not None and name != operator:
             continue
-        out.append(StoreRef(pre, name, part, tuple(versions)))
+        since = -1
+        if (pre, op_dir) in rescaled or layout:
+            gen = chosen.get((pre, op_dir))
+            if gen is None:
+                gen = chosen[(pre, op_dir)] = in_force(read_layouts(root, name), version)
+            if gen.dir != layout:
+                continue  # another generation, or a rescale that never published
+            since = gen.since
+        out.append(StoreRef(pre, name, part, tuple(versions), layout, since))
     return sorted(out, key=lambda s: (s.prefix, s.operator, s.partition))
 
 

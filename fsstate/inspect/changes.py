@@ -154,10 +154,16 @@ def _span(versions: list[int]) -> str:
 
 
 def _read(
-    fileio: FileIO, operator: str, partition: int, name: str, version: int, with_expiry: bool
+    fileio: FileIO,
+    operator: str,
+    partition: int,
+    name: str,
+    version: int,
+    with_expiry: bool,
+    layout: str = "",
 ) -> tuple[TableSpec | None, pa.Table | None]:
     """Spec and rows (with ``_seq``) of a table at a version; (None, None) if it has none."""
-    with Snapshot(fileio, operator, partition, version) as snap:
+    with Snapshot(fileio, operator, partition, version, layout) as snap:
         if name not in snap.manifest.tables:
             return None, None
         return snap.spec(name), snap.read(name, with_expiry=with_expiry, with_seq=True)
@@ -182,8 +188,12 @@ def read_changes(
     *,
     with_expiry: bool = False,
     with_seq: bool = False,
+    layout: str = "",
 ) -> pa.Table:
     """The change feed of table ``name`` for versions ``start_version .. end_version``.
+
+    A feed reads one layout generation (``layout``, ``""`` for generation 0): the first version
+    of a rescaled generation has no parent, so its rows read as inserts.
 
     Args:
         uri: the store's root (as for :func:`fsstate.inspect.snapshot.read_table`).
@@ -195,13 +205,14 @@ def read_changes(
         end_version: last version (inclusive; default the newest).
         with_expiry: add ``_expires_at_ms``.
         with_seq: add ``_seq``.
+        layout: the layout generation directory of the store.
 
     Raises:
         ConfigError: the range is empty or reversed.
         VersionNotFoundError: a version of the range (or the one before it) is not retained.
     """
     fileio = as_fileio(uri)
-    versions = list_versions(fileio, store_dir_for(operator, partition))
+    versions = list_versions(fileio, store_dir_for(operator, partition, layout))
     end = end_version if end_version is not None else (versions[-1] if versions else -1)
     if start_version < 0 or end < start_version:
         raise ConfigError(
@@ -209,7 +220,7 @@ def read_changes(
             "give start <= end, both committed"
         )
     keep_seq = with_seq
-    where = fileio.describe(store_dir_for(operator, partition))
+    where = fileio.describe(store_dir_for(operator, partition, layout))
     missing = [v for v in range(start_version, end + 1) if v not in versions]
     if missing:
         raise VersionNotFoundError(
@@ -221,9 +232,9 @@ def read_changes(
     prev_spec: TableSpec | None = None
     first = start_version - 1
     if first in versions:
-        prev_spec, prev = _read(fileio, operator, partition, name, first, with_expiry)
+        prev_spec, prev = _read(fileio, operator, partition, name, first, with_expiry, layout)
     else:
-        with Snapshot(fileio, operator, partition, start_version) as snap:
+        with Snapshot(fileio, operator, partition, start_version, layout) as snap:
             if snap.manifest.parent_version is not None:  # not the first version: lost
                 raise VersionNotFoundError(
                     f"change feed of state {name!r} from version {start_version} needs "
@@ -232,7 +243,7 @@ def read_changes(
                 )
     parts: list[pa.Table] = []
     for v in range(start_version, end + 1):
-        spec, cur = _read(fileio, operator, partition, name, v, with_expiry)
+        spec, cur = _read(fileio, operator, partition, name, v, with_expiry, layout)
         d: pa.Table | None = None
         if spec is not None and cur is not None:
             same = prev is not None and prev_spec is not None and prev_spec.same_shape(spec)

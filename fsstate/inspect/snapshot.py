@@ -60,6 +60,9 @@ class Snapshot:
         operator: operator (store) name.
         partition: partition id.
         version: committed version; None reads the newest.
+        layout: the directory of the layout generation holding the version (``""``:
+            generation 0; :func:`fsstate.inspect.catalog.find_stores` resolves it for a
+            rescaled operator, :attr:`StoreRef.layout`).
 
     Raises:
         VersionNotFoundError: the version is not committed or no longer retained (the store
@@ -73,9 +76,10 @@ class Snapshot:
         operator: str,
         partition: int,
         version: int | None = None,
+        layout: str = "",
     ) -> None:
         fileio = as_fileio(uri)
-        store_dir = store_dir_for(operator, partition)
+        store_dir = store_dir_for(operator, partition, layout)
         if version is None:
             versions = list_versions(fileio, store_dir)
             if not versions:
@@ -83,13 +87,14 @@ class Snapshot:
             version = versions[-1]
         self.manifest: Manifest = read_manifest(fileio, store_dir, version)
         self._fileio, self._operator, self._partition = fileio, operator, partition
+        self._layout = layout
         self._where = fileio.describe(store_dir)
         self._closed = False
 
     @classmethod
     def of(cls, fileio: FileIO, store: StoreRef, version: int | None = None) -> Snapshot:
         """The snapshot of a store found by :func:`fsstate.inspect.catalog.find_stores`."""
-        return cls(store.root(fileio), store.operator, store.partition, version)
+        return cls(store.root(fileio), store.operator, store.partition, version, store.layout)
 
     @property
     def version(self) -> int:
@@ -183,7 +188,12 @@ class Snapshot:
         if self._closed:
             raise StoreClosedError(f"snapshot of {self._where} is closed")
         store = PartitionStore(
-            self._fileio, self._operator, self._partition, self.manifest, StoreConfig()
+            self._fileio,
+            self._operator,
+            self._partition,
+            self.manifest,
+            StoreConfig(),
+            layout=self._layout,
         )
         try:
             store.set_time(self.clock_ms if now_ms is None else int(now_ms))
@@ -232,6 +242,7 @@ def read_table(
     now_ms: int | None = None,
     with_expiry: bool = False,
     with_seq: bool = False,
+    layout: str = "",
 ) -> pa.Table:
     """Read table ``name`` of a store at a committed version as a ``pyarrow.Table``.
 
@@ -249,6 +260,8 @@ def read_table(
         now_ms: resolve TTL at this time (default: the version's commit clock).
         with_expiry: add the ``_expires_at_ms`` column.
         with_seq: add the ``_seq`` column.
+        layout: the layout generation directory (``""``: generation 0; see
+            :func:`fsstate.inspect.catalog.find_stores` for a rescaled operator).
 
     Raises:
         VersionNotFoundError: no such committed version (or none at all).
@@ -260,5 +273,5 @@ def read_table(
         >>> counts = read_table("/tmp/state/<query id>", "Counter", 0, "count")
         >>> duckdb.sql("select * from counts order by 2 desc limit 5")
     """
-    with Snapshot(uri, operator, partition, version) as snap:
+    with Snapshot(uri, operator, partition, version, layout) as snap:
         return snap.read(name, now_ms=now_ms, with_expiry=with_expiry, with_seq=with_seq)

@@ -95,14 +95,15 @@ class LocalQuery:
         self.combine = combine
         self.input_parts = max(1, input_parts)
         self._combined: dict[int, Operator] = {}
-        for stage in self.stages:
-            check_layout(self.fileio, stage.op, partitions)
+        # each stage's layout generation directory (rescaled state: fsstate.store.rescale)
+        self.layouts = [check_layout(self.fileio, s.op, partitions).dir for s in self.stages]
 
     def watermarks(self, epoch: int) -> tuple[int, int]:
         """(late, evict) watermarks of ``epoch`` from the versions of ``epoch - 1``."""
         if epoch == 0:
             return 0, 0
-        meta = read_epoch(self.fileio, self.stages[0].op.name, self.partitions, epoch - 1)
+        first = self.stages[0].op.name
+        meta = read_epoch(self.fileio, first, self.partitions, epoch - 1, self.layouts[0])
         late = meta.watermark_ms
         return late, next_watermark(late, meta.event_time_max_ms, self.watermark)
 
@@ -137,6 +138,7 @@ class LocalQuery:
                     late_ms=late,
                     evict_ms=evict,
                     config=self.config,
+                    layout=self.layouts[s],
                 )
                 outs.append(res.output)
             data = pa.concat_tables(outs)

@@ -18,10 +18,13 @@ Invariants:
   operator instance) in the version's meta; an attempt that finds its version published by
   another instance of the same run raises :class:`fsstate.errors.ConfigError` (two operators of
   one query were given the same name).
-* An operator's partition count is recorded once, with its state (``<operator>/operator.json``,
-  put-if-absent, :func:`check_layout`); a query that asks for another count fails at start
-  with :class:`fsstate.errors.ConfigError`, before any state is read (rows would otherwise land
-  in partitions whose state holds other keys).
+* An operator's partition count is recorded with its state, per layout generation
+  (:mod:`fsstate.store.layout`: ``<operator>/operator.json`` for the first, put-if-absent, then
+  one record per rescale); :func:`check_layout` returns the generation in force, and a query
+  that asks for another count fails at start with :class:`fsstate.errors.PartitionCountError`,
+  before any state is read (rows would otherwise land in partitions whose state holds other
+  keys): the state must be rescaled first (:mod:`fsstate.store.rescale`). :func:`run_epoch`
+  opens the stores of the generation it is given (``layout``, resolved once by the driver).
 * The meta of every version holds ``event_time_max_ms`` (the running maximum event time per
   watermark input, in ms, over this partition's epochs so far) and ``watermark_ms`` (the
   eviction watermark the epoch used): what a driver needs to compute the next watermark
@@ -46,7 +49,7 @@ from typing import Any
 import pyarrow as pa
 
 from fsstate.config import StoreConfig
-from fsstate.errors import ConfigError, StorageNotFoundError
+from fsstate.errors import ConfigError, PartitionCountError
 from fsstate.operators.base import (
     EVENT_TIME_META,
     WATERMARK_META,
@@ -58,10 +61,11 @@ from fsstate.operators.base import (
 from fsstate.stats import CommitInfo
 from fsstate.storage.fileio import FileIO
 from fsstate.store.identity import WRITER_META, foreign_writer
+from fsstate.store.layout import LAYOUT_FILE, Layout, publish_layout, read_layouts
 from fsstate.store.pool import StorePool, store_pool
 
-LAYOUT_FILE = "operator.json"  # <operator>/operator.json: the partition count, written once
-LAYOUT_FORMAT = 1
+__all__ = ["LAYOUT_FILE", "EpochResult", "check_layout", "log_epoch", "run_epoch"]
+
 EPOCH_LOG_ENV = "FSSTATE_EPOCH_LOG"  # a file each committed epoch appends a JSON line to
 
 
@@ -105,6 +109,7 @@ def run_epoch(
     pool: StorePool | None = None,
     writer: dict[str, Any] | None = None,
     now_ms: int | None = None,
+    layout: str = "",
 ) -> EpochResult:
     """Run ``op`` on one partition's input of ``epoch`` and commit the epoch.
 
@@ -121,6 +126,8 @@ def run_epoch(
         writer: identity of this operator instance (``{"run": ..., "instance": ...}``).
         now_ms: the epoch's processing time (the same for every attempt), or None; the store's
             TTL clock is set to it before the operator runs.
+        layout: the directory of the layout generation in force (:func:`check_layout`'s
+            ``dir``; ``""`` for generation 0).
 
     Raises:
         VersionNotFoundError: the parent version is not on storage.
@@ -132,7 +139,7 @@ def run_epoch(
     pool = pool or store_pool()
     config = config or StoreConfig()
     parent = epoch - 1 if epoch > 0 else None
-    store = pool.acquire(fileio, op.name, partition, parent, config)
+    store = pool.acquire(fileio, op.name, partition, parent, config, layout)
     outcome = str(pool.last_outcome)
     ta = time.perf_counter()
     ok = False
@@ -225,36 +232,36 @@ def log_epoch(
         pass  # a diagnostic: the epoch committed whatever happens here
 
 
-def check_layout(fileio: FileIO, op: Operator, partitions: int) -> None:
-    """Record ``op``'s partition count with its state, or check it against the recorded one.
+def check_layout(fileio: FileIO, op: Operator, partitions: int) -> Layout:
+    """Record ``op``'s partition count with its state, or check it against the generation in
+    force (:mod:`fsstate.store.layout`).
+
+    Returns:
+        The layout generation in force (its ``dir`` is what :func:`run_epoch` takes).
 
     Raises:
-        ConfigError: the state was written with another partition count (or by another kind
-            of operator).
+        PartitionCountError: the state is in another partition count (rescale it first).
+        ConfigError: the state was written by another kind of operator, or a layout record is
+            unreadable.
     """
-    path = f"{op.name}/{LAYOUT_FILE}"
     kind = type(op).__name__
-    doc = {"format": LAYOUT_FORMAT, "operator": op.name, "kind": kind, "partitions": partitions}
-    data = json.dumps(doc, sort_keys=True).encode()
-    if fileio.publish_if_absent(path, data):
-        return
-    try:
-        have = json.loads(fileio.read_bytes(path))
-    except (ValueError, StorageNotFoundError) as exc:
-        raise ConfigError(
-            f"operator {op.name!r}: {fileio.describe(path)} is unreadable ({exc}); restore it "
-            "from a backup or start the query with new state"
-        ) from None
-    if have.get("partitions") != partitions:
-        raise ConfigError(
-            f"operator {op.name!r} keeps its state in {have.get('partitions')} partitions "
-            f"({fileio.describe(path)}); this query asks for {partitions}. Keys are placed by "
-            f"partition, so the count cannot change: run with partitions={have.get('partitions')}"
-            ", or start the query with a new checkpoint and state location"
-        )
-    if have.get("kind") not in (None, kind):
+    first = Layout(0, partitions, kind=kind)
+    if publish_layout(fileio, op.name, first):
+        return first
+    layouts = read_layouts(fileio, op.name)
+    have = layouts[-1]
+    if layouts[0].kind not in (None, kind):
         raise ConfigError(
             f"operator {op.name!r}: the state under {fileio.describe(op.name)} was written by a "
-            f"{have.get('kind')}, this query runs a {kind} under the same name; give it "
+            f"{layouts[0].kind}, this query runs a {kind} under the same name; give it "
             "another name"
         )
+    if have.partitions != partitions:
+        raise PartitionCountError(
+            f"operator {op.name!r} keeps its state in {have.partitions} partitions (layout "
+            f"generation {have.generation} under {fileio.describe(op.name)}); this query asks for "
+            f"{partitions}. Keys are placed by partition: rescale the state first "
+            f"(fsstate.store.rescale.rescale; a Spark flow started with partitions={partitions} "
+            f"does it itself), or run with partitions={have.partitions}"
+        )
+    return have

@@ -76,15 +76,18 @@ def merge_meta(metas: Iterable[EpochMeta]) -> EpochMeta:
     return EpochMeta(wm, maxima)
 
 
-def read_epoch(fileio: FileIO, operator: str, partitions: int, version: int) -> EpochMeta:
-    """The merged meta of ``version`` of every partition of ``operator`` (one GET each).
+def read_epoch(
+    fileio: FileIO, operator: str, partitions: int, version: int, layout: str = ""
+) -> EpochMeta:
+    """The merged meta of ``version`` of every partition of ``operator`` (one GET each), in the
+    layout generation directory ``layout`` (``""``: generation 0).
 
     Raises:
         VersionNotFoundError: a partition has no such version.
     """
 
     def one(p: int) -> EpochMeta:
-        meta = read_manifest(fileio, store_dir_for(operator, p), version).meta
+        meta = read_manifest(fileio, store_dir_for(operator, p, layout), version).meta
         seen = meta.get(EVENT_TIME_META) or {}
         return EpochMeta(int(meta.get(WATERMARK_META) or 0), {k: int(v) for k, v in seen.items()})
 

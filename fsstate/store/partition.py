@@ -5,6 +5,9 @@ Directory layout under the root URI::
     <operator>/<partition>/manifests/<version:020d>.json   one manifest per committed version
     <operator>/<partition>/data/<state>-<uuid>.parquet      data runs and TTL index runs
 
+(``<operator>/<layout>/<partition>/...`` for a store of a later layout generation, written by a
+rescale: :mod:`fsstate.store.layout`.)
+
 Invariants:
 
 * Opening reads one manifest and nothing else: no data file is read until a key needs it, so
@@ -123,12 +126,14 @@ class PartitionStore(interfaces.KeyedStore):
         manifest: Manifest | None,
         config: StoreConfig,
         controller: MemoryController | None = None,
+        layout: str = "",
     ) -> None:
         self.fileio = fileio
         self.operator = operator
         self.partition = partition
         self.config = config
-        self.store_dir = store_dir_for(operator, partition)
+        self.layout = layout  # the layout generation's directory ("" for generation 0)
+        self.store_dir = store_dir_for(operator, partition, layout)
         self.version: int | None = manifest.version if manifest else None
         self.next_seq: int = manifest.next_seq if manifest else 0
         self.now_ms: int = int(time.time() * 1000)
@@ -157,6 +162,7 @@ class PartitionStore(interfaces.KeyedStore):
         partition: int,
         version: int | None = None,
         config: StoreConfig | None = None,
+        layout: str = "",
     ) -> PartitionStore:
         """Open the store of (operator, partition) at a committed version.
 
@@ -167,6 +173,8 @@ class PartitionStore(interfaces.KeyedStore):
             partition: partition id.
             version: committed version to open; None starts an empty store (version -1).
             config: store settings.
+            layout: the directory of the layout generation holding the version (``""``:
+                generation 0; see :mod:`fsstate.store.layout`, which resolves it).
 
         Raises:
             VersionNotFoundError: ``version`` was never committed or is no longer retained.
@@ -176,8 +184,8 @@ class PartitionStore(interfaces.KeyedStore):
         fileio = uri if isinstance(uri, FileIO) else FileIO(uri, fsync=config.fsync)
         manifest = None
         if version is not None:
-            manifest = read_manifest(fileio, store_dir_for(operator, partition), version)
-        return cls(fileio, operator, partition, manifest, config)
+            manifest = read_manifest(fileio, store_dir_for(operator, partition, layout), version)
+        return cls(fileio, operator, partition, manifest, config, layout=layout)
 
     def refresh(self, version: int) -> bool:
         """Bring this store to committed ``version`` in place, if that can be done incrementally.
@@ -225,11 +233,11 @@ class PartitionStore(interfaces.KeyedStore):
 
     @staticmethod
     def committed_versions(
-        uri: str | Location | FileIO, operator: str, partition: int
+        uri: str | Location | FileIO, operator: str, partition: int, layout: str = ""
     ) -> list[int]:
-        """Committed versions of a store, ascending."""
+        """Committed versions of a store (of layout generation directory ``layout``), ascending."""
         fileio = uri if isinstance(uri, FileIO) else FileIO(uri)
-        return list_versions(fileio, store_dir_for(operator, partition))
+        return list_versions(fileio, store_dir_for(operator, partition, layout))
 
     # -- tables --------------------------------------------------------------------------------
     def check_open(self) -> None:

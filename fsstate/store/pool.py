@@ -26,7 +26,7 @@ from fsstate.config import StoreConfig
 from fsstate.storage.fileio import FileIO
 from fsstate.store.partition import PartitionStore
 
-PoolKey = tuple[str, str, int]  # (root described, operator, partition)
+PoolKey = tuple[str, str, str, int]  # (root described, operator, layout dir, partition)
 
 
 class Outcome(str, Enum):
@@ -59,9 +59,9 @@ class StorePool:
         self.last_outcome = Outcome.NONE  # the latest acquire
 
     @staticmethod
-    def key_of(fileio: FileIO, operator: str, partition: int) -> PoolKey:
-        """The pool key of a store."""
-        return (fileio.describe(""), operator, partition)
+    def key_of(fileio: FileIO, operator: str, partition: int, layout: str = "") -> PoolKey:
+        """The pool key of a store (of layout generation directory ``layout``)."""
+        return (fileio.describe(""), operator, layout, partition)
 
     def acquire(
         self,
@@ -70,13 +70,15 @@ class StorePool:
         partition: int,
         version: int | None,
         config: StoreConfig,
+        layout: str = "",
     ) -> PartitionStore:
-        """The store of (operator, partition) at committed ``version`` (None: empty).
+        """The store of (operator, partition) at committed ``version`` (None: empty), in the
+        layout generation directory ``layout`` (``""``: generation 0).
 
         Raises:
             VersionNotFoundError: ``version`` was never committed or is no longer retained.
         """
-        key = self.key_of(fileio, operator, partition)
+        key = self.key_of(fileio, operator, partition, layout)
         with self._lock:
             stale = self._active.pop(key, None)
             cached = self._idle.pop(key, None)
@@ -89,7 +91,7 @@ class StorePool:
                 cached.close()
             self.restores += 1
             self.last_outcome = Outcome.RESTORED
-            store = PartitionStore.open(fileio, operator, partition, version, config)
+            store = PartitionStore.open(fileio, operator, partition, version, config, layout)
         with self._lock:
             self._active[key] = store
         return store
@@ -115,7 +117,7 @@ class StorePool:
 
     def release(self, store: PartitionStore) -> None:
         """The user committed ``store``: keep it idle for the next epoch (or close it)."""
-        key = self.key_of(store.fileio, store.operator, store.partition)
+        key = self.key_of(store.fileio, store.operator, store.partition, store.layout)
         evicted: list[PartitionStore] = []
         with self._lock:
             if self._active.get(key) is store:
@@ -133,7 +135,7 @@ class StorePool:
 
     def discard(self, store: PartitionStore) -> None:
         """Forget and close a store whose attempt failed (never reused)."""
-        key = self.key_of(store.fileio, store.operator, store.partition)
+        key = self.key_of(store.fileio, store.operator, store.partition, store.layout)
         with self._lock:
             if self._active.get(key) is store:
                 del self._active[key]

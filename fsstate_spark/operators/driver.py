@@ -21,7 +21,10 @@ that per micro-batch ``b``:
    that combines (decomposable aggregates), by a ``mapInArrow`` that pre-aggregates each
    input partition's rows before the shuffle (Arrow's hash aggregation; Spark's own would
    bring an exchange that adaptive execution may coalesce, moving keys out of their
-   partitions, or a second shuffle);
+   partitions, or a second shuffle); at the first micro-batch ``b`` of a run, a stage whose
+   state was written with another partition count is rescaled first, at version ``b - 1``
+   (:mod:`fsstate_spark.operators.rescale`), and every stage's stores are then those of its
+   layout generation in force;
 3. hands the last stage's DataFrame to the user's sink (``sink(df, batch_id)``; without one the
    rows are dropped with Spark's ``noop`` format);
 4. checks that every partition of every stage committed ``b`` (from the receipts its tasks
@@ -68,7 +71,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.streaming.readwriter import DataStreamWriter
 
-from fsstate.errors import ConfigError, FsStateError, VersionNotFoundError
+from fsstate.errors import ConfigError, FsStateError, PartitionCountError, VersionNotFoundError
 from fsstate.operators.base import EVENT_TIME_META, WATERMARK_META, Operator
 from fsstate.operators.runner import check_layout
 from fsstate.operators.watermarks import (
@@ -82,6 +85,7 @@ from fsstate.storage.fileio import FileIO
 from fsstate.storage.manifest import read_manifest
 from fsstate.store.identity import store_dir_for
 from fsstate_spark.operators.flows import Flow, Source, StageSpec, arrow_schema_of
+from fsstate_spark.operators.rescale import rescale_stage
 from fsstate_spark.operators.settings import (
     PARTITIONS_DEFAULT,
     FlowSettings,
@@ -128,7 +132,16 @@ class _BatchContext:
             op = d.combined_op(spec, arrow_in)
             arrow_in = combined
         owned = d.owned(df)
-        settings = StageSettings(op, d.config, arrow_in, arrow_out, d.writer, d.receipts, owned)
+        settings = StageSettings(
+            op,
+            d.config,
+            arrow_in,
+            arrow_out,
+            d.writer,
+            d.receipts,
+            owned=owned,
+            layout=d.layouts[spec.op.name],
+        )
         task = stage_task(settings, self.epoch, self.late_ms, self.evict_ms, self.now_ms)
         spark_out = from_arrow_schema(arrow_out, prefer_timestamp_ntz=False)
         keys = [F.col(k) for k in spec.keys] or [F.lit(d.zero_key(df)).cast("bigint")]
@@ -188,6 +201,7 @@ class Driver:
         self.writer = {"run": uuid.uuid4().hex, "instance": uuid.uuid4().hex}
         self._metas: dict[int, dict[str, EpochMeta]] = {}  # epoch -> stage -> merged meta
         self._checked = False
+        self.layouts: dict[str, str] = {}  # stage -> its layout generation directory
         self._clock = any(s.op.uses_clock for s in flow.stages)
         self._zero_key: int | None = None
         self._owned: tuple[tuple[int, ...], ...] | None = None
@@ -296,7 +310,7 @@ class Driver:
         def read(job: tuple[str, int]) -> EpochMeta | None:
             name, p = job
             try:
-                meta = read_manifest(fileio, store_dir_for(name, p), epoch).meta
+                meta = read_manifest(fileio, store_dir_for(name, p, self.layouts[name]), epoch).meta
             except VersionNotFoundError:
                 return None
             return of(meta)
@@ -362,7 +376,14 @@ class Driver:
         fileio = fileio_for(self.config.root, self.config.store.fsync)
         if not self._checked:
             for spec in self.flow.stages:
-                check_layout(fileio, spec.op, self.partitions)
+                try:
+                    layout = check_layout(fileio, spec.op, self.partitions)
+                except PartitionCountError:  # rescale, at the version this batch starts from
+                    version = batch_id - 1 if batch_id > 0 else None
+                    layout = rescale_stage(
+                        batch_df.sparkSession, fileio, spec.op.name, spec.keys, self.config, version
+                    )
+                self.layouts[spec.op.name] = layout.dir
             self._checked = True
         late, evict = self.watermarks(batch_id)
         self._reset_receipts(batch_df)
@@ -434,8 +455,9 @@ def write_stream(
         checkpoint_location: Spark's checkpoint location of the query.
         sink: ``sink(df, batch_id)`` writes a batch's output (idempotently per batch id for
             exactly-once output); None drops it.
-        partitions: partitions of every stage's state (recorded with the state; cannot
-            change): where keys live.
+        partitions: partitions of every stage's state, where keys live (recorded with the
+            state; a flow started with another count rescales the state at its first
+            micro-batch).
         tasks: Spark tasks per stage and batch, each running the epochs of several
             partitions (None: the default parallelism, at most ``partitions``): a batch pays
             Spark's per-task cost per task, not per partition.

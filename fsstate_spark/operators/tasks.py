@@ -65,6 +65,7 @@ class StageSettings:
     writer: dict[str, Any]
     receipts: Any = None  # a Spark accumulator of (stage, partition, epoch) -> version meta
     owned: tuple[tuple[int, ...], ...] | None = None  # task -> its state partitions (None: itself)
+    layout: str = ""  # the stage's layout generation directory (fsstate.store.layout)
 
 
 def stage_task(
@@ -101,6 +102,7 @@ def stage_task(
                 config=config.store,
                 writer=settings.writer,
                 now_ms=now_ms,
+                layout=settings.layout,
             )
             if settings.receipts is not None:  # the driver learns the commit without a read
                 settings.receipts.add({(settings.op.name, partition, epoch): result.meta or {}})

@@ -85,6 +85,11 @@ class Selection:
     partitions: frozenset[int] | None = field(default=None)
 
     @property
+    def layout(self) -> str:
+        """The layout generation directory of the stores read (``""``: generation 0)."""
+        return self.stores[0].layout if self.stores else ""
+
+    @property
     def change_feed(self) -> bool:
         """Whether this reads a change feed."""
         return self.change_start is not None
@@ -185,6 +190,15 @@ def select(options: dict[str, str], session_root: Location | None = None) -> Sel
             "fsstate source: changeStartBatchId / changeEndBatchId need readChangeFeed=true"
         )
     version = newest if version is None else version
+    since = stores[0].since
+    if version < since:  # from before a rescale: the generation then in force
+        stores = find_stores(io, prefix="", operator=operator, version=version)
+        if not stores:
+            raise ConfigError(
+                f"fsstate source: no state of operator {operator!r} at batch {version} under "
+                f"{where} (it was rescaled at batch {since} and the older layout "
+                "generation is gone); read a later batch"
+            )
     manifest = read_store_manifest(io, stores[0], version)
     name = lower.get("statevarname") or _one(
         "state variable", sorted(manifest.tables), "stateVarName", f"operator {operator!r}"

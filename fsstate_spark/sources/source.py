@@ -213,7 +213,7 @@ def store_partitions(sel: Selection, partition: int) -> list[StorePartition]:
     ``sel.partition_bytes`` (one manifest read; footers of its large files if so)."""
     if sel.change_feed:
         return [StorePartition(partition)]
-    with Snapshot(FileIO(sel.location), sel.operator, partition, sel.version) as snap:
+    with Snapshot(FileIO(sel.location), sel.operator, partition, sel.version, sel.layout) as snap:
         if snap.stored_bytes(sel.name) <= sel.partition_bytes:
             return [StorePartition(partition)]
         cuts = snap.cut_points(sel.name, sel.partition_bytes)
@@ -240,9 +240,10 @@ def read_partition(
             sel.change_end,
             with_expiry=sel.with_expiry,
             with_seq=sel.with_seq,
+            layout=sel.layout,
         )
     else:
-        with Snapshot(root, sel.operator, partition, sel.version) as snap:
+        with Snapshot(root, sel.operator, partition, sel.version, sel.layout) as snap:
             table = snap.read(
                 sel.name,
                 now_ms=sel.now_ms,

@@ -20,6 +20,14 @@ Rules that follow (the invariants of this module):
   (:meth:`fsstate.PartitionStore.refresh`); anything else is closed and the version is
   restored from storage. So a failed attempt's dirty store is never reused by the retry, and
   a copy whose version was re-committed by another attempt is never advanced.
+* The partition count of a tiered operator's state is recorded with it, once
+  (``<state_uri>/<q>/<name>/operator.json``, put-if-absent: :mod:`fsstate.store.layout`'s
+  generation 0), from the task's ``spark.sql.shuffle.partitions`` (:class:`TaskInfo`); a task
+  that finds another count raises :class:`fsstate.errors.PartitionCountError` before its store
+  is opened, so nothing is read or written with keys in the wrong partitions. Checked once per
+  process, query run and count (1 conditional PUT, and 1 LIST + GETs if the record exists);
+  skipped if the task does not know its count. State written before the record existed gets
+  the count of the first run that records it.
 * Driver (no TaskContext): an in-memory store, nothing opened on storage.
 * Bounded input (no batch id): an in-memory store that keeps only the current key's state.
 """
@@ -29,10 +37,12 @@ from __future__ import annotations
 import time
 
 from fsstate import PartitionStore
-from fsstate.errors import ConfigError, VersionNotFoundError
+from fsstate.errors import ConfigError, PartitionCountError, VersionNotFoundError
 from fsstate.interfaces import KeyedStore
+from fsstate.storage.fileio import FileIO
 from fsstate.storage.location import Location
 from fsstate.store.identity import WRITER_META, foreign_writer
+from fsstate.store.layout import Layout, in_force, publish_layout, read_layouts, record_path
 from fsstate.store.pool import Outcome, StorePool, store_pool
 from fsstate_spark.runtime import TaskInfo, TaskMode, apply_engine_settings, fileio_for
 from fsstate_spark.tiered.bounded import MemoryStore
@@ -59,6 +69,7 @@ class StoreCache:
         # cumulative wall seconds of this process's streaming tasks (benchmarks, diagnostics)
         self.acquire_s = 0.0  # getting the store (reuse, catch-up or open)
         self.finish_s = 0.0  # TTL cleanup, commit and handing the store back
+        self._checked: set[tuple[str, str, str | None, int]] = set()  # partition counts seen
 
     @property
     def hits(self) -> int:
@@ -93,6 +104,7 @@ class StoreCache:
         want = task.batch_id - 1 if task.batch_id > 0 else None
         fileio = fileio_for(query_root(config, task.query_id), config.store.fsync)
         self.pool.max_idle = config.max_cached_stores
+        self.check_partitions(fileio, config, task)
         try:
             return self.pool.acquire(fileio, config.name, task.partition, want, config.store)
         except VersionNotFoundError as exc:
@@ -103,6 +115,34 @@ class StoreCache:
                 "directory must be kept with the checkpoint: restore it, or start the query "
                 f"with a new checkpoint. ({exc})"
             ) from exc
+
+    def check_partitions(self, fileio: FileIO, config: TieredConfig, task: TaskInfo) -> None:
+        """Record the state's partition count, or check the task's against it (see the
+        module docstring).
+
+        Raises:
+            PartitionCountError: the state was written with another partition count.
+        """
+        n = task.partitions
+        if n is None:
+            return
+        key = (fileio.describe(""), config.name, task.run_id, n)
+        if key in self._checked:
+            return
+        if not publish_layout(fileio, config.name, Layout(0, n, kind="tiered")):
+            have = in_force(read_layouts(fileio, config.name))
+            if have.partitions is not None and have.partitions != n:
+                raise PartitionCountError(
+                    f"the tiered state of {config.name!r} (query {task.query_id}) was written "
+                    f"with {have.partitions} partitions "
+                    f"({fileio.describe(record_path(config.name, 0))}); this run of the query "
+                    f"has {n} (spark.sql.shuffle.partitions, which Spark restores from the "
+                    "checkpoint's offsets log). Keys would meet other keys' state: nothing was "
+                    "read or written. Rescaling tiered() state is not supported yet: run the "
+                    f"query with {have.partitions} partitions (undo the checkpoint's "
+                    "repartition), or start it with a new checkpoint and state location"
+                )
+        self._checked.add(key)
 
     def release(self, config: TieredConfig, task: TaskInfo, store: PartitionStore) -> None:
         """A task committed ``store``: keep it idle for the next batch (or close it)."""

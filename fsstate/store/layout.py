@@ -1,0 +1,178 @@
+"""Layout generations: how many partitions an operator's state has, and where each version lives.
+
+An operator's stores are cut into partitions by key; changing the partition count (a rescale,
+:mod:`fsstate.store.rescale`) writes the state again, cut the new way, into a new *generation*
+of stores. Every generation has a record:
+
+* generation 0: ``<operator>/operator.json`` (``{"partitions": N, "kind": ...}``), written when
+  the state is first used; its stores are ``<operator dir>/<partition>`` (every store written
+  before rescaling existed is of generation 0);
+* generation ``k >= 1``: ``<operator dir>/layouts/<k:06d>.json`` (``partitions``, ``dir``,
+  ``since``, the partition ``keys``), its stores ``<operator dir>/<dir>/<partition>``
+  (:func:`fsstate.store.identity.store_dir_for`), ``dir`` being ``@g<k>-<8 hex digits>``,
+  unique to the rescale that wrote it.
+
+Invariants:
+
+* A record is published once, with put-if-absent, and never changes. A generation's record is
+  published only after every store of the generation committed its first version, so a
+  generation whose record exists is complete; a rescale that died left at most an unreferenced
+  directory (no record), and generation ``k - 1`` stays in force.
+* Generation ``k`` holds the versions ``>= since`` (its first version, ``since``, holds the same
+  rows as version ``since`` of generation ``k - 1``, cut the new way; ``since = -1``: every
+  version). The generation *in force* at version ``v`` (:func:`in_force`) is the newest one with
+  ``since <= v``; older generations keep their versions until their retention or a gc deletes
+  them, so a version from before a rescale stays readable where it was written.
+* Resolving costs one GET of ``operator.json`` and one LIST of ``layouts/`` plus one GET per
+  generation record (:func:`read_layouts`): done when a query starts or a reader opens an
+  operator, never on the per-batch path (the driver hands the resolved generation to its
+  tasks).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from fsstate.errors import ConfigError, StorageNotFoundError
+from fsstate.storage.fileio import FileIO
+from fsstate.store.identity import LAYOUT_PREFIX, operator_dir
+
+__all__ = [
+    "LAYOUTS_DIR",
+    "LAYOUT_FILE",
+    "Layout",
+    "in_force",
+    "new_layout_dir",
+    "publish_layout",
+    "read_layouts",
+    "record_path",
+]
+
+LAYOUT_FILE = "operator.json"  # <operator>/operator.json: generation 0, written once
+LAYOUTS_DIR = "layouts"  # <operator dir>/layouts/<k:06d>.json: generations 1, 2, ...
+LAYOUT_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One layout generation of an operator's state (see the module docstring).
+
+    Attributes:
+        generation: 0 for the stores written first, then 1, 2, ... per rescale.
+        partitions: the partition count (None: generation 0 without a record, e.g. tiered
+            state, whose count is not recorded here).
+        dir: the generation's directory under the operator's (``""`` for generation 0).
+        since: the first version the generation holds (-1: every version).
+        keys: the columns the partition of a row was computed from (None: not recorded).
+        kind: the operator's class name, as generation 0 recorded it (None: not recorded).
+    """
+
+    generation: int
+    partitions: int | None
+    dir: str = ""
+    since: int = -1
+    keys: tuple[str, ...] | None = None
+    kind: str | None = None
+
+
+def record_path(operator: str, generation: int) -> str:
+    """The path of generation ``generation``'s record (relative to the state root)."""
+    if generation == 0:
+        return f"{operator}/{LAYOUT_FILE}"
+    return f"{operator_dir(operator)}/{LAYOUTS_DIR}/{generation:06d}.json"
+
+
+def new_layout_dir(generation: int) -> str:
+    """A fresh directory name for generation ``generation`` (unique per rescale attempt)."""
+    return f"{LAYOUT_PREFIX}g{generation}-{uuid.uuid4().hex[:8]}"
+
+
+def _doc(operator: str, layout: Layout) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "format": LAYOUT_FORMAT,
+        "operator": operator,
+        "partitions": layout.partitions,
+    }
+    if layout.kind is not None:
+        doc["kind"] = layout.kind
+    if layout.generation:
+        doc.update(
+            generation=layout.generation,
+            dir=layout.dir,
+            since=layout.since,
+            keys=None if layout.keys is None else list(layout.keys),
+            created_ms=int(time.time() * 1000),
+        )
+    return doc
+
+
+def publish_layout(fileio: FileIO, operator: str, layout: Layout) -> bool:
+    """Publish ``layout``'s record (put-if-absent); False if that generation has one already."""
+    data = json.dumps(_doc(operator, layout), sort_keys=True).encode()
+    return fileio.publish_if_absent(record_path(operator, layout.generation), data)
+
+
+def _parse(fileio: FileIO, operator: str, generation: int, data: bytes) -> Layout:
+    path = record_path(operator, generation)
+    try:
+        doc = json.loads(data)
+        parts = doc.get("partitions")
+        keys = doc.get("keys")
+        layout = Layout(
+            generation,
+            None if parts is None else int(parts),
+            str(doc.get("dir") or ""),
+            int(doc.get("since", -1)),
+            None if keys is None else tuple(str(k) for k in keys),
+            doc.get("kind"),
+        )
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise ConfigError(
+            f"operator {operator!r}: the layout record {fileio.describe(path)} is unreadable "
+            f"({exc}); restore it from a backup or start the query with new state"
+        ) from None
+    if generation and not layout.dir.startswith(LAYOUT_PREFIX):
+        raise ConfigError(
+            f"operator {operator!r}: the layout record {fileio.describe(path)} names no "
+            f"generation directory ({layout.dir!r}); restore it from a backup"
+        )
+    return layout
+
+
+def read_layouts(fileio: FileIO, operator: str) -> list[Layout]:
+    """Every published generation of ``operator``'s state, oldest first (at least generation
+    0, with ``partitions=None`` if it has no record).
+
+    Raises:
+        ConfigError: a record is unreadable.
+    """
+    try:
+        first = _parse(fileio, operator, 0, fileio.read_bytes(record_path(operator, 0)))
+    except StorageNotFoundError:
+        first = Layout(0, None)
+    out = [first]
+    found: list[int] = []
+    for entry in fileio.list(f"{operator_dir(operator)}/{LAYOUTS_DIR}"):
+        name = entry.path.rsplit("/", 1)[-1]
+        if name.endswith(".json") and name[:-5].isdigit():
+            found.append(int(name[:-5]))
+    for k in sorted(found):
+        if k > 0:
+            out.append(_parse(fileio, operator, k, fileio.read_bytes(record_path(operator, k))))
+    return out
+
+
+def in_force(layouts: Sequence[Layout], version: int | None = None) -> Layout:
+    """The generation holding ``version`` (None: the newest generation)."""
+    if version is None:
+        return layouts[-1]
+    best = layouts[0]
+    for layout in layouts:
+        if layout.since <= version and layout.generation >= best.generation:
+            best = layout
+    return best
