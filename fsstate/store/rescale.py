@@ -128,12 +128,11 @@ def merge_meta(metas: Iterable[dict[str, Any]]) -> dict[str, Any]:
                 out[k] = dict(v) if isinstance(v, dict) else v
             elif _number(v) and _number(have):
                 out[k] = max(have, v)
-            elif isinstance(have, list) or isinstance(v, list):
-                both = isinstance(have, list) and isinstance(v, list)
-                if both and all(_number(x) for x in [*have, *v]):
+            elif isinstance(have, list) and isinstance(v, list):
+                if all(_number(x) for x in [*have, *v]):
                     out[k] = sorted(set(have) | set(v))
-                elif have is None or v is None:
-                    out[k] = None
+            elif (isinstance(have, list) and v is None) or (have is None and isinstance(v, list)):
+                out[k] = None
             elif isinstance(v, dict) and isinstance(have, dict):
                 for n, x in v.items():
                     y = have.get(n)
