@@ -25,8 +25,10 @@ Per epoch (watermarks as in :mod:`fsstate.operators.base`, Spark's rules):
   tombstone.
 
 Open panes: every version's meta holds ``open_panes_us``, the ascending starts of the panes with
-live rows (a pane is added when written, removed when purged; at most ``OPEN_PANES_MAX``, else
-null, as in state written before it existed: then the summary is not used). An epoch in which no
+live rows (a pane is added when written, removed when purged; after a rescale, the union of the
+old partitions' summaries: a superset, which only costs scans that find nothing; at most
+``OPEN_PANES_MAX``, else null, as in state written before it existed: then the summary is not
+used). An epoch in which no
 open pane belongs to a window ending in ``(late, evict]`` emits nothing without scanning, and
 one with no open pane below the purge cutoff writes no tombstone: a partition without input
 whose windows are not due costs no read of its panes.

@@ -114,7 +114,10 @@ class RescaleResult:
 
 def merge_meta(metas: Iterable[dict[str, Any]]) -> dict[str, Any]:
     """The meta of one version across partitions: numbers by their maximum, dicts of numbers
-    by the maximum per key, anything else as the first partition has it; no writer."""
+    by the maximum per key, lists of numbers by their sorted union (a per-partition summary
+    such as the window operator's open panes becomes a superset for every new partition; a
+    partition without it, null, makes it null: not known), anything else as the first
+    partition has it; no writer."""
     out: dict[str, Any] = {}
     for meta in metas:
         for k, v in meta.items():
@@ -125,6 +128,11 @@ def merge_meta(metas: Iterable[dict[str, Any]]) -> dict[str, Any]:
                 out[k] = dict(v) if isinstance(v, dict) else v
             elif _number(v) and _number(have):
                 out[k] = max(have, v)
+            elif isinstance(have, list) and isinstance(v, list):
+                if all(_number(x) for x in [*have, *v]):
+                    out[k] = sorted(set(have) | set(v))
+            elif (isinstance(have, list) and v is None) or (have is None and isinstance(v, list)):
+                out[k] = None
             elif isinstance(v, dict) and isinstance(have, dict):
                 for n, x in v.items():
                     y = have.get(n)

@@ -353,3 +353,15 @@ def test_rescale_as_a_later_version_continues_from_it(tmp_path: Path) -> None:
     store.close()
     with pytest.raises(ConfigError):
         rescale(fileio, OP, partitions=3, keys=["k"], partition_of=by_k(3), version=v, as_version=0)
+
+
+def test_merge_meta_unions_lists_of_numbers() -> None:
+    """Per-partition summaries (the window operator's open panes) merge to their union, so
+    every new partition's summary covers the panes it may hold; a partition without one makes
+    the merged one unknown."""
+    from fsstate.store.rescale import merge_meta
+
+    merged = merge_meta([{"open_panes_us": [10, 30], "w": 1}, {"open_panes_us": [20, 10], "w": 5}])
+    assert merged == {"open_panes_us": [10, 20, 30], "w": 5}
+    assert merge_meta([{"open_panes_us": [10]}, {"open_panes_us": None}]) == {"open_panes_us": None}
+    assert merge_meta([{"open_panes_us": None}, {"open_panes_us": [10]}]) == {"open_panes_us": None}
