@@ -26,8 +26,8 @@ demo: $(STAMP)  ## run the streaming demo with tiered state on local files
 demo-s3: $(STAMP)  ## the demo with its state on a local S3 server (started and stopped)
 	$(PY) -m examples.demo_s3
 
-test: $(STAMP)  ## run every test (engine and Spark suites), two at a time
-	$(PY) -m pytest -q -n 2 --dist loadfile tests
+test: $(STAMP)  ## run every test (engine and Spark suites)
+	$(PY) -m pytest -q tests
 
 test-engine: $(STAMP)  ## engine tests only, without the slow ones (subprocess jobs, large state)
 	$(PY) -m pytest -q tests -m "not spark and not slow"
