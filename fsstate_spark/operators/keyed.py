@@ -18,6 +18,7 @@ it); a yielded object of the wrong kind, or a frame missing an output column, ra
 
 from __future__ import annotations
 
+import abc
 import datetime as dt
 import decimal
 from collections.abc import Callable, Iterator
@@ -206,12 +207,16 @@ def merge_keys(
             yield key, sk, None, j
 
 
-class Output:
-    def add(self, item: Any) -> None:
-        raise NotImplementedError
+class Output(abc.ABC):
+    """What a processor's handler yields, gathered into one Arrow table of the output schema."""
 
+    @abc.abstractmethod
+    def add(self, item: Any) -> None:
+        """Take one yielded item (a pandas DataFrame or a Row)."""
+
+    @abc.abstractmethod
     def table(self) -> pa.Table:
-        raise NotImplementedError
+        """Everything added so far, as one table."""
 
 
 class RowOutput(Output):
