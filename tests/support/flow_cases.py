@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import datetime as dt
 import random
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,7 @@ from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
 from fsstate_spark import operators as ops
-from tests.support.spark_local import write_batches
+from tests.support.spark_local import session_conf, write_batches
 
 SCHEMA = "k string, t bigint, v bigint, id string"
 KEYS = ["a", "b", "c", "d", None]
@@ -68,15 +68,10 @@ def row_key(row: tuple[Any, ...]) -> tuple[Any, ...]:
     return tuple((v is None, repr(v)) for v in row)
 
 
-@contextmanager
-def no_data_batches_off(spark: SparkSession) -> Iterator[None]:
-    key = "spark.sql.streaming.noDataMicroBatches.enabled"
-    old = spark.conf.get(key)
-    spark.conf.set(key, "false")
-    try:
-        yield
-    finally:
-        spark.conf.set(key, old)
+def no_data_batches_off(spark: SparkSession) -> AbstractContextManager[None]:
+    """No no-data micro-batches for a block (Spark's operators then emit what the watermark
+    closed in the next batch with data, as the flow driver does)."""
+    return session_conf(spark, **{"spark.sql.streaming.noDataMicroBatches.enabled": "false"})
 
 
 class Case:

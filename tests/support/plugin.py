@@ -83,6 +83,40 @@ def spark() -> Iterator[SparkSession]:
     session.stop()
 
 
+# settings of the shared session every later test depends on (checked around every Spark test)
+KEPT_CONF = (
+    "spark.sql.shuffle.partitions",
+    "spark.sql.streaming.noDataMicroBatches.enabled",
+    "spark.fsstate.memoryLimit",
+    "spark.fsstate.stateUri",
+)
+
+
+@pytest.fixture(autouse=True)
+def _session_conf_kept(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A Spark test leaves the shared session's settings as it found them: a test that changed
+    one (``spark.conf.unset`` falls back to Spark's default, 200 shuffle partitions, not the
+    session's 2) fails, and the settings are put back for the tests after it."""
+    if "spark" not in request.fixturenames:
+        yield
+        return
+    session = request.getfixturevalue("spark")
+    before = {k: session.conf.get(k, None) for k in KEPT_CONF}
+    yield
+    after = {k: session.conf.get(k, None) for k in KEPT_CONF}
+    changed = {k: (before[k], after[k]) for k in KEPT_CONF if before[k] != after[k]}
+    for key, (old, _) in changed.items():
+        if old is None:
+            session.conf.unset(key)
+        else:
+            session.conf.set(key, old)
+    if changed:
+        pytest.fail(
+            f"the test changed the shared SparkSession's settings {changed} (was, now): use "
+            "tests.support.spark_local.session_conf"
+        )
+
+
 @pytest.fixture(scope="session")
 def pyfiles(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The --py-files zip of fsstate and fsstate_spark."""

@@ -17,7 +17,8 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +60,32 @@ def local_session(app_name: str, **overrides: str) -> SparkSession:
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+@contextmanager
+def session_conf(spark: SparkSession, **settings: str | None) -> Iterator[None]:
+    """Set SQL confs of ``spark`` for a block, then put back exactly what was there.
+
+    Pass the keys as a dict (``session_conf(spark, **{"spark.sql.shuffle.partitions": "3"})``);
+    a value of None unsets the key for the block.
+    ``spark.conf.unset`` alone is no restore: it falls back to Spark's default (200 shuffle
+    partitions), not to the session's value from ``conf/spark-defaults.conf``, and every later
+    test of the shared session would run 100 times the tasks.
+    """
+    old = {k: spark.conf.get(k, None) for k in settings}  # None: not set
+    try:
+        for key, value in settings.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
+        yield
+    finally:
+        for key, value in old.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
 
 
 def write_batches(directory: str | Path, batches: Sequence[Iterable[dict[str, Any]]]) -> None:

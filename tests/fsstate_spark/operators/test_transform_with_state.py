@@ -49,6 +49,7 @@ from tests.support.processors import (
     RowCounter,
     TtlTimers,
 )
+from tests.support.spark_local import session_conf
 from tests.support.stream import StreamRunner
 
 pytestmark = pytest.mark.spark
@@ -56,13 +57,8 @@ pytestmark = pytest.mark.spark
 
 @pytest.fixture
 def no_data_batches_off(spark: SparkSession) -> Iterator[None]:
-    key = "spark.sql.streaming.noDataMicroBatches.enabled"
-    old = spark.conf.get(key)
-    spark.conf.set(key, "false")
-    try:
+    with session_conf(spark, **{"spark.sql.streaming.noDataMicroBatches.enabled": "false"}):
         yield
-    finally:
-        spark.conf.set(key, old)
 
 
 def _both(

@@ -28,6 +28,7 @@ from fsstate.inspect import find_stores
 from fsstate_spark import register_sources, tiered
 from fsstate_spark.settings import default_state_uri, spark_settings
 from tests.support.inspect_processors import LEDGER_SCHEMA, NOOP, Ledger
+from tests.support.spark_local import session_conf
 from tests.support.stream import StreamRunner
 
 KEYS = ["a", "b", "c", "d", "e"]
@@ -240,8 +241,7 @@ def test_metadata_and_partition_pushdown(
     everything = _read(spark, checkpoint, "total")
     target = min(partitions)
     key = "spark.sql.python.filterPushdown.enabled"
-    spark.conf.set(key, "true")
-    try:
+    with session_conf(spark, **{key: "true"}):
         register_sources(spark)
         df = (
             spark.read.format("fsstate")
@@ -253,9 +253,7 @@ def test_metadata_and_partition_pushdown(
         assert df.rdd.getNumPartitions() == 1  # the other stores were pruned
         got = sorted((r.key.k, r.value.n) for r in df.collect())
         assert got == sorted((r.key.k, r.value.n) for r in everything if r.partition_id == target)
-    finally:
-        spark.conf.unset(key)
-        register_sources(spark)
+    register_sources(spark)
 
 
 def test_bad_options_raise_typed_errors(

@@ -19,7 +19,7 @@ from tests.support.processors import (
     KitchenSink,
     RowCounter,
 )
-from tests.support.spark_local import write_batches
+from tests.support.spark_local import session_conf, write_batches
 
 ROWS = [
     [{"k": "a", "v": 1}, {"k": "b", "v": 2}, {"k": "a", "v": 4}],
@@ -64,16 +64,13 @@ def test_bad_settings_fail_at_tiered(spark: SparkSession, tmp_path: Path) -> Non
         tiered(KitchenSink(), state_uri=good, retain_versions=0)
     with pytest.raises(ConfigError, match="unknown"):
         tiered(KitchenSink(), state_uri=good, no_such_setting=1)
-    spark.conf.set("spark.fsstate.memoryLimit", "not-a-size")
-    try:
+    with session_conf(spark, **{"spark.fsstate.memoryLimit": "not-a-size"}):
         with pytest.raises(ConfigError, match="memory_limit"):
             tiered(KitchenSink(), state_uri=good)
         # an argument wins over the Spark setting
         assert tiered(KitchenSink(), state_uri=good, memory_limit="64MiB").config.memory_limit_bytes
-    finally:
-        spark.conf.unset("spark.fsstate.memoryLimit")
-    spark.conf.set("spark.fsstate.stateUri", good)
-    try:
+    conf = {"spark.fsstate.stateUri": good, "spark.fsstate.fsync": None}
+    with session_conf(spark, **conf):
         processor = tiered(KitchenSink(), name="sink.v2")
         assert processor.config.state_uri == good
         assert processor.config.name == "sink.v2"
@@ -84,9 +81,6 @@ def test_bad_settings_fail_at_tiered(spark: SparkSession, tmp_path: Path) -> Non
         spark.conf.set("spark.fsstate.fsync", "maybe")
         with pytest.raises(ConfigError, match="fsync"):
             tiered(KitchenSink())
-    finally:
-        spark.conf.unset("spark.fsstate.stateUri")
-        spark.conf.unset("spark.fsstate.fsync")
 
 
 def _two_operators(spark: SparkSession, tmp_path: Path, names: tuple[str | None, str | None]):

@@ -24,32 +24,29 @@ from fsstate.storage.fileio import FileIO
 from fsstate.store.layout import in_force, read_layouts
 from fsstate_spark import tiered
 from tests.support.processors import INPUT_SCHEMA, RowCounter
-from tests.support.spark_local import write_batches
+from tests.support.spark_local import session_conf, write_batches
 
 
 def _run(spark: SparkSession, root: Path, ckpt: Path, state: Path, parts: int) -> list[Any]:
     rows: list[Any] = []
-    spark.conf.set("spark.sql.shuffle.partitions", str(parts))
     reader = spark.readStream.schema(INPUT_SCHEMA).option("maxFilesPerTrigger", 1)
     df = reader.json(str(root / "in"))
-    query = (
-        df.groupBy("k")
-        .transformWithState(
-            tiered(RowCounter(), state_uri=str(state)),
-            "k STRING, count BIGINT, recent STRING, seen STRING",
-            "Update",
-            "None",
+    with session_conf(spark, **{"spark.sql.shuffle.partitions": str(parts)}):
+        query = (
+            df.groupBy("k")
+            .transformWithState(
+                tiered(RowCounter(), state_uri=str(state)),
+                "k STRING, count BIGINT, recent STRING, seen STRING",
+                "Update",
+                "None",
+            )
+            .writeStream.foreachBatch(lambda d, b: rows.extend(d.collect()))
+            .option("checkpointLocation", str(ckpt))
+            .outputMode("update")
+            .trigger(availableNow=True)
+            .start()
         )
-        .writeStream.foreachBatch(lambda d, b: rows.extend(d.collect()))
-        .option("checkpointLocation", str(ckpt))
-        .outputMode("update")
-        .trigger(availableNow=True)
-        .start()
-    )
-    try:
         query.awaitTermination(300)
-    finally:
-        spark.conf.unset("spark.sql.shuffle.partitions")
     return rows
 
 
