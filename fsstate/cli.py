@@ -25,18 +25,14 @@ Invariants:
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 try:
     import click
-    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-    from rich.table import Table
 except ImportError as exc:  # pragma: no cover - the cli extra is missing
     raise SystemExit(
         f"fsstate's command line needs click and rich ({exc}): pip install 'fsstate[cli]'"
@@ -45,15 +41,14 @@ except ImportError as exc:  # pragma: no cover - the cli extra is missing
 import pyarrow as pa
 
 from fsstate.config import StoreConfig
-from fsstate.errors import ConfigError, FsStateError
+from fsstate.console import CommandEnv, ErrorsAsOneLine, Failed, option_pairs, rich_table
+from fsstate.errors import ConfigError
 from fsstate.format.schema import KIND_LIST
-from fsstate.inspect.catalog import StoreRef, find_stores, read_store_manifest
+from fsstate.inspect.catalog import StoreRef, read_store_manifest
 from fsstate.inspect.changes import diff_tables
 from fsstate.inspect.snapshot import Snapshot
 from fsstate.inspect.verify import verify_stores
-from fsstate.storage.backend import is_panic
 from fsstate.storage.fileio import FileIO
-from fsstate.storage.location import Location
 from fsstate.store import PartitionStore
 from fsstate.store.identity import WRITER_META
 from fsstate.store.retention import Retention
@@ -62,121 +57,6 @@ __all__ = ["cli", "main"]
 
 
 log = logging.getLogger("fsstate")
-
-
-class _Failed(click.ClickException):
-    """An error shown as one line (``Error: ...``) on stderr, exit code 2."""
-
-    exit_code = 2
-
-    def __init__(self, message: str) -> None:
-        super().__init__(" ".join(message.split()))
-
-
-class _Group(click.Group):
-    """Turns every error into one line on stderr and exit code 2 (click's own usage errors and
-    exits pass through)."""
-
-    def invoke(self, ctx: click.Context) -> Any:
-        try:
-            return super().invoke(ctx)
-        except (click.ClickException, click.exceptions.Exit, click.Abort):
-            raise
-        except FsStateError as exc:
-            log.debug("%s", type(exc).__name__, exc_info=True)
-            raise _Failed(f"{type(exc).__name__}: {exc}") from None
-        except Exception as exc:
-            raise _unexpected(exc) from None
-        except BaseException as exc:  # the object store client's panic, not an exit
-            if not is_panic(exc):
-                raise
-            raise _unexpected(exc) from None
-
-
-def _unexpected(exc: BaseException) -> _Failed:
-    log.debug("unexpected %s", type(exc).__name__, exc_info=True)
-    text = " ".join(str(exc).split())
-    return _Failed(
-        f"unexpected {type(exc).__name__}: {text[:300]} (a bug in fsstate: please report it "
-        "with the output of the same command with --debug before the command name)"
-    )
-
-
-class _Env:
-    def __init__(self, as_json: bool, options: dict[str, str]) -> None:
-        self.as_json = as_json
-        self.options = options
-        self.out = Console(soft_wrap=False, width=200 if not sys.stdout.isatty() else None)
-        self.err = Console(stderr=True)
-
-    def fileio(self, uri: str) -> FileIO:
-        return FileIO(Location.parse(uri, self.options))
-
-    def stores(
-        self,
-        fileio: FileIO,
-        query: str | None,
-        operator: str | None,
-        partition: int | None = None,
-    ) -> list[StoreRef]:
-        found = find_stores(fileio, prefix=query, operator=operator, partition=partition)
-        if not found:
-            what = " ".join(
-                f"{k}={v!r}"
-                for k, v in (("query", query), ("operator", operator), ("partition", partition))
-                if v is not None
-            )
-            raise _Failed(
-                f"no committed state under {fileio.describe('')}"
-                + (f" matching {what}" if what else "")
-                + "; give the state root of a query (its state_uri) or run `fsstate list`"
-            )
-        return found
-
-    def emit(self, doc: Any, table: Table | None) -> None:
-        if self.as_json:
-            click.echo(json.dumps(doc, indent=2, default=str))
-        elif table is not None:
-            self.out.print(table)
-
-    @contextmanager
-    def progress(self, label: str, total: int | None) -> Iterator[Callable[[int], None]]:
-        """A progress bar on stderr (only on a terminal, never with --json)."""
-        disable = self.as_json or not self.err.is_terminal
-        bar = Progress(
-            TextColumn(label),
-            BarColumn(),
-            MofNCompleteColumn(),
-            console=self.err,
-            transient=True,
-            disable=disable,
-        )
-        with bar:
-            task = bar.add_task(label, total=total)
-
-            def step(n: int = 1) -> None:
-                bar.advance(task, n)
-
-            yield step
-
-
-def _option_pairs(values: tuple[str, ...]) -> dict[str, str]:
-    out = {}
-    for v in values:
-        name, sep, value = v.partition("=")
-        if not sep or not name:
-            raise click.BadParameter(f"{v!r}: write name=value", param_hint="-o/--option")
-        out[name.strip()] = value
-    return out
-
-
-def _table(title: str, columns: list[str], rows: list[list[Any]]) -> Table:
-    t = Table(title=title, title_justify="left", min_width=len(title) + 4)
-    for c in columns:
-        t.add_column(c, overflow="fold")
-    for r in rows:
-        t.add_row(*["" if v is None else str(v) for v in r])
-    return t
 
 
 def _span(versions: tuple[int, ...] | list[int]) -> str:
@@ -189,7 +69,7 @@ _partition = click.option("--partition", "-p", type=int, help="Only this partiti
 _root = click.argument("root")
 
 
-@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=ErrorsAsOneLine, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
 @click.option(
     "--debug",
@@ -220,7 +100,7 @@ def cli(ctx: click.Context, as_json: bool, debug: bool, options: tuple[str, ...]
             log.setLevel(level)
 
         ctx.call_on_close(restore)
-    ctx.obj = _Env(as_json, _option_pairs(options))
+    ctx.obj = CommandEnv(as_json, option_pairs(options))
 
 
 @cli.command("list")
@@ -228,7 +108,7 @@ def cli(ctx: click.Context, as_json: bool, debug: bool, options: tuple[str, ...]
 @_query
 @_operator
 @click.pass_obj
-def list_cmd(env: _Env, root: str, query: str | None, operator: str | None) -> None:
+def list_cmd(env: CommandEnv, root: str, query: str | None, operator: str | None) -> None:
     """Operators under ROOT with their partitions and committed versions."""
     stores = env.stores(env.fileio(root), query, operator)
     groups: dict[tuple[str, str], list[StoreRef]] = {}
@@ -260,7 +140,7 @@ def list_cmd(env: _Env, root: str, query: str | None, operator: str | None) -> N
         for d in doc
     ]
     cols = ["query", "operator", "partitions", "min version", "max version", "retained"]
-    env.emit(doc, _table(f"state under {root}", cols, rows))
+    env.emit(doc, rich_table(f"state under {root}", cols, rows))
 
 
 @cli.command()
@@ -271,7 +151,7 @@ def list_cmd(env: _Env, root: str, query: str | None, operator: str | None) -> N
 @click.option("--live-rows", is_flag=True, help="Also count live rows (reads every table).")
 @click.pass_obj
 def stats(
-    env: _Env,
+    env: CommandEnv,
     root: str,
     query: str | None,
     operator: str | None,
@@ -343,7 +223,7 @@ def stats(
         + ([d["live_rows"]] if live_rows else [])
         for d in doc
     ]
-    env.emit(doc, _table(f"state under {root}", cols, rows))
+    env.emit(doc, rich_table(f"state under {root}", cols, rows))
     if not env.as_json:
         env.err.print(
             "stored rows count every row version on storage (shadowed and deleted "
@@ -352,7 +232,7 @@ def stats(
 
 
 def _read_all(
-    env: _Env,
+    env: CommandEnv,
     fileio: FileIO,
     stores: list[StoreRef],
     state: str,
@@ -374,13 +254,13 @@ def _read_all(
     return pa.concat_tables(parts, promote_options="permissive")
 
 
-def _print_rows(env: _Env, title: str, table: pa.Table, limit: int) -> None:
+def _print_rows(env: CommandEnv, title: str, table: pa.Table, limit: int) -> None:
     shown = table.slice(0, limit) if limit >= 0 else table
     if env.as_json:
         env.emit({"rows": table.num_rows, "shown": shown.to_pylist()}, None)
         return
     rows = [[r[c] for c in table.column_names] for r in shown.to_pylist()]
-    env.out.print(_table(title, table.column_names, rows))
+    env.out.print(rich_table(title, table.column_names, rows))
     more = table.num_rows - shown.num_rows
     env.err.print(f"{table.num_rows} rows" + (f" ({more} not shown: --limit)" if more else ""))
 
@@ -397,7 +277,7 @@ def _print_rows(env: _Env, title: str, table: pa.Table, limit: int) -> None:
 @click.option("--expiry", is_flag=True, help="Add each row's expiry time (_expires_at_ms).")
 @click.pass_obj
 def show(
-    env: _Env,
+    env: CommandEnv,
     root: str,
     operator: str,
     state: str,
@@ -436,7 +316,7 @@ def show(
 @click.option("--limit", "-n", type=int, default=20, show_default=True, help="Rows shown; -1 all.")
 @click.pass_obj
 def diff(
-    env: _Env,
+    env: CommandEnv,
     root: str,
     operator: str,
     state: str,
@@ -469,7 +349,7 @@ def diff(
 def _one_query(stores: list[StoreRef]) -> list[StoreRef]:
     queries = sorted({s.prefix for s in stores})
     if len(queries) > 1:
-        raise _Failed(f"the operator is in several queries {queries}: pick one with --query")
+        raise Failed(f"the operator is in several queries {queries}: pick one with --query")
     return stores
 
 
@@ -480,7 +360,7 @@ def _one_query(stores: list[StoreRef]) -> list[StoreRef]:
 @click.option("--latest-only", is_flag=True, help="Check only each store's newest version.")
 @click.pass_obj
 def verify(
-    env: _Env, root: str, query: str | None, operator: str | None, latest_only: bool
+    env: CommandEnv, root: str, query: str | None, operator: str | None, latest_only: bool
 ) -> None:
     """Check every file the retained versions reference: checksums, sizes, row counts."""
     fileio = env.fileio(root)
@@ -544,7 +424,7 @@ def verify(
 @click.option("--retain", type=int, help="Also drop versions older than the newest N.")
 @click.pass_obj
 def gc(
-    env: _Env,
+    env: CommandEnv,
     root: str,
     query: str | None,
     operator: str | None,
@@ -588,7 +468,7 @@ def gc(
         for d in doc
     ]
     cols = ["query", "operator", "partition", "versions dropped", "orphan files deleted"]
-    env.emit(doc, _table(f"gc of {root}", cols, rows))
+    env.emit(doc, rich_table(f"gc of {root}", cols, rows))
 
 
 @cli.command()
@@ -598,7 +478,7 @@ def gc(
 @_partition
 @click.pass_obj
 def compact(
-    env: _Env, root: str, query: str | None, operator: str | None, partition: int | None
+    env: CommandEnv, root: str, query: str | None, operator: str | None, partition: int | None
 ) -> None:
     """Merge each table's runs into one and publish that as the next version.
 
@@ -655,7 +535,7 @@ def compact(
         for d in doc
     ]
     cols = ["query", "operator", "partition", "new version", "runs before", "runs after", "bytes"]
-    env.emit(doc, _table(f"compaction of {root}", cols, rows))
+    env.emit(doc, rich_table(f"compaction of {root}", cols, rows))
 
 
 def main() -> None:

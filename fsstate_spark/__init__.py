@@ -8,6 +8,8 @@
       df.groupBy("key").transformWithStateInPandas(
           tiered(MyProcessor()), output_schema, "Update", "ProcessingTime")
 
+  A stopped tiered query changes its partition count with :func:`rescale_query` (or
+  ``python -m fsstate_spark rescale``).
 * the flow driver (:mod:`fsstate_spark.operators`, ``from fsstate_spark import operators as
   ops``): windows, joins, dedup, retractions and user processors over whole Arrow batches;
 * the state sources (:mod:`fsstate_spark.sources`): :func:`register_sources` registers
@@ -33,11 +35,18 @@ from fsstate_spark.state.handles import (
     TieredMapState,
     TieredValueState,
 )
-from fsstate_spark.tiered import TieredConfig, TieredProcessor, tiered
+from fsstate_spark.tiered import (
+    QueryRescale,
+    TieredConfig,
+    TieredProcessor,
+    rescale_query,
+    tiered,
+)
 
 __all__ = [
     "EmptyListError",
     "NoGroupingKeyError",
+    "QueryRescale",
     "StateSummary",
     "TieredConfig",
     "TieredHandle",
@@ -46,6 +55,7 @@ __all__ = [
     "TieredProcessor",
     "TieredValueState",
     "register_sources",
+    "rescale_query",
     "state_summary",
     "tiered",
 ]

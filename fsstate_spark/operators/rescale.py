@@ -7,13 +7,12 @@ state at version ``b - 1`` (the version batch ``b`` starts from, whatever Spark 
 
 Invariants:
 
-* A row's new partition is computed by Spark itself (:func:`spark_partitioner`): the key columns,
-  as the state holds them, become a DataFrame (Arrow to Spark types, the same conversion the
-  stage's input schema came from) and ``pmod(hash(keys...), M)`` is evaluated on it: the
-  expression the driver puts on every row and the one ``repartition(M, *keys)`` shuffles by,
-  so rescaled keys are where the next batch's shuffle sends their rows. No Python
-  re-implementation of Spark's hash exists to drift. A keyless stage's state goes to partition
-  0, where the driver's literal key sends its rows.
+* A row's new partition is computed by Spark itself
+  (:func:`fsstate_spark.state.partitioning.spark_partitioner`): ``pmod(hash(keys...), M)``
+  evaluated on the key columns as the state holds them, the expression the driver puts on
+  every row and the one ``repartition(M, *keys)`` shuffles by, so rescaled keys are where the
+  next batch's shuffle sends their rows. A keyless stage's state goes to partition 0, where
+  the driver's literal key sends its rows.
 * Atomic and re-runnable as :mod:`fsstate.store.rescale` is: a driver killed during a rescale
   leaves the old generation in force, and the restarted query rescales again.
 * Cost: one small Spark job per key range read (:data:`fsstate.store.rescale.CHUNK_BYTES` of
@@ -24,44 +23,20 @@ Invariants:
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-import pyarrow as pa
 from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
 
 from fsstate.storage.fileio import FileIO
 from fsstate.store.layout import Layout
 from fsstate.store.rescale import RescaleProgress, rescale
 from fsstate_spark.operators.settings import FlowSettings
+from fsstate_spark.state.partitioning import spark_partitioner
 
-__all__ = ["rescale_stage", "spark_partitioner"]
+__all__ = ["rescale_stage"]
 
 log = logging.getLogger(__name__)
-_INDEX = "_fsstate_row"
-
-
-def spark_partitioner(
-    spark: SparkSession, keys: Sequence[str], partitions: int
-) -> Callable[[pa.Table], np.ndarray]:
-    """A ``partition_of`` for :func:`fsstate.store.rescale.rescale`: each key row's partition
-    as Spark's hash partitioning into ``partitions`` computes it (see the module docstring)."""
-
-    def partition_of(key_table: pa.Table) -> np.ndarray:
-        n = key_table.num_rows
-        if not n:
-            return np.zeros(0, dtype=np.int64)
-        indexed = key_table.append_column(_INDEX, pa.array(np.arange(n, dtype=np.int64)))
-        df = spark.createDataFrame(indexed)
-        where = F.pmod(F.hash(*[F.col(k) for k in keys]), F.lit(partitions)).cast("long")
-        got = df.select(F.col(_INDEX), where.alias("p")).toArrow()
-        out = np.empty(n, dtype=np.int64)
-        out[got.column(_INDEX).to_numpy()] = got.column("p").to_numpy()
-        return out
-
-    return partition_of
 
 
 def rescale_stage(

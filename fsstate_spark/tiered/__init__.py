@@ -10,13 +10,16 @@ Usage::
 Layers, top down: :mod:`~fsstate_spark.tiered.processor` (the proxy Spark runs),
 :mod:`~fsstate_spark.tiered.lifecycle` (which store a task opens and when it commits),
 :mod:`~fsstate_spark.tiered.bounded` (in-memory state without micro-batches) and
-:mod:`~fsstate_spark.tiered.settings` (:class:`TieredConfig`). The handles the user's processor
+:mod:`~fsstate_spark.tiered.settings` (:class:`TieredConfig`); beside the proxy,
+:mod:`~fsstate_spark.tiered.rescale` changes a stopped query's partition count
+(:func:`rescale_query`). The handles the user's processor
 gets are the shared Spark-shaped state API of :mod:`fsstate_spark.state`. Timers stay with Spark.
 """
 
 from __future__ import annotations
 
 from fsstate_spark.tiered.processor import TieredProcessor, tiered
+from fsstate_spark.tiered.rescale import QueryRescale, rescale_query
 from fsstate_spark.tiered.settings import TieredConfig
 
-__all__ = ["TieredConfig", "TieredProcessor", "tiered"]
+__all__ = ["QueryRescale", "TieredConfig", "TieredProcessor", "rescale_query", "tiered"]

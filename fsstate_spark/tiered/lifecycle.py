@@ -22,12 +22,19 @@ Rules that follow (the invariants of this module):
   a copy whose version was re-committed by another attempt is never advanced.
 * The partition count of a tiered operator's state is recorded with it, once
   (``<state_uri>/<q>/<name>/operator.json``, put-if-absent: :mod:`fsstate.store.layout`'s
-  generation 0), from the task's ``spark.sql.shuffle.partitions`` (:class:`TaskInfo`); a task
-  that finds another count raises :class:`fsstate.errors.PartitionCountError` before its store
-  is opened, so nothing is read or written with keys in the wrong partitions. Checked once per
-  process, query run and count (1 conditional PUT, and 1 LIST + GETs if the record exists);
-  skipped if the task does not know its count. State written before the record existed gets
-  the count of the first run that records it.
+  generation 0), from the task's ``spark.sql.shuffle.partitions`` (:class:`TaskInfo`); a
+  rescale (:mod:`fsstate_spark.tiered.rescale`) adds a generation with another count. A task
+  opens its store in the generation in force at ``b - 1``, and one that finds another count
+  there raises :class:`fsstate.errors.PartitionCountError` before its store is opened, so
+  nothing is read or written with keys in the wrong partitions. Resolved once per process,
+  query run and count (1 conditional PUT, and 1 GET + 1 LIST + a GET per rescale if the record
+  exists). State written before the record existed gets the count of the first run that
+  records it; a task that does not know its count skips the check (and reads the generations).
+* Every tiered processor declares one state variable of Spark's own, :data:`SPARK_MARKER`,
+  never written: Spark's offline repartition of a checkpoint
+  (``spark._streamingCheckpointManager.repartition``) needs the operator's store to hold a
+  state variable, and the rescale finds tiered operators (and their grouping key's Spark types)
+  in the checkpoint by it.
 * Driver (no TaskContext): an in-memory store, nothing opened on storage.
 * Bounded input (no batch id): an in-memory store that keeps only the current key's state.
 """
@@ -49,6 +56,8 @@ from fsstate_spark.tiered.bounded import MemoryStore
 from fsstate_spark.tiered.settings import TieredConfig
 
 StoreKey = tuple[str, str, int]
+SPARK_MARKER = "_fsstate_tiered"  # the state variable every tiered processor declares in Spark
+SPARK_MARKER_SCHEMA = "present BOOLEAN"
 
 
 StoreOutcome = Outcome  # how a streaming task got its store (fsstate.store.pool.Outcome)
@@ -69,7 +78,8 @@ class StoreCache:
         # cumulative wall seconds of this process's streaming tasks (benchmarks, diagnostics)
         self.acquire_s = 0.0  # getting the store (reuse, catch-up or open)
         self.finish_s = 0.0  # TTL cleanup, commit and handing the store back
-        self._checked: set[tuple[str, str, str | None, int]] = set()  # partition counts seen
+        # the generation in force per (root, name, run, count): resolved once per query run
+        self._layouts: dict[tuple[str, str, str | None, int | None], Layout] = {}
 
     @property
     def hits(self) -> int:
@@ -104,9 +114,11 @@ class StoreCache:
         want = task.batch_id - 1 if task.batch_id > 0 else None
         fileio = fileio_for(query_root(config, task.query_id), config.store.fsync)
         self.pool.max_idle = config.max_cached_stores
-        self.check_partitions(fileio, config, task)
+        layout = self.layout_for(fileio, config, task)
         try:
-            return self.pool.acquire(fileio, config.name, task.partition, want, config.store)
+            return self.pool.acquire(
+                fileio, config.name, task.partition, want, config.store, layout.dir
+            )
         except VersionNotFoundError as exc:
             raise VersionNotFoundError(
                 f"fsstate has no committed state for query {task.query_id}, operator "
@@ -116,33 +128,40 @@ class StoreCache:
                 f"with a new checkpoint. ({exc})"
             ) from exc
 
-    def check_partitions(self, fileio: FileIO, config: TieredConfig, task: TaskInfo) -> None:
-        """Record the state's partition count, or check the task's against it (see the
-        module docstring).
+    def layout_for(self, fileio: FileIO, config: TieredConfig, task: TaskInfo) -> Layout:
+        """The layout generation the task's store is in (recording the partition count first,
+        or checking the task's against it; see the module docstring).
 
         Raises:
-            PartitionCountError: the state was written with another partition count.
+            PartitionCountError: the state at ``b - 1`` was written with another count.
         """
         n = task.partitions
-        if n is None:
-            return
         key = (fileio.describe(""), config.name, task.run_id, n)
-        if key in self._checked:
-            return
-        if not publish_layout(fileio, config.name, Layout(0, n, kind="tiered")):
-            have = in_force(read_layouts(fileio, config.name))
-            if have.partitions is not None and have.partitions != n:
-                raise PartitionCountError(
-                    f"the tiered state of {config.name!r} (query {task.query_id}) was written "
-                    f"with {have.partitions} partitions "
-                    f"({fileio.describe(record_path(config.name, 0))}); this run of the query "
-                    f"has {n} (spark.sql.shuffle.partitions, which Spark restores from the "
-                    "checkpoint's offsets log). Keys would meet other keys' state: nothing was "
-                    "read or written. Rescaling tiered() state is not supported yet: run the "
-                    f"query with {have.partitions} partitions (undo the checkpoint's "
-                    "repartition), or start it with a new checkpoint and state location"
-                )
-        self._checked.add(key)
+        have = self._layouts.get(key)
+        if have is not None:
+            return have
+        first = Layout(0, n, kind="tiered")
+        if n is not None and publish_layout(fileio, config.name, first):
+            have = first  # the first record: no rescale can exist before it
+        else:
+            assert task.batch_id is not None
+            want = task.batch_id - 1 if task.batch_id > 0 else None
+            have = in_force(read_layouts(fileio, config.name), want)
+        if n is not None and have.partitions is not None and have.partitions != n:
+            where = fileio.describe(record_path(config.name, have.generation))
+            raise PartitionCountError(
+                f"the tiered state of {config.name!r} (query {task.query_id}) has "
+                f"{have.partitions} partitions ({where}); this run of the query has {n} "
+                "(spark.sql.shuffle.partitions, which Spark restores from the checkpoint's "
+                "offsets log). Keys would meet other keys' state: nothing was read or written. "
+                "To change the partition count of a tiered() query, stop it and rescale "
+                "Spark's checkpoint and fsstate's state together: "
+                "fsstate_spark.rescale_query(spark, <checkpoint>, partitions) or "
+                "`python -m fsstate_spark rescale <checkpoint> <partitions>` (if only Spark's "
+                "checkpoint was repartitioned, that moves fsstate's state to match it)"
+            )
+        self._layouts[key] = have
+        return have
 
     def release(self, config: TieredConfig, task: TaskInfo, store: PartitionStore) -> None:
         """A task committed ``store``: keep it idle for the next batch (or close it)."""
@@ -150,8 +169,9 @@ class StoreCache:
         self.pool.release(store)
 
     def clear(self) -> None:
-        """Close and forget every store; reset the counters."""
+        """Close and forget every store and resolved generation; reset the counters."""
         self.pool.clear()
+        self._layouts.clear()
 
     def __len__(self) -> int:
         return len(self.pool)

@@ -16,6 +16,8 @@ Invariants:
 * ``close`` calls the user's ``close`` first, then runs TTL cleanup and commits. If anything
   raises, nothing is committed and the store stays dirty, so no later task reuses it.
 * Runtime objects (store, handle) are never pickled with the proxy.
+* In ``init``, before the user's processor, one state variable is declared with Spark's own
+  handle: :data:`fsstate_spark.tiered.lifecycle.SPARK_MARKER` (see there; never written).
 """
 
 from __future__ import annotations
@@ -37,7 +39,12 @@ from fsstate_spark.runtime import TaskInfo, TaskMode, current_task
 from fsstate_spark.state.handles import KeyBinding, TieredHandle, normalize_key
 from fsstate_spark.state.map_order import UNSAFEROW
 from fsstate_spark.tiered.bounded import MemoryStore
-from fsstate_spark.tiered.lifecycle import finish_store, open_store
+from fsstate_spark.tiered.lifecycle import (
+    SPARK_MARKER,
+    SPARK_MARKER_SCHEMA,
+    finish_store,
+    open_store,
+)
 from fsstate_spark.tiered.settings import TieredConfig, resolve_config
 
 
@@ -135,6 +142,9 @@ class TieredProcessor(StatefulProcessor):
     # -- Spark's StatefulProcessor API ---------------------------------------------------------
     def init(self, handle: StatefulProcessorHandle) -> None:
         """Open this task's store and initialize the user's processor with a tiered handle."""
+        # Spark's store of the operator holds one state variable of its own (never written),
+        # so that Spark's offline repartition and the rescale find the operator (lifecycle)
+        handle.getValueState(SPARK_MARKER, SPARK_MARKER_SCHEMA)
         task = current_task()
         store = open_store(self._config, task)
         # Spark's MapState order follows its state encoding; bounded input always uses

@@ -15,6 +15,7 @@ from pyspark.sql import SparkSession
 
 from examples.demo import make_clicks, run_demo_query
 from fsstate.cli import cli
+from tests.support.spark_local import session_conf
 
 
 def _cli(*args: str, code: int = 0) -> Any:
@@ -25,7 +26,9 @@ def _cli(*args: str, code: int = 0) -> Any:
 
 def test_cli_reads_the_demo_state(spark: SparkSession, tmp_path: Path) -> None:
     state = str(tmp_path / "state")
-    done, _ = run_demo_query(spark, tmp_path / "demo", state)
+    # the demo's query turns no-data micro-batches off in its session: only for this test
+    with session_conf(spark, **{"spark.sql.streaming.noDataMicroBatches.enabled": "false"}):
+        done, _ = run_demo_query(spark, tmp_path / "demo", state)
     assert len(done) == 4
     clicks = make_clicks()
 

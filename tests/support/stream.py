@@ -47,7 +47,7 @@ class StreamRunner:
         name: str | None = None,
         total_batches: int | None = None,
         input_schema: str = INPUT_SCHEMA,
-        key: str = "k",
+        key: str | Sequence[str] = "k",
         initial_state: Any = None,
         driver: bool = False,
         watermark: tuple[str, str] | None = None,
@@ -65,7 +65,7 @@ class StreamRunner:
             name: reuse input dir and checkpoint of an earlier run with this name (restart).
             total_batches: batch ids that are data batches (default: len(batches)).
             input_schema: DDL of the input rows.
-            key: grouping column.
+            key: grouping column(s).
             initial_state: grouped initial state (``initialState`` of transformWithState).
             driver: run the processor with fsstate's flow driver
                 (``ops.transform_with_state[_in_pandas]`` and ``ops.write_stream``) instead of
@@ -89,7 +89,7 @@ class StreamRunner:
         frame = self.frame(input_dir, input_schema)
         if watermark is not None:
             frame = frame.withWatermark(*watermark)
-        grouped = frame.groupBy(key)
+        grouped = frame.groupBy(*([key] if isinstance(key, str) else key))
         if driver:
             from fsstate_spark import operators as ops
 
@@ -131,6 +131,14 @@ class StreamRunner:
                     if time.monotonic() > deadline:
                         raise TimeoutError(f"query did not reach batch {last}")
                     time.sleep(0.2)
+                # the sink saw the last batch: let Spark record it as completed (its commit
+                # log, then its progress) before stopping, or a restart would run it again
+                while query.isActive and not any(
+                    int(p["batchId"]) >= last for p in query.recentProgress
+                ):
+                    if query.exception() is not None or time.monotonic() > deadline:
+                        break
+                    time.sleep(0.05)
         finally:
             query.stop()
         if query.exception() is not None:

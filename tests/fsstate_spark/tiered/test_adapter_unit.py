@@ -28,7 +28,7 @@ from fsstate_spark.pyfiles import build
 from fsstate_spark.state.handles import normalize_key
 from fsstate_spark.state.schemas import parse_ddl, to_arrow
 from fsstate_spark.tiered import processor as processor_module
-from fsstate_spark.tiered.lifecycle import TaskInfo, store_cache
+from fsstate_spark.tiered.lifecycle import SPARK_MARKER, SPARK_MARKER_SCHEMA, TaskInfo, store_cache
 
 
 class FakeClient:
@@ -36,11 +36,15 @@ class FakeClient:
 
 
 class FakeHandle(StatefulProcessorHandle):
-    """Stands in for Spark's handle: timers only."""
+    """Stands in for Spark's handle: timers, and the state variables declared with it."""
 
     def __init__(self) -> None:
         self._statefulProcessorApiClient: Any = FakeClient()
         self.timers: list[int] = []
+        self.declared: list[tuple[str, Any]] = []
+
+    def getValueState(self, stateName: str, schema: Any, ttlDurationMs: Any = None) -> Any:
+        self.declared.append((stateName, schema))
 
     def registerTimer(self, ts: int) -> None:
         self.timers.append(ts)
@@ -394,3 +398,14 @@ def test_hot_state_calls_are_key_cursor_methods(tmp_path: Path) -> None:
     binding.key = None
     with pytest.raises(NoGroupingKeyError):
         m.updateValue(("p",), (3,))
+
+
+def test_init_declares_spark_s_marker_state_before_the_user_s_state(
+    task: dict[str, TaskInfo], tmp_path: Path
+) -> None:
+    """Spark's offline repartition needs the operator's Spark store to hold a state variable:
+    every tiered processor declares one with Spark's handle, and only that one."""
+    task["now"] = TaskInfo("driver")
+    handle = FakeHandle()
+    tiered(Counter(), state_uri=str(tmp_path)).init(handle)
+    assert handle.declared == [(SPARK_MARKER, SPARK_MARKER_SCHEMA)]

@@ -78,6 +78,6 @@ def test_another_partition_count_fails_at_the_first_task_with_nothing_written(
     with pytest.raises(StreamingQueryException) as info:
         _run(spark, tmp_path, fresh, state, 3)
     message = str(info.value)
-    assert "PartitionCountError" in message and "written with 2 partitions" in message
-    assert "has 3" in message
+    assert "PartitionCountError" in message and "has 2 partitions" in message
+    assert "this run of the query has 3" in message and "rescale_query" in message
     assert _files(state) == before  # nothing written

@@ -1,0 +1,148 @@
+"""The ``fsstate-spark`` command line: steps on a stopped Spark query's state that need Spark.
+
+``python -m fsstate_spark --help`` or the ``fsstate-spark`` console script (``pip install
+'fsstate[spark,cli]'``). ``rescale CHECKPOINT PARTITIONS`` changes the partition count of a
+stopped ``tiered()`` query (:func:`fsstate_spark.tiered.rescale.rescale_query`): Spark's
+checkpoint and fsstate's state together, so the restarted query continues exactly. On a
+cluster, run it where the query's driver runs, with the same Spark settings (``--conf``, or
+under ``spark-submit`` with this module's file as the application).
+
+Invariants:
+
+* Errors, exit codes and progress as the ``fsstate`` command line's
+  (:mod:`fsstate.console`): one line on stderr and exit code 2 for any error, a progress bar
+  on a terminal, ``--json`` for scripts.
+* The SparkSession is the active one (tests, ``spark-submit``) or one built from ``--conf``
+  settings; the command never stops a session it did not build.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any
+
+try:
+    import click
+except ImportError as exc:  # pragma: no cover - the cli extra is missing
+    raise SystemExit(
+        f"fsstate-spark's command line needs click and rich ({exc}): pip install 'fsstate[cli]'"
+    ) from None
+
+from pyspark.sql import SparkSession
+
+from fsstate.console import CommandEnv, ErrorsAsOneLine, option_pairs, rich_table
+from fsstate.store.rescale import RescaleProgress
+from fsstate_spark.tiered.rescale import rescale_query
+
+__all__ = ["cli", "main"]
+
+log = logging.getLogger("fsstate_spark")
+
+
+class _SparkEnv(CommandEnv):
+    def __init__(self, as_json: bool, options: dict[str, str], conf: dict[str, str]) -> None:
+        super().__init__(as_json, options)
+        self.conf = conf
+
+    def session(self) -> tuple[SparkSession, bool]:
+        """The active session, or one built from ``--conf`` (True: built here)."""
+        active = SparkSession.getActiveSession()
+        if active is not None:
+            for key, value in self.conf.items():
+                active.conf.set(key, value)
+            return active, False
+        builder = SparkSession.builder.appName("fsstate-spark")
+        for key, value in self.conf.items():
+            builder = builder.config(key, value)
+        return builder.getOrCreate(), True
+
+
+@click.group(cls=ErrorsAsOneLine, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
+@click.option("--debug", is_flag=True, help="Log tracebacks to stderr.")
+@click.option(
+    "-o",
+    "--option",
+    "options",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="Object store setting of the state location (as tiered(storage_options=)), repeatable.",
+)
+@click.option(
+    "--conf",
+    "confs",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Spark setting of the session the command runs (as spark-submit --conf), repeatable.",
+)
+@click.version_option(package_name="fsstate")
+@click.pass_context
+def cli(
+    ctx: click.Context, as_json: bool, debug: bool, options: tuple[str, ...], confs: tuple[str, ...]
+) -> None:
+    """Steps on a stopped Spark streaming query's fsstate state that need Spark."""
+    if debug:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        for name in ("fsstate", "fsstate_spark"):
+            logging.getLogger(name).addHandler(handler)
+            logging.getLogger(name).setLevel(logging.DEBUG)
+
+        def restore() -> None:  # the command may run again in this process (tests)
+            for name in ("fsstate", "fsstate_spark"):
+                logging.getLogger(name).removeHandler(handler)
+
+        ctx.call_on_close(restore)
+    ctx.obj = _SparkEnv(as_json, option_pairs(options), option_pairs(confs))
+
+
+@cli.command()
+@click.argument("checkpoint")
+@click.argument("partitions", type=click.IntRange(min=1))
+@click.option("--state-uri", help="The query's tiered() state_uri (default: as tiered() finds it).")
+@click.pass_obj
+def rescale(env: _SparkEnv, checkpoint: str, partitions: int, state_uri: str | None) -> None:
+    """Change a stopped tiered() query's partition count to PARTITIONS.
+
+    CHECKPOINT is the query's checkpointLocation. Spark's checkpoint is repartitioned with
+    Spark's own offline repartition and the query's tiered state moved to match; start the
+    query again afterwards. Safe to run again if it was interrupted.
+    """
+    spark, built = env.session()
+    extra: dict[str, Any] = {"storage_options": env.options} if env.options else {}
+    try:
+        with env.progress("rescaling fsstate's state (old partitions)", None) as step:
+
+            def progress(p: RescaleProgress) -> None:
+                step(1)
+
+            result = rescale_query(
+                spark, checkpoint, partitions, state_uri=state_uri, progress=progress, **extra
+            )
+    finally:
+        if built:
+            spark.stop()
+    doc = {
+        "query": result.query_id,
+        "previous_partitions": result.previous,
+        "partitions": result.partitions,
+        "batch": result.batch,
+        "spark_repartitioned": result.spark_repartitioned,
+        "operators": [
+            {"operator": r.operator, "rows": r.rows, "generation": r.layout.generation}
+            for r in result.operators
+        ],
+    }
+    rows = [
+        [r.operator, r.previous.partitions, r.layout.partitions, r.rows] for r in result.operators
+    ]
+    title = f"query {result.query_id}: {result.previous} -> {result.partitions} partitions" + (
+        f" at batch {result.batch}" if result.batch is not None else " (nothing to do)"
+    )
+    env.emit(doc, rich_table(title, ["operator", "from", "to", "rows moved"], rows))
+
+
+def main() -> None:
+    """Entry point of the ``fsstate-spark`` console script and ``python -m fsstate_spark``."""
+    cli(prog_name="fsstate-spark")
