@@ -12,6 +12,8 @@ Invariants:
   exactly what the engine's reads return (:mod:`fsstate.inspect`).
 * ``gc`` deletes only what no retained manifest references and is older than the grace time
   (:mod:`fsstate.store.retention`); ``--retain`` also drops versions older than the window.
+  Then, per operator, the stores of layout generations a rescale superseded once no retained
+  version is in them, and directories of rescales that died (:mod:`fsstate.store.generations`).
 * ``compact`` publishes a new version, so it refuses stores a streaming writer owns (a tiered
   query or the operators' runner record one in the manifest): their version numbers are
   batch ids, and a version published beside them would be adopted by the next batch. Those
@@ -50,6 +52,7 @@ from fsstate.inspect.snapshot import Snapshot
 from fsstate.inspect.verify import verify_stores
 from fsstate.storage.fileio import FileIO
 from fsstate.store import PartitionStore
+from fsstate.store.generations import collect_generations
 from fsstate.store.identity import WRITER_META
 from fsstate.store.retention import Retention
 
@@ -467,8 +470,33 @@ def gc(
         ]
         for d in doc
     ]
+    # then whole layout generations a rescale superseded, once no retained version is in
+    # them, and the directories of rescales that died (fsstate.store.generations)
+    gens = []
+    for prefix, op in sorted({(s.prefix, s.operator) for s in stores}):
+        got = collect_generations(fileio.child(prefix) if prefix else fileio, op, grace_ms=grace_ms)
+        if got.files:
+            gens.append(
+                {
+                    "query": prefix,
+                    "operator": op,
+                    "generations_dropped": list(got.generations),
+                    "unreferenced_dirs": list(got.unreferenced),
+                    "files_deleted": got.files,
+                }
+            )
     cols = ["query", "operator", "partition", "versions dropped", "orphan files deleted"]
+    if env.as_json:
+        env.emit({"stores": doc, "generations": gens}, None)
+        return
     env.emit(doc, rich_table(f"gc of {root}", cols, rows))
+    if gens:
+        grows = [
+            [g["query"] or "-", g["operator"], g["generations_dropped"], g["unreferenced_dirs"]]
+            for g in gens
+        ]
+        gcols = ["query", "operator", "generations dropped", "dead rescale dirs"]
+        env.emit(gens, rich_table(f"layout generations under {root}", gcols, grows))
 
 
 @cli.command()

@@ -180,10 +180,10 @@ def test_gc_deletes_old_orphans_only_and_retain_drops_versions(tmp_path: Path) -
     os.utime(old, (past, past))
     before = read_table(fileio, "agg", 0, "events").to_pylist()
 
-    [row] = _json(["gc", uri], [])
+    [row] = _json(["gc", uri], [])["stores"]
     assert row["orphans_deleted"] == 1 and row["versions_dropped"] == 0
     assert not old.exists() and young.exists()
-    [row] = _json(["gc", uri, "--grace-ms", "0", "--retain", "2"], [])
+    [row] = _json(["gc", uri, "--grace-ms", "0", "--retain", "2"], [])["stores"]
     assert row["versions_dropped"] == 2 and not young.exists()
     assert PartitionStore.committed_versions(uri, "agg", 0) == [2, 3]
     assert read_table(fileio, "agg", 0, "events").to_pylist() == before

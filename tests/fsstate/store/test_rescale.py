@@ -15,6 +15,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from fsstate.config import StoreConfig
 from fsstate.errors import (
     CommitConflictError,
     CommitError,
@@ -22,6 +23,7 @@ from fsstate.errors import (
     FsStateError,
     PartitionCountError,
     StorageError,
+    VersionNotFoundError,
 )
 from fsstate.inspect import Snapshot, find_stores
 from fsstate.operators import (
@@ -40,6 +42,7 @@ from fsstate.operators.local import partition_ids
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.location import Location
 from fsstate.store import PartitionStore
+from fsstate.store.generations import collect_generations
 from fsstate.store.layout import Layout, in_force, publish_layout, read_layouts
 from fsstate.store.pool import store_pool
 from fsstate.store.rescale import rescale
@@ -365,3 +368,39 @@ def test_merge_meta_unions_lists_of_numbers() -> None:
     assert merged == {"open_panes_us": [10, 20, 30], "w": 5}
     assert merge_meta([{"open_panes_us": [10]}, {"open_panes_us": None}]) == {"open_panes_us": None}
     assert merge_meta([{"open_panes_us": None}, {"open_panes_us": [10]}]) == {"open_panes_us": None}
+
+
+def test_superseded_generations_and_dead_rescale_directories_are_collected(
+    tmp_path: Path,
+) -> None:
+    """``collect_generations`` (and ``fsstate gc``) deletes the old generation once the new
+    one's retention moved past its first version, and a dead rescale's directory at once (grace
+    0); never what the generation in force holds."""
+    fileio = FileIO(str(tmp_path / "s"))
+    v = write_state(fileio, 3, seed=5)
+    before = rows_of(fileio, 3, v, "")
+    faulty = FaultyBackend(fileio.backend, fail_at=4)
+    fileio.backend = faulty  # type: ignore[assignment]
+    with pytest.raises((StorageError, CommitError)):
+        rescale(fileio, OP, partitions=4, keys=["k"], partition_of=by_k(4), version=v)
+    fileio.backend = faulty.inner
+    new = rescale(fileio, OP, partitions=4, keys=["k"], partition_of=by_k(4), version=v).layout
+    got = collect_generations(fileio, OP, grace_ms=0)
+    assert got.generations == () and len(got.unreferenced) == 1  # the dead rescale's
+    assert rows_of(fileio, 3, v, "") == before  # still in the window: kept
+    assert collect_generations(fileio, OP, grace_ms=0).files == 0
+    config = StoreConfig(retain_versions=2)
+    for p in range(4):
+        for w in (v + 1, v + 2):
+            store = PartitionStore.open(fileio, OP, p, w - 1, config, layout=new.dir)
+            store.set_time(1_000_000 + 1000 * w)
+            store.commit(w)
+            store.close()
+    live = rows_of(fileio, 4, v + 2, new.dir)
+    got = collect_generations(fileio, OP, grace_ms=0)
+    assert got.generations == (0,) and got.files > 0 and got.unreferenced == ()
+    assert not [f for f in (tmp_path / "s" / OP).glob("[0-9]/**/*") if f.is_file()]
+    assert rows_of(fileio, 4, v + 2, new.dir) == live
+    assert [x.generation for x in read_layouts(fileio, OP)] == [0, 1]  # records stay
+    with pytest.raises(VersionNotFoundError):
+        rows_of(fileio, 3, v, "")
