@@ -147,6 +147,15 @@ register(
 )
 register(
     Suite(
+        "spark_floor",
+        "bench.spark_floor",
+        engine=False,
+        description="the floors under spark_matrix's 4-partition cells: Spark's own aggregate "
+        "of each batch without state, and with a Python stage after it, against the built-in",
+    )
+)
+register(
+    Suite(
         "spark_breakdown",
         "bench.spark_breakdown",
         engine=False,
