@@ -163,12 +163,15 @@ def _spark_key_type(spark: SparkSession, checkpoint: str, operator_id: int) -> S
 
 
 def _key_names(fileio: FileIO, op: _Operator, version: int) -> list[str] | None:
-    """The grouping key columns of an operator's tables at ``version`` (None: no table was
-    written, so there is no key to place)."""
-    manifest = read_manifest(fileio, store_dir_for(op.name, 0, op.layout.dir), version)
-    for entry in manifest.tables.values():
-        if entry.spec.key_schema is not None:
-            return list(entry.spec.key_schema.names)
+    """The grouping key columns of an operator's tables at ``version`` (None: no partition
+    wrote a table, so there is no key to place). A table declared but never written has no
+    key schema in its partition: the first partition that wrote one tells."""
+    assert op.layout.partitions is not None
+    for p in range(op.layout.partitions):
+        manifest = read_manifest(fileio, store_dir_for(op.name, p, op.layout.dir), version)
+        for entry in manifest.tables.values():
+            if entry.spec.key_schema is not None:
+                return list(entry.spec.key_schema.names)
     return None
 
 
