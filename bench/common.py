@@ -43,6 +43,21 @@ class SuiteSkipped(Exception):
     """Raised by a suite that cannot run here (missing dependency, no Java, ...)."""
 
 
+def require_pyspark() -> None:
+    """Skip a Spark suite without pyspark; otherwise point Spark's Python workers (and the
+    driver) at this interpreter, as every Spark suite needs before its session exists.
+
+    Raises:
+        SuiteSkipped: pyspark is not installed.
+    """
+    try:
+        import pyspark  # noqa: F401
+    except ImportError as exc:
+        raise SuiteSkipped("pyspark is not installed") from exc
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+
 @dataclass
 class Result:
     """One benchmark figure.

@@ -37,7 +37,6 @@ import dataclasses
 import json
 import os
 import shutil
-import sys
 import tempfile
 import time
 from collections import defaultdict
@@ -47,7 +46,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from bench.common import BenchContext, Result, SuiteSkipped, median
+from bench.common import BenchContext, Result, median, require_pyspark
 from bench.spark_matrix import (
     EPOCH_LOG_ENV,
     TRIGGER,
@@ -140,14 +139,9 @@ def _start(spark: Any, job: Job, timings: Timings) -> None:
 
 def run(ctx: BenchContext) -> list[Result]:
     """Run the two queries and break their batches down."""
-    try:
-        import pyspark  # noqa: F401
-    except ImportError as exc:
-        raise SuiteSkipped("pyspark is not installed") from exc
+    require_pyspark()
     from bench.spark_runner import _session
 
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     rows, keys, unmeasured, measured = _sizes(ctx)
     ctx.tmp_dir.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=f"{SUITE}-", dir=ctx.tmp_dir))

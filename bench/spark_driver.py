@@ -14,9 +14,9 @@ keys), time mode ``None``, update output:
 
 Shapes: 50,000 and 500,000 rows per batch (``--quick``: 10,000 and 40,000 rows, fewer
 batches; the larger shape has 2 timed batches: a native pandas batch of 500,000 rows, 250,000
-keys, takes about 3 minutes here). Per shape the four queries run at once, each on its own copy of the input, with a
-processing-time trigger; round by round a batch file is given to one query at a time (the
-order rotating) and the round waits for it; a query's batch time is Spark's
+keys, takes about 3 minutes here). Per shape the four queries run at once, each on its own
+copy of the input, with a processing-time trigger; round by round a batch file is given to one
+query at a time (the order rotating) and the round waits for it; a query's batch time is Spark's
 ``triggerExecution``. Per batch, native time / driver time is a sample of the flavour's ratio;
 a row's value is the median over the steady batches (batch 0 warms up), its status decided on
 it. Goals: the pandas processor >= 10x ``transformWithStateInPandas``, the Row processor >= 30x
@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -53,7 +52,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from bench.common import BenchContext, Result, SuiteSkipped, median, spread_text
+from bench.common import BenchContext, Result, median, require_pyspark, spread_text
 from bench.driver_cost import (
     OUTPUT_DDL,
     Checksum,
@@ -242,10 +241,7 @@ def _run_shape(ctx: BenchContext, spark: Any, shape: Shape, scratch: Path) -> li
 
 def run(ctx: BenchContext) -> list[Result]:
     """The driver's cost per key, then each shape's four queries side by side."""
-    try:
-        import pyspark  # noqa: F401
-    except ImportError as exc:
-        raise SuiteSkipped("pyspark is not installed") from exc
+    require_pyspark()
     out: list[Result] = []
     if ctx.wants("per key"):
         out += run_cost(ctx)
@@ -254,8 +250,6 @@ def run(ctx: BenchContext) -> list[Result]:
         return out
     from bench.spark_runner import _session
 
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     ctx.tmp_dir.mkdir(parents=True, exist_ok=True)
     spark = _session(
         ctx,

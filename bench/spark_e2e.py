@@ -86,7 +86,6 @@ from __future__ import annotations
 import itertools
 import os
 import shutil
-import sys
 import tempfile
 import time
 import traceback
@@ -96,7 +95,7 @@ from typing import Any
 import numpy as np
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
-from bench.common import BenchContext, Result, SuiteSkipped, median, spread_text
+from bench.common import BenchContext, Result, SuiteSkipped, median, require_pyspark, spread_text
 from bench.spark_memory import _memory_bounded
 from bench.spark_procs import API, KINDS, Recorder
 from bench.spark_runner import (
@@ -529,14 +528,9 @@ def _configs(ctx: BenchContext) -> list[Config]:
 
 def run(ctx: BenchContext) -> list[Result]:
     """Run the Spark end-to-end comparison (and, in full mode, the memory-bounded run)."""
-    try:
-        import pyspark  # noqa: F401
-    except ImportError as exc:
-        raise SuiteSkipped("pyspark is not installed") from exc
+    require_pyspark()
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         raise SuiteSkipped("no Java runtime (java not on PATH, JAVA_HOME unset)")
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     ctx.tmp_dir.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=f"{SUITE}-", dir=ctx.tmp_dir))
     out: list[Result] = []

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,7 +38,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from bench.common import BenchContext, Result, SuiteSkipped, median, spread_text
+from bench.common import BenchContext, Result, median, require_pyspark, spread_text
 from bench.spark_matrix import GROUPS, PER_KEY, TRIGGER, matrix_table, shapes
 
 SUITE = "spark_floor"
@@ -145,14 +144,9 @@ def _wait(job: _Job, batch: int, rows: int) -> None:
 
 def run(ctx: BenchContext) -> list[Result]:
     """Every cell's four queries side by side."""
-    try:
-        import pyspark  # noqa: F401
-    except ImportError as exc:
-        raise SuiteSkipped("pyspark is not installed") from exc
+    require_pyspark()
     from bench.spark_runner import _session
 
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     sizes = shapes(ctx)
     warm, measured = (2, 7) if ctx.mode == "full" else (2, 3)
     ctx.tmp_dir.mkdir(parents=True, exist_ok=True)

@@ -53,7 +53,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -64,7 +63,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from bench.common import BenchContext, Result, SuiteSkipped, median, spread_text
+from bench.common import BenchContext, Result, median, require_pyspark, spread_text
 from bench.datagen import key_strings
 
 SUITE = "spark_matrix"
@@ -210,14 +209,9 @@ def read_epoch_log(path: Path) -> list[dict[str, Any]]:
 
 def run(ctx: BenchContext) -> list[Result]:
     """Run every cell's three queries side by side."""
-    try:
-        import pyspark  # noqa: F401
-    except ImportError as exc:
-        raise SuiteSkipped("pyspark is not installed") from exc
+    require_pyspark()
     from bench.spark_runner import _session
 
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     sizes = shapes(ctx)
     warm, measured = batch_counts(ctx)
     ctx.tmp_dir.mkdir(parents=True, exist_ok=True)

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -48,7 +47,7 @@ from pyspark.sql.streaming.stateful_processor import (
     TimerValues,
 )
 
-from bench.common import BenchContext, Result, SuiteSkipped, median, spread_text
+from bench.common import BenchContext, Result, median, require_pyspark, spread_text
 from bench.datagen import key_strings
 
 SUITE = "spark_operators"
@@ -275,14 +274,9 @@ def _wait(job: Job, batch: int, timeout_s: float = 900) -> None:
 
 def run(ctx: BenchContext) -> list[Result]:
     """Run the eight queries side by side."""
-    try:
-        import pyspark  # noqa: F401
-    except ImportError as exc:
-        raise SuiteSkipped("pyspark is not installed") from exc
+    require_pyspark()
     from bench.spark_runner import _session
 
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     rows, keys, batches = _sizes(ctx)
     ctx.tmp_dir.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=f"{SUITE}-", dir=ctx.tmp_dir))

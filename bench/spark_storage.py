@@ -27,16 +27,14 @@ Invariants:
 
 from __future__ import annotations
 
-import os
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from bench.common import BenchContext, Result, SuiteSkipped, median, spread_text
+from bench.common import BenchContext, Result, median, require_pyspark, spread_text
 from bench.spark_procs import Recorder, ValueCount
 from bench.spark_runner import Variant, _read_stats, _run_once, _session, _write_batch
 from bench.storage import s3_server
@@ -55,14 +53,9 @@ def _label(partitions: int) -> str:
 
 def run(ctx: BenchContext) -> list[Result]:
     """Run the local-vs-S3 comparison at each partition count."""
-    try:
-        import pyspark  # noqa: F401
-    except ImportError as exc:
-        raise SuiteSkipped("pyspark is not installed") from exc
+    require_pyspark()
     from fsstate_spark import tiered
 
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     server = s3_server(ctx)
     info = server.start()
     scratch = Path(tempfile.mkdtemp(prefix=f"{SUITE}-", dir=ctx.tmp_dir))

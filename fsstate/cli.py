@@ -43,7 +43,14 @@ except ImportError as exc:  # pragma: no cover - the cli extra is missing
 import pyarrow as pa
 
 from fsstate.config import StoreConfig
-from fsstate.console import CommandEnv, ErrorsAsOneLine, Failed, option_pairs, rich_table
+from fsstate.console import (
+    CommandEnv,
+    ErrorsAsOneLine,
+    Failed,
+    debug_to_stderr,
+    option_pairs,
+    rich_table,
+)
 from fsstate.errors import ConfigError
 from fsstate.format.schema import KIND_LIST
 from fsstate.inspect.catalog import StoreRef, read_store_manifest
@@ -92,17 +99,7 @@ _root = click.argument("root")
 def cli(ctx: click.Context, as_json: bool, debug: bool, options: tuple[str, ...]) -> None:
     """Inspect and maintain fsstate state: ROOT is a state_uri (local path or s3://...)."""
     if debug:
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
-        level = log.level
-        log.addHandler(handler)
-        log.setLevel(logging.DEBUG)
-
-        def restore() -> None:  # the command may run again in this process (tests)
-            log.removeHandler(handler)
-            log.setLevel(level)
-
-        ctx.call_on_close(restore)
+        debug_to_stderr(ctx)
     ctx.obj = CommandEnv(as_json, option_pairs(options))
 
 

@@ -35,7 +35,14 @@ from fsstate.storage.backend import is_panic
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.location import Location
 
-__all__ = ["CommandEnv", "ErrorsAsOneLine", "Failed", "option_pairs", "rich_table"]
+__all__ = [
+    "CommandEnv",
+    "ErrorsAsOneLine",
+    "Failed",
+    "debug_to_stderr",
+    "option_pairs",
+    "rich_table",
+]
 
 log = logging.getLogger("fsstate")
 
@@ -153,3 +160,22 @@ def rich_table(title: str, columns: list[str], rows: list[list[Any]]) -> Table:
     for r in rows:
         t.add_row(*["" if v is None else str(v) for v in r])
     return t
+
+
+def debug_to_stderr(ctx: click.Context, names: tuple[str, ...] = ("fsstate",)) -> None:
+    """``--debug``: the named loggers at DEBUG to stderr until the command ends (the command
+    may run again in this process: tests)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    loggers = [logging.getLogger(n) for n in names]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.addHandler(handler)
+        lg.setLevel(logging.DEBUG)
+
+    def restore() -> None:
+        for lg, level in zip(loggers, levels):
+            lg.removeHandler(handler)
+            lg.setLevel(level)
+
+    ctx.call_on_close(restore)

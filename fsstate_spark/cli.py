@@ -19,7 +19,6 @@ Invariants:
 from __future__ import annotations
 
 import logging
-import sys
 from typing import Any
 
 try:
@@ -31,7 +30,13 @@ except ImportError as exc:  # pragma: no cover - the cli extra is missing
 
 from pyspark.sql import SparkSession
 
-from fsstate.console import CommandEnv, ErrorsAsOneLine, option_pairs, rich_table
+from fsstate.console import (
+    CommandEnv,
+    ErrorsAsOneLine,
+    debug_to_stderr,
+    option_pairs,
+    rich_table,
+)
 from fsstate.store.rescale import RescaleProgress
 from fsstate_spark.tiered.rescale import rescale_query
 
@@ -83,17 +88,7 @@ def cli(
 ) -> None:
     """Steps on a stopped Spark streaming query's fsstate state that need Spark."""
     if debug:
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
-        for name in ("fsstate", "fsstate_spark"):
-            logging.getLogger(name).addHandler(handler)
-            logging.getLogger(name).setLevel(logging.DEBUG)
-
-        def restore() -> None:  # the command may run again in this process (tests)
-            for name in ("fsstate", "fsstate_spark"):
-                logging.getLogger(name).removeHandler(handler)
-
-        ctx.call_on_close(restore)
+        debug_to_stderr(ctx, ("fsstate", "fsstate_spark"))
     ctx.obj = _SparkEnv(as_json, option_pairs(options), option_pairs(confs))
 
 

@@ -66,7 +66,14 @@ from fsstate.store.partition import PartitionStore
 from fsstate.tables import ListTable, MapTable, TableBase, ValueTable
 from fsstate.tables.scan import ScanTable
 
-__all__ = ["CHUNK_BYTES", "RescaleProgress", "RescaleResult", "merge_meta", "rescale"]
+__all__ = [
+    "CHUNK_BYTES",
+    "RescaleProgress",
+    "RescaleResult",
+    "log_progress",
+    "merge_meta",
+    "rescale",
+]
 
 log = logging.getLogger("fsstate.rescale")
 
@@ -91,6 +98,18 @@ class RescaleProgress:
     total: int
     rows: int
     elapsed_ms: float
+
+
+def log_progress(p: RescaleProgress) -> None:
+    """A ``progress`` callback that logs each step at INFO (``fsstate.rescale``)."""
+    log.info(
+        "fsstate: rescaling %r: %d of %d old partitions read, %d rows written, %.0f ms",
+        p.operator,
+        p.done,
+        p.total,
+        p.rows,
+        p.elapsed_ms,
+    )
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from pyspark.sql import SparkSession
 
 from fsstate.storage.fileio import FileIO
 from fsstate.store.layout import Layout
-from fsstate.store.rescale import RescaleProgress, rescale
+from fsstate.store.rescale import log_progress, rescale
 from fsstate_spark.operators.settings import FlowSettings
 from fsstate_spark.state.partitioning import spark_partitioner
 
@@ -50,16 +50,6 @@ def rescale_stage(
     """Rescale the state of stage ``operator`` (partitioned by ``keys``) to
     ``config.partitions`` at ``version`` (None: nothing committed); returns the new layout."""
 
-    def progress(p: RescaleProgress) -> None:
-        log.info(
-            "fsstate: rescaling %r: %d of %d old partitions read, %d rows written, %.0f ms",
-            p.operator,
-            p.done,
-            p.total,
-            p.rows,
-            p.elapsed_ms,
-        )
-
     partition_of: Any = spark_partitioner(spark, keys, config.partitions)
     result = rescale(
         fileio,
@@ -69,7 +59,7 @@ def rescale_stage(
         partition_of=partition_of,
         version=version,
         config=config.store,
-        progress=progress,
+        progress=log_progress,
     )
     log.warning(
         "fsstate: rescaled the state of %r from %s to %s partitions at batch %s (%d rows)",

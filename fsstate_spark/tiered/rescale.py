@@ -64,7 +64,7 @@ from fsstate.storage.location import Location
 from fsstate.storage.manifest import read_manifest
 from fsstate.store.identity import store_dir_for
 from fsstate.store.layout import LAYOUT_FILE, Layout, in_force, read_layouts
-from fsstate.store.rescale import RescaleProgress, RescaleResult, rescale
+from fsstate.store.rescale import RescaleProgress, RescaleResult, log_progress, rescale
 from fsstate_spark.checkpoint import read_checkpoint
 from fsstate_spark.runtime import fileio_for
 from fsstate_spark.state.partitioning import spark_partitioner
@@ -368,14 +368,7 @@ def _rescale_operator(
     """fsstate's part for one operator: version ``batch - 1`` as ``batch``, ``partitions``."""
 
     def report(p: RescaleProgress) -> None:
-        log.info(
-            "fsstate: rescaling %r: %d of %d old partitions read, %d rows written, %.0f ms",
-            p.operator,
-            p.done,
-            p.total,
-            p.rows,
-            p.elapsed_ms,
-        )
+        log_progress(p)
         if progress is not None:
             progress(p)
 

@@ -8,13 +8,19 @@
 Invariants: reads pass through untouched; only the ``fail_at``-th write fails, the ones before
 and after it go through (``fail_at=-1`` counts writes and fails none); ``writes`` counts the
 writes tried, the failed one included.
+
+:func:`failing_fileio` puts one in every FileIO a module gets from its ``fileio_for`` (the
+process's FileIO per state root) for a block, writes counted across them.
 """
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["FaultyBackend"]
+__all__ = ["FaultyBackend", "failing_fileio"]
 
 
 class FaultyBackend:
@@ -37,3 +43,27 @@ class FaultyBackend:
             return attr(*args, **kwargs)
 
         return write
+
+
+@contextmanager
+def failing_fileio(module: Any, fail_at: int | None) -> Iterator[FaultyBackend | None]:
+    """``module.fileio_for`` hands out FileIOs whose writes share one :class:`FaultyBackend`
+    failing its ``fail_at``-th write (None: nothing patched, yields None)."""
+    if fail_at is None:
+        yield None
+        return
+    real = module.fileio_for
+    faulty = FaultyBackend(None, fail_at)
+
+    def patched(*args: Any, **kwargs: Any) -> Any:
+        io = real(*args, **kwargs)
+        faulty.inner = io.backend
+        wrapped = copy.copy(io)
+        wrapped.backend = faulty
+        return wrapped
+
+    module.fileio_for = patched
+    try:
+        yield faulty
+    finally:
+        module.fileio_for = real

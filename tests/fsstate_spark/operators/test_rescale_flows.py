@@ -14,10 +14,8 @@ the restarted query rescales again. Local disk and the S3 test server.
 from __future__ import annotations
 
 import contextlib
-import copy
 import random
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +30,7 @@ from fsstate.storage.location import Location
 from fsstate.store.layout import in_force, read_layouts
 from fsstate_spark import operators as ops
 from fsstate_spark.operators import driver as driver_module
-from tests.support.faulty_backend import FaultyBackend
+from tests.support.faulty_backend import failing_fileio
 from tests.support.flow_cases import SCHEMA, as_py, make_batches, row_key
 from tests.support.plugin import s3_options
 from tests.support.spark_local import write_batches
@@ -144,7 +142,9 @@ def run(
             write_batches(root / name, batches[done : done + n])
         done += n
         for fail_at in (fault(i), None):
-            with faulty_driver_io(fail_at) as faults:
+            # the driver's FileIO (this process: classic PySpark runs foreachBatch here) fails
+            # its fail_at-th write; the tasks' FileIOs (Python workers) are untouched
+            with failing_fileio(driver_module, fail_at) as faults:
                 query = (
                     ops.write_stream(
                         FLOWS[flow](spark, root),
@@ -160,7 +160,7 @@ def run(
                 with contextlib.suppress(StreamingQueryException):  # a fault: checked below
                     query.awaitTermination(600)
                 error = query.exception()
-            if not faults.fired():
+            if faults is None or fail_at is None or faults.writes < fail_at:
                 assert error is None, f"run {i}: {error}"
                 break
             assert error is not None and "injected fault" in str(error), f"run {i}: {error}"
@@ -168,44 +168,6 @@ def run(
                 fired.append(i)
     assert sorted(got) == list(range(done)), f"batches run: {sorted(got)}"
     return got
-
-
-class DriverFaults:
-    """The fault of one run: the ``fail_at``-th write of the driver's FileIO (None: none)."""
-
-    def __init__(self, fail_at: int | None) -> None:
-        self.fail_at = fail_at
-        self.backend: FaultyBackend | None = None
-
-    def fired(self) -> bool:
-        """Whether the driver got as far as the failing write."""
-        b, at = self.backend, self.fail_at
-        return b is not None and at is not None and b.writes >= at
-
-
-@contextmanager
-def faulty_driver_io(fail_at: int | None) -> Iterator[DriverFaults]:
-    """The driver's FileIO (in this process: classic PySpark runs ``foreachBatch`` here)
-    failing its ``fail_at``-th write; the tasks' FileIOs (Python workers) are untouched."""
-    faults = DriverFaults(fail_at)
-    if fail_at is None:
-        yield faults
-        return
-    real = driver_module.fileio_for
-
-    def patched(root: Location, fsync: bool) -> FileIO:
-        io = real(root, fsync)
-        if faults.backend is None:
-            faults.backend = FaultyBackend(io.backend, fail_at)
-        wrapped = copy.copy(io)
-        wrapped.backend = faults.backend  # type: ignore[assignment]
-        return wrapped
-
-    driver_module.fileio_for = patched  # type: ignore[assignment]
-    try:
-        yield faults
-    finally:
-        driver_module.fileio_for = real  # type: ignore[assignment]
 
 
 def _assert_same(seed: int, want: dict[int, Any], got: dict[int, Any]) -> None:

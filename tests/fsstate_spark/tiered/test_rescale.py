@@ -14,7 +14,6 @@ command line (``fsstate-spark rescale``) on the latter.
 
 from __future__ import annotations
 
-import copy
 import json
 import random
 from collections.abc import Callable, Iterator
@@ -33,7 +32,7 @@ from fsstate.store.layout import in_force, read_layouts
 from fsstate_spark import rescale_query, tiered
 from fsstate_spark.cli import cli
 from fsstate_spark.tiered import rescale as rescale_module
-from tests.support.faulty_backend import FaultyBackend
+from tests.support.faulty_backend import failing_fileio
 from tests.support.plugin import s3_options
 from tests.support.rescale_processors import (
     PROBE_INPUT,
@@ -179,26 +178,6 @@ def test_tiered_query_rescaled_2_5_1_equals_unrescaled_and_spark_handles(
     assert (again.batch, again.operators, again.spark_repartitioned) == (None, (), False)
 
 
-@contextmanager
-def _faulty_state_io(fail_at: int) -> Iterator[FaultyBackend]:
-    """The rescale's state FileIO failing its ``fail_at``-th write."""
-    real = rescale_module.fileio_for
-    faulty = FaultyBackend(None, fail_at)
-
-    def patched(root: Location, fsync: bool) -> FileIO:
-        io = real(root, fsync)
-        faulty.inner = io.backend
-        wrapped = copy.copy(io)
-        wrapped.backend = faulty  # type: ignore[assignment]
-        return wrapped
-
-    rescale_module.fileio_for = patched  # type: ignore[assignment]
-    try:
-        yield faulty
-    finally:
-        rescale_module.fileio_for = real  # type: ignore[assignment]
-
-
 @pytest.mark.parametrize("seed", [1, 2])
 def test_an_interrupted_rescale_is_refused_at_restart_and_finished_by_running_it_again(
     spark: SparkSession, tmp_path: Path, unrescaled: list[Rows], seed: int
@@ -224,9 +203,9 @@ def test_an_interrupted_rescale_is_refused_at_restart_and_finished_by_running_it
         query.resume()
         # killed inside fsstate's part: a storage fault at a seeded write
         before = _layout(state, query_dir)
-        with _faulty_state_io(fail_at) as faulty, pytest.raises(FsStateError):
+        with failing_fileio(rescale_module, fail_at) as faulty, pytest.raises(FsStateError):
             rescale_query(spark, str(query.checkpoint), 1, state_uri=state)
-        assert faulty.writes >= fail_at, f"seed {seed}: no fault was injected"
+        assert faulty is not None and faulty.writes >= fail_at, f"seed {seed}: no fault injected"
         assert _layout(state, query_dir) == before, f"seed {seed}: a half rescale is in force"
         done = rescale_query(spark, str(query.checkpoint), 1, state_uri=state)
         assert not done.spark_repartitioned and done.previous == 5 and done.batch == 5
