@@ -13,7 +13,7 @@ A checkpoint directory holds (Spark 4.x, measured with pyspark 4.3):
 Invariants:
 
 * Read only, through :class:`fsstate.storage.fileio.FileIO` (1 GET of ``metadata``, 1 LIST
-  of each log, 1 GET per offsets entry read); nothing here writes to a checkpoint.
+  of ``commits/``, 1 GET per offsets entry read); nothing here writes to a checkpoint.
 * A file that is missing or does not parse is a :class:`fsstate.errors.ConfigError` naming
   the file: a checkpoint fsstate cannot read is never guessed at.
 """
@@ -47,24 +47,17 @@ class SparkCheckpoint:
     Attributes:
         fileio: the checkpoint directory.
         query_id: the query's id (``metadata``).
-        offsets: batch ids with an offsets entry (planned), ascending.
         commits: batch ids with a commit entry (completed), ascending.
     """
 
     fileio: FileIO
     query_id: str
-    offsets: tuple[int, ...]
     commits: tuple[int, ...]
 
     @property
     def committed(self) -> int | None:
         """The newest completed batch (None: none)."""
         return self.commits[-1] if self.commits else None
-
-    @property
-    def latest(self) -> int | None:
-        """The newest planned batch, completed or not (None: none)."""
-        return self.offsets[-1] if self.offsets else None
 
     def partitions_at(self, batch: int) -> int:
         """The state partition count of ``batch`` (its offsets entry's shuffle partitions).
@@ -111,6 +104,4 @@ def read_checkpoint(fileio: FileIO) -> SparkCheckpoint:
         raise ConfigError(
             f"the checkpoint's {where} names no query id; is it a streaming checkpoint?"
         ) from None
-    return SparkCheckpoint(
-        fileio, query_id, tuple(_batches(fileio, "offsets")), tuple(_batches(fileio, "commits"))
-    )
+    return SparkCheckpoint(fileio, query_id, tuple(_batches(fileio, "commits")))

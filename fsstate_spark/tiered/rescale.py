@@ -133,10 +133,10 @@ def _tiered_operators(fileio: FileIO) -> list[_Operator]:
     return out
 
 
-def _marked_operators(spark: SparkSession, checkpoint: str) -> dict[int, int]:
-    """The checkpoint's stateful operators that declare :data:`SPARK_MARKER`: operator id ->
-    its partition count (Spark's state metadata)."""
-    out: dict[int, int] = {}
+def _marked_operators(spark: SparkSession, checkpoint: str) -> list[int]:
+    """The ids of the checkpoint's stateful operators that declare :data:`SPARK_MARKER`
+    (Spark's state metadata)."""
+    out: list[int] = []
     rows = spark.read.format("state-metadata").load(checkpoint).collect()
     for row in rows:
         try:
@@ -145,8 +145,8 @@ def _marked_operators(spark: SparkSession, checkpoint: str) -> dict[int, int]:
             continue
         names = {v.get("stateName") for v in props.get("stateVariables") or []}
         if SPARK_MARKER in names:
-            out[int(row["operatorId"])] = int(row["numPartitions"])
-    return out
+            out.append(int(row["operatorId"]))
+    return sorted(out)
 
 
 def _spark_key_type(spark: SparkSession, checkpoint: str, operator_id: int) -> StructType:
@@ -163,32 +163,30 @@ def _spark_key_type(spark: SparkSession, checkpoint: str, operator_id: int) -> S
 
 
 def _key_names(fileio: FileIO, op: _Operator, version: int) -> list[str] | None:
-    """The grouping key columns of an operator's tables at ``version`` (None: no partition
-    wrote a table, so there is no key to place). A table declared but never written has no
-    key schema in its partition: the first partition that wrote one tells."""
+    """The grouping key columns of an operator's tables at ``version``, once every partition
+    is known to have committed it (None: no partition wrote a table, so no key to place; a
+    table declared but never written has no key schema in its partition).
+
+    Raises:
+        ConfigError: a partition did not commit ``version`` (nothing is changed).
+    """
     assert op.layout.partitions is not None
+    names: list[str] | None = None
     for p in range(op.layout.partitions):
-        manifest = read_manifest(fileio, store_dir_for(op.name, p, op.layout.dir), version)
+        store_dir = store_dir_for(op.name, p, op.layout.dir)
+        try:
+            manifest = read_manifest(fileio, store_dir, version)
+        except VersionNotFoundError:
+            raise ConfigError(
+                f"tiered operator {op.name!r} has no committed state for batch {version} "
+                f"in partition {p} ({fileio.describe(store_dir)}), the checkpoint's last "
+                "completed batch: the state location does not belong to this checkpoint, or "
+                "was not kept with it; nothing was changed"
+            ) from None
         for entry in manifest.tables.values():
-            if entry.spec.key_schema is not None:
-                return list(entry.spec.key_schema.names)
-    return None
-
-
-def _check_versions(fileio: FileIO, ops: list[_Operator], version: int) -> None:
-    """Every partition of every operator committed ``version``: else refused."""
-    for op in ops:
-        assert op.layout.partitions is not None
-        for p in range(op.layout.partitions):
-            try:
-                read_manifest(fileio, store_dir_for(op.name, p, op.layout.dir), version)
-            except VersionNotFoundError:
-                raise ConfigError(
-                    f"tiered operator {op.name!r} has no committed state for batch {version} "
-                    f"in partition {p} ({fileio.describe(store_dir_for(op.name, p))}), the "
-                    "checkpoint's last completed batch: the state location does not belong to "
-                    "this checkpoint, or was not kept with it; nothing was changed"
-                ) from None
+            if names is None and entry.spec.key_schema is not None:
+                names = list(entry.spec.key_schema.names)
+    return names
 
 
 def _repartition_spark(spark: SparkSession, checkpoint: str, partitions: int) -> None:
@@ -305,8 +303,7 @@ def rescale_query(
             )
         version = ckpt.committed - 1
     todo = [o for o in ops if o.layout.partitions != partitions]
-    _check_versions(state, todo, version)
-    spark_keys = [_spark_key_type(spark, checkpoint_location, i) for i in sorted(marked)]
+    spark_keys = [_spark_key_type(spark, checkpoint_location, i) for i in marked]
     plans = [(op, *_key_plan(state, op, version, spark_keys)) for op in todo]
     repartitioned = spark_now != partitions
     if repartitioned:
@@ -339,7 +336,8 @@ def _key_plan(
     state's Arrow types decide).
 
     Raises:
-        ConfigError: no operator of the checkpoint groups by those names.
+        ConfigError: a partition did not commit ``version``, or no operator of the checkpoint
+            groups by those names.
     """
     keys = _key_names(state, op, version)
     if keys is None:
