@@ -1,16 +1,22 @@
 """Stable key hashing and per-run Bloom filters for pruned point lookups.
 
-Python's ``hash()`` of strings changes from process to process, so anything persisted uses
-:func:`stable_hash`: numbers (ints, floats, Decimals), bools and None hash by value (CPython's
-numeric hash is not randomized), strings and bytes by CRC-32 of their bytes, datetimes by their
-microsecond offset from the epoch, dates by ordinal, everything else by its ``repr``. Equal keys
-hash equal whatever their representation (a ``ZoneInfo('UTC')`` and a ``timezone.utc`` datetime
-of the same instant, ``Decimal('1.5')`` and ``Decimal('1.50')``).
+Python's ``hash()`` of strings changes from process to process, and so does its hash of
+``None`` (before Python 3.12) and of a float NaN (the object's address), so anything persisted
+or compared across processes uses :func:`stable_hash`: numbers (ints, floats, Decimals) and
+bools hash by value (CPython's numeric hash is not randomized), None and NaN by constants,
+strings and bytes by CRC-32 of their bytes, datetimes by their microsecond offset from the
+epoch, dates by ordinal, everything else by its ``repr``. Equal keys hash equal whatever their
+representation (a ``ZoneInfo('UTC')`` and a ``timezone.utc`` datetime of the same instant,
+``Decimal('1.5')`` and ``Decimal('1.50')``, every NaN).
 
-Bloom filter format (version 1), stored base64 in the Parquet footer key
+Bloom filter format (version 2), stored base64 in the Parquet footer key
 ``fsstate.bloom``: 1 byte version, 1 byte ``k`` (probes), 4 bytes little-endian ``m`` (bits),
 then ``ceil(m / 8)`` bytes of bits. Probe ``i`` of hash ``h`` tests bit
 ``(h1 + i * h2) mod m`` with ``h1 = h & 0xffffffff`` and ``h2 = (h >> 32) | 1``.
+Version 1 hashed None and NaN by ``hash()``, which differs between processes: another process
+would not find a key holding a null or NaN through such a filter, so a version 1 filter is not
+used (:meth:`BloomFilter.from_text` gives None; the run is read as if it had no filter) and
+compaction rewrites it as version 2.
 
 Invariants:
 
@@ -31,7 +37,10 @@ from typing import Any
 import numpy as np
 
 _MASK64 = (1 << 64) - 1
-_VERSION = 1
+_VERSION = 2
+_UNTRUSTED_VERSIONS = (1,)  # process-specific hashes of None and NaN (see the module docstring)
+_NONE_HASH = 0x3C6EF372FE94F82B
+_NAN_HASH = 0x1F83D9ABFB41BD6B
 _EPOCH = _dt.datetime(1970, 1, 1)
 _EPOCH_UTC = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
 _MICRO = _dt.timedelta(microseconds=1)
@@ -41,7 +50,11 @@ def _elem_hash(v: Any) -> int:
     t = type(v)
     if t is str:
         return zlib.crc32(v.encode("utf-8", "surrogatepass")) * 0x9E3779B1
-    if t is int or t is float or t is bool or v is None:
+    if v is None:
+        return _NONE_HASH
+    if t is float:
+        return hash(v) if v == v else _NAN_HASH
+    if t is int or t is bool:
         return hash(v)
     if t is bytes:
         return zlib.crc32(v) * 0x85EBCA77
@@ -54,6 +67,8 @@ def _elem_hash(v: Any) -> int:
     if isinstance(v, _dt.timedelta):
         return hash(v // _MICRO) * 0x27D4EB2F
     if isinstance(v, (decimal.Decimal, int, float)):
+        if v != v:  # a NaN float subclass or Decimal NaN
+            return _NAN_HASH
         return hash(v)  # numeric hashes are not randomized and agree across types
     return zlib.crc32(repr(v).encode()) * 0xC2B2AE3D
 
@@ -112,12 +127,15 @@ class BloomFilter:
         return base64.b64encode(raw).decode("ascii")
 
     @classmethod
-    def from_text(cls, text: str | bytes) -> BloomFilter:
-        """Inverse of :meth:`to_text`; raises ValueError on a damaged filter."""
+    def from_text(cls, text: str | bytes) -> BloomFilter | None:
+        """Inverse of :meth:`to_text`, or None for a version 1 filter (not to be trusted; see
+        the module docstring); raises ValueError on a damaged filter."""
         raw = base64.b64decode(text)
         if len(raw) < 6:
             raise ValueError("bloom filter too short")
         version, k, m = struct.unpack("<BBI", raw[:6])
+        if version in _UNTRUSTED_VERSIONS:
+            return None
         if version != _VERSION or len(raw) - 6 != (m + 7) // 8:
             raise ValueError(f"bloom filter version {version} / size mismatch")
         return cls(m, k, raw[6:])

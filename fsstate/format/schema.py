@@ -23,6 +23,10 @@ Invariants:
   typed error naming the state and what to do; they never write anything.
 * A spec is immutable once the grouping-key schema is known (declared or inferred from the
   first key written).
+* Every float NaN a checker returns, and every NaN :func:`py_list` reads from Arrow, is the one
+  object :data:`NAN`. Keys live in dicts, where ``nan != nan`` and ``hash(nan)`` follows the
+  object; with one NaN object, a key holding NaN finds its state, as Spark groups every NaN
+  together.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from fsstate.codegen import compile_source
 from fsstate.errors import InvalidTtlError, KeyArityError, SchemaError
@@ -155,6 +160,22 @@ def check_ttl(name: str, ttl_ms: Any) -> None:
 
 # -- value checking -----------------------------------------------------------------------
 
+NAN = float("nan")  # the NaN of every checked tuple and of py_list (see the module docstring)
+
+
+def canonical(v: Any) -> Any:
+    """``v``, or :data:`NAN` if ``v`` is a NaN."""
+    return NAN if v != v else v
+
+
+def py_list(arr: pa.Array | pa.ChunkedArray) -> list[Any]:
+    """``arr.to_pylist()``, with every NaN of a float column the object :data:`NAN`."""
+    values: list[Any] = arr.to_pylist()
+    if pa.types.is_floating(arr.type) and len(arr) and pc.any(pc.is_nan(arr)).as_py():
+        values = [NAN if v != v else v for v in values]
+    return values
+
+
 _INT_RANGES = {
     pa.int8(): (-(2**7), 2**7 - 1),
     pa.int16(): (-(2**15), 2**15 - 1),
@@ -202,7 +223,8 @@ def _field_normalizer(field: pa.Field) -> tuple[type | None, Callable[[Any], Any
         def to_float(v: Any) -> float:
             if isinstance(v, bool) or not isinstance(v, numbers.Real):
                 raise ValueError(f"expected a number, got {type(v).__name__}")
-            return float(v)
+            f = float(v)
+            return NAN if f != f else f
 
         return float, base(to_float)
     if pa.types.is_boolean(t):
@@ -346,7 +368,8 @@ def fast_check_source(
     """A Python expression true when ``var`` already is a valid plain tuple of ``schema``.
 
     The test is exact: the tuple type, the arity, each field's exact Python type and, for
-    integer fields, the type's range. A value passing it is returned unchanged by the checker
+    integer fields, the type's range; a float field must not be NaN (the checker makes every
+    NaN :data:`NAN`). A value passing it is returned unchanged by the checker
     of :func:`make_checker`; anything else must go through the checker.
 
     Args:
@@ -368,6 +391,9 @@ def fast_check_source(
         if pa.types.is_integer(field.type):
             lo, hi = _INT_RANGES[field.type]
             conds.append(f"type({var}[{i}]) is int and {lo} <= {var}[{i}] <= {hi}")
+        elif fast_type is float:
+            env[f"{prefix}{i}"] = fast_type
+            conds.append(f"type({var}[{i}]) is {prefix}{i} and {var}[{i}] == {var}[{i}]")
         else:
             env[f"{prefix}{i}"] = fast_type
             conds.append(f"type({var}[{i}]) is {prefix}{i}")

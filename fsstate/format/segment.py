@@ -12,6 +12,9 @@ Invariants:
 * The key index maps the process-local ``hash()`` of each distinct grouping key to its row
   range. It holds two int64 arrays (16 bytes per distinct key), is built on the first point
   lookup, and is verified against the stored key on every hit, so hash collisions are harmless.
+* Keys equal as Spark groups them are one key: nulls equal nulls and NaN equals NaN, in the
+  sort, in :func:`same_as_next` (which resolving and compaction merge by) and in the Python
+  tuples read out, whose NaN is :data:`fsstate.format.schema.NAN`.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from fsstate.format.keyorder import Bound, bisect_rows, range_mask
-from fsstate.format.schema import EXPIRES, OP, SEQ, TableSpec
+from fsstate.format.schema import EXPIRES, OP, SEQ, TableSpec, canonical, py_list
 
 # One op row as Python objects: (seq, op, ukey | None, value | None, expires_at_ms | None)
 OpRow = tuple[int, int, Any, Any, Any]
@@ -126,7 +129,8 @@ def sort_batch(spec: TableSpec, batch: pa.RecordBatch) -> pa.RecordBatch:
 
 
 def same_as_next(arrays: list[pa.Array]) -> Any:
-    """numpy bool array: row r has the same key as row r+1 (nulls equal nulls); last False."""
+    """numpy bool array: row r has the same key as row r+1 (nulls equal nulls, NaN equals NaN,
+    as in the sort order and Arrow's joins, which keep each in one place); last False."""
     n = len(arrays[0]) if arrays else 0
     same = np.ones(max(0, n - 1), dtype=bool)
     for a in arrays:
@@ -135,13 +139,16 @@ def same_as_next(arrays: list[pa.Array]) -> Any:
         cur, nxt = a.slice(0, n - 1), a.slice(1)
         eq = pc.fill_null(pc.equal(cur, nxt), False)
         both_null = pc.and_(pc.is_null(cur), pc.is_null(nxt))
+        if pa.types.is_floating(a.type):
+            both_nan = pc.fill_null(pc.and_(pc.is_nan(cur), pc.is_nan(nxt)), False)
+            eq = pc.or_(eq, both_nan)
         same &= pc.or_(eq, both_null).to_numpy(zero_copy_only=False)
     return np.concatenate([same, np.zeros(min(n, 1), dtype=bool)])
 
 
 def key_tuples(cols: Sequence[pa.Array]) -> list[tuple[Any, ...]]:
     """Grouping-key tuples of flattened key columns, in row order (built by C-level ``zip``)."""
-    return list(zip(*[c.to_pylist() for c in cols]))
+    return list(zip(*[py_list(c) for c in cols]))
 
 
 def gather_key_rows(
@@ -268,7 +275,7 @@ class Segment:
         key_fields = self._key_columns()
         while i < n and hashes[i] == h:
             s = int(starts[i])
-            stored = tuple(col[s].as_py() for col in key_fields)
+            stored = tuple(canonical(col[s].as_py()) for col in key_fields)
             if stored == key:
                 return s, int(ends[i])
             i += 1
@@ -288,12 +295,12 @@ class Segment:
     def rows(self, start: int, end: int) -> list[OpRow]:
         """Rows ``[start, end)`` as Python op rows."""
         n = end - start
-        return _op_rows(self.spec, [c.slice(start, n).to_pylist() for c in self._row_columns()], n)
+        return _op_rows(self.spec, [py_list(c.slice(start, n)) for c in self._row_columns()], n)
 
     def _rows_at(self, indices: list[int]) -> list[OpRow]:
         """The op rows at the given row indices (ascending), as Python op rows."""
         take = pa.array(indices, type=pa.int64())
-        lists = [c.take(take).to_pylist() for c in self._row_columns()]
+        lists = [py_list(c.take(take)) for c in self._row_columns()]
         return _op_rows(self.spec, lists, len(indices))
 
     def rows_for(self, key: tuple[Any, ...]) -> list[OpRow]:

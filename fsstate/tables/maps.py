@@ -79,9 +79,13 @@ class MapTable(BatchedTable, interfaces.MapTableAPI):
             c = view.get(user_key)
         if type(c) is tuple:
             return c
-        if c is None:
-            self._ukey_check(user_key)  # a miss still refuses a bad user key
-            return None
+        if c is None:  # a miss still refuses a bad user key; a NaN in it becomes NAN
+            checked = self._ukey_check(user_key)
+            if checked is user_key:
+                return None
+            c = view.get(checked)
+            if c is None:
+                return None
         if type(c) is Timed:
             return None if c[1] <= self.now_ms else c[0]
         return c  # type: ignore[no-any-return]

@@ -50,7 +50,16 @@ from typing import Any
 
 import pyarrow as pa
 
-from fsstate.format.schema import EXPIRES, KIND_LIST, KIND_MAP, OP, OP_DELETE, OP_PUT, TableSpec
+from fsstate.format.schema import (
+    EXPIRES,
+    KIND_LIST,
+    KIND_MAP,
+    OP,
+    OP_DELETE,
+    OP_PUT,
+    TableSpec,
+    py_list,
+)
 
 COUNT = "_count"
 
@@ -258,13 +267,13 @@ def decode_rows(
     exps = table.column(EXPIRES).to_pylist()
     ops = table.column(OP).to_pylist()
     key_struct = table.column("key").combine_chunks()
-    key_cols = [c.to_pylist() for c in key_struct.flatten()]
+    key_cols = [py_list(c) for c in key_struct.flatten()]
     keys: Iterable[tuple[Any, ...]] = zip(*key_cols)
     counts: list[Any] = (
         table.column(COUNT).to_pylist() if spec.kind == KIND_LIST else [None] * len(exps)
     )
     if spec.kind == KIND_MAP:
-        ukey_cols = [c.to_pylist() for c in table.column("ukey").combine_chunks().flatten()]
+        ukey_cols = [py_list(c) for c in table.column("ukey").combine_chunks().flatten()]
         for op, exp, key, ukey, cnt in zip(ops, exps, keys, zip(*ukey_cols), counts):
             yield op, exp, (key, ukey), cnt
     else:

@@ -48,6 +48,7 @@ from fsstate.compaction import Compactor, compact_table
 from fsstate.config import EngineConfig
 from fsstate.controller import MemoryController
 from fsstate.errors import FsStateError, VersionNotFoundError
+from fsstate.format.schema import NAN
 from fsstate.storage.location import Location
 from fsstate.storage.manifest import LINEAGE_STEPS_MAX
 from fsstate.tables import ListTable, MapTable, TableBase, ValueTable
@@ -82,6 +83,12 @@ WINDOW_KEYS: list[tuple[Any, ...]] = [
 ]
 STR_UKEYS: list[tuple[Any, ...]] = [(f"u{i}",) for i in range(5)]
 INT_UKEYS: list[tuple[Any, ...]] = [(i,) for i in range(5)]
+# float keys holding NaN and null (NaN is the engine's one NaN object, as every key it reads
+# back holds, so the model's dicts and the engine's keys compare equal)
+FLOAT_KEY_SCHEMA = pa.schema([pa.field("x", pa.float64()), pa.field("i", pa.int64())])
+FLOAT_KEYS: list[tuple[Any, ...]] = [(x, i) for x in (-1.5, 0.0, 2.5, NAN, None) for i in range(4)]
+FLOAT_UKEY_SCHEMA = pa.schema([pa.field("u", pa.float64())])
+FLOAT_UKEYS: list[tuple[Any, ...]] = [(0.5,), (NAN,), (None,), (-1.0,)]
 STRINGS = ["x", "y", "zz", "", None, "long-" * 5]
 TTL_CHOICES = [None, 40, 80, 150, 300]
 
@@ -92,7 +99,7 @@ class TableDef:
 
     name: str
     kind: str
-    key_kind: str  # "int", "comp" (str, int) or "window" (timestamp, int)
+    key_kind: str  # "int", "comp" (str, int), "window" (timestamp, int), "float" (float, int)
     ttl_ms: int | None
     declare_key_schema: bool
     ukey_schema: pa.Schema | None = None
@@ -100,20 +107,27 @@ class TableDef:
     @property
     def keys(self) -> list[tuple[Any, ...]]:
         """The grouping-key universe."""
-        return {"int": INT_KEYS, "comp": COMP_KEYS, "window": WINDOW_KEYS}[self.key_kind]
+        return {"int": INT_KEYS, "comp": COMP_KEYS, "window": WINDOW_KEYS, "float": FLOAT_KEYS}[
+            self.key_kind
+        ]
 
     @property
     def ukeys(self) -> list[tuple[Any, ...]]:
         """The user-key universe (map state)."""
         assert self.ukey_schema is not None
+        if self.ukey_schema.equals(FLOAT_UKEY_SCHEMA):
+            return FLOAT_UKEYS
         return INT_UKEYS if self.ukey_schema.equals(INT_UKEY_SCHEMA) else STR_UKEYS
 
     @property
     def key_schema(self) -> pa.Schema:
         """The schema of the grouping keys."""
-        return {"int": INT_KEY_SCHEMA, "comp": COMP_KEY_SCHEMA, "window": WINDOW_KEY_SCHEMA}[
-            self.key_kind
-        ]
+        return {
+            "int": INT_KEY_SCHEMA,
+            "comp": COMP_KEY_SCHEMA,
+            "window": WINDOW_KEY_SCHEMA,
+            "float": FLOAT_KEY_SCHEMA,
+        }[self.key_kind]
 
 
 TABLES = [
@@ -131,6 +145,14 @@ WINDOW_TABLES = [
     TableDef("win_lst", LIST, "window", ttl_ms=80, declare_key_schema=True),
     TableDef("win_map", MAP, "window", None, False, STR_UKEY_SCHEMA),
     TableDef("win_map_ttl", MAP, "window", 120, True, INT_UKEY_SCHEMA),
+]
+# the same mix over float keys holding NaN and null (declared: a null cannot be inferred)
+FLOAT_TABLES = [
+    TableDef("f_val", VALUE, "float", ttl_ms=None, declare_key_schema=True),
+    TableDef("f_val_ttl", VALUE, "float", ttl_ms=100, declare_key_schema=True),
+    TableDef("f_lst_ttl", LIST, "float", ttl_ms=80, declare_key_schema=True),
+    TableDef("f_map", MAP, "float", None, True, FLOAT_UKEY_SCHEMA),
+    TableDef("f_map_ttl", MAP, "float", 120, True, FLOAT_UKEY_SCHEMA),
 ]
 
 
@@ -166,11 +188,16 @@ def _value_table(values: list[tuple[Any, ...]]) -> pa.Table:
     )
 
 
+def _pylist(column: pa.Array | pa.ChunkedArray) -> list[Any]:
+    """The column's Python values, every NaN the object ``NAN`` (the model's keys hold it)."""
+    return [NAN if v != v else v for v in column.to_pylist()]
+
+
 def _units(table: pa.Table, d: TableDef) -> dict[Any, Any]:
     """Unit -> value of a snapshot (list state: key -> sorted elements, as a multiset)."""
     width = len(d.key_schema) + (1 if d.kind == MAP else 0)
     out: dict[Any, Any] = {}
-    for t in zip(*(c.to_pylist() for c in table.columns)):
+    for t in zip(*(_pylist(c) for c in table.columns)):
         if d.kind == LIST:
             out.setdefault(t[:width], []).append(t[width:])
         else:
@@ -182,7 +209,7 @@ def _replay(before: pa.Table, feed: pa.Table, d: TableDef) -> dict[Any, Any]:
     """``before`` with the change feed's updates put and deletes removed."""
     out = _units(before, d)
     width = len(d.key_schema) + (1 if d.kind == MAP else 0)
-    for t in zip(*(c.to_pylist() for c in feed.drop_columns(["batch_id"]).columns)):
+    for t in zip(*(_pylist(c) for c in feed.drop_columns(["batch_id"]).columns)):
         kind, unit, value = t[0], t[1 : 1 + width], t[1 + width :]
         if d.kind == LIST:
             elems = out.setdefault(unit, [])
@@ -436,7 +463,7 @@ class Runner:
         for d in self.defs:
             rows, width = snap.get(d.name, {}), len(d.key_schema)
             got = read_table(self.root, OPERATOR, PARTITION, d.name, version, with_seq=True)
-            tuples = list(zip(*(c.to_pylist() for c in got.columns)))
+            tuples = list(zip(*(_pylist(c) for c in got.columns)))
             have: dict[Any, Any] = {}
             want: dict[Any, Any] = {}
             for t in tuples:
@@ -731,6 +758,9 @@ class Runner:
         elif d.key_kind == "window":
             a = (WINDOW_T0 + self.rng.randint(-1, 4) * WINDOW_STEP, self.rng.randint(-1, 5))
             b = (WINDOW_T0 + self.rng.randint(-1, 4) * WINDOW_STEP, self.rng.randint(-1, 5))
+        elif d.key_kind == "float":  # bounds compare (no NaN, no null); keys holding them sort last
+            a = (self.rng.choice([-2.0, -1.5, 0.0, 1.0, 2.5, 9.0]), self.rng.randint(-1, 4))
+            b = (self.rng.choice([-2.0, -1.5, 0.0, 1.0, 2.5, 9.0]), self.rng.randint(-1, 4))
         else:
             a = (self.rng.randint(-2, 21),)
             b = (a[0] + self.rng.randint(0, 6),)
@@ -1023,7 +1053,7 @@ class Runner:
             calls.append((f"append({bad!r}) by key cursor at {k}", lambda: cursor_append(bad)))
         else:
             mt = self.mt(d)
-            wrong_ukey: Any = ("str",) if d.ukeys is INT_UKEYS else (7,)
+            wrong_ukey: Any = (7,) if d.ukeys is STR_UKEYS else ("str",)
             calls.append(
                 (f"update({k}, {wrong_ukey}, {good})", lambda: mt.update(k, wrong_ukey, good))
             )
@@ -1156,6 +1186,18 @@ def test_engine_matches_model_on_s3(seed: int, s3_uri: str, s3_server: S3Info) -
 def test_window_keys_match_model(seed: int, tmp_path: Path) -> None:
     """The random mix over (timestamp window start, id) grouping keys."""
     runner = Runner(seed, tmp_path / "state", WINDOW_TABLES)
+    try:
+        runner.run(min(_ops_per_seed(), 800))
+    finally:
+        runner.close_all()
+
+
+@pytest.mark.parametrize("seed", [9, 10])
+def test_float_keys_with_nan_and_null_match_model(seed: int, tmp_path: Path) -> None:
+    """The random mix over (float, int) grouping keys and float user keys holding NaN and
+    null: every NaN is one key, as Spark groups them (found keys holding NaN never found
+    again and deleted rows of them coming back in scans)."""
+    runner = Runner(seed, tmp_path / "state", FLOAT_TABLES)
     try:
         runner.run(min(_ops_per_seed(), 800))
     finally:

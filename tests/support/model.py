@@ -39,9 +39,16 @@ def is_live(expiry: int | None, now: int) -> bool:
     return expiry is None or expiry > now
 
 
+def _order(key: Key) -> tuple[tuple[int, Any], ...]:
+    """A key's place in the stored order: per field the values, then NaN, then null."""
+    return tuple(
+        (2, 0) if v is None else (1, 0) if isinstance(v, float) and v != v else (0, v) for v in key
+    )
+
+
 def in_range(key: Key, lo: Key, hi: Key) -> bool:
-    """``lo <= key < hi`` on tuples (the range-delete predicate)."""
-    return bool(lo <= key < hi)
+    """``lo <= key < hi`` in the stored order (the range-delete predicate)."""
+    return bool(_order(lo) <= _order(key) < _order(hi))
 
 
 @dataclass
