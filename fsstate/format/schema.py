@@ -27,6 +27,10 @@ Invariants:
   object :data:`NAN`. Keys live in dicts, where ``nan != nan`` and ``hash(nan)`` follows the
   object; with one NaN object, a key holding NaN finds its state, as Spark groups every NaN
   together.
+* A key's (grouping or user key) float ``-0.0`` is stored as ``0.0``: Spark groups them as one
+  key, Python's dicts too, but Arrow's joins and hashes do not (a batched read would miss a
+  key a point read finds). Checkers of keys return ``0.0`` and :func:`normalize_key_column`
+  rewrites batched keys; values keep their ``-0.0``.
 """
 
 from __future__ import annotations
@@ -188,8 +192,21 @@ _INT_RANGES = {
 }
 
 
-def _field_normalizer(field: pa.Field) -> tuple[type | None, Callable[[Any], Any]]:
-    """(fast exact Python type or None, slow normalizer raising ValueError on mismatch)."""
+def normalize_key_column(arr: pa.Array) -> pa.Array:
+    """A key column with every float ``-0.0`` as ``0.0`` (see the module docstring)."""
+    if not pa.types.is_floating(arr.type) or not len(arr):
+        return arr
+    zero = pc.equal(arr, pa.scalar(0.0, arr.type))
+    if not pc.any(zero).as_py():
+        return arr
+    return pc.if_else(zero, pa.scalar(0.0, arr.type), arr)
+
+
+def _field_normalizer(
+    field: pa.Field, key: bool = False
+) -> tuple[type | None, Callable[[Any], Any]]:
+    """(fast exact Python type or None, slow normalizer raising ValueError on mismatch); a key
+    field's float ``-0.0`` becomes ``0.0``."""
     t = field.type
     nullable = field.nullable
 
@@ -224,7 +241,9 @@ def _field_normalizer(field: pa.Field) -> tuple[type | None, Callable[[Any], Any
             if isinstance(v, bool) or not isinstance(v, numbers.Real):
                 raise ValueError(f"expected a number, got {type(v).__name__}")
             f = float(v)
-            return NAN if f != f else f
+            if f != f:
+                return NAN
+            return f + 0.0 if key else f  # -0.0 + 0.0 is 0.0
 
         return float, base(to_float)
     if pa.types.is_boolean(t):
@@ -323,7 +342,8 @@ def _compile_checker(state: str, what: str, schema: pa.Schema) -> Checker:
     """Compile the validator :func:`make_checker` returns."""
     n = len(schema)
     fields = list(schema)
-    norms = [_field_normalizer(f) for f in fields]
+    key = what != "value"
+    norms = [_field_normalizer(f, key) for f in fields]
     arity_error = KeyArityError if what != "value" else SchemaError
     expected = ", ".join(f"{f.name} {f.type}" for f in fields)
 
@@ -351,7 +371,7 @@ def _compile_checker(state: str, what: str, schema: pa.Schema) -> Checker:
                 ) from None
         return tuple(out)
 
-    fast = fast_check_source(schema, "v")
+    fast = fast_check_source(schema, "v", key=key)
     if fast is None:
         return slow
     # exact-type fast path, generated so a hit costs one type test (and range test) per field
@@ -363,19 +383,20 @@ def _compile_checker(state: str, what: str, schema: pa.Schema) -> Checker:
 
 
 def fast_check_source(
-    schema: pa.Schema, var: str, prefix: str = "_t"
+    schema: pa.Schema, var: str, prefix: str = "_t", key: bool = False
 ) -> tuple[str, dict[str, Any]] | None:
     """A Python expression true when ``var`` already is a valid plain tuple of ``schema``.
 
     The test is exact: the tuple type, the arity, each field's exact Python type and, for
     integer fields, the type's range; a float field must not be NaN (the checker makes every
-    NaN :data:`NAN`). A value passing it is returned unchanged by the checker
+    NaN :data:`NAN`) nor, in a key, zero (the checker makes ``-0.0`` ``0.0``). A value passing it is returned unchanged by the checker
     of :func:`make_checker`; anything else must go through the checker.
 
     Args:
         schema: the Arrow schema of the tuple.
         var: the variable name the expression tests.
         prefix: the prefix of the names of the globals (several tests can share one scope).
+        key: the tuple is a grouping or user key.
 
     Returns:
         ``(source, env)``: the expression and the globals it needs (names ``<prefix><i>``), or None
@@ -385,7 +406,7 @@ def fast_check_source(
     conds = [f"type({var}) is tuple", f"len({var}) == {len(fields)}"]
     env: dict[str, Any] = {}
     for i, field in enumerate(fields):
-        fast_type, _ = _field_normalizer(field)
+        fast_type, _ = _field_normalizer(field, key)
         if fast_type is None:
             return None
         if pa.types.is_integer(field.type):
@@ -393,7 +414,9 @@ def fast_check_source(
             conds.append(f"type({var}[{i}]) is int and {lo} <= {var}[{i}] <= {hi}")
         elif fast_type is float:
             env[f"{prefix}{i}"] = fast_type
-            conds.append(f"type({var}[{i}]) is {prefix}{i} and {var}[{i}] == {var}[{i}]")
+            x = f"{var}[{i}]"
+            zero = f" and {x} != 0.0" if key else ""
+            conds.append(f"type({x}) is {prefix}{i} and {x} == {x}{zero}")
         else:
             env[f"{prefix}{i}"] = fast_type
             conds.append(f"type({var}[{i}]) is {prefix}{i}")

@@ -27,7 +27,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from fsstate.format.keyorder import Bound, bisect_rows, range_mask
-from fsstate.format.schema import EXPIRES, OP, SEQ, TableSpec, canonical, py_list
+from fsstate.format.schema import (
+    EXPIRES,
+    OP,
+    SEQ,
+    TableSpec,
+    canonical,
+    normalize_key_column,
+    py_list,
+)
 
 # One op row as Python objects: (seq, op, ukey | None, value | None, expires_at_ms | None)
 OpRow = tuple[int, int, Any, Any, Any]
@@ -51,11 +59,15 @@ def build_batch(
     """Build a sorted segment batch from column lists of Python objects.
 
     ``values[i]`` (and ``ukeys[i]``) may be None on tombstone rows; ``expires[i]`` may be None.
+    Float key fields are stored with ``-0.0`` as ``0.0`` (a view's dict may hold either).
     """
     assert spec.key_schema is not None
     n = len(keys)
     key_cols = list(zip(*keys)) if n else [() for _ in spec.key_schema]
-    key_arrays = [pa.array(list(c), type=f.type) for c, f in zip(key_cols, spec.key_schema)]
+    key_arrays = [
+        normalize_key_column(pa.array(list(c), type=f.type))
+        for c, f in zip(key_cols, spec.key_schema)
+    ]
     value_mask = pa.array([v is None for v in values], type=pa.bool_())
     value_cols: list[list[Any]] = [[] for _ in spec.value_schema]
     for v in values:
@@ -85,7 +97,9 @@ def build_batch(
             else:
                 for col, item in zip(ucols, u):
                     col.append(item)
-        ukey_arrays = [pa.array(c, type=f.type) for c, f in zip(ucols, ukey_schema)]
+        ukey_arrays = [
+            normalize_key_column(pa.array(c, type=f.type)) for c, f in zip(ucols, ukey_schema)
+        ]
         for f, a in zip(ukey_schema, ukey_arrays):
             columns[f"u.{f.name}"] = a
             flat_names.append(f"u.{f.name}")

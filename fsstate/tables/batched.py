@@ -33,7 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from fsstate.errors import SchemaError
-from fsstate.format.schema import EXPIRES, OP, OP_PUT, SEQ
+from fsstate.format.schema import EXPIRES, OP, OP_PUT, SEQ, normalize_key_column
 from fsstate.format.segment import Segment, key_tuples
 from fsstate.interfaces import Key
 from fsstate.storage.runs import Run
@@ -283,6 +283,8 @@ def struct_of(state: str, what: str, table: pa.Table | pa.RecordBatch, schema: p
                 ) from None
         if not field.nullable and arr.null_count:
             raise SchemaError(f"state {state!r}: {what} column {field.name!r} holds nulls")
+        if what != "value":
+            arr = normalize_key_column(arr)
         arrays.append(arr)
     return pa.StructArray.from_arrays(arrays, fields=list(schema))
 

@@ -157,10 +157,10 @@ def render(template: Template, table: TableCore, method: bool) -> tuple[str, dic
     ``${cond}`` becomes the value test of ``v``, ``${ucond}`` the user-key test of ``u`` (map
     tables; ``False`` elsewhere); see :mod:`fsstate.tables.cursor_templates`.
     """
-    cond, types = _exact_test(table.spec.value_schema, "v", "_t")
+    cond, types = _exact_test(table.spec.value_schema, "v", "_t", key=False)
     ucond = "False"
     if table.spec.user_key_schema is not None:
-        ucond, utypes = _exact_test(table.spec.user_key_schema, "u", "_u")
+        ucond, utypes = _exact_test(table.spec.user_key_schema, "u", "_u", key=True)
         types = {**types, **utypes}
     source = template.substitute(
         types="".join(f", {t}" for t in types),
@@ -197,7 +197,7 @@ def _build(
     )
 
 
-def _exact_test(schema: pa.Schema, var: str, prefix: str) -> tuple[str, dict[str, Any]]:
+def _exact_test(schema: pa.Schema, var: str, prefix: str, key: bool) -> tuple[str, dict[str, Any]]:
     """The exact-type test of ``var`` (``False`` when the checker must always run)."""
-    fast = fast_check_source(schema, var, prefix)
+    fast = fast_check_source(schema, var, prefix, key)
     return fast if fast is not None else ("False", {})
