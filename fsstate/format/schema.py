@@ -389,8 +389,9 @@ def fast_check_source(
 
     The test is exact: the tuple type, the arity, each field's exact Python type and, for
     integer fields, the type's range; a float field must not be NaN (the checker makes every
-    NaN :data:`NAN`) nor, in a key, zero (the checker makes ``-0.0`` ``0.0``). A value passing it is returned unchanged by the checker
-    of :func:`make_checker`; anything else must go through the checker.
+    NaN :data:`NAN`) nor, in a key, zero (the checker makes ``-0.0`` ``0.0``). A value passing
+    it is returned unchanged by the checker of :func:`make_checker`; anything else must go
+    through the checker.
 
     Args:
         schema: the Arrow schema of the tuple.
