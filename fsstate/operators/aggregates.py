@@ -227,9 +227,11 @@ def batch_partials(
     aggs: Sequence[Agg],
     op: str,
     max_of: tuple[str, str] | None = None,
+    rows_as: str | None = None,
 ) -> pa.Table:
     """Pre-aggregate ``table`` by ``group_cols``: the group columns, then the partials (and,
-    with ``max_of=(column, name)``, the group's largest ``column`` named ``name`` last)."""
+    with ``max_of=(column, name)``, the group's largest ``column`` named ``name``, then, with
+    ``rows_as``, the group's row count named so)."""
     schema = table.schema
     cols: dict[str, pa.ChunkedArray] = {g: table.column(g) for g in group_cols}
     specs: list[Spec] = []
@@ -256,6 +258,9 @@ def batch_partials(
     if max_of is not None:
         cols["_max_of"] = table.column(max_of[0])
         specs.append(("_max_of", "max", some, max_of[1]))
+    if rows_as is not None:
+        cols["_rows_of"] = table.column(group_cols[0])
+        specs.append(("_rows_of", "count", pc.CountOptions(mode="all"), rows_as))
     return _grouped(cols, group_cols, specs)
 
 

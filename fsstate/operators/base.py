@@ -29,7 +29,8 @@ Invariants every operator keeps:
   (:meth:`Operator.combine`, stateless, run map-side per input partition with the epoch's
   late watermark); a copy made by :meth:`Operator.with_combined` takes those rows, from any
   number of input partitions, as its input and gives exactly the output and state the raw
-  rows would (and the same event times for the watermark).
+  rows would (and the same event times for the watermark); whether an epoch combines is
+  decided from the previous epoch's record (:mod:`fsstate.operators.combining`).
 """
 
 from __future__ import annotations
@@ -99,6 +100,9 @@ class Operator(ABC):
             )
         self.name = name
         self._bound: tuple[int, int | None] | None = None
+        # what the last process() saw, for the combine decision (fsstate.operators.combining);
+        # set by operators that combine, None otherwise
+        self.last_stats: dict[str, int] | None = None
 
     # -- declared by each operator ---------------------------------------------------------
     @abstractmethod

@@ -56,6 +56,8 @@ import pyarrow.compute as pc
 from fsstate.errors import ConfigError
 from fsstate.operators.aggregates import Agg, add_sums, average, nan_equal
 from fsstate.operators.base import Epoch, Operator, require_columns, take_rows
+from fsstate.operators.combining import ROWS as COMBINED_ROWS
+from fsstate.operators.combining import batch_stats
 from fsstate.store.partition import PartitionStore
 
 OP = "op"
@@ -158,6 +160,7 @@ class RetractAggregate(Operator):
             elif a.func in ("sum", "avg"):
                 st = a.sum_type(input_schema, self.name)
                 fields += [pa.field(f"_s{i}_sum", st), pa.field(f"_n{i}_sum", pa.int64())]
+        fields.append(pa.field(COMBINED_ROWS, pa.int64()))
         return pa.schema(fields)
 
     def combine(self, batch: pa.Table, late_ms: int) -> pa.Table:
@@ -166,15 +169,26 @@ class RetractAggregate(Operator):
         self.input_schema = batch.schema
         if not batch.num_rows:
             return schema.empty_table()
-        return self._delta(batch).select(schema.names).cast(schema)
+        delta = self._delta(batch, with_rows=True)
+        return (
+            delta.rename_columns(
+                [COMBINED_ROWS if c == "_r_count" else c for c in delta.column_names]
+            )
+            .select(schema.names)
+            .cast(schema)
+        )
 
-    def _delta(self, batch: pa.Table) -> pa.Table:
+    def _delta(self, batch: pa.Table, with_rows: bool = False) -> pa.Table:
         """Per group of ``batch``: ``_d_sum`` (rows, op-weighted), and the op-weighted count,
-        sum and NaN totals of the aggregates that keep them."""
+        sum and NaN totals of the aggregates that keep them (and, ``with_rows``, the rows as
+        ``_r_count``)."""
         op = batch.column(OP).combine_chunks().cast(pa.int64())
         cols: dict[str, Any] = {k: batch.column(k) for k in self.gkeys}
         cols["_d"] = op
-        specs: list[tuple[str, str]] = [("_d", "sum")]
+        specs: list[tuple[Any, ...]] = [("_d", "sum")]
+        if with_rows:
+            cols["_r"] = op
+            specs.append(("_r", "count", pc.CountOptions(mode="all")))
         for i, a in enumerate(self.aggs):
             if a.func == "count":
                 if a.column is None:
@@ -208,9 +222,14 @@ class RetractAggregate(Operator):
                     )
                 return schema.empty_table()
             batch = _global_batch(batch)
+        combined = self.raw_schema is not None
+        self.last_stats = batch_stats(0, 0, 0, combined)
         if not batch.num_rows:
             return schema.empty_table()
-        if self.raw_schema is not None:  # the totals of every input partition: add them up
+        rows = batch.num_rows
+        if combined:  # the totals of every input partition: add them up
+            rows = int(pc.sum(batch.column(COMBINED_ROWS)).as_py() or 0)
+            batch = batch.drop_columns([COMBINED_ROWS])
             sums = [c for c in batch.column_names if c not in self.gkeys]
             delta = batch.group_by(self.gkeys, use_threads=False).aggregate(
                 [(c, "sum") for c in sums]
@@ -221,6 +240,7 @@ class RetractAggregate(Operator):
         else:
             op = batch.column(OP).combine_chunks().cast(pa.int64())
             delta = self._delta(batch)
+        self.last_stats = batch_stats(rows, batch.num_rows, delta.num_rows, combined)
         keys = delta.select(self.gkeys)
         old = self.groups.get_many(keys)
         found = np.asarray(old.column("_found").to_numpy(zero_copy_only=False), dtype=bool)

@@ -58,6 +58,7 @@ from fsstate.operators.base import (
     canonical_order,
     max_ms,
 )
+from fsstate.operators.combining import COMBINE_META
 from fsstate.stats import CommitInfo
 from fsstate.storage.fileio import FileIO
 from fsstate.store.identity import WRITER_META, foreign_writer
@@ -79,7 +80,8 @@ class EpochResult:
         rows_in: input rows.
         process_ms: time spent in the operator.
         total_ms: time of the whole epoch (store, sort, operator, commit).
-        meta: the published version's meta (the watermark used, the event times seen).
+        meta: the published version's meta (the watermark used, the event times seen, the
+            combine record).
         acquire_ms: time getting the store at the parent version from the pool.
         commit_ms: time recording the meta, committing and the operator's after-commit step.
         store: how the store was got (``hit``, ``caught_up`` or ``restored``).
@@ -110,6 +112,7 @@ def run_epoch(
     writer: dict[str, Any] | None = None,
     now_ms: int | None = None,
     layout: str = "",
+    combine_skip_until: int = 0,
 ) -> EpochResult:
     """Run ``op`` on one partition's input of ``epoch`` and commit the epoch.
 
@@ -128,6 +131,8 @@ def run_epoch(
             TTL clock is set to it before the operator runs.
         layout: the directory of the layout generation in force (:func:`check_layout`'s
             ``dir``; ``""`` for generation 0).
+        combine_skip_until: recorded with the operator's combine record
+            (:mod:`fsstate.operators.combining`).
 
     Raises:
         VersionNotFoundError: the parent version is not on storage.
@@ -149,6 +154,7 @@ def run_epoch(
         op.bind(store, batch.schema)
         batch = canonical_order(batch)
         t1 = time.perf_counter()
+        op.last_stats = None
         output = op.process(batch, Epoch(epoch, partition, late_ms, evict_ms, now_ms))
         schema = op.output_schema(batch.schema)
         if not output.schema.equals(schema):
@@ -161,6 +167,8 @@ def run_epoch(
                 seen[name] = max(seen.get(name, top), top)
         store.meta[EVENT_TIME_META] = seen
         store.meta[WATERMARK_META] = evict_ms
+        if op.last_stats is not None:
+            store.meta[COMBINE_META] = {**op.last_stats, "skip_until": combine_skip_until}
         if writer is not None:
             store.meta[WRITER_META] = writer
         info = store.commit(epoch)
@@ -176,7 +184,7 @@ def run_epoch(
             )
         op.after_commit(store)
         t3 = time.perf_counter()
-        meta = {k: store.meta.get(k) for k in (EVENT_TIME_META, WATERMARK_META)}
+        meta = {k: store.meta.get(k) for k in (EVENT_TIME_META, WATERMARK_META, COMBINE_META)}
         ok = True
     finally:
         if ok:

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from fsstate.errors import ConfigError
 from fsstate.operators.base import EVENT_TIME_META, WATERMARK_META
+from fsstate.operators.combining import merge_stats
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.manifest import read_manifest
 from fsstate.store.identity import store_dir_for
@@ -50,10 +51,12 @@ class WatermarkSpec:
 
 @dataclass(frozen=True)
 class EpochMeta:
-    """What the versions of one epoch say: the watermark used and the event-time maxima."""
+    """What the versions of one epoch say: the watermark used, the event-time maxima and the
+    combine record (:mod:`fsstate.operators.combining`; None if a partition has none)."""
 
     watermark_ms: int
     event_time_max_ms: dict[str, int]
+    combine: dict[str, int] | None = None
 
 
 def next_watermark(previous_ms: int, maxima: dict[str, int], spec: WatermarkSpec) -> int:
@@ -66,14 +69,17 @@ def next_watermark(previous_ms: int, maxima: dict[str, int], spec: WatermarkSpec
 
 
 def merge_meta(metas: Iterable[EpochMeta]) -> EpochMeta:
-    """Combine the partitions' metas of one epoch (max watermark, max per input)."""
+    """Combine the partitions' metas of one epoch (max watermark, max per input, the combine
+    records summed)."""
     wm = 0
     maxima: dict[str, int] = {}
+    records = []
     for m in metas:
         wm = max(wm, m.watermark_ms)
         for n, v in m.event_time_max_ms.items():
             maxima[n] = max(maxima.get(n, v), v)
-    return EpochMeta(wm, maxima)
+        records.append(m.combine)
+    return EpochMeta(wm, maxima, merge_stats(records) if records else None)
 
 
 def read_epoch(

@@ -73,6 +73,8 @@ from fsstate.operators.base import (
     take_rows,
     time_us,
 )
+from fsstate.operators.combining import ROWS as COMBINED_ROWS
+from fsstate.operators.combining import batch_stats
 from fsstate.operators.expiry import purged_below
 from fsstate.store.partition import PartitionStore
 
@@ -236,10 +238,11 @@ class WindowAggregate(Operator):
         fields = [pa.field(PANE, pa.int64())]
         fields += [input_schema.field(k).with_nullable(True) for k in self.keys]
         fields += list(partial_schema(self.aggs, input_schema, self.name))
-        return pa.schema([*fields, pa.field(TMAX, pa.int64())])
+        return pa.schema([*fields, pa.field(TMAX, pa.int64()), pa.field(COMBINED_ROWS, pa.int64())])
 
     def combine(self, batch: pa.Table, late_ms: int) -> pa.Table:
-        """(pane, keys, partials, largest event time) of the rows' non-late (row, window)s."""
+        """(pane, keys, partials, largest event time, rows folded) of the rows' non-late
+        (row, window)s."""
         out = self._partials(batch, late_ms * 1000, with_tmax=True)
         return out.cast(self.combined_schema(batch.schema))
 
@@ -258,15 +261,28 @@ class WindowAggregate(Operator):
         if not with_tmax:
             return batch_partials(table, [PANE, *self.keys], self.aggs, self.name)
         table = table.append_column("_t", pa.array(tv[keep], pa.int64()))
-        return batch_partials(table, [PANE, *self.keys], self.aggs, self.name, max_of=("_t", TMAX))
+        return batch_partials(
+            table,
+            [PANE, *self.keys],
+            self.aggs,
+            self.name,
+            max_of=("_t", TMAX),
+            rows_as=COMBINED_ROWS,
+        )
 
     # -- one epoch ---------------------------------------------------------------------------
     def process(self, batch: pa.Table, epoch: Epoch) -> pa.Table:
         late_us, evict_us = epoch.late_ms * 1000, epoch.evict_ms * 1000
         if self.raw_schema is not None:  # combined rows of every input partition: merge them
-            partials = combine_partials(batch.drop_columns([TMAX]), [PANE, *self.keys], self.aggs)
+            rows = int(pc.sum(batch.column(COMBINED_ROWS)).as_py() or 0)
+            partials = combine_partials(
+                batch.drop_columns([TMAX, COMBINED_ROWS]), [PANE, *self.keys], self.aggs
+            )
         else:
+            rows = batch.num_rows
             partials = self._partials(batch, late_us)
+        combined = self.raw_schema is not None
+        self.last_stats = batch_stats(rows, batch.num_rows, partials.num_rows, combined)
         pnames = [f.name for f in partial_schema(self.aggs, self.input_schema, self.name)]
         merged = partials
         if partials.num_rows:

@@ -18,7 +18,8 @@ that per micro-batch ``b``:
    .mapInArrow(task)``, each task running epoch ``b`` of the partitions it owns exactly once
    (:mod:`fsstate_spark.operators.tasks`; with as many tasks as partitions, the plain
    ``repartition(partitions, *keys)``, a task per partition), preceded, for an operator
-   that combines (decomposable aggregates), by a ``mapInArrow`` that pre-aggregates each
+   that combines (decomposable aggregates) and whose previous epoch says combining pays
+   (:mod:`fsstate.operators.combining`), by a ``mapInArrow`` that pre-aggregates each
    input partition's rows before the shuffle (Arrow's hash aggregation; Spark's own would
    bring an exchange that adaptive execution may coalesce, moving keys out of their
    partitions, or a second shuffle); at the first micro-batch ``b`` of a run, a stage whose
@@ -73,6 +74,7 @@ from pyspark.sql.streaming.readwriter import DataStreamWriter
 
 from fsstate.errors import ConfigError, FsStateError, PartitionCountError, VersionNotFoundError
 from fsstate.operators.base import EVENT_TIME_META, WATERMARK_META, Operator
+from fsstate.operators.combining import COMBINE_META, decide
 from fsstate.operators.runner import check_layout
 from fsstate.operators.watermarks import (
     READ_THREADS_MAX,
@@ -125,7 +127,10 @@ class _BatchContext:
         arrow_in = arrow_schema_of(df)
         arrow_out = spec.op.output_schema(arrow_in)
         op = spec.op
+        combine, skip_until = False, 0
         if d.config.combine and spec.keys and op.can_combine(arrow_in):
+            combine, skip_until = d.combine_decision(spec.op.name, self.epoch)
+        if combine:
             combined = op.combined_schema(arrow_in)
             combiner = combine_task(op, arrow_in, combined, self.late_ms)
             df = df.mapInArrow(combiner, from_arrow_schema(combined, prefer_timestamp_ntz=False))
@@ -141,6 +146,7 @@ class _BatchContext:
             d.receipts,
             owned=owned,
             layout=d.layouts[spec.op.name],
+            combine_skip_until=skip_until,
         )
         task = stage_task(settings, self.epoch, self.late_ms, self.evict_ms, self.now_ms)
         spark_out = from_arrow_schema(arrow_out, prefer_timestamp_ntz=False)
@@ -221,6 +227,13 @@ class Driver:
                     "(a stage must use that column as its event time on the source's rows)"
                 )
             self._inputs[f"source{i}"] = (rec[0][0], rec[0][1], src.delay_ms)
+
+    def combine_decision(self, stage: str, epoch: int) -> tuple[bool, int]:
+        """Whether the stage combines epoch ``epoch``, from the records of ``epoch - 1``
+        (:func:`fsstate.operators.combining.decide`)."""
+        metas = self._metas.get(epoch - 1) if epoch > 0 else None
+        meta = metas.get(stage) if metas else None
+        return decide(meta.combine if meta is not None else None, epoch)
 
     def combined_op(self, spec: StageSpec, input_schema: pa.Schema) -> Operator:
         """The stage's operator taking combined rows (one copy per stage and input schema)."""
@@ -305,7 +318,12 @@ class Driver:
 
         def of(meta: dict[str, Any]) -> EpochMeta:
             seen = {k: int(v) for k, v in (meta.get(EVENT_TIME_META) or {}).items()}
-            return EpochMeta(int(meta.get(WATERMARK_META) or 0), seen)
+            record = meta.get(COMBINE_META)
+            return EpochMeta(
+                int(meta.get(WATERMARK_META) or 0),
+                seen,
+                dict(record) if isinstance(record, dict) else None,
+            )
 
         def read(job: tuple[str, int]) -> EpochMeta | None:
             name, p = job

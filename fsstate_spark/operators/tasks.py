@@ -66,6 +66,7 @@ class StageSettings:
     receipts: Any = None  # a Spark accumulator of (stage, partition, epoch) -> version meta
     owned: tuple[tuple[int, ...], ...] | None = None  # task -> its state partitions (None: itself)
     layout: str = ""  # the stage's layout generation directory (fsstate.store.layout)
+    combine_skip_until: int = 0  # recorded with the combine record (fsstate.operators.combining)
 
 
 def stage_task(
@@ -103,6 +104,7 @@ def stage_task(
                 writer=settings.writer,
                 now_ms=now_ms,
                 layout=settings.layout,
+                combine_skip_until=settings.combine_skip_until,
             )
             if settings.receipts is not None:  # the driver learns the commit without a read
                 settings.receipts.add({(settings.op.name, partition, epoch): result.meta or {}})

@@ -20,6 +20,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from fsstate.errors import FsStateError
+from fsstate.operators.combining import COMBINE_META
+from fsstate.storage.fileio import FileIO
+from fsstate.storage.manifest import read_manifest
+from fsstate.store.identity import store_dir_for
 from fsstate_spark import operators as ops
 from tests.support.flow_cases import Case, assert_same
 
@@ -210,6 +214,48 @@ def test_combining_shuffles_one_row_per_key_and_pane(spark: SparkSession, tmp_pa
         assert len(shuffled) == 3 and all(shuffled), shuffled
         # 4 keys x at most 2 panes (a batch's times span two windows) per input partition
         assert all(0 < sum(rec) <= 8 * spark.sparkContext.defaultParallelism for rec in shuffled)
+
+
+def _combine_records(root: Path, operator: str, partitions: int, batches: int) -> list[int]:
+    """Per epoch: 1 if the stage combined it (its partitions' combine records)."""
+    fileio = FileIO(str(root))
+    out = []
+    for b in range(batches):
+        records = [
+            read_manifest(fileio, store_dir_for(operator, p), b).meta[COMBINE_META]
+            for p in range(partitions)
+        ]
+        out.append(max(r["combined"] for r in records))
+    return out
+
+
+def test_combining_stops_where_it_does_not_fold_rows(spark: SparkSession, tmp_path: Path) -> None:
+    """Keys that repeat within a batch keep combining; keys that do not (every key once per
+    batch) are combined in the first epoch only, whose record shows it kept every row; the
+    rows equal Spark's built-in aggregate either way, batch by batch."""
+    rng = random.Random(11)
+    spread = [  # every key once per batch
+        [{"k": f"k{i}", "t": 100 + b, "v": rng.randint(-9, 9)} for i in range(60)] for b in range(4)
+    ]
+    repeated = [  # 4 keys, 50 rows each per batch
+        [{"k": rng.choice("abcd"), "t": 100 + b, "v": rng.randint(-9, 9)} for _ in range(200)]
+        for b in range(4)
+    ]
+    for rows, want in ((spread, [1, 0, 0, 0]), (repeated, [1, 1, 1, 1])):
+        case = Case(spark, tmp_path / f"c{want[1]}", [rows])
+        built = case.frame().groupBy("k").agg(F.count(F.lit(1)).alias("count"), F.sum("v"))
+        flow = (
+            ops.source(case.frame())
+            .transform(lambda d: d.withColumn("op", F.lit(1).cast("tinyint")))
+            .retract_aggregate(
+                keys=["k"], aggs=[ops.Agg("count"), ops.Agg("sum", "v")], output="upsert"
+            )
+            .transform(lambda d: d.drop("op"))
+        )
+        assert_same(11, case.builtin(built, "update"), case.fsstate(flow, partitions=2))
+        state = case.root / "ckpt-fsstate" / "fsstate"
+        operator = flow.stages[-1].op.name
+        assert _combine_records(state, operator, 2, 4) == want
 
 
 def test_flow_checks_columns_and_types_when_built(spark: SparkSession, tmp_path: Path) -> None:
