@@ -27,7 +27,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -411,3 +411,19 @@ def rss_bytes() -> int:
     except ImportError:  # pragma: no cover
         return 0
     return int(psutil.Process().memory_info().rss)
+
+
+def hand_in(source: Path, target: Path, mtime: int) -> None:
+    """Give a streaming query one micro-batch file: ``target`` is a hard link to ``source``
+    (the same bytes for every query) with modification time ``mtime`` (Spark's file source
+    orders files by it)."""
+    os.link(source, target)
+    os.utime(target, (mtime, mtime))
+
+
+def stop_queries(queries: Iterable[Any], spark: Any) -> None:
+    """Stop the suite's streaming queries that started (None: never started), then Spark."""
+    for query in queries:
+        if query is not None:
+            query.stop()
+    spark.stop()

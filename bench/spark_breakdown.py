@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import shutil
 import tempfile
 import time
@@ -46,7 +45,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from bench.common import BenchContext, Result, median, require_pyspark
+from bench.common import BenchContext, Result, hand_in, median, require_pyspark, stop_queries
 from bench.spark_matrix import (
     EPOCH_LOG_ENV,
     TRIGGER,
@@ -175,15 +174,11 @@ def run(ctx: BenchContext) -> list[Result]:
             mtime = 1_600_000_000 + 10 * b
             for job in jobs[b % 2 :] + jobs[: b % 2]:
                 target = job.input_dir / path.name
-                os.link(path, target)
-                os.utime(target, (mtime, mtime))
+                hand_in(path, target, mtime)
                 wait_batch(job, b, rows)
                 ctx.log(f"  batch {b} {job.name:<28} {job.wall_ms(b) / 1000:7.2f} s")
     finally:
-        for job in jobs:
-            if job.query is not None:
-                job.query.stop()
-        spark.stop()
+        stop_queries((job.query for job in jobs), spark)
     try:
         events = [json.loads(x) for p in events_dir.iterdir() for x in p.read_text().splitlines()]
         epochs = read_epoch_log(epoch_log)

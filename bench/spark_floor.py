@@ -28,7 +28,6 @@ Invariants: the same input rows per batch for all (checked in each query's progr
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -38,7 +37,15 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from bench.common import BenchContext, Result, median, require_pyspark, spread_text
+from bench.common import (
+    BenchContext,
+    Result,
+    hand_in,
+    median,
+    require_pyspark,
+    spread_text,
+    stop_queries,
+)
 from bench.spark_matrix import GROUPS, PER_KEY, TRIGGER, matrix_table, shapes
 
 SUITE = "spark_floor"
@@ -173,15 +180,11 @@ def run(ctx: BenchContext) -> list[Result]:
                 for side in SIDES[b % len(SIDES) :] + SIDES[: b % len(SIDES)]:
                     job = jobs[(cell, side)]
                     target = job.root / "input" / path.name
-                    os.link(path, target)
-                    os.utime(target, (mtime, mtime))
+                    hand_in(path, target, mtime)
                     _wait(job, b, sizes[cell[1]][0])
                     ctx.log(f"  batch {b} {job.name:<40} {job.wall_ms[b] / 1000:7.2f} s")
     finally:
-        for job in jobs.values():
-            if job.query is not None:
-                job.query.stop()
-        spark.stop()
+        stop_queries((job.query for job in jobs.values()), spark)
         shutil.rmtree(scratch, ignore_errors=True)
     steady = list(range(warm, warm + measured))
     out: list[Result] = []

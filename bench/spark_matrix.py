@@ -51,7 +51,6 @@ Invariants (both sides do the same work):
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import tempfile
 import time
@@ -63,7 +62,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from bench.common import BenchContext, Result, median, require_pyspark, spread_text
+from bench.common import (
+    BenchContext,
+    Result,
+    hand_in,
+    median,
+    require_pyspark,
+    spread_text,
+    stop_queries,
+)
 from bench.datagen import key_strings
 
 SUITE = "spark_matrix"
@@ -247,16 +254,12 @@ def run(ctx: BenchContext) -> list[Result]:
                 for side in SIDES[b % len(SIDES) :] + SIDES[: b % len(SIDES)]:
                     job = jobs[(cell, side)]
                     target = job.input_dir / f"batch-{b:05d}.parquet"
-                    os.link(paths[cell.per_key], target)
-                    os.utime(target, (mtime, mtime))
+                    hand_in(paths[cell.per_key], target, mtime)
                     wait_batch(job, b, sizes[cell.per_key][0])
                     ctx.log(f"  batch {b} {job.name:<34} {job.wall_ms(b) / 1000:7.2f} s")
         epochs = read_epoch_log(epoch_log)
     finally:
-        for job in jobs.values():
-            if job.query is not None:
-                job.query.stop()
-        spark.stop()
+        stop_queries((job.query for job in jobs.values()), spark)
         shutil.rmtree(scratch, ignore_errors=True)
     steady = list(range(warm, warm + measured))
     return _results(cells, jobs, epochs, sizes, steady)

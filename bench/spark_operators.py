@@ -27,7 +27,6 @@ Goals: fsstate >= 1.5x the built-in operator and >= 20x transformWithState.
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 import time
@@ -47,7 +46,15 @@ from pyspark.sql.streaming.stateful_processor import (
     TimerValues,
 )
 
-from bench.common import BenchContext, Result, median, require_pyspark, spread_text
+from bench.common import (
+    BenchContext,
+    Result,
+    hand_in,
+    median,
+    require_pyspark,
+    spread_text,
+    stop_queries,
+)
 from bench.datagen import key_strings
 
 SUITE = "spark_operators"
@@ -306,15 +313,11 @@ def run(ctx: BenchContext) -> list[Result]:
             order = jobs[b % len(jobs) :] + jobs[: b % len(jobs)]
             for job in order:
                 target = job.input_dir / path.name
-                os.link(path, target)
-                os.utime(target, (mtime, mtime))
+                hand_in(path, target, mtime)
                 _wait(job, b)
                 ctx.log(f"  batch {b} {job.tag:<22} {job.wall_ms[b] / 1000:7.2f} s")
     finally:
-        for job in jobs:
-            if job.query is not None:
-                job.query.stop()
-        spark.stop()
+        stop_queries((job.query for job in jobs), spark)
         shutil.rmtree(scratch, ignore_errors=True)
     return _results(jobs, rows, keys, batches)
 

@@ -176,7 +176,7 @@ def py_list(arr: pa.Array | pa.ChunkedArray) -> list[Any]:
     """``arr.to_pylist()``, with every NaN of a float column the object :data:`NAN`."""
     values: list[Any] = arr.to_pylist()
     if pa.types.is_floating(arr.type) and len(arr) and pc.any(pc.is_nan(arr)).as_py():
-        values = [NAN if v != v else v for v in values]
+        values = list(map(canonical, values))
     return values
 
 

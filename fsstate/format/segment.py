@@ -306,15 +306,21 @@ class Segment:
             self._cols = cols
         return self._cols
 
+    def _lists(self, cols: list[pa.Array]) -> list[list[Any]]:
+        """Python lists of row columns; the user-key columns (the last ones) with the one NaN
+        object, as keys of views (values need not be)."""
+        first_ukey = len(cols) - (len(self.spec.ukey_schema) if self.spec.ukey_schema else 0)
+        return [py_list(c) if i >= first_ukey else c.to_pylist() for i, c in enumerate(cols)]
+
     def rows(self, start: int, end: int) -> list[OpRow]:
         """Rows ``[start, end)`` as Python op rows."""
         n = end - start
-        return _op_rows(self.spec, [py_list(c.slice(start, n)) for c in self._row_columns()], n)
+        return _op_rows(self.spec, self._lists([c.slice(start, n) for c in self._row_columns()]), n)
 
     def _rows_at(self, indices: list[int]) -> list[OpRow]:
         """The op rows at the given row indices (ascending), as Python op rows."""
         take = pa.array(indices, type=pa.int64())
-        lists = [py_list(c.take(take)) for c in self._row_columns()]
+        lists = self._lists([c.take(take) for c in self._row_columns()])
         return _op_rows(self.spec, lists, len(indices))
 
     def rows_for(self, key: tuple[Any, ...]) -> list[OpRow]:
