@@ -26,6 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from fsstate.format.keyfilter import stable_hash, stable_hashes
 from fsstate.format.keyorder import Bound, bisect_rows, range_mask
 from fsstate.format.schema import (
     EXPIRES,
@@ -376,6 +377,17 @@ class Segment:
     def distinct_keys(self) -> list[tuple[Any, ...]]:
         """Distinct grouping keys, in key order (Arrow finds them; only they become tuples)."""
         return self.keys_at(self._last_rows())
+
+    def distinct_key_hashes(self) -> np.ndarray[Any, Any]:
+        """``stable_hash`` of every distinct grouping key, as uint64 (numpy where the key types
+        allow, :func:`fsstate.format.keyfilter.stable_hashes`; tuples one by one otherwise)."""
+        rows = self._last_rows()
+        take = pa.array(rows, type=pa.int64())
+        got = stable_hashes([c.take(take) for c in self._key_columns()])
+        if got is not None:
+            return got
+        keys = self.keys_at(rows)
+        return np.fromiter(map(stable_hash, keys), dtype=np.uint64, count=len(keys))
 
     def keys_at(self, rows: Sequence[int] | Any) -> list[tuple[Any, ...]]:
         """The grouping keys of the given rows (a sequence or numpy array), as tuples."""

@@ -41,13 +41,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from fsstate.config import StoreConfig
 from fsstate.errors import DataFileCorruptError, StorageError, StorageNotFoundError
 from fsstate.format.evolution import project_rows
-from fsstate.format.keyfilter import BloomFilter, stable_hash
+from fsstate.format.keyfilter import BloomFilter
 from fsstate.format.keyorder import Bound, sort_key
 from fsstate.format.refs import FileRef, decode_batch, encode_batch
 from fsstate.format.schema import FORMAT_VERSION, TableSpec
@@ -499,7 +500,7 @@ def write_run_stream(
     compression = None if cfg.compression == "none" else cfg.compression
     path = new_data_path(prefix)
     full = f"{ctx.store_dir}/{path}"
-    hashes: list[int] = []
+    hashes: list[np.ndarray[Any, Any]] = []
     firsts: list[Any] = []
     lasts: list[Any] = []
     rows = arrow_bytes = 0
@@ -524,7 +525,7 @@ def write_run_stream(
                 )
             seg = Segment(spec, part)
             only = seg if parts_seen == 1 else None
-            hashes.extend(map(stable_hash, seg.distinct_keys()))
+            hashes.append(seg.distinct_key_hashes())
             lo, hi = seg.min_max_seq()
             min_seq = lo if min_seq < 0 else min(min_seq, lo)
             max_seq = max(max_seq, hi)
@@ -539,7 +540,8 @@ def write_run_stream(
             arrow_bytes += part.nbytes
         if stream is None:
             return None
-        bloom = BloomFilter.for_hashes(hashes, len(hashes))
+        all_hashes = np.concatenate(hashes)
+        bloom = BloomFilter.for_hashes(all_hashes, len(all_hashes))
         stream.add_metadata(  # known at the end: footer key-value metadata only
             {
                 b"fsstate.bloom": bloom.to_text().encode(),

@@ -19,10 +19,11 @@ that per micro-batch ``b``:
    (:mod:`fsstate_spark.operators.tasks`; with as many tasks as partitions, the plain
    ``repartition(partitions, *keys)``, a task per partition), preceded, for an operator
    that combines (decomposable aggregates) and whose previous epoch says combining pays
-   (:mod:`fsstate.operators.combining`), by a ``mapInArrow`` that pre-aggregates each
-   input partition's rows before the shuffle (Arrow's hash aggregation; Spark's own would
-   bring an exchange that adaptive execution may coalesce, moving keys out of their
-   partitions, or a second shuffle); at the first micro-batch ``b`` of a run, a stage whose
+   (:mod:`fsstate.operators.combining`), by Spark's own aggregate of the batch into the
+   operator's partials, grouped by keys (and pane) and the row's partition
+   (:mod:`fsstate_spark.operators.partials`: the stage's shuffle then carries one row per
+   group; where Spark's aggregate is not exact, a ``mapInArrow`` pre-aggregating each
+   input partition with Arrow); at the first micro-batch ``b`` of a run, a stage whose
    state was written with another partition count is rescaled first, at version ``b - 1``
    (:mod:`fsstate_spark.operators.rescale`), and every stage's stores are then those of its
    layout generation in force;
@@ -87,6 +88,7 @@ from fsstate.storage.fileio import FileIO
 from fsstate.storage.manifest import read_manifest
 from fsstate.store.identity import store_dir_for
 from fsstate_spark.operators.flows import Flow, Source, StageSpec, arrow_schema_of
+from fsstate_spark.operators.partials import SparkPartials, spark_partials
 from fsstate_spark.operators.rescale import rescale_stage
 from fsstate_spark.operators.settings import (
     PARTITIONS_DEFAULT,
@@ -130,10 +132,19 @@ class _BatchContext:
         combine, skip_until = False, 0
         if d.config.combine and spec.keys and op.can_combine(arrow_in):
             combine, skip_until = d.combine_decision(spec.op.name, self.epoch)
-        if combine:
+        keys = [F.col(k) for k in spec.keys] or [F.lit(d.zero_key(df)).cast("bigint")]
+        # each row's partition as Spark's hash partitioning computes it: the tasks check it
+        where = F.pmod(F.hash(*keys), F.lit(d.partitions)).cast("int")
+        by_spark = None
+        if combine:  # by Spark's aggregation where it is exact, else by the operator in Python
             combined = op.combined_schema(arrow_in)
-            combiner = combine_task(op, arrow_in, combined, self.late_ms)
-            df = df.mapInArrow(combiner, from_arrow_schema(combined, prefer_timestamp_ntz=False))
+            plan = d.spark_partials(spec, arrow_in)
+            if plan is not None:
+                by_spark = plan.apply(df, self.late_ms, (PARTITION_COL, where))
+            else:
+                combiner = combine_task(op, arrow_in, combined, self.late_ms)
+                spark_combined = from_arrow_schema(combined, prefer_timestamp_ntz=False)
+                df = df.mapInArrow(combiner, spark_combined)
             op = d.combined_op(spec, arrow_in)
             arrow_in = combined
         owned = d.owned(df)
@@ -150,10 +161,7 @@ class _BatchContext:
         )
         task = stage_task(settings, self.epoch, self.late_ms, self.evict_ms, self.now_ms)
         spark_out = from_arrow_schema(arrow_out, prefer_timestamp_ntz=False)
-        keys = [F.col(k) for k in spec.keys] or [F.lit(d.zero_key(df)).cast("bigint")]
-        # each row's partition as Spark's hash partitioning computes it: the tasks check it
-        where = F.pmod(F.hash(*keys), F.lit(d.partitions)).cast("int")
-        df = df.withColumn(PARTITION_COL, where)
+        df = by_spark if by_spark is not None else df.withColumn(PARTITION_COL, where)
         if owned is None:  # a task per partition: the shuffle is Spark's on the keys
             return df.repartition(d.partitions, *keys).mapInArrow(task, spark_out)
         # fewer tasks: a partition's rows go to the task that owns it
@@ -215,6 +223,7 @@ class Driver:
         self.receipts: Any = None  # created at the first batch (classic PySpark only)
         self.manifest_reads = 0  # manifests the driver read (partitions without a receipt)
         self._combined: dict[tuple[str, pa.Schema], Operator] = {}
+        self._partials: dict[tuple[str, pa.Schema], SparkPartials | None] = {}
         # the watermark inputs: each source with a watermark, recorded by one stage
         self._inputs: dict[str, tuple[str, str, int]] = {}  # source -> (stage, input, delay)
         for i, src in enumerate(flow.sources):
@@ -242,6 +251,20 @@ class Driver:
         if op is None:
             op = self._combined[key] = spec.op.with_combined(input_schema)
         return op
+
+    def spark_partials(self, spec: StageSpec, input_schema: pa.Schema) -> SparkPartials | None:
+        """How Spark combines the stage's input (None: the operator combines in Python),
+        built once per stage and input schema."""
+        key = (spec.op.name, input_schema)
+        if key not in self._partials:
+            self._partials[key] = spark_partials(spec.op, input_schema)
+        return self._partials[key]
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled (Spark Connect's ``foreachBatch``) without the Spark columns it built."""
+        state = dict(self.__dict__)
+        state["_partials"] = {}
+        return state
 
     def zero_key(self, df: DataFrame) -> int:
         """A bigint literal that Spark's hash partitioning sends to partition 0: the key of a

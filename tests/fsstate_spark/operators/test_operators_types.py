@@ -177,9 +177,16 @@ def _exchange_records(df: DataFrame) -> list[int]:
     return out
 
 
+def _final_plan(df: DataFrame) -> str:
+    """The executed physical plan of ``df`` (the final adaptive plan only)."""
+    text = str(df._jdf.queryExecution().executedPlan().toString())
+    return text.split("== Initial Plan ==")[0]
+
+
 def test_combining_shuffles_one_row_per_key_and_pane(spark: SparkSession, tmp_path: Path) -> None:
-    """A windowed count and a running sum over 400 rows of 4 keys per batch: the stage's shuffle
-    carries one row per (pane, key) per input partition, not the raw rows."""
+    """A windowed count and a running sum over 400 rows of 4 keys per batch, combined by
+    Spark's own aggregate: its exchange carries partial rows (one per (pane, key) per input
+    partition), the stage's shuffle one row per (pane, key), never the raw rows."""
     rng = random.Random(5)
     batches = [
         [
@@ -190,10 +197,12 @@ def test_combining_shuffles_one_row_per_key_and_pane(spark: SparkSession, tmp_pa
     ]
     case = Case(spark, tmp_path, [batches])
     shuffled: list[list[int]] = []
+    plans: list[str] = []
 
     def sink(df: DataFrame, batch_id: int) -> None:
         df.collect()
         shuffled.append(_exchange_records(df))
+        plans.append(_final_plan(df))
 
     for flow in (
         ops.source(case.frame(), watermark=("t", "5 seconds")).window_aggregate(
@@ -204,6 +213,7 @@ def test_combining_shuffles_one_row_per_key_and_pane(spark: SparkSession, tmp_pa
         .retract_aggregate(keys=["k"], aggs=[ops.Agg("sum", "v")], output="upsert"),
     ):
         shuffled.clear()
+        plans.clear()
         ckpt = tmp_path / f"ckpt-{len(list(tmp_path.glob('ckpt-*')))}"
         writer = ops.write_stream(flow, checkpoint_location=str(ckpt), sink=sink, partitions=3)
         query = writer.trigger(availableNow=True).start()
@@ -211,9 +221,45 @@ def test_combining_shuffles_one_row_per_key_and_pane(spark: SparkSession, tmp_pa
         assert query.exception() is None, query.exception()
         # every commit was learnt from the tasks' receipts: no manifest read by the driver
         assert writer.fsstate_driver.manifest_reads == 0
-        assert len(shuffled) == 3 and all(shuffled), shuffled
-        # 4 keys x at most 2 panes (a batch's times span two windows) per input partition
-        assert all(0 < sum(rec) <= 8 * spark.sparkContext.defaultParallelism for rec in shuffled)
+        assert len(shuffled) == 3 and all(len(rec) == 2 for rec in shuffled), shuffled
+        # 4 keys x at most 2 panes (a batch's times span two windows): the stage's shuffle (the
+        # plan's last) carries each once, the aggregate's once per input partition
+        assert all(0 < rec[0] <= 8 for rec in shuffled), shuffled
+        assert all(rec[1] <= 8 * spark.sparkContext.defaultParallelism for rec in shuffled)
+        assert all("partial_" in plan and plan.count("MapInArrow") == 1 for plan in plans), plans[0]
+
+
+def test_combining_in_python_where_spark_is_not_exact(spark: SparkSession, tmp_path: Path) -> None:
+    """Decimal sums of retractions: Spark would widen the products, so each input partition is
+    combined by the operator in Python (a second ``mapInArrow``); the rows equal Spark's."""
+    rng = random.Random(13)
+    batches = [
+        [{"k": rng.choice("abc"), "t": 100 + b, "v": rng.randint(-999, 999)} for _ in range(60)]
+        for b in range(3)
+    ]
+    case = Case(spark, tmp_path, [batches])
+    frame = case.frame().withColumn("v", (F.col("v") / 100).cast("decimal(10,2)"))
+    built = frame.groupBy("k").agg(F.sum("v").alias("sum(v)"), F.avg("v").alias("avg(v)"))
+    plans: list[str] = []
+
+    def sink(df: DataFrame, batch_id: int) -> None:
+        df.write.format("noop").mode("overwrite").save()
+        plans.append(_final_plan(df))
+
+    flow = (
+        ops.source(frame)
+        .transform(lambda d: d.withColumn("op", F.lit(1).cast("tinyint")))
+        .retract_aggregate(
+            keys=["k"], aggs=[ops.Agg("sum", "v"), ops.Agg("avg", "v")], output="upsert"
+        )
+        .transform(lambda d: d.drop("op"))
+    )
+    assert_same(13, case.builtin(built, "update"), case.fsstate(flow, partitions=2))
+    writer = ops.write_stream(flow, checkpoint_location=str(tmp_path / "plans"), sink=sink)
+    query = writer.trigger(availableNow=True).start()
+    query.awaitTermination(300)
+    assert query.exception() is None, query.exception()
+    assert plans and all(plan.count("MapInArrow") == 2 for plan in plans), plans[:1]
 
 
 def _combine_records(root: Path, operator: str, partitions: int, batches: int) -> list[int]:
