@@ -17,7 +17,8 @@ Invariants (each the Arrow combine's, :mod:`fsstate.operators.windows` and
 :mod:`fsstate.operators.retract`):
 
 * Windows: rows with a null event time are dropped, and so are late rows (whose last window
-  ends at or below the watermark of the previous epoch); a row's pane is
+  ends at or below the watermark of the previous epoch; a pane's windows are its rows', so
+  the stage would drop them again as a late pane); a row's pane is
   ``t - pmod(t - start, pane)`` in microseconds; ``count()`` counts rows, ``count(c)`` valid
   values, ``sum`` / ``avg`` sum in the sum type (null when the group has no value), ``min`` /
   ``max`` in Spark's order (NaN above every number), which is Arrow combine's order.

@@ -124,9 +124,15 @@ class Case:
         return got
 
     def fsstate(
-        self, flow: ops.Flow, partitions: int = 3, tasks: int | None = None, tag: str = ""
+        self,
+        flow: ops.Flow,
+        partitions: int = 3,
+        tasks: int | None = None,
+        tag: str = "",
+        **options: Any,
     ) -> dict[int, list[tuple[Any, ...]]]:
-        """The fsstate flow's rows per batch (``tag``: another checkpoint for another run)."""
+        """The fsstate flow's rows per batch (``tag``: another checkpoint for another run;
+        ``options``: more ``write_stream`` settings)."""
         got, sink = self._collect()
         query = (
             ops.write_stream(
@@ -135,6 +141,7 @@ class Case:
                 sink=sink,
                 partitions=partitions,
                 tasks=tasks,
+                **options,
             )
             .trigger(availableNow=True)
             .start()
