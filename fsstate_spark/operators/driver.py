@@ -68,7 +68,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from pyspark.accumulators import AccumulatorParam
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.streaming.readwriter import DataStreamWriter
@@ -165,7 +165,7 @@ class _BatchContext:
         if owned is None:  # a task per partition: the shuffle is Spark's on the keys
             return df.repartition(d.partitions, *keys).mapInArrow(task, spark_out)
         # fewer tasks: a partition's rows go to the task that owns it
-        return df.repartition(len(owned), F.col(PARTITION_COL)).mapInArrow(task, spark_out)
+        return df.repartition(len(owned), d.route(df)).mapInArrow(task, spark_out)
 
 
 class _Receipts(AccumulatorParam[dict[Any, Any]]):
@@ -218,7 +218,7 @@ class Driver:
         self.layouts: dict[str, str] = {}  # stage -> its layout generation directory
         self._clock = any(s.op.uses_clock for s in flow.stages)
         self._zero_key: int | None = None
-        self._owned: tuple[tuple[int, ...], ...] | None = None
+        self._routes: tuple[int, ...] | None = None  # task -> an int Spark hashes to it
         self._tasks: int | None = config.tasks
         self.receipts: Any = None  # created at the first batch (classic PySpark only)
         self.manifest_reads = 0  # manifests the driver read (partitions without a receipt)
@@ -293,24 +293,37 @@ class Driver:
         return self._tasks
 
     def owned(self, df: DataFrame) -> tuple[tuple[int, ...], ...] | None:
-        """The state partitions of each task (None: one task per partition). Partition ``p``
-        goes to task ``pmod(hash(p), tasks)``, what Spark's hash partitioning on the int
-        partition column computes: found once per driver with Spark's own ``hash``."""
+        """The state partitions of each task (None: one task per partition): partition ``p``
+        goes to task ``p mod tasks``, so every task runs as many partitions as another, give
+        or take one (Spark's hash of the partition number gave 4 partitions over 2 tasks as
+        1 and 3: the batch waited for the task with three)."""
         tasks = self.task_count(df)
         if tasks == self.partitions:
             return None
-        if self._owned is None:
-            n = self.partitions
-            rows = (
-                df.sparkSession.range(0, n)
-                .select(F.pmod(F.hash(F.col("id").cast("int")), F.lit(tasks)).alias("t"), "id")
-                .collect()
-            )
-            owned: list[list[int]] = [[] for _ in range(tasks)]
-            for r in rows:
-                owned[int(r[0])].append(int(r[1]))
-            self._owned = tuple(tuple(sorted(o)) for o in owned)
-        return self._owned
+        return tuple(tuple(range(t, self.partitions, tasks)) for t in range(tasks))
+
+    def route(self, df: DataFrame) -> Column:
+        """The expression a stage with fewer tasks than partitions repartitions by: for a row
+        of partition ``p``, an int that Spark's hash partitioning into ``tasks`` sends to task
+        ``p mod tasks`` (:meth:`owned`). The ints are found once per driver with Spark's own
+        ``hash``; a task still checks every row's partition."""
+        tasks = self.task_count(df)
+        if self._routes is None:
+            routes: dict[int, int] = {}
+            span = 64 * tasks + 64
+            start = 0
+            while len(routes) < tasks:  # Murmur3 spreads small ints evenly: one round in practice
+                rows = (
+                    df.sparkSession.range(start, start + span)
+                    .select(F.pmod(F.hash(F.col("id").cast("int")), F.lit(tasks)).alias("t"), "id")
+                    .collect()
+                )
+                for r in rows:
+                    routes.setdefault(int(r[0]), int(r[1]))
+                start += span
+            self._routes = tuple(routes[t] for t in range(tasks))
+        values = ", ".join(str(v) for v in self._routes)
+        return F.expr(f"element_at(array({values}), pmod(`{PARTITION_COL}`, {tasks}) + 1)")
 
     def _reset_receipts(self, batch_df: DataFrame) -> None:
         """An empty receipt accumulator for this batch's tasks (none on Spark Connect, which

@@ -7,8 +7,8 @@ state partitions the task owns, as Arrow), and runs each owned partition's epoch
 :func:`fsstate.operators.run_epoch` (store from the process's pool at the previous epoch,
 commit of this one), yielding the outputs as Arrow batches. A stage has ``partitions`` state
 partitions (key groups: where keys live) and runs in ``tasks`` Spark tasks; with as many tasks
-as partitions each task owns its own partition, with fewer the driver gives each task the
-partitions Spark's hash partitioning of the partition number sends it (``owned``), so a batch
+as partitions each task owns its own partition, with fewer task ``t`` owns the partitions
+``p`` with ``p mod tasks = t`` (``owned``: as many per task as possible), so a batch
 pays a Spark task (scheduling, the Python worker round trip) per task, not per partition.
 
 Invariants:
