@@ -271,14 +271,7 @@ class Driver:
         stage without keys (a global window or aggregate: every row in one partition, the
         one that holds its state). Found once per driver with Spark's own ``hash``."""
         if self._zero_key is None:
-            n = self.partitions
-            found = (
-                df.sparkSession.range(0, 64 * n + 64)
-                .where(F.expr(f"pmod(hash(id), {n}) = 0"))
-                .first()
-            )
-            assert found is not None  # some id of 64n hashes to 0 (Murmur3 mixes well)
-            self._zero_key = int(found[0])
+            self._zero_key = _hashed_to(df, self.partitions, "bigint")[0]
         return self._zero_key
 
     def task_count(self, df: DataFrame) -> int:
@@ -309,19 +302,7 @@ class Driver:
         ``hash``; a task still checks every row's partition."""
         tasks = self.task_count(df)
         if self._routes is None:
-            routes: dict[int, int] = {}
-            span = 64 * tasks + 64
-            start = 0
-            while len(routes) < tasks:  # Murmur3 spreads small ints evenly: one round in practice
-                rows = (
-                    df.sparkSession.range(start, start + span)
-                    .select(F.pmod(F.hash(F.col("id").cast("int")), F.lit(tasks)).alias("t"), "id")
-                    .collect()
-                )
-                for r in rows:
-                    routes.setdefault(int(r[0]), int(r[1]))
-                start += span
-            self._routes = tuple(routes[t] for t in range(tasks))
+            self._routes = _hashed_to(df, tasks, "int")
         values = ", ".join(str(v) for v in self._routes)
         return F.expr(f"element_at(array({values}), pmod(`{PARTITION_COL}`, {tasks}) + 1)")
 
@@ -467,6 +448,24 @@ class Driver:
                     f"{self.config.state_uri!r}"
                 )
         self._metas = {batch_id: metas}
+
+
+def _hashed_to(df: DataFrame, buckets: int, sql_type: str) -> tuple[int, ...]:
+    """For each bucket ``b`` of ``buckets``, a small non-negative int that Spark's hash
+    partitioning of a ``sql_type`` value sends to ``b`` (``pmod(hash(x), buckets) = b``),
+    found with Spark's own ``hash``: Murmur3 spreads small ints evenly, one round in practice."""
+    found: dict[int, int] = {}
+    span, start = 64 * buckets + 64, 0
+    while len(found) < buckets:
+        rows = (
+            df.sparkSession.range(start, start + span)
+            .select(F.pmod(F.hash(F.col("id").cast(sql_type)), F.lit(buckets)).alias("b"), "id")
+            .collect()
+        )
+        for r in rows:
+            found.setdefault(int(r[0]), int(r[1]))
+        start += span
+    return tuple(found[b] for b in range(buckets))
 
 
 def _union(sources: tuple[Source, ...]) -> DataFrame:
