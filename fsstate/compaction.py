@@ -258,6 +258,51 @@ class _Stopped(Exception):
     """The compactor is shutting down (the interpreter exits): the round is abandoned."""
 
 
+@dataclasses.dataclass(frozen=True)
+class RoundPlan:
+    """The runs one compaction round merges, and the working memory it holds meanwhile.
+
+    Attributes:
+        i: first run of the window (index into the table's runs when planned).
+        j: end of the window (exclusive).
+        streamed: merged by :func:`merge_stream` (no in-memory window fits the round's bound).
+        working_bytes: the round's transient memory, from the chosen runs' decoded sizes: an
+            in-memory merge holds its window about three times (input, sorted, filtered); a
+            streamed one about two segments per run, three times over, a segment being at most
+            a row group (``row_group_bytes``) and at most the run.
+    """
+
+    i: int
+    j: int
+    streamed: bool
+    working_bytes: int
+
+
+def plan_round(
+    runs: list[Run],
+    bytes_max: int,
+    max_runs: int,
+    force: bool = False,
+    stream_width: int = 2,
+    row_group_bytes: int = 1024 * 1024,
+) -> RoundPlan | None:
+    """The next round of a table with ``runs``, or None if it needs none (see
+    :func:`compact_table`)."""
+    window = pick_window(runs, max_runs, bytes_max, force)
+    streamed = window is None and len(runs) > max_runs
+    if streamed:
+        window = pick_stream_window(runs, stream_width)
+    if window is None:
+        return None
+    i, j = window
+    sizes = [r.ref.decoded_bytes if r.ref is not None else 0 for r in runs[i:j]]
+    if streamed:
+        working = 3 * sum(min(size, 2 * row_group_bytes) for size in sizes)
+    else:
+        working = 3 * sum(sizes)
+    return RoundPlan(i, j, streamed, working)
+
+
 def compact_table(
     table: TableBase,
     bytes_max: int,
@@ -265,23 +310,28 @@ def compact_table(
     force: bool = False,
     stream_width: int = 2,
     stop: threading.Event | None = None,
+    plan: RoundPlan | None = None,
 ) -> int:
     """One bounded compaction round of ``table``; returns the bytes written (0: nothing done).
 
     A window that fits ``bytes_max`` is merged in memory; when none does while the table has
     more than ``max_runs`` runs (state far beyond the budget), the ``stream_width`` adjacent
     runs of smallest size are merged by :func:`merge_stream`, whose memory does not depend on
-    their size, so the run count stays bounded whatever the state size.
+    their size, so the run count stays bounded whatever the state size. ``plan`` (from
+    :func:`plan_round` on the table's runs) is the round to do, if already chosen; if the
+    table's runs changed since, the merge is discarded at the end as for any concurrent change.
     """
     runs = table.runs
-    window = pick_window(runs, max_runs, bytes_max, force)
-    streamed = window is None and len(runs) > max_runs
-    if streamed:
-        window = pick_stream_window(runs, stream_width)
-    if window is None:
+    if plan is None:
+        plan = plan_round(
+            runs, bytes_max, max_runs, force, stream_width, table.ctx.config.row_group_bytes
+        )
+    if plan is None or plan.j > len(runs):
         return 0
-    i, j = window
+    i, j, streamed = plan.i, plan.j, plan.streamed
     chosen = runs[i:j]
+    if any(r.ref is None for r in chosen):  # planned on runs another round has changed since
+        return 0
     spec, ctx = table.spec, table.ctx
     bottom = i == 0
     # read before the window: the store may commit meanwhile, which only raises the horizon
@@ -378,19 +428,27 @@ class Compactor:
         return True
 
     def run_once(self, table: TableBase, force: bool = False) -> int:
-        """A synchronous round (tests, explicit requests); returns the bytes written."""
+        """A synchronous round (tests, explicit requests); returns the bytes written.
+
+        The round is planned first and reserves the working memory of the runs it chose
+        (:class:`RoundPlan`), not a worst case: a round of two small runs must not make the
+        epoch beside it spill.
+        """
         cfg = self._ctl.config
-        # a round holds its window about three times (input, sorted, filtered): keep that
-        # transient within a small share of the budget
+        rg_bytes = table.ctx.config.row_group_bytes
+        # an in-memory round holds its window about three times: keep that transient within a
+        # small share of the budget
         per_round = min(cfg.compaction_bytes_per_round, cfg.memory_limit_bytes // 16)
         # a streamed merge holds about two row groups per input run, three times over
-        width = per_round // (6 * table.ctx.config.row_group_bytes)
+        width = per_round // (6 * rg_bytes)
         width = max(2, min(cfg.compaction_max_runs, width))
-        working = max(3 * per_round, 6 * width * table.ctx.config.row_group_bytes)
+        plan = plan_round(table.runs, per_round, cfg.compaction_max_runs, force, width, rg_bytes)
+        if plan is None:
+            return 0
         try:
-            with self._ctl.reserved(working):
+            with self._ctl.reserved(plan.working_bytes):
                 written = compact_table(
-                    table, per_round, cfg.compaction_max_runs, force, width, self._stopping
+                    table, per_round, cfg.compaction_max_runs, force, width, self._stopping, plan
                 )
         except _Stopped:
             return 0

@@ -375,6 +375,9 @@ def test_streamed_merge_equals_the_in_memory_merge(
 def test_a_compaction_round_counts_its_working_memory_in_the_budget(
     tmp_path: Path, small_controller: MemoryController, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The round reserves the working memory of the runs it chose (three times their decoded
+    size in memory), during the round only: not the round's byte bound (3 x 1/16 of the budget),
+    which for small runs made the epoch beside it spill for nothing."""
     import fsstate.compaction as compaction
 
     ctl = small_controller
@@ -385,14 +388,42 @@ def test_a_compaction_round_counts_its_working_memory_in_the_budget(
         s.commit(version)
     base = ctl.usage_bytes()
     seen: list[int] = []
+    plans: list[compaction.RoundPlan] = []
     real = compaction.compact_table
 
     def spy(*args: object, **kwargs: object) -> int:
         seen.append(ctl.usage_bytes() - base)
+        plans.append(args[6])  # type: ignore[arg-type]
         return real(*args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(compaction, "compact_table", spy)
+    runs = list(v.runs)
     assert ctl.compactor().run_once(v, force=True) > 0
-    # three times the round's byte bound (1/16 of the 4 MiB budget), during the round only
-    assert seen == [3 * (4 * 1024 * 1024 // 16)]
+    (plan,) = plans
+    assert not plan.streamed and plan.j - plan.i == 6
+    decoded = sum(r.ref.decoded_bytes for r in runs[plan.i : plan.j] if r.ref is not None)
+    assert 0 < decoded < 4 * 1024 * 1024 // 16  # six one-row runs: far below the bound
+    assert seen == [plan.working_bytes] == [3 * decoded]
     assert ctl.reserved_bytes == 0
+
+
+def test_a_streamed_round_reserves_two_row_groups_per_run_at_most() -> None:
+    """A streamed merge holds about two segments per run, each at most a row group."""
+    from fsstate.compaction import plan_round
+    from fsstate.format.refs import FileRef
+    from fsstate.storage.runs import Run
+
+    mib = 1024 * 1024
+    runs = [
+        Run(None, FileRef(f"r{i}.parquet", 10, 100, arrow_bytes=size))
+        for i, size in enumerate([40 * mib, 30 * mib, mib // 2, 50 * mib, 60 * mib])
+    ]
+    # no window of two fits 1 KiB: the two adjacent runs of smallest total stream
+    plan = plan_round(runs, 1024, 4, stream_width=2, row_group_bytes=mib)
+    assert plan is not None and plan.streamed and (plan.i, plan.j) == (1, 3)
+    assert plan.working_bytes == 3 * (2 * mib + mib // 2)
+    # a window that fits is merged in memory (the longest, newest on ties: 30 + 0.5 + 50 MiB):
+    # three times its decoded size
+    plan = plan_round(runs, 100 * mib, 4, row_group_bytes=mib)
+    assert plan is not None and not plan.streamed and (plan.i, plan.j) == (1, 4)
+    assert plan.working_bytes == 3 * (80 * mib + mib // 2)
