@@ -13,7 +13,9 @@ rows with Arrow and numpy instead, with the same rules:
 Invariants: the result does not depend on how the rows are split into runs or ordered, and
 equals what per-key reads return; it is sorted by key (then user key), ascending, nulls and NaN
 last per field as in stored segments. :func:`null_safe` makes Arrow hash joins match null key
-fields (Arrow never matches nulls, Python dicts do).
+fields (Arrow never matches nulls, Python dicts do). Its joins run on the calling thread
+(``use_threads=False``): the inputs are one epoch's keys, and in a Spark worker the other cores
+run other tasks, so Acero's thread pool only adds hand-offs (and per-thread allocator caches).
 """
 
 from __future__ import annotations
@@ -208,7 +210,9 @@ def semi_join_rows(
     left, right = null_safe([list(row_cols), list(want)])
     names = [f"j{i}" for i in range(len(left))]
     side = pa.Table.from_arrays([*left, pa.array(np.arange(rows.num_rows))], [*names, "_row"])
-    hit = side.join(pa.Table.from_arrays(right, names), keys=names, join_type="left semi")
+    hit = side.join(
+        pa.Table.from_arrays(right, names), keys=names, join_type="left semi", use_threads=False
+    )
     picked = hit.column("_row").combine_chunks()
     return rows.take(pc.take(picked, pc.sort_indices(picked)))
 
@@ -233,7 +237,7 @@ def lookup_back(
         names = [f"j{i}" for i in range(len(left))]
         req = pa.Table.from_arrays([*left, pa.array(np.arange(n))], [*names, "_pos"])
         have = pa.Table.from_arrays([*right, pa.array(np.arange(found.num_rows))], [*names, "_at"])
-        hit = req.join(have, keys=names, join_type="inner")
+        hit = req.join(have, keys=names, join_type="inner", use_threads=False)
         rows[hit.column("_pos").to_numpy()] = hit.column("_at").to_numpy()
     index = pa.array(rows, mask=rows < 0)
     out_cols = [
