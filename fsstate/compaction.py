@@ -1,11 +1,19 @@
 """Compaction: merge runs of a table, dropping shadowed and tombstoned rows, in the background.
 
+A table is due when more than ``compaction_max_runs`` of its runs may hold one key (its read
+depth, :func:`fsstate.storage.depth.read_depth`, from the runs' first-key-field spans), or when
+it has more than ``RUNS_PER_DEPTH_MAX`` times that many runs in all
+(:func:`fsstate.storage.depth.needs_merge`). Time-prefixed state (window panes keyed by their
+start) writes runs of disjoint spans: a point read looks in one of them, and the runs of a
+closed window are dropped whole at commit (:meth:`fsstate.tables.base.TableBase.drop_dead_runs`),
+so merging them would be work thrown away.
+
 Window choice is size-tiered: starting from the newest written run, older runs join the window
 while each is at most twice the size of everything newer in it, and the window stays within
 ``compaction_bytes_per_round``. That keeps the number of runs logarithmic in the state size and
-bounds the work of one round. When no window fits that bound while a table has more than
-``compaction_max_runs`` runs (state far beyond the memory budget: every run is larger than a
-round may hold), the few adjacent runs of smallest total size are merged by
+bounds the work of one round. When no window fits that bound while the table is due (state far
+beyond the memory budget: every run is larger than a round may hold), the few adjacent runs of
+smallest total size are merged by
 :func:`merge_stream` instead, a few row groups at a time into a file written row group by row
 group (:func:`fsstate.storage.runs.write_run_stream`): its memory depends on the row-group size and
 the number of runs merged, not on their size, so the run count stays bounded.
@@ -57,6 +65,7 @@ from fsstate.format.schema import OP, OP_CLEAR, OP_DELETE, SEQ, TableSpec
 from fsstate.format.segment import Segment, same_as_next, sort_batch
 from fsstate.format.tombstones import RangeTombstones
 from fsstate.osmem import return_memory_to_os
+from fsstate.storage.depth import needs_merge
 from fsstate.storage.runs import Run, RunContext, write_run_stream
 from fsstate.tables.base import TableBase
 
@@ -84,7 +93,7 @@ def pick_window(
     w = 0
     while w < len(runs) and runs[w].ref is not None:
         w += 1
-    if w < 2 or (len(runs) <= max_runs and not force):
+    if w < 2 or (not force and not needs_merge(runs, max_runs)):
         return None
     sizes = [r.ref.decoded_bytes if r.ref is not None else 0 for r in runs[:w]]
     best: tuple[int, int] | None = None
@@ -289,7 +298,7 @@ def plan_round(
     """The next round of a table with ``runs``, or None if it needs none (see
     :func:`compact_table`)."""
     window = pick_window(runs, max_runs, bytes_max, force)
-    streamed = window is None and len(runs) > max_runs
+    streamed = window is None and needs_merge(runs, max_runs)
     if streamed:
         window = pick_stream_window(runs, stream_width)
     if window is None:
@@ -492,9 +501,9 @@ class Compactor:
                         self._queued.discard(id(table))
                 if table is not None and not table.closed:
                     cfg = self._ctl.config
-                    if len(table.runs) > cfg.compaction_max_runs:
+                    if needs_merge(table.runs, cfg.compaction_max_runs):
                         progressed = self.run_once(table)
-                        if progressed and len(table.runs) > cfg.compaction_max_runs:
+                        if progressed and needs_merge(table.runs, cfg.compaction_max_runs):
                             self.request(table)  # more to do; no progress waits for a commit
             except FsStateError as exc:
                 if table is not None and table.closed:

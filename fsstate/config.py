@@ -139,7 +139,9 @@ class EngineConfig:
         low_watermark: fraction of the budget reclaiming brings usage down to.
         block_cache_fraction: share of the budget the block cache may use.
         check_every_growth: growth events between two budget checks (bounds the overshoot).
-        compaction_max_runs: a table with more runs than this is queued for compaction.
+        compaction_max_runs: a table with more runs than this that one key may be in (its
+            read depth), or with more than 8 times this many runs in all, is queued for
+            compaction (:func:`fsstate.storage.depth.needs_merge`).
         compaction_bytes_per_round: most run bytes one compaction round merges.
         compaction_queue_max: bound of the compaction queue (extra requests are dropped and
             made again at the next commit).

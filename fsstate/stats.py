@@ -58,6 +58,7 @@ class StoreStats:
     spills: int
     compactions: int
     tables: dict[str, TableStats] = field(default_factory=dict)
+    dead_runs_dropped: int = 0  # runs a range tombstone hid entirely, dropped unread
 
 
 @dataclass

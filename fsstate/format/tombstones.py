@@ -121,6 +121,29 @@ class RangeTombstones:
                 best = seq
         return best
 
+    def hides_span(self, lead_lo: Any, lead_hi: Any, max_seq: int) -> bool:
+        """Whether one range tombstone newer than ``max_seq`` covers every key whose first
+        field lies in ``[lead_lo, lead_hi]`` (both values: no null, no NaN).
+
+        Only tombstones whose bounds are single fields (or unbounded) are considered: for
+        them :func:`in_range` decides on the first field alone, so the keys between two keys
+        in range are in range too, whatever their later fields hold (a longer bound compared
+        with a null or NaN field is not, see :func:`in_range`). A run whose rows all fall in
+        such a span, all older than the tombstone, answers no read: every row of it, and
+        every older row of its keys, is under the tombstone.
+        """
+        for lo, hi, seq in self.items:
+            if seq <= max_seq:
+                continue
+            if (lo is not None and len(lo) != 1) or (hi is not None and len(hi) != 1):
+                continue
+            try:
+                if (lo is None or lo[0] <= lead_lo) and (hi is None or lead_hi < hi[0]):
+                    return True
+            except TypeError:
+                continue
+        return False
+
     def floor_array(self, key_cols: Sequence[pa.Array]) -> np.ndarray[Any, Any]:
         """:meth:`floor` of every row of flattened key columns, vectorized (int64, -1: none)."""
         n = len(key_cols[0]) if key_cols else 0

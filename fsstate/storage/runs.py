@@ -475,6 +475,30 @@ class Run:
         self._disk, self.ref = written._disk, written.ref
         return self.ref
 
+    def lead_span(self) -> tuple[Any, Any] | None:
+        """The smallest and largest first key field of the run's rows, from what is already
+        in memory (the pinned segment, or the footer's row-group bounds once loaded), or None
+        if unknown without a read, or if that field holds a null or NaN (they do not compare).
+        """
+        seg = self._segment
+        if seg is not None:
+            n = seg.num_rows
+            if not n or seg.spec.key_schema is None:
+                return None
+            lo, hi = seg.key_at(0), seg.key_at(n - 1)  # sorted: NaN, then nulls, come last
+        else:
+            disk = self._disk
+            if disk is None or not disk.firsts:
+                return None
+            lo, hi = disk.firsts[0], disk.lasts[-1]
+        if not lo or not hi:
+            return None
+        a, b = lo[0], hi[0]
+        for v in (a, b):
+            if v is None or (isinstance(v, float) and v != v):
+                return None
+        return a, b
+
     def release(self) -> int:
         """Drop the pinned in-memory copy if the run is on disk; returns the bytes freed."""
         if self._segment is None or self.ref is None:

@@ -82,6 +82,7 @@ from fsstate.format.schema import (
 )
 from fsstate.osmem import return_memory_to_os
 from fsstate.stats import CommitInfo, StoreStats, TableStats
+from fsstate.storage.depth import needs_merge
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.location import Location
 from fsstate.storage.manifest import (
@@ -92,7 +93,12 @@ from fsstate.storage.manifest import (
     publish_manifest,
     read_manifest,
 )
-from fsstate.storage.runs import RunContext, file_metadata, new_data_path, write_table_file
+from fsstate.storage.runs import (
+    RunContext,
+    file_metadata,
+    new_data_path,
+    write_table_file,
+)
 from fsstate.store.catchup import apply_plan, plan_store
 from fsstate.store.identity import WRITER_META, foreign_writer, json_copy, safe_name, store_dir_for
 from fsstate.store.retention import Retention
@@ -428,6 +434,7 @@ class PartitionStore(interfaces.KeyedStore):
         try:
             tables: dict[str, TableEntry] = dict(self._entries)
             for name, t in self._tables.items():
+                t.drop_dead_runs()  # before writing: a hidden pending run is never written
                 pending = [r for r in t.runs if r.ref is None]
                 for run in pending + t.flush():
                     assert run.ref is not None
@@ -504,7 +511,7 @@ class PartitionStore(interfaces.KeyedStore):
         self.controller.touch(self)
         max_runs = self.controller.config.compaction_max_runs
         for t in self._tables.values():
-            if len(t.runs) > max_runs:
+            if needs_merge(t.runs, max_runs):
                 self.controller.compactor().request(t)
         return CommitInfo(version, files, written, (time.perf_counter() - t0) * 1000)
 
@@ -659,6 +666,7 @@ class PartitionStore(interfaces.KeyedStore):
             self.spills,
             sum(t.compactions for t in self._tables.values()),
             tables,
+            sum(t.dead_runs_dropped for t in self._tables.values()),
         )
 
     def close(self) -> None:

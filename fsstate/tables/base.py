@@ -37,6 +37,7 @@ from fsstate.format.segment import OpRow, Segment
 from fsstate.format.tombstones import ABSENT, RangeTombstones, Timed, in_range, replay_value
 from fsstate.interfaces import Key
 from fsstate.stats import TableStats
+from fsstate.storage.depth import needs_merge
 from fsstate.storage.manifest import TableEntry
 from fsstate.storage.runs import Run, read_table_file, write_run_stream
 from fsstate.tables.core import TableCore
@@ -160,6 +161,32 @@ class TableBase(TableCore, interfaces.StateTable):
             for entry in doomed:
                 idx.discard(entry)
 
+    def drop_dead_runs(self) -> int:
+        """Forget the runs a range tombstone hides entirely; returns how many.
+
+        A run goes when its rows' first key fields span an interval that one newer
+        single-field range tombstone covers (:meth:`RangeTombstones.hides_span`), known from
+        memory alone (:meth:`Run.lead_span`: no read). It answers no read, so reads do not
+        change; its file leaves with the versions that reference it, as a compacted run's
+        does. Windowed state, deleted a closed window at a time, drops its old runs this way
+        instead of compacting them.
+        """
+        ranges = self.ranges
+        if not ranges or not self.runs:
+            return 0
+        with self.lock:
+            runs = self.runs
+            keep = []
+            for run in runs:
+                span = run.lead_span()
+                if span is None or not ranges.hides_span(span[0], span[1], run.max_seq):
+                    keep.append(run)
+            dropped = len(runs) - len(keep)
+            if dropped:
+                self.runs = keep
+                self.dead_runs_dropped += dropped
+        return dropped
+
     def all_keys(self) -> list[Key]:
         """Every grouping key with rows in any tier (live or not), in no particular order."""
         seen: dict[Key, None] = dict.fromkeys(self._views)
@@ -275,9 +302,9 @@ class TableBase(TableCore, interfaces.StateTable):
             written += run.ref.size_bytes
         self.evict_clean()  # every view is clean now (partial list views included)
         max_runs = self._ctl.config.compaction_max_runs
-        if len(self.runs) > 2 * max_runs:  # the background compactor is behind: help it
+        if needs_merge(self.runs, 2 * max_runs):  # the background compactor is behind: help it
             written += self._ctl.compactor().run_once(self)
-        elif len(self.runs) > max_runs:
+        elif needs_merge(self.runs, max_runs):
             self._ctl.compactor().request(self)
         return max(0, before - self.memory_bytes()), written
 

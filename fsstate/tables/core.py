@@ -129,6 +129,7 @@ class TableCore:
         self.lock = threading.Lock()  # guards replacing ``runs`` (seal, spill, compaction)
         self.file_prefix = store.file_prefix(entry.spec.name)
         self.compactions = 0
+        self.dead_runs_dropped = 0  # runs a range tombstone hid entirely (drop_dead_runs)
         self._avg_view_bytes = 0.0
         self._avg_at_n = 0
         self._size_calls = 0

@@ -245,6 +245,7 @@ def test_compaction_of_a_copy_whose_files_were_retired_is_skipped_not_an_error(
     v = old.value_table("v", VAL, KEY)
     for version in range(2):
         v.update((f"k{version}",), (version, "x"))
+        v.update(("z",), (version, "x"))  # runs whose key spans overlap: compaction has work
         old.commit(version)
     old.release_segments()  # the copy's runs are on disk only
     new = _open(tmp_path, ctl, 1)
@@ -258,6 +259,7 @@ def test_compaction_of_a_copy_whose_files_were_retired_is_skipped_not_an_error(
         r.ref is not None and not new.fileio.exists(f"{new.store_dir}/{r.ref.path}") for r in v.runs
     )
     v.update(("k9",), (9, "z"))
+    v.update(("a",), (9, "z"))
     v.seal()  # a third run: the idle copy now has something to merge
     ctl.cache.shrink_to(0)  # what this process read of the retired files is gone too
     comp = ctl.compactor()
@@ -299,6 +301,7 @@ def test_a_round_whose_store_closes_and_vanishes_is_abandoned_not_an_error(
     with caplog.at_level(logging.INFO, logger="fsstate"):
         for version in range(3):  # the third run passes compaction_max_runs: a round starts
             v.update((f"k{version}",), (version, "x"))
+            v.update(("z",), (version, "x"))  # overlapping key spans: one key in every run
             s.commit(version)
         comp.wait_idle()
     assert s.closed

@@ -170,6 +170,7 @@ def main() -> None:
                 "windows_out": len(got),
                 "exact": exact,
                 "spills": stats.spills,
+                "compactions": stats.compactions,
                 "peak_disk_mib": round(peak_disk / 2**20, 1),
                 "peak_engine_mib": round(peak_engine / 2**20, 1),
                 "total_s": round(time.time() - t0, 1),
