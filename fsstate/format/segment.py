@@ -223,6 +223,11 @@ class Segment:
         return self._batch
 
     @property
+    def is_sorted(self) -> bool:
+        """Whether the rows are in key order already (a batched write sorts on first use)."""
+        return self._sorted
+
+    @property
     def rows_any_order(self) -> pa.RecordBatch:
         """The rows as they are held (a batched write may not be sorted yet); for scans that
         do not need key order, so they do not pay for the sort."""

@@ -478,12 +478,13 @@ class Run:
     def lead_span(self) -> tuple[Any, Any] | None:
         """The smallest and largest first key field of the run's rows, from what is already
         in memory (the pinned segment, or the footer's row-group bounds once loaded), or None
-        if unknown without a read, or if that field holds a null or NaN (they do not compare).
+        if unknown without a read or a sort (a batched write not sorted yet), or if that field
+        holds a null or NaN (they do not compare).
         """
         seg = self._segment
         if seg is not None:
             n = seg.num_rows
-            if not n or seg.spec.key_schema is None:
+            if not n or seg.spec.key_schema is None or not seg.is_sorted:
                 return None
             lo, hi = seg.key_at(0), seg.key_at(n - 1)  # sorted: NaN, then nulls, come last
         else:
