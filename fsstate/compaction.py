@@ -323,8 +323,9 @@ def compact_table(
 ) -> int:
     """One bounded compaction round of ``table``; returns the bytes written (0: nothing done).
 
-    A window that fits ``bytes_max`` is merged in memory; when none does while the table has
-    more than ``max_runs`` runs (state far beyond the budget), the ``stream_width`` adjacent
+    A window that fits ``bytes_max`` is merged in memory; when none does while the table is
+    due (:func:`fsstate.storage.depth.needs_merge`: state far beyond the budget), the
+    ``stream_width`` adjacent
     runs of smallest size are merged by :func:`merge_stream`, whose memory does not depend on
     their size, so the run count stays bounded whatever the state size. ``plan`` (from
     :func:`plan_round` on the table's runs) is the round to do, if already chosen; if the

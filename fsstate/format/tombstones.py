@@ -132,17 +132,15 @@ class RangeTombstones:
         such a span, all older than the tombstone, answers no read: every row of it, and
         every older row of its keys, is under the tombstone.
         """
-        for lo, hi, seq in self.items:
-            if seq <= max_seq:
-                continue
-            if (lo is not None and len(lo) != 1) or (hi is not None and len(hi) != 1):
-                continue
-            try:
-                if (lo is None or lo[0] <= lead_lo) and (hi is None or lead_hi < hi[0]):
-                    return True
-            except TypeError:
-                continue
-        return False
+        first, last = (lead_lo,), (lead_hi,)
+        return any(
+            seq > max_seq
+            and (lo is None or len(lo) == 1)
+            and (hi is None or len(hi) == 1)
+            and in_range(first, lo, hi)
+            and in_range(last, lo, hi)
+            for lo, hi, seq in self.items
+        )
 
     def floor_array(self, key_cols: Sequence[pa.Array]) -> np.ndarray[Any, Any]:
         """:meth:`floor` of every row of flattened key columns, vectorized (int64, -1: none)."""

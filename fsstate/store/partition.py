@@ -93,12 +93,7 @@ from fsstate.storage.manifest import (
     publish_manifest,
     read_manifest,
 )
-from fsstate.storage.runs import (
-    RunContext,
-    file_metadata,
-    new_data_path,
-    write_table_file,
-)
+from fsstate.storage.runs import RunContext, file_metadata, new_data_path, write_table_file
 from fsstate.store.catchup import apply_plan, plan_store
 from fsstate.store.identity import WRITER_META, foreign_writer, json_copy, safe_name, store_dir_for
 from fsstate.store.retention import Retention
