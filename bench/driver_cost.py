@@ -1,6 +1,6 @@
 """The flow driver's own cost per key, without Spark: one partition's epoch of a processor stage.
 
-:class:`fsstate_spark.operators.processor.ProcessorStage` runs through the engine's
+:class:`fsstate_spark.operators.processor_stage.ProcessorStage` runs through the engine's
 :func:`fsstate.operators.runner.run_epoch`, as a ``mapInArrow`` task of the flow driver runs it,
 minus Spark: store acquire, canonical sort, the stage (its sort by key, grouping, the per-key
 frames or Rows, the calls, the output conversion) and the commit. Each epoch gets a fresh
@@ -130,7 +130,7 @@ class StageRun:
         from fsstate.storage.fileio import FileIO
         from fsstate.storage.location import Location
         from fsstate.store.pool import StorePool
-        from fsstate_spark.operators.processor import ProcessorSpec, ProcessorStage
+        from fsstate_spark.operators.processor_stage import ProcessorSpec, ProcessorStage
 
         spec = ProcessorSpec(
             keys=("k",),

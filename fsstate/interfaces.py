@@ -2,7 +2,7 @@
 
 This module holds only abstract classes and the shared aliases; it imports nothing of fsstate.
 The concrete engine lives in :mod:`fsstate.tables` and :mod:`fsstate.store`; the Spark adapter's
-in-memory store (``fsstate_spark.tiered.bounded``) implements the per-key part, and the adapter's
+in-memory store (``fsstate_spark.tiered.transient``) implements the per-key part, and the adapter's
 handles are typed against these classes only.
 
 Two levels:

@@ -2,7 +2,7 @@
 
 ``python -m fsstate_spark --help`` or the ``fsstate-spark`` console script (``pip install
 'fsstate[spark,cli]'``). ``rescale CHECKPOINT PARTITIONS`` changes the partition count of a
-stopped ``tiered()`` query (:func:`fsstate_spark.tiered.rescale.rescale_query`): Spark's
+stopped ``tiered()`` query (:func:`fsstate_spark.tiered.query_rescale.rescale_query`): Spark's
 checkpoint and fsstate's state together, so the restarted query continues exactly. On a
 cluster, run it where the query's driver runs, with the same Spark settings (``--conf``, or
 under ``spark-submit`` with this module's file as the application).
@@ -38,7 +38,7 @@ from fsstate.console import (
     rich_table,
 )
 from fsstate.store.rescale import RescaleProgress
-from fsstate_spark.tiered.rescale import rescale_query
+from fsstate_spark.tiered.query_rescale import rescale_query
 
 __all__ = ["cli", "main"]
 

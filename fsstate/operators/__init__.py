@@ -25,10 +25,10 @@ from fsstate.operators.dedup import Deduplicate
 from fsstate.operators.expiry import DeadlineIndex
 from fsstate.operators.interval_join import IntervalJoin, join_input_schema
 from fsstate.operators.local import LocalQuery, Stage
+from fsstate.operators.planning import WatermarkSpec
 from fsstate.operators.retract import RetractAggregate
 from fsstate.operators.runner import EpochResult, run_epoch
 from fsstate.operators.sessions import SessionAggregate
-from fsstate.operators.watermarks import WatermarkSpec
 from fsstate.operators.windows import Window, WindowAggregate
 
 __all__ = [

@@ -46,9 +46,8 @@ import pyarrow.compute as pc
 
 from fsstate.errors import ConfigError, SchemaError
 from fsstate.store.partition import PartitionStore
+from fsstate.store.record import CombineRecord
 
-EVENT_TIME_META = "event_time_max_ms"  # manifest meta: running max event time per input
-WATERMARK_META = "watermark_ms"  # manifest meta: the eviction watermark the epoch used
 SIDE = "_side"  # joins: the column telling left (0) from right (1) input rows
 
 
@@ -102,7 +101,7 @@ class Operator(ABC):
         self._bound: tuple[int, int | None] | None = None
         # what the last process() saw, for the combine decision (fsstate.operators.combining);
         # set by operators that combine, None otherwise
-        self.last_stats: dict[str, int] | None = None
+        self.last_stats: CombineRecord | None = None
 
     # -- declared by each operator ---------------------------------------------------------
     @abstractmethod

@@ -13,8 +13,9 @@ stops when it does not reduce. ``rows`` and ``groups`` are the same whichever wa
 were computed; ``input`` is at most ``groups`` after Spark's aggregate, at most ``groups``
 times the input partitions after Python's.
 
-What an epoch records (version meta ``combine``, :func:`batch_stats`, summed over a stage's
-partitions by :func:`merge_stats`):
+What an epoch records (:class:`fsstate.store.record.CombineRecord`, the version meta
+``combine``, :func:`batch_stats`; summed over a stage's partitions by
+:meth:`~fsstate.store.record.CombineRecord.merge`):
 
 ==============  ===========================================================================
 ``rows``        raw input rows the epoch's input stands for (a combined row counts the raw
@@ -39,35 +40,19 @@ Invariants:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Any
+from fsstate.store.record import CombineRecord
 
-COMBINE_META = "combine"  # version meta: the epoch's combine record (see the module docstring)
 ROWS = "_fsstate_rows"  # combined rows: the raw rows each folds (int64)
 KEEP_FRACTION_MAX = 0.25  # combine while it keeps at most this fraction of the raw rows
 RETRY_EPOCHS = 10  # epochs without combining after one whose combine did not pay
-FIELDS = ("rows", "input", "groups", "combined", "skip_until")
 
 
-def batch_stats(rows: int, received: int, groups: int, combined: bool) -> dict[str, int]:
+def batch_stats(rows: int, received: int, groups: int, combined: bool) -> CombineRecord:
     """An epoch's record of one partition (``skip_until`` is added by the runner)."""
-    return {"rows": rows, "input": received, "groups": groups, "combined": int(combined)}
+    return CombineRecord(rows, received, groups, combined)
 
 
-def merge_stats(records: Iterable[Mapping[str, Any] | None]) -> dict[str, int] | None:
-    """The stage's record from its partitions' (None if one has none: no decision data)."""
-    out = dict.fromkeys(FIELDS, 0)
-    for r in records:
-        if not isinstance(r, Mapping) or any(not isinstance(r.get(f, 0), int) for f in FIELDS):
-            return None
-        for f in ("rows", "input", "groups"):
-            out[f] += int(r.get(f, 0))
-        out["combined"] = max(out["combined"], int(r.get("combined", 0)))
-        out["skip_until"] = max(out["skip_until"], int(r.get("skip_until", 0)))
-    return out
-
-
-def decide(previous: Mapping[str, int] | None, epoch: int) -> tuple[bool, int]:
+def decide(previous: CombineRecord | None, epoch: int) -> tuple[bool, int]:
     """Whether epoch ``epoch`` combines, and the ``skip_until`` its epochs record.
 
     Args:
@@ -76,17 +61,17 @@ def decide(previous: Mapping[str, int] | None, epoch: int) -> tuple[bool, int]:
     """
     if previous is None:
         return True, 0
-    skip_until = int(previous.get("skip_until", 0))
+    skip_until = previous.skip_until
     if epoch < skip_until:
         return False, skip_until
-    rows = int(previous.get("rows", 0))
+    rows = previous.rows
     if rows <= 0:  # no input: nothing learnt, keep what the last epoch did
-        return bool(previous.get("combined", 1)), skip_until
-    if previous.get("combined"):
-        kept = int(previous.get("input", rows)) / rows
+        return previous.combined, skip_until
+    if previous.combined:
+        kept = previous.input / rows
         if kept <= KEEP_FRACTION_MAX:
             return True, 0
         return False, epoch + RETRY_EPOCHS
     # not combined: even all of a group's rows in one input partition would keep this much
-    best = int(previous.get("groups", rows)) / rows
+    best = previous.groups / rows
     return best <= KEEP_FRACTION_MAX, 0

@@ -1,14 +1,17 @@
 """A driver without Spark: a chain of operators over micro-batches, in this process.
 
 :class:`LocalQuery` does per epoch what the Spark driver (``fsstate_spark.operators``) does
-across executors: it computes the epoch's watermarks from the previous version's meta
-(:mod:`fsstate.operators.watermarks`), hash-partitions each stage's input by its key columns
-into a fixed number of partitions and runs every partition's epoch (:func:`run_epoch`), the
-output of one stage feeding the next. For tests, notebooks and jobs without a cluster.
+across executors, with the same per-epoch rules (:class:`fsstate.operators.planning.EpochPlanner`:
+the watermarks, and whether a stage combines, from the records of the previous version): it
+hash-partitions each stage's input by its key columns into a fixed number of partitions and
+runs every partition's epoch (:func:`run_epoch`), the output of one stage feeding the next. For
+tests, notebooks and jobs without a cluster.
 
 A stage whose operator combines before the shuffle (decomposable aggregates,
-:meth:`fsstate.operators.Operator.can_combine`) gets its input combined per input part first,
-as the Spark driver does per input partition (``input_parts`` parts of each batch here).
+:meth:`fsstate.operators.Operator.can_combine`) gets its input combined per input part first
+when the plan says combining pays, as the Spark driver does per input partition
+(``input_parts`` parts of each batch here). The watermark inputs (``watermark``) are recorded
+by the first stage's operator.
 
 Invariants: the same input batches give the same outputs as the Spark driver (both run the same
 operators with the same watermarks); a key always goes to the same partition (a stable hash,
@@ -27,8 +30,14 @@ from fsstate.config import StoreConfig
 from fsstate.errors import ConfigError
 from fsstate.format.keyfilter import stable_hash
 from fsstate.operators.base import Operator
+from fsstate.operators.planning import (
+    EpochPlan,
+    EpochPlanner,
+    PlannedStage,
+    WatermarkInput,
+    WatermarkSpec,
+)
 from fsstate.operators.runner import check_layout, run_epoch
-from fsstate.operators.watermarks import WatermarkSpec, next_watermark, read_epoch
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.location import Location
 
@@ -97,34 +106,30 @@ class LocalQuery:
         self._combined: dict[int, Operator] = {}
         # each stage's layout generation directory (rescaled state: fsstate.store.rescale)
         self.layouts = [check_layout(self.fileio, s.op, partitions).dir for s in self.stages]
+        first = self.stages[0].op.name if self.stages else ""
+        inputs = [WatermarkInput(n, first, n, d) for n, d in self.watermark.delays_ms.items()]
+        self.planner = EpochPlanner(
+            self.fileio,
+            [PlannedStage(s.op.name, partitions, lay) for s, lay in zip(self.stages, self.layouts)],
+            inputs,
+            self.watermark.policy,
+        )
 
     def watermarks(self, epoch: int) -> tuple[int, int]:
         """(late, evict) watermarks of ``epoch`` from the versions of ``epoch - 1``."""
-        if epoch == 0:
-            return 0, 0
-        first = self.stages[0].op.name
-        meta = read_epoch(self.fileio, first, self.partitions, epoch - 1, self.layouts[0])
-        late = meta.watermark_ms
-        return late, next_watermark(late, meta.event_time_max_ms, self.watermark)
+        plan = self.planner.plan(epoch, f" under {self.fileio.describe('')}")
+        return plan.late_ms, plan.evict_ms
 
     def run(self, epoch: int, batch: pa.Table) -> pa.Table:
         """Process one micro-batch; returns the last stage's output."""
-        late, evict = self.last_watermarks = self.watermarks(epoch)
+        plan = self.planner.plan(epoch, f" under {self.fileio.describe('')}")
+        self.last_watermarks = (plan.late_ms, plan.evict_ms)
+        receipts: dict[tuple[str, int, int], dict[str, object]] = {}
         data = batch
         for s, stage in enumerate(self.stages):
             if stage.before is not None:
                 data = stage.before(data)
-            op = stage.op
-            if self.combine and (s in self._combined or op.can_combine(data.schema)):
-                if s not in self._combined:
-                    self._combined[s] = op.with_combined(data.schema)
-                op = self._combined[s]
-                step = -(-data.num_rows // self.input_parts) or 1
-                parts = [
-                    stage.op.combine(data.slice(i, step), late)
-                    for i in range(0, max(data.num_rows, 1), step)
-                ]
-                data = pa.concat_tables(parts)
+            op, data, skip_until = self._combined_input(s, stage, data, plan)
             ids = partition_ids(data, stage.keys, self.partitions)
             outs = []
             for p in range(self.partitions):
@@ -135,11 +140,34 @@ class LocalQuery:
                     p,
                     epoch,
                     part,
-                    late_ms=late,
-                    evict_ms=evict,
+                    late_ms=plan.late_ms,
+                    evict_ms=plan.evict_ms,
                     config=self.config,
                     layout=self.layouts[s],
+                    combine_skip_until=skip_until,
                 )
+                receipts[(op.name, p, epoch)] = res.meta or {}
                 outs.append(res.output)
             data = pa.concat_tables(outs)
+        self.planner.complete(epoch, receipts)
         return data
+
+    def _combined_input(
+        self, s: int, stage: Stage, data: pa.Table, plan: EpochPlan
+    ) -> tuple[Operator, pa.Table, int]:
+        """The operator stage ``s`` runs this epoch, its input (combined per input part when
+        the plan says so) and the ``skip_until`` its epochs record."""
+        op = stage.op
+        if not self.combine or not (s in self._combined or op.can_combine(data.schema)):
+            return op, data, 0
+        combine, skip_until = plan.combine(op.name)
+        if not combine:
+            return op, data, skip_until
+        if s not in self._combined:
+            self._combined[s] = op.with_combined(data.schema)
+        step = -(-data.num_rows // self.input_parts) or 1
+        parts = [
+            op.combine(data.slice(i, step), plan.late_ms)
+            for i in range(0, max(data.num_rows, 1), step)
+        ]
+        return self._combined[s], pa.concat_tables(parts), skip_until

@@ -1,34 +1,26 @@
 """Running one operator on one partition for one epoch, exactly once.
 
-:func:`run_epoch` takes the store of (operator, partition) at the epoch's parent version from the
-process's :class:`fsstate.store.pool.StorePool`, sorts the input canonically, runs the
-operator, records the event time it saw and the watermark it used in the version's meta, and
-commits the epoch.
+:func:`run_epoch` runs one :mod:`fsstate.store.epoch` (acquire the store of (operator, partition)
+at the epoch's parent version, process, commit with the epoch's record, release; discard on any
+failure): it sorts the input canonically, runs the operator, and commits the epoch with its
+:class:`fsstate.store.record.EpochRecord`.
 
-Invariants:
+Invariants (the envelope's are :mod:`fsstate.store.epoch`'s: exactly once, a failed attempt's
+store never reused, two operators never sharing a store):
 
-* Exactly once: the epoch's version is published once. Another attempt of the same epoch (a
-  task retry, a recomputed stage, a batch re-run after a restart, a speculative task) opens
-  the same parent, sees the same input set, so computes the same output and state; its commit
-  finds the version published on the same parent and adopts it. Either way the output
+* Another attempt of the same epoch (a task retry, a recomputed stage, a batch re-run after a
+  restart, a speculative task) opens the same parent, sees the same input set, so computes the
+  same output and state; its commit adopts the published version. Either way the output
   returned is the one the published version stands for.
-* Nothing of a failed attempt is reused: its store is discarded from the pool (never
-  committed), and the next attempt reopens the parent from storage.
-* Two operators never share a store: each commit records its *writer* (the run and the
-  operator instance) in the version's meta; an attempt that finds its version published by
-  another instance of the same run raises :class:`fsstate.errors.ConfigError` (two operators of
-  one query were given the same name).
-* An operator's partition count is recorded with its state, per layout generation
-  (:mod:`fsstate.store.layout`: ``<operator>/operator.json`` for the first, put-if-absent, then
-  one record per rescale); :func:`check_layout` returns the generation in force, and a query
-  that asks for another count fails at start with :class:`fsstate.errors.PartitionCountError`,
-  before any state is read (rows would otherwise land in partitions whose state holds other
-  keys): the state must be rescaled first (:mod:`fsstate.store.rescale`). :func:`run_epoch`
-  opens the stores of the generation it is given (``layout``, resolved once by the driver).
-* The meta of every version holds ``event_time_max_ms`` (the running maximum event time per
-  watermark input, in ms, over this partition's epochs so far) and ``watermark_ms`` (the
-  eviction watermark the epoch used): what a driver needs to compute the next watermark
-  (:mod:`fsstate.operators.watermarks`) without reading any data.
+* :func:`check_layout` records an operator's partition count with its state (kind: the
+  operator's class name) or checks it: :func:`fsstate.store.epoch.resolve_layout`.
+  :func:`run_epoch` opens the stores of the generation it is given (``layout``, resolved once
+  by the driver).
+* The record of every version holds the running maximum event time per watermark input (ms,
+  over this partition's epochs so far), the eviction watermark the epoch used and the
+  operator's combine record (the previous one when the operator made none this epoch): what a
+  driver plans the next epoch from (:mod:`fsstate.operators.planning`) without reading data.
+  ``EpochResult.meta`` is that record as meta (the receipt a Spark task hands its driver).
 
 Diagnostics: with the environment variable ``FSSTATE_EPOCH_LOG`` naming a file, every epoch
 that commits appends one JSON line to it (:func:`log_epoch`: operator, partition, epoch, process
@@ -40,6 +32,7 @@ write is ignored (the epoch's result does not depend on it). Unset: nothing is w
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -49,21 +42,14 @@ from typing import Any
 import pyarrow as pa
 
 from fsstate.config import StoreConfig
-from fsstate.errors import ConfigError, PartitionCountError
-from fsstate.operators.base import (
-    EVENT_TIME_META,
-    WATERMARK_META,
-    Epoch,
-    Operator,
-    canonical_order,
-    max_ms,
-)
-from fsstate.operators.combining import COMBINE_META
+from fsstate.operators.base import Epoch, Operator, canonical_order, max_ms
 from fsstate.stats import CommitInfo
 from fsstate.storage.fileio import FileIO
-from fsstate.store.identity import WRITER_META, foreign_writer
-from fsstate.store.layout import LAYOUT_FILE, Layout, publish_layout, read_layouts
-from fsstate.store.pool import StorePool, store_pool
+from fsstate.store.epoch import StoreAddress, begin_epoch, resolve_layout
+from fsstate.store.identity import WRITER_META
+from fsstate.store.layout import LAYOUT_FILE, Layout
+from fsstate.store.pool import StorePool
+from fsstate.store.record import EpochRecord, Writer
 
 __all__ = ["LAYOUT_FILE", "EpochResult", "check_layout", "log_epoch", "run_epoch"]
 
@@ -109,12 +95,13 @@ def run_epoch(
     evict_ms: int = 0,
     config: StoreConfig | None = None,
     pool: StorePool | None = None,
-    writer: dict[str, Any] | None = None,
+    writer: Writer | None = None,
     now_ms: int | None = None,
     layout: str = "",
     combine_skip_until: int = 0,
 ) -> EpochResult:
-    """Run ``op`` on one partition's input of ``epoch`` and commit the epoch.
+    """Run ``op`` on one partition's input of ``epoch`` and commit the epoch (in one
+    :mod:`fsstate.store.epoch`: a failure anywhere discards the store).
 
     Args:
         op: the operator.
@@ -126,7 +113,7 @@ def run_epoch(
         evict_ms: this epoch's watermark.
         config: store settings.
         pool: the store pool (the process's by default).
-        writer: identity of this operator instance (``{"run": ..., "instance": ...}``).
+        writer: identity of this operator instance (the query run and the instance).
         now_ms: the epoch's processing time (the same for every attempt), or None; the store's
             TTL clock is set to it before the operator runs.
         layout: the directory of the layout generation in force (:func:`check_layout`'s
@@ -141,16 +128,9 @@ def run_epoch(
     """
     start_unix_ms = time.time() * 1000
     t0 = time.perf_counter()
-    pool = pool or store_pool()
-    config = config or StoreConfig()
-    parent = epoch - 1 if epoch > 0 else None
-    store = pool.acquire(fileio, op.name, partition, parent, config, layout)
-    outcome = str(pool.last_outcome)
-    ta = time.perf_counter()
-    ok = False
-    try:
-        if now_ms is not None:
-            store.set_time(now_ms)
+    ref = StoreAddress(fileio, op.name, partition, layout)
+    with begin_epoch(ref, epoch, config=config, writer=writer, now_ms=now_ms, pool=pool) as run:
+        store = run.store
         op.bind(store, batch.schema)
         batch = canonical_order(batch)
         t1 = time.perf_counter()
@@ -160,37 +140,12 @@ def run_epoch(
         if not output.schema.equals(schema):
             output = output.cast(schema)
         t2 = time.perf_counter()
-        seen: dict[str, int] = dict(store.meta.get(EVENT_TIME_META) or {})
-        for name, times in op.event_times(batch).items():
-            top = max_ms(times)
-            if top is not None:
-                seen[name] = max(seen.get(name, top), top)
-        store.meta[EVENT_TIME_META] = seen
-        store.meta[WATERMARK_META] = evict_ms
-        if op.last_stats is not None:
-            store.meta[COMBINE_META] = {**op.last_stats, "skip_until": combine_skip_until}
-        if writer is not None:
-            store.meta[WRITER_META] = writer
-        info = store.commit(epoch)
-        if (
-            info.adopted
-            and writer is not None
-            and foreign_writer(store.meta.get(WRITER_META), writer)
-        ):
-            raise ConfigError(
-                f"operator {op.name!r}: epoch {epoch} of partition {partition} was already "
-                "committed by another operator of the same query run under the same name. Two "
-                "stateful operators of one query must have different names (pass name=...)."
-            )
+        record = _record(op, batch, EpochRecord.from_meta(store.meta), evict_ms, combine_skip_until)
+        info = run.commit(record)
         op.after_commit(store)
         t3 = time.perf_counter()
-        meta = {k: store.meta.get(k) for k in (EVENT_TIME_META, WATERMARK_META, COMBINE_META)}
-        ok = True
-    finally:
-        if ok:
-            pool.release(store)
-        else:
-            pool.discard(store)
+    published = EpochRecord.from_meta(store.meta)
+    meta = {k: v for k, v in published.to_meta().items() if k != WRITER_META}
     total = (time.perf_counter() - t0) * 1000
     result = EpochResult(
         output,
@@ -199,14 +154,31 @@ def run_epoch(
         (t2 - t1) * 1000,
         total,
         meta,
-        acquire_ms=(ta - t0) * 1000,
+        acquire_ms=run.acquire_ms,
         commit_ms=(t3 - t2) * 1000,
-        store=outcome,
+        store=str(run.outcome),
     )
     path = os.environ.get(EPOCH_LOG_ENV)
     if path:
         log_epoch(path, op.name, partition, epoch, result, start_unix_ms)
     return result
+
+
+def _record(
+    op: Operator, batch: pa.Table, previous: EpochRecord, evict_ms: int, skip_until: int
+) -> EpochRecord:
+    """The epoch's record: the running event-time maxima raised by the batch's, the watermark
+    used, and the operator's combine record (the previous one if it made none)."""
+    maxima = {}
+    for name, times in op.event_times(batch).items():
+        top = max_ms(times)
+        if top is not None:
+            maxima[name] = top
+    seen = previous.with_event_times(maxima).event_time_max_ms
+    combine = previous.combine
+    if op.last_stats is not None:
+        combine = dataclasses.replace(op.last_stats, skip_until=skip_until)
+    return EpochRecord(evict_ms, seen, combine)
 
 
 def log_epoch(
@@ -240,9 +212,11 @@ def log_epoch(
         pass  # a diagnostic: the epoch committed whatever happens here
 
 
-def check_layout(fileio: FileIO, op: Operator, partitions: int) -> Layout:
+def check_layout(
+    fileio: FileIO, op: Operator, partitions: int, version: int | None = None
+) -> Layout:
     """Record ``op``'s partition count with its state, or check it against the generation in
-    force (:mod:`fsstate.store.layout`).
+    force at ``version`` (None: the newest; :func:`fsstate.store.epoch.resolve_layout`).
 
     Returns:
         The layout generation in force (its ``dir`` is what :func:`run_epoch` takes).
@@ -252,24 +226,14 @@ def check_layout(fileio: FileIO, op: Operator, partitions: int) -> Layout:
         ConfigError: the state was written by another kind of operator, or a layout record is
             unreadable.
     """
-    kind = type(op).__name__
-    first = Layout(0, partitions, kind=kind)
-    if publish_layout(fileio, op.name, first):
-        return first
-    layouts = read_layouts(fileio, op.name)
-    have = layouts[-1]
-    if layouts[0].kind not in (None, kind):
-        raise ConfigError(
-            f"operator {op.name!r}: the state under {fileio.describe(op.name)} was written by a "
-            f"{layouts[0].kind}, this query runs a {kind} under the same name; give it "
-            "another name"
-        )
-    if have.partitions != partitions:
-        raise PartitionCountError(
-            f"operator {op.name!r} keeps its state in {have.partitions} partitions (layout "
-            f"generation {have.generation} under {fileio.describe(op.name)}); this query asks for "
-            f"{partitions}. Keys are placed by partition: rescale the state first "
-            f"(fsstate.store.rescale.rescale; a Spark flow started with partitions={partitions} "
-            f"does it itself), or run with partitions={have.partitions}"
-        )
-    return have
+    return resolve_layout(
+        fileio,
+        op.name,
+        partitions=partitions,
+        kind=type(op).__name__,
+        version=version,
+        remedy=(
+            "rescale the state first (fsstate.store.rescale.rescale; a Spark flow started with "
+            f"partitions={partitions} does it itself), or run with the recorded count"
+        ),
+    )

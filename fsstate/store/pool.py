@@ -142,6 +142,12 @@ class StorePool:
         if not store.closed:
             store.close()
 
+    def holds(self, fileio: FileIO, operator: str, partition: int, layout: str = "") -> bool:
+        """Whether a store of (operator, partition) is acquired or idle here."""
+        key = self.key_of(fileio, operator, partition, layout)
+        with self._lock:
+            return key in self._active or key in self._idle
+
     def clear(self) -> None:
         """Close and forget every store; reset the counters."""
         with self._lock:

@@ -15,11 +15,11 @@ What is carried over, per table: every live row with its per-row expiry (``_expi
 TTL state keeps its deadlines; the new stores' TTL indexes are built as the rows are written);
 list elements in their order; the *purge point* of tables whose keys start with a time (the
 open-below range tombstone deadline indexes and window panes scan from), as the lowest of the
-old partitions'; and the versions' meta, merged across the old partitions the way a driver
-merges them (:func:`merge_meta`: the maximum per number, per key of a dict of numbers), so the
-watermark and the event-time maxima a driver reads from version ``v`` do not change. The
-writer of a version (``meta["writer"]``) is not carried: the new stores were written by no
-query run.
+old partitions'; and the versions' meta: the epoch records merged across the old partitions
+the way a driver merges them (:meth:`fsstate.store.record.EpochRecord.merge`), so the watermark
+and the event-time maxima a driver reads from version ``v`` do not change, and the operator's
+own keys by :func:`fsstate.store.record.merge_operator_meta`. The writer of a version is not
+carried: the new stores were written by no query run.
 
 Invariants:
 
@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,9 +60,10 @@ from fsstate.format.schema import EXPIRES, KIND_LIST, KIND_MAP, KIND_VALUE, Tabl
 from fsstate.format.tombstones import RangeTombstones
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.manifest import Manifest, read_manifest
-from fsstate.store.identity import WRITER_META, store_dir_for
+from fsstate.store.identity import store_dir_for
 from fsstate.store.layout import Layout, in_force, new_layout_dir, publish_layout, read_layouts
 from fsstate.store.partition import PartitionStore
+from fsstate.store.record import EpochRecord, merge_operator_meta
 from fsstate.tables import ListTable, MapTable, TableBase, ValueTable
 from fsstate.tables.scan import ScanTable
 
@@ -71,7 +72,6 @@ __all__ = [
     "RescaleProgress",
     "RescaleResult",
     "log_progress",
-    "merge_meta",
     "rescale",
 ]
 
@@ -131,36 +131,11 @@ class RescaleResult:
     tables: tuple[str, ...]
 
 
-def merge_meta(metas: Iterable[dict[str, Any]]) -> dict[str, Any]:
-    """The meta of one version across partitions: numbers by their maximum, dicts of numbers
-    by the maximum per key, lists of numbers by their sorted union (a per-partition summary
-    such as the window operator's open panes becomes a superset for every new partition; a
-    partition without it, null, makes it null: not known), anything else as the first
-    partition has it; no writer."""
-    out: dict[str, Any] = {}
-    for meta in metas:
-        for k, v in meta.items():
-            if k == WRITER_META:
-                continue
-            have = out.get(k)
-            if k not in out:
-                out[k] = dict(v) if isinstance(v, dict) else v
-            elif _number(v) and _number(have):
-                out[k] = max(have, v)
-            elif isinstance(have, list) and isinstance(v, list):
-                if all(_number(x) for x in [*have, *v]):
-                    out[k] = sorted(set(have) | set(v))
-            elif (isinstance(have, list) and v is None) or (have is None and isinstance(v, list)):
-                out[k] = None
-            elif isinstance(v, dict) and isinstance(have, dict):
-                for n, x in v.items():
-                    y = have.get(n)
-                    have[n] = max(x, y) if _number(x) and _number(y) else have.get(n, x)
-    return out
-
-
-def _number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
+def _merged_meta(manifests: Sequence[Manifest]) -> dict[str, Any]:
+    """The meta of the new stores: the old partitions' records merged, and their operator
+    keys (see the module docstring)."""
+    record = EpochRecord.merge(EpochRecord.from_meta(m.meta) for m in manifests)
+    return {**merge_operator_meta(m.meta for m in manifests), **record.to_meta()}
 
 
 def _purge_point(spec: TableSpec, entry_ranges: pa.RecordBatch | None) -> int | None:
@@ -323,83 +298,20 @@ def rescale(
             f"rescale of {operator!r}: as_version={as_version} is older than version={version}; "
             "give a version at or after the one read"
         )
-    config = config or StoreConfig()
     t0 = time.perf_counter()
-    layouts = read_layouts(fileio, operator)
-    old = in_force(layouts)
-    if old.partitions is None:
-        raise ConfigError(
-            f"operator {operator!r}: no partition count is recorded under "
-            f"{fileio.describe(operator)}; only state written by the operator runner can be "
-            "rescaled here"
-        )
-    gen = old.generation + 1
-    new = Layout(
-        gen,
-        partitions,
-        new_layout_dir(gen),
-        -1 if target_version is None else target_version,
-        tuple(keys),
-        layouts[0].kind,
-    )
+    old, new = _next_layout(fileio, operator, partitions, keys, target_version)
+    job = _Job(fileio, operator, old, new, keys, partition_of, config or StoreConfig(), t0)
     rows_written = 0
-    names: set[str] = set()
+    names: tuple[str, ...] = ()
     if version is not None:
-        manifests: list[Manifest] = [
-            read_manifest(fileio, store_dir_for(operator, q, old.dir), version)
-            for q in range(old.partitions)
-        ]
-        now_ms = max((m.clock_ms if m.clock_ms is not None else m.created_ms) for m in manifests)
-        specs: dict[str, TableSpec] = {}
-        floors: dict[str, list[int | None]] = {}
-        for m in manifests:
-            for name, entry in m.tables.items():
-                have = specs.get(name)
-                if have is None or (have.key_schema is None and entry.spec.key_schema):
-                    specs[name] = entry.spec
-                floors.setdefault(name, []).append(_purge_point(entry.spec, entry.range_tombstones))
-        targets = [
-            PartitionStore(fileio, operator, p, None, config, layout=new.dir)
-            for p in range(partitions)
-        ]
-        try:
-            for target in targets:
-                target.set_time(now_ms)
-                target.meta = merge_meta(m.meta for m in manifests)
-                for name, spec in sorted(specs.items()):
-                    table = _declare(target, spec)
-                    points = floors[name]
-                    if points and all(p is not None for p in points):
-                        table.delete_range(None, (min(p for p in points if p is not None),))
-            for q, manifest in enumerate(manifests):
-                rows_written += _copy_partition(
-                    fileio,
-                    operator,
-                    q,
-                    old,
-                    manifest,
-                    targets,
-                    keys,
-                    partition_of,
-                    config,
-                    chunk_bytes,
-                    now_ms,
-                )
-                names.update(manifest.tables)
-                if progress is not None:
-                    ms = (time.perf_counter() - t0) * 1000
-                    progress(RescaleProgress(operator, q + 1, len(manifests), rows_written, ms))
-            assert target_version is not None  # version is not None
-            for target in targets:
-                target.commit(target_version)
-        finally:
-            for target in targets:
-                target.close()
+        assert target_version is not None
+        rows_written, names = job.copy(version, target_version, chunk_bytes, progress)
     if not publish_layout(fileio, operator, new):
         raise CommitConflictError(
-            f"operator {operator!r}: layout generation {gen} was published by another rescale "
-            f"while this one ran (under {fileio.describe(operator)}); nothing of this one is in "
-            "force: read the layouts again and re-run if the count is still not the one wanted"
+            f"operator {operator!r}: layout generation {new.generation} was published by another "
+            f"rescale while this one ran (under {fileio.describe(operator)}); nothing of this one "
+            "is in force: read the layouts again and re-run if the count is still not the one "
+            "wanted"
         )
     log.info(
         "fsstate: rescaled %r from %s to %s partitions at version %s: %d rows in %.0f ms",
@@ -410,24 +322,126 @@ def rescale(
         rows_written,
         (time.perf_counter() - t0) * 1000,
     )
-    return RescaleResult(operator, old, new, rows_written, tuple(sorted(names)))
+    return RescaleResult(operator, old, new, rows_written, names)
+
+
+def _next_layout(
+    fileio: FileIO,
+    operator: str,
+    partitions: int,
+    keys: Sequence[str],
+    target_version: int | None,
+) -> tuple[Layout, Layout]:
+    """The generation in force and the one the rescale writes.
+
+    Raises:
+        ConfigError: no partition count is recorded.
+    """
+    layouts = read_layouts(fileio, operator)
+    old = in_force(layouts)
+    if old.partitions is None:
+        raise ConfigError(
+            f"operator {operator!r}: no partition count is recorded under "
+            f"{fileio.describe(operator)}; only state written by the operator runner can be "
+            "rescaled here"
+        )
+    gen = old.generation + 1
+    since = -1 if target_version is None else target_version
+    new = Layout(gen, partitions, new_layout_dir(gen), since, tuple(keys), layouts[0].kind)
+    return old, new
+
+
+@dataclass(frozen=True)
+class _Job:
+    """One rescale's fixed parts: from the ``old`` generation to the ``new`` one."""
+
+    fileio: FileIO
+    operator: str
+    old: Layout
+    new: Layout
+    keys: Sequence[str]
+    partition_of: PartitionOf
+    config: StoreConfig
+    t0: float
+
+    def copy(
+        self,
+        version: int,
+        target_version: int,
+        chunk_bytes: int,
+        progress: Callable[[RescaleProgress], None] | None,
+    ) -> tuple[int, tuple[str, ...]]:
+        """Copy every old partition's ``version`` into the new stores, committed as
+        ``target_version``; returns the rows written and the tables carried over."""
+        assert self.old.partitions is not None and self.new.partitions is not None
+        manifests: list[Manifest] = [
+            read_manifest(self.fileio, store_dir_for(self.operator, q, self.old.dir), version)
+            for q in range(self.old.partitions)
+        ]
+        now_ms = max((m.clock_ms if m.clock_ms is not None else m.created_ms) for m in manifests)
+        targets = self._targets(manifests, now_ms)
+        rows_written = 0
+        names: set[str] = set()
+        try:
+            for q, manifest in enumerate(manifests):
+                rows_written += _copy_partition(self, q, manifest, targets, chunk_bytes, now_ms)
+                names.update(manifest.tables)
+                if progress is not None:
+                    ms = (time.perf_counter() - self.t0) * 1000
+                    done = RescaleProgress(self.operator, q + 1, len(manifests), rows_written, ms)
+                    progress(done)
+            for target in targets:
+                target.commit(target_version)
+        finally:
+            for target in targets:
+                target.close()
+        return rows_written, tuple(sorted(names))
+
+    def _targets(self, manifests: Sequence[Manifest], now_ms: int) -> list[PartitionStore]:
+        """The new generation's stores, empty, with the merged meta, every table declared and
+        its purge point carried over."""
+        assert self.new.partitions is not None
+        specs: dict[str, TableSpec] = {}
+        floors: dict[str, list[int | None]] = {}
+        for m in manifests:
+            for name, entry in m.tables.items():
+                have = specs.get(name)
+                if have is None or (have.key_schema is None and entry.spec.key_schema):
+                    specs[name] = entry.spec
+                floors.setdefault(name, []).append(_purge_point(entry.spec, entry.range_tombstones))
+        meta = _merged_meta(manifests)
+        targets: list[PartitionStore] = []
+        try:
+            for p in range(self.new.partitions):
+                target = PartitionStore(
+                    self.fileio, self.operator, p, None, self.config, layout=self.new.dir
+                )
+                targets.append(target)
+                target.set_time(now_ms)
+                target.meta = dict(meta)
+                for name, spec in sorted(specs.items()):
+                    table = _declare(target, spec)
+                    points = floors[name]
+                    if points and all(p is not None for p in points):
+                        table.delete_range(None, (min(p for p in points if p is not None),))
+        except BaseException:
+            for target in targets:
+                target.close()
+            raise
+        return targets
 
 
 def _copy_partition(
-    fileio: FileIO,
-    operator: str,
+    job: _Job,
     q: int,
-    old: Layout,
     manifest: Manifest,
     targets: list[PartitionStore],
-    keys: Sequence[str],
-    partition_of: PartitionOf,
-    config: StoreConfig,
     chunk_bytes: int,
     now_ms: int,
 ) -> int:
     """Copy old partition ``q``'s live rows into the new stores; returns the rows written."""
-    src = PartitionStore(fileio, operator, q, manifest, config, layout=old.dir)
+    operator, keys = job.operator, job.keys
+    src = PartitionStore(job.fileio, operator, q, manifest, job.config, layout=job.old.dir)
     written = 0
     try:
         clock = manifest.clock_ms if manifest.clock_ms is not None else manifest.created_ms
@@ -444,7 +458,7 @@ def _copy_partition(
                 got = table.scan_between(start, stop, with_expiry=True, with_seq=True)
                 if not got.num_rows:
                     continue
-                ids = _partitions_of(operator, got, positions, keys, partition_of, len(targets))
+                ids = _partitions_of(operator, got, positions, keys, job.partition_of, len(targets))
                 for p in np.unique(ids):
                     part = got.filter(pa.array(ids == p))
                     _write(targets[int(p)].table(name), part, now_ms)

@@ -4,11 +4,12 @@
 unioned, each row tagged with its source) with a ``foreachBatch`` function, :class:`Driver`,
 that per micro-batch ``b``:
 
-1. computes the watermarks from the versions ``b - 1`` of the stages' stores (their meta holds
-   the watermark used and the event times seen; :mod:`fsstate.operators.watermarks`), with
-   Spark's rules: late rows are those at or below the watermark of ``b - 1``, eviction uses the
-   watermark computed after ``b - 1`` from every source's largest event time minus its delay
-   (minimum across sources, a source without rows counting as 0);
+1. plans the epoch with the rules every driver shares
+   (:class:`fsstate.operators.planning.EpochPlanner`, from the records of version ``b - 1`` of
+   every partition of every stage): the watermarks, with Spark's rules (late rows are those at
+   or below the watermark of ``b - 1``, eviction uses the watermark computed after ``b - 1``
+   from every source's largest event time minus its delay, minimum across sources, a source
+   without rows counting as 0), and for each stage that combines, whether combining pays;
    if a stage reads processing time (a StatefulProcessor in ``ProcessingTime`` or ``EventTime``
    mode), the batch's clock: the driver's time at the batch's first attempt, recorded with
    the state (put-if-absent), so a re-run of the batch uses the same;
@@ -25,13 +26,14 @@ that per micro-batch ``b``:
    group; where Spark's aggregate is not exact, a ``mapInArrow`` pre-aggregating each
    input partition with Arrow); at the first micro-batch ``b`` of a run, a stage whose
    state was written with another partition count is rescaled first, at version ``b - 1``
-   (:mod:`fsstate_spark.operators.rescale`), and every stage's stores are then those of its
+   (:mod:`fsstate_spark.operators.stage_rescale`), and every stage's stores are then those of its
    layout generation in force;
 3. hands the last stage's DataFrame to the user's sink (``sink(df, batch_id)``; without one the
    rows are dropped with Spark's ``noop`` format);
 4. checks that every partition of every stage committed ``b`` (from the receipts its tasks
-   add to an accumulator, the version's meta; a partition without one, as on Spark Connect,
-   has its manifest read), which also gives step 1 of the next batch; partitions the sink
+   add to an accumulator, the version's record; a partition without one, as on Spark Connect,
+   has its manifest read: :func:`fsstate.store.record.read_records`), which also gives step 1
+   of the next batch; partitions the sink
    did not compute (it read only part of the DataFrame) are computed then, by writing the
    DataFrame to ``noop``: their epochs commit, the others adopt what they published. So a
    batch never ends with a partition behind, which the next batch would find as a missing
@@ -63,7 +65,6 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -74,29 +75,22 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.streaming.readwriter import DataStreamWriter
 
 from fsstate.errors import ConfigError, FsStateError, PartitionCountError, VersionNotFoundError
-from fsstate.operators.base import EVENT_TIME_META, WATERMARK_META, Operator
-from fsstate.operators.combining import COMBINE_META, decide
+from fsstate.operators.base import Operator
+from fsstate.operators.planning import EpochPlan, EpochPlanner, PlannedStage, WatermarkInput
 from fsstate.operators.runner import check_layout
-from fsstate.operators.watermarks import (
-    READ_THREADS_MAX,
-    EpochMeta,
-    WatermarkSpec,
-    merge_meta,
-    next_watermark,
-)
 from fsstate.storage.fileio import FileIO
-from fsstate.storage.manifest import read_manifest
-from fsstate.store.identity import store_dir_for
-from fsstate_spark.operators.flows import Flow, Source, StageSpec, arrow_schema_of
+from fsstate.store.record import Writer
+from fsstate_spark.operators.flows import Flow, Source, StageSpec, arrow_schema_of, walk
 from fsstate_spark.operators.partials import SparkPartials, spark_partials
-from fsstate_spark.operators.rescale import rescale_stage
 from fsstate_spark.operators.settings import (
     PARTITIONS_DEFAULT,
     FlowSettings,
     resolve_flow_settings,
 )
+from fsstate_spark.operators.stage_rescale import rescale_stage
 from fsstate_spark.operators.tasks import PARTITION_COL, StageSettings, combine_task, stage_task
 from fsstate_spark.runtime import fileio_for
+from fsstate_spark.state.keys import ints_hashed_to, partition_column
 
 if TYPE_CHECKING:  # Spark Connect's writer (not a subclass of the classic one)
     from pyspark.sql.connect.streaming.readwriter import DataStreamWriter as ConnectStreamWriter
@@ -109,14 +103,20 @@ CLOCK_DIR = "_fsstate_batches"  # <state_uri>/_fsstate_batches/<batch id>.json: 
 CLOCK_KEEP = 3  # clock records kept (the last ones; a restart re-runs one batch at most)
 
 
-class _BatchContext:
-    """What stages need while one batch's plan is built."""
+class _StagePlanner:
+    """Turns a flow's stages into one epoch's DataFrames (a
+    :class:`~fsstate_spark.operators.flows.StageRunner`): each stage's input and output schemas,
+    then, unless ``schemas_only`` (:meth:`Driver.check`: the schemas of the first batch's plan,
+    nothing runs), its shuffle and ``mapInArrow``."""
 
     def __init__(
-        self, driver: Driver, epoch: int, late_ms: int, evict_ms: int, now_ms: int | None
+        self, driver: Driver, plan: EpochPlan, now_ms: int | None, schemas_only: bool
     ) -> None:
-        self.driver, self.epoch, self.late_ms, self.evict_ms = driver, epoch, late_ms, evict_ms
-        self.now_ms = now_ms
+        self.driver, self.plan, self.now_ms, self.schemas_only = driver, plan, now_ms, schemas_only
+
+    @property
+    def epoch(self) -> int:
+        return self.plan.epoch
 
     def run_stage(self, spec: StageSpec, df: DataFrame) -> DataFrame:
         d = self.driver
@@ -128,21 +128,37 @@ class _BatchContext:
             )
         arrow_in = arrow_schema_of(df)
         arrow_out = spec.op.output_schema(arrow_in)
-        op = spec.op
-        combine, skip_until = False, 0
-        if d.config.combine and spec.keys and op.can_combine(arrow_in):
-            combine, skip_until = d.combine_decision(spec.op.name, self.epoch)
+        can_combine = d.config.combine and bool(spec.keys) and spec.op.can_combine(arrow_in)
+        if self.schemas_only:
+            if can_combine:
+                spec.op.combined_schema(arrow_in)
+            out_type = from_arrow_schema(arrow_out, prefer_timestamp_ntz=False)
+            return df.sparkSession.createDataFrame([], out_type)
+        combine, skip_until = self.plan.combine(spec.op.name) if can_combine else (False, 0)
+        return self._shuffled(spec, df, arrow_in, arrow_out, combine, skip_until)
+
+    def _shuffled(
+        self,
+        spec: StageSpec,
+        df: DataFrame,
+        arrow_in: pa.Schema,
+        arrow_out: pa.Schema,
+        combine: bool,
+        skip_until: int,
+    ) -> DataFrame:
+        """The stage's shuffle by partition and its ``mapInArrow`` (combined first if so)."""
+        d, late = self.driver, self.plan.late_ms
         keys = [F.col(k) for k in spec.keys] or [F.lit(d.zero_key(df)).cast("bigint")]
         # each row's partition as Spark's hash partitioning computes it: the tasks check it
-        where = F.pmod(F.hash(*keys), F.lit(d.partitions)).cast("int")
-        by_spark = None
+        where = partition_column(keys, d.partitions)
+        op, by_spark = spec.op, None
         if combine:  # by Spark's aggregation where it is exact, else by the operator in Python
             combined = op.combined_schema(arrow_in)
-            plan = d.spark_partials(spec, arrow_in)
-            if plan is not None:
-                by_spark = plan.apply(df, self.late_ms, (PARTITION_COL, where))
+            partials = d.spark_partials(spec, arrow_in)
+            if partials is not None:
+                by_spark = partials.apply(df, late, (PARTITION_COL, where))
             else:
-                combiner = combine_task(op, arrow_in, combined, self.late_ms)
+                combiner = combine_task(op, arrow_in, combined, late)
                 spark_combined = from_arrow_schema(combined, prefer_timestamp_ntz=False)
                 df = df.mapInArrow(combiner, spark_combined)
             op = d.combined_op(spec, arrow_in)
@@ -159,7 +175,7 @@ class _BatchContext:
             layout=d.layouts[spec.op.name],
             combine_skip_until=skip_until,
         )
-        task = stage_task(settings, self.epoch, self.late_ms, self.evict_ms, self.now_ms)
+        task = stage_task(settings, self.epoch, late, self.plan.evict_ms, self.now_ms)
         spark_out = from_arrow_schema(arrow_out, prefer_timestamp_ntz=False)
         df = by_spark if by_spark is not None else df.withColumn(PARTITION_COL, where)
         if owned is None:  # a task per partition: the shuffle is Spark's on the keys
@@ -180,30 +196,6 @@ class _Receipts(AccumulatorParam[dict[Any, Any]]):
         return value1
 
 
-class _SchemaContext:
-    """Builds a flow's plan for its schemas only (:meth:`Driver.check`): each stage's input and
-    output schema is computed on the driver, as the first batch would, and nothing runs."""
-
-    epoch, late_ms, evict_ms, now_ms = 0, 0, 0, None
-
-    def __init__(self, driver: Driver) -> None:
-        self.driver = driver
-
-    def run_stage(self, spec: StageSpec, df: DataFrame) -> DataFrame:
-        missing = [k for k in spec.keys if k not in df.columns]
-        if missing:
-            raise ConfigError(
-                f"operator {spec.op.name!r}: its input has no column(s) {missing} to partition "
-                f"by ({df.columns})"
-            )
-        arrow_in = arrow_schema_of(df)
-        arrow_out = spec.op.output_schema(arrow_in)
-        if self.driver.config.combine and spec.keys and spec.op.can_combine(arrow_in):
-            spec.op.combined_schema(arrow_in)
-        out_type = from_arrow_schema(arrow_out, prefer_timestamp_ntz=False)
-        return df.sparkSession.createDataFrame([], out_type)
-
-
 class Driver:
     """The ``foreachBatch`` function of a flow (see the module docstring)."""
 
@@ -212,37 +204,22 @@ class Driver:
             raise ConfigError("the flow has no stateful stage: use a plain streaming query")
         self.flow, self.sink, self.config = flow, sink, config
         self.partitions = config.partitions
-        self.writer = {"run": uuid.uuid4().hex, "instance": uuid.uuid4().hex}
-        self._metas: dict[int, dict[str, EpochMeta]] = {}  # epoch -> stage -> merged meta
-        self._checked = False
+        self.writer = Writer(uuid.uuid4().hex, uuid.uuid4().hex)
         self.layouts: dict[str, str] = {}  # stage -> its layout generation directory
+        self.planner: EpochPlanner | None = None  # made once the layouts are resolved
         self._clock = any(s.op.uses_clock for s in flow.stages)
         self._zero_key: int | None = None
         self._routes: tuple[int, ...] | None = None  # task -> an int Spark hashes to it
         self._tasks: int | None = config.tasks
         self.receipts: Any = None  # created at the first batch (classic PySpark only)
-        self.manifest_reads = 0  # manifests the driver read (partitions without a receipt)
         self._combined: dict[tuple[str, pa.Schema], Operator] = {}
         self._partials: dict[tuple[str, pa.Schema], SparkPartials | None] = {}
-        # the watermark inputs: each source with a watermark, recorded by one stage
-        self._inputs: dict[str, tuple[str, str, int]] = {}  # source -> (stage, input, delay)
-        for i, src in enumerate(flow.sources):
-            if src.time is None:
-                continue
-            rec = [(s.op.name, name) for s in flow.stages for name, o in s.records if o is src]
-            if not rec:
-                raise ConfigError(
-                    f"the watermark on {src.time!r} of source {i} is not followed by any stage "
-                    "(a stage must use that column as its event time on the source's rows)"
-                )
-            self._inputs[f"source{i}"] = (rec[0][0], rec[0][1], src.delay_ms)
+        self._inputs = _watermark_inputs(flow)
 
-    def combine_decision(self, stage: str, epoch: int) -> tuple[bool, int]:
-        """Whether the stage combines epoch ``epoch``, from the records of ``epoch - 1``
-        (:func:`fsstate.operators.combining.decide`)."""
-        metas = self._metas.get(epoch - 1) if epoch > 0 else None
-        meta = metas.get(stage) if metas else None
-        return decide(meta.combine if meta is not None else None, epoch)
+    @property
+    def manifest_reads(self) -> int:
+        """Manifests the driver read (partitions without a receipt)."""
+        return self.planner.manifest_reads if self.planner is not None else 0
 
     def combined_op(self, spec: StageSpec, input_schema: pa.Schema) -> Operator:
         """The stage's operator taking combined rows (one copy per stage and input schema)."""
@@ -271,7 +248,7 @@ class Driver:
         stage without keys (a global window or aggregate: every row in one partition, the
         one that holds its state). Found once per driver with Spark's own ``hash``."""
         if self._zero_key is None:
-            self._zero_key = _hashed_to(df, self.partitions, "bigint")[0]
+            self._zero_key = ints_hashed_to(df, self.partitions, "bigint")[0]
         return self._zero_key
 
     def task_count(self, df: DataFrame) -> int:
@@ -302,7 +279,7 @@ class Driver:
         ``hash``; a task still checks every row's partition."""
         tasks = self.task_count(df)
         if self._routes is None:
-            self._routes = _hashed_to(df, tasks, "int")
+            self._routes = ints_hashed_to(df, tasks, "int")
         values = ", ".join(str(v) for v in self._routes)
         return F.expr(f"element_at(array({values}), pmod(`{PARTITION_COL}`, {tasks}) + 1)")
 
@@ -321,77 +298,28 @@ class Driver:
         """Build the flow's plan over its sources once, for the schemas: a bad column, type or
         aggregate fails here, before the query starts, not in a worker."""
         dfs = {id(src): src.df for src in self.flow.sources}
-        self.flow.build(dfs, _SchemaContext(self))
+        walk(self.flow.plan, dfs, _StagePlanner(self, EpochPlan(0), None, schemas_only=True))
 
-    # -- watermarks ----------------------------------------------------------------------------
-    def _read(self, epoch: int) -> dict[str, EpochMeta] | None:
-        """Every stage's merged meta of version ``epoch`` (None if a partition lacks it): from
-        the tasks' receipts of this batch, the manifests of partitions without one."""
-        fileio = fileio_for(self.config.root, self.config.store.fsync)
-        jobs = [(s.op.name, p) for s in self.flow.stages for p in range(self.partitions)]
-        received: dict[Any, Any] = {}
-        if self.receipts is not None:
-            received = dict(self.receipts.value)
-
-        def of(meta: dict[str, Any]) -> EpochMeta:
-            seen = {k: int(v) for k, v in (meta.get(EVENT_TIME_META) or {}).items()}
-            record = meta.get(COMBINE_META)
-            return EpochMeta(
-                int(meta.get(WATERMARK_META) or 0),
-                seen,
-                dict(record) if isinstance(record, dict) else None,
-            )
-
-        def read(job: tuple[str, int]) -> EpochMeta | None:
-            name, p = job
-            try:
-                meta = read_manifest(fileio, store_dir_for(name, p, self.layouts[name]), epoch).meta
-            except VersionNotFoundError:
-                return None
-            return of(meta)
-
-        found: dict[tuple[str, int], EpochMeta | None] = {}
-        missing = []
-        for job in jobs:
-            receipt = received.get((job[0], job[1], epoch))
-            if receipt is not None:
-                found[job] = of(receipt)
-            else:
-                missing.append(job)
-        if missing:
-            self.manifest_reads += len(missing)
-            with ThreadPoolExecutor(min(READ_THREADS_MAX, len(missing))) as pool:
-                found.update(zip(missing, pool.map(read, missing)))
-        got = [found[job] for job in jobs]
-        if any(m is None for m in got):
-            return None
-        by_stage: dict[str, list[EpochMeta]] = {}
-        for (name, _), m in zip(jobs, got):
-            assert m is not None
-            by_stage.setdefault(name, []).append(m)
-        return {name: merge_meta(ms) for name, ms in by_stage.items()}
-
-    def watermarks(self, epoch: int) -> tuple[int, int]:
-        """(late, evict) watermarks of ``epoch``."""
-        if epoch == 0:
-            return 0, 0
-        metas = self._metas.get(epoch - 1) or self._read(epoch - 1)
-        if metas is None:
-            raise VersionNotFoundError(
-                f"the state of micro-batch {epoch - 1} is incomplete under "
-                f"{self.config.state_uri!r}: the state directory must be kept with the "
-                "checkpoint (restore it, or start with a new checkpoint and state location)"
-            )
-        self._metas = {epoch - 1: metas}
-        late = max(m.watermark_ms for m in metas.values())
-        maxima: dict[str, int] = {}
-        delays: dict[str, int] = {}
-        for src, (stage, name, delay) in self._inputs.items():
-            delays[src] = delay
-            seen = metas[stage].event_time_max_ms.get(name)
-            if seen is not None:
-                maxima[src] = seen
-        return late, next_watermark(late, maxima, WatermarkSpec(delays))
+    def _resolve(self, fileio: FileIO, batch_df: DataFrame, batch_id: int) -> EpochPlanner:
+        """At the run's first batch: every stage's layout generation (rescaling a stage whose
+        state has another partition count, at the version this batch starts from), then the
+        planner of the run's epochs."""
+        if self.planner is None:
+            version = batch_id - 1 if batch_id > 0 else None
+            for spec in self.flow.stages:
+                try:
+                    layout = check_layout(fileio, spec.op, self.partitions, version)
+                except PartitionCountError:  # rescale, at the version this batch starts from
+                    layout = rescale_stage(
+                        batch_df.sparkSession, fileio, spec.op.name, spec.keys, self.config, version
+                    )
+                self.layouts[spec.op.name] = layout.dir
+            stages = [
+                PlannedStage(s.op.name, self.partitions, self.layouts[s.op.name])
+                for s in self.flow.stages
+            ]
+            self.planner = EpochPlanner(fileio, stages, self._inputs)
+        return self.planner
 
     def batch_clock(self, fileio: FileIO, batch_id: int) -> int:
         """The processing time of micro-batch ``batch_id``: fixed by its first attempt and
@@ -409,18 +337,8 @@ class Driver:
     # -- one micro-batch -----------------------------------------------------------------------
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
         fileio = fileio_for(self.config.root, self.config.store.fsync)
-        if not self._checked:
-            for spec in self.flow.stages:
-                try:
-                    layout = check_layout(fileio, spec.op, self.partitions)
-                except PartitionCountError:  # rescale, at the version this batch starts from
-                    version = batch_id - 1 if batch_id > 0 else None
-                    layout = rescale_stage(
-                        batch_df.sparkSession, fileio, spec.op.name, spec.keys, self.config, version
-                    )
-                self.layouts[spec.op.name] = layout.dir
-            self._checked = True
-        late, evict = self.watermarks(batch_id)
+        planner = self._resolve(fileio, batch_df, batch_id)
+        plan = planner.plan(batch_id, f" under {self.config.state_uri!r}")
         self._reset_receipts(batch_df)
         if len(self.flow.sources) == 1:
             dfs = {id(self.flow.sources[0]): batch_df}
@@ -430,42 +348,46 @@ class Driver:
                 for i, src in enumerate(self.flow.sources)
             }
         now = self.batch_clock(fileio, batch_id) if self._clock else None
-        ctx = _BatchContext(self, batch_id, late, evict, now)
-        out = self.flow.build(dfs, ctx)
+        out = walk(self.flow.plan, dfs, _StagePlanner(self, plan, now, schemas_only=False))
         if self.sink is None:
             out.write.format("noop").mode("overwrite").save()
         else:
             self.sink(out, batch_id)
-        metas = self._read(batch_id)
-        if metas is None:  # the sink computed part of the output: compute the rest
+        if not planner.complete(batch_id, self._received()):
+            # the sink computed part of the output: compute the rest
             log.info("fsstate: batch %s: completing partitions the sink did not compute", batch_id)
             out.write.format("noop").mode("overwrite").save()
-            metas = self._read(batch_id)
-            if metas is None:
+            if not planner.complete(batch_id, self._received()):
                 raise VersionNotFoundError(
                     f"micro-batch {batch_id}: some partitions of the stages "
                     f"{[s.op.name for s in self.flow.stages]} did not commit under "
                     f"{self.config.state_uri!r}"
                 )
-        self._metas = {batch_id: metas}
+
+    def _received(self) -> dict[Any, Any]:
+        """The receipts this batch's tasks added (none on Spark Connect)."""
+        return dict(self.receipts.value) if self.receipts is not None else {}
 
 
-def _hashed_to(df: DataFrame, buckets: int, sql_type: str) -> tuple[int, ...]:
-    """For each bucket ``b`` of ``buckets``, a small non-negative int that Spark's hash
-    partitioning of a ``sql_type`` value sends to ``b`` (``pmod(hash(x), buckets) = b``),
-    found with Spark's own ``hash``: Murmur3 spreads small ints evenly, one round in practice."""
-    found: dict[int, int] = {}
-    span, start = 64 * buckets + 64, 0
-    while len(found) < buckets:
-        rows = (
-            df.sparkSession.range(start, start + span)
-            .select(F.pmod(F.hash(F.col("id").cast(sql_type)), F.lit(buckets)).alias("b"), "id")
-            .collect()
-        )
-        for r in rows:
-            found.setdefault(int(r[0]), int(r[1]))
-        start += span
-    return tuple(found[b] for b in range(buckets))
+def _watermark_inputs(flow: Flow) -> list[WatermarkInput]:
+    """The flow's watermark inputs: each source with a watermark, recorded by the first stage
+    that uses its time column on the source's rows.
+
+    Raises:
+        ConfigError: a source's watermark is followed by no stage.
+    """
+    out = []
+    for i, src in enumerate(flow.sources):
+        if src.time is None:
+            continue
+        rec = [(s.op.name, name) for s in flow.stages for name, o in s.records if o is src]
+        if not rec:
+            raise ConfigError(
+                f"the watermark on {src.time!r} of source {i} is not followed by any stage "
+                "(a stage must use that column as its event time on the source's rows)"
+            )
+        out.append(WatermarkInput(f"source{i}", rec[0][0], rec[0][1], src.delay_ms))
+    return out
 
 
 def _union(sources: tuple[Source, ...]) -> DataFrame:

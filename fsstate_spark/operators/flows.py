@@ -13,6 +13,10 @@ Invariants:
 * Operator names are unique within a query (checked when a stage is added); each operator's
   state lives under ``<state_uri>/<name>``.
 * A flow is immutable: adding a step returns a new flow, so one flow can feed several stages.
+* A flow's plan is data (:data:`Step`: sources, transforms, stages and joins of two plans), and
+  one function walks it (:func:`walk`) with a :class:`StageRunner` that turns each stateful
+  stage into DataFrames; a step shared by two branches (one flow feeding both sides of a
+  join) is walked once per batch.
 * Stages see Spark's column types as Arrow (timestamps as ``timestamp[us, UTC]``); their
   output schema is known on the driver before anything runs
   (:meth:`fsstate.operators.Operator.output_schema`).
@@ -24,9 +28,9 @@ Invariants:
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import pyarrow as pa
 from pyspark.sql import DataFrame
@@ -117,8 +121,80 @@ class StageSpec:
     records: tuple[tuple[str, Source], ...] = ()
 
 
-Build = Callable[[dict[int, DataFrame], Any], DataFrame]
-Prepare = Callable[[DataFrame, Any], DataFrame]  # (a stage's input, the batch context) -> input
+Prepare = Callable[[DataFrame, int], DataFrame]  # (a stage's input, the epoch) -> its input
+
+
+@dataclass(frozen=True, eq=False)
+class SourceStep:
+    """The rows of a source."""
+
+    source: Source
+
+
+@dataclass(frozen=True, eq=False)
+class TransformStep:
+    """A stateless DataFrame function of the parent's rows."""
+
+    parent: Step
+    fn: Callable[[DataFrame], DataFrame]
+
+
+@dataclass(frozen=True, eq=False)
+class StageStep:
+    """A stateful stage over the parent's rows; ``prepare`` turns them into what its tasks
+    take, per epoch (e.g. an initial state joined in at epoch 0)."""
+
+    parent: Step
+    spec: StageSpec
+    prepare: Prepare | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class JoinStep:
+    """Both sides' rows in one DataFrame (:func:`_join_input`), keyed by ``pairs``."""
+
+    left: Step
+    right: Step
+    pairs: tuple[tuple[str, str], ...]
+    op_column: str | None = None
+
+
+Step = SourceStep | TransformStep | StageStep | JoinStep
+
+
+class StageRunner(Protocol):
+    """What a walk of a plan asks to run a stateful stage of one epoch (the driver's)."""
+
+    @property
+    def epoch(self) -> int: ...
+
+    def run_stage(self, spec: StageSpec, df: DataFrame) -> DataFrame:
+        """The stage's output rows from its input rows."""
+        ...
+
+
+def walk(step: Step, dfs: Mapping[int, DataFrame], runner: StageRunner) -> DataFrame:
+    """The rows of ``step`` for one batch: ``dfs`` maps ``id(source)`` to the source's rows of
+    the batch; every step is computed once, however many steps read it."""
+    done: dict[int, DataFrame] = {}
+
+    def rows(s: Step) -> DataFrame:
+        have = done.get(id(s))
+        if have is not None:
+            return have
+        if isinstance(s, SourceStep):
+            out = dfs[id(s.source)]
+        elif isinstance(s, TransformStep):
+            out = s.fn(rows(s.parent))
+        elif isinstance(s, StageStep):
+            df = rows(s.parent)
+            out = runner.run_stage(s.spec, s.prepare(df, runner.epoch) if s.prepare else df)
+        else:
+            out = _join_input(rows(s.left), rows(s.right), s.pairs, s.op_column)
+        done[id(s)] = out
+        return out
+
+    return rows(step)
 
 
 @dataclass(frozen=True, eq=False)
@@ -133,18 +209,24 @@ class Grouped:
 @dataclass(frozen=True, eq=False)
 class Flow:
     """A lazily described stream (see the module docstring). Build flows with
-    :func:`source`, their methods, :func:`interval_join` and :func:`changelog_join`."""
+    :func:`source`, their methods, :func:`interval_join` and :func:`changelog_join`.
+
+    Attributes:
+        sources: the streaming sources, in the order their rows are tagged.
+        stages: the stateful stages, in plan order.
+        plan: the step whose rows are the flow's.
+        origin: the source this flow's rows come from unchanged in time (None: none).
+    """
 
     sources: tuple[Source, ...]
     stages: tuple[StageSpec, ...]
-    build: Build = field(repr=False)
+    plan: Step
     origin: Source | None = None  # the source this flow's rows come from unchanged in time
 
     # -- stateless ---------------------------------------------------------------------------
     def transform(self, fn: Callable[[DataFrame], DataFrame]) -> Flow:
         """Apply a DataFrame function to every micro-batch's rows (select, filter...)."""
-        parent = self.build
-        return Flow(self.sources, self.stages, lambda dfs, ctx: fn(parent(dfs, ctx)), self.origin)
+        return Flow(self.sources, self.stages, TransformStep(self.plan, fn), self.origin)
 
     # -- stateful ----------------------------------------------------------------------------
     def group_by(self, *keys: str) -> Grouped:
@@ -170,14 +252,8 @@ class Flow:
                 "its own name (its state lives under <state_uri>/<name>)"
             )
         spec = StageSpec(op, tuple(keys), tuple(records))
-        parent = self.build
-
-        def build(dfs: dict[int, DataFrame], ctx: Any) -> DataFrame:
-            df = parent(dfs, ctx)
-            staged: DataFrame = ctx.run_stage(spec, prepare(df, ctx) if prepare else df)
-            return staged
-
-        return Flow(self.sources, (*self.stages, spec), build, None)
+        step = StageStep(self.plan, spec, prepare)
+        return Flow(self.sources, (*self.stages, spec), step, None)
 
     def _records(self, time: str) -> list[tuple[str, Source]]:
         o = self.origin
@@ -270,7 +346,7 @@ def source(df: DataFrame, *, watermark: tuple[str, str | int] | None = None) -> 
                 f"watermark column {col!r} is not a column of the source ({df.columns})"
             )
         src = Source(df, col, parse_duration_ms(delay))
-    return Flow((src,), (), lambda dfs, ctx: dfs[id(src)], src)
+    return Flow((src,), (), SourceStep(src), src)
 
 
 def _merge(left: Flow, right: Flow) -> tuple[tuple[Source, ...], tuple[StageSpec, ...]]:
@@ -354,11 +430,7 @@ def interval_join(
         for side, f, t in (("left", left, left_time), ("right", right, right_time))
         if f.origin is not None and f.origin.time == t
     ]
-    both = Flow(
-        sources,
-        stages,
-        lambda dfs, ctx: _join_input(left.build(dfs, ctx), right.build(dfs, ctx), pairs, None),
-    )
+    both = Flow(sources, stages, JoinStep(left.plan, right.plan, tuple(pairs)))
     return both._stage(op, [f"_k{i}" for i in range(len(pairs))], records)
 
 
@@ -374,11 +446,7 @@ def changelog_join(
     ``left``, ``right`` and ``op``, the changes of the join."""
     pairs = _pairs(on)
     sources, stages = _merge(left, right)
-    both = Flow(
-        sources,
-        stages,
-        lambda dfs, ctx: _join_input(left.build(dfs, ctx), right.build(dfs, ctx), pairs, op_column),
-    )
+    both = Flow(sources, stages, JoinStep(left.plan, right.plan, tuple(pairs), op_column))
     return both._stage(ChangelogJoin(name), [f"_k{i}" for i in range(len(pairs))])
 
 

@@ -1,5 +1,5 @@
 """A partition's sorted batch as a StatefulProcessor's per-key arguments, and the rows it
-yields back as one Arrow table (the stage is :mod:`fsstate_spark.operators.processor`).
+yields back as one Arrow table (the stage is :mod:`fsstate_spark.operators.processor_stage`).
 
 * :class:`KeyedRows`: each key's rows of a table sorted by key, as Spark's Python worker hands
   them to ``handleInputRows`` / ``handleInitialState``: pandas chunks of at most
@@ -31,10 +31,12 @@ import pyarrow.compute as pc
 from pyspark.sql.types import Row, StructType
 
 from fsstate.errors import SchemaError
+from fsstate_spark.state.keys import store_key_column
 
 
 class RowFlavour(Protocol):
-    """How rows are handed over (a :class:`fsstate_spark.operators.processor.ProcessorSpec`)."""
+    """How rows are handed over (a
+    :class:`fsstate_spark.operators.processor_stage.ProcessorSpec`)."""
 
     @property
     def pandas(self) -> bool: ...
@@ -44,18 +46,6 @@ class RowFlavour(Protocol):
 
     @property
     def max_records_per_batch(self) -> int: ...
-
-
-def store_key(key: tuple[Any, ...]) -> tuple[Any, ...]:
-    """The store's key of a Spark key (numpy scalars as Python values)."""
-    if all(type(v) in _PLAIN for v in key):
-        return key
-    return tuple(
-        v.item() if hasattr(v, "item") and type(v).__module__ == "numpy" else v for v in key
-    )
-
-
-_PLAIN = frozenset({str, int, float, bool, bytes, type(None)})
 
 
 class KeyedRows:
@@ -84,7 +74,7 @@ class KeyedRows:
             self.frame = to_pandas(table, flavour.timezone)
             key_cols = [self.frame.iloc[:, i].to_numpy()[starts] for i in key_idx]
             self.keys: list[tuple[Any, ...]] = list(zip(*key_cols))
-            self.store_keys: list[tuple[Any, ...]] = list(zip(*map(_plain_values, key_cols)))
+            self.store_keys: list[tuple[Any, ...]] = list(zip(*map(store_key_column, key_cols)))
         else:
             self.table = table
             self.row_type = Row(*names)
@@ -163,15 +153,6 @@ def _py_values(col: pa.ChunkedArray) -> list[Any]:
         return [None if d is None else d.replace(tzinfo=tz) for d in naive]
     utc = dt.timezone.utc
     return [None if d is None else d.replace(tzinfo=utc).astimezone(tz) for d in naive]
-
-
-def _plain_values(values: np.ndarray[Any, Any]) -> list[Any]:
-    """A key column's values as the store's: numpy scalars as Python values
-    (:func:`store_key`, for a whole column at once)."""
-    if values.dtype != object or set(map(type, values)) <= _PLAIN:
-        out: list[Any] = values.tolist()  # numpy's ``item()`` of each element
-        return out
-    return [store_key((v,))[0] for v in values]
 
 
 def to_pandas(table: pa.Table, timezone: str) -> Any:

@@ -47,6 +47,7 @@ from fsstate.errors import ConfigError
 from fsstate.operators.base import Operator
 from fsstate.operators.runner import run_epoch
 from fsstate.store.pool import store_pool
+from fsstate.store.record import Writer
 from fsstate_spark.operators.settings import FlowSettings
 from fsstate_spark.runtime import apply_engine_settings, fileio_for
 
@@ -62,7 +63,7 @@ class StageSettings:
     config: FlowSettings
     input_schema: pa.Schema
     output_schema: pa.Schema
-    writer: dict[str, Any]
+    writer: Writer
     receipts: Any = None  # a Spark accumulator of (stage, partition, epoch) -> version meta
     owned: tuple[tuple[int, ...], ...] | None = None  # task -> its state partitions (None: itself)
     layout: str = ""  # the stage's layout generation directory (fsstate.store.layout)

@@ -4,7 +4,7 @@ Switching a query is one line: where it says
 ``df.groupBy("k").transformWithStateInPandas(MyProcessor(), schema, "Update", "ProcessingTime")``
 it says ``ops.transform_with_state_in_pandas(df.groupBy("k"), MyProcessor(), schema, "Update",
 "ProcessingTime")`` and runs the flow with :func:`fsstate_spark.operators.write_stream`. The
-processor is unchanged; :mod:`fsstate_spark.operators.processor` runs it over each partition's
+processor is unchanged; :mod:`fsstate_spark.operators.processor_stage` runs it over each partition's
 whole batch. The result is a :class:`~fsstate_spark.operators.flows.Flow`, so further stages
 chain after it.
 
@@ -49,7 +49,7 @@ from pyspark.sql.types import StructType
 from fsstate.errors import ConfigError
 from fsstate.operators.base import SIDE
 from fsstate_spark.operators.flows import Flow, Grouped, is_connect, parse_duration_ms, source
-from fsstate_spark.operators.processor import (
+from fsstate_spark.operators.processor_stage import (
     INIT,
     INPUT,
     OUTPUT_MODES,
@@ -194,8 +194,8 @@ def _transform(
     partition_keys = [f"_k{i}" for i in range(len(keys))]
     init_frame = init_df
 
-    def prepare(df: DataFrame, ctx: Any) -> DataFrame:
-        init = _in_session(init_frame, df) if ctx.epoch == 0 else None
+    def prepare(df: DataFrame, epoch: int) -> DataFrame:
+        init = _in_session(init_frame, df) if epoch == 0 else None
         return _with_initial(df, init, keys, init_keys)
 
     return flow._stage(op, partition_keys, records, prepare)

@@ -45,11 +45,10 @@ from fsstate.interfaces import (
     KeyedTable,
     KeyedValueTable,
 )
+from fsstate_spark.state.keys import KeyBinding
 from fsstate_spark.state.map_order import UNSAFEROW, user_key_order
 from fsstate_spark.state.schemas import SparkSchema, to_arrow
 from fsstate_spark.state.timers import Timers, check_state_name
-
-_PLAIN = frozenset({str, int, float, bool, bytes, type(None)})
 
 
 class NoGroupingKeyError(FsStateError, RuntimeError):
@@ -70,35 +69,6 @@ def _no_key(name: str) -> NoGroupingKeyError:
         "or written inside handleInputRows, handleExpiredTimer or handleInitialState (and "
         "while the iterator they return is consumed), not in init or close"
     )
-
-
-def _plain(v: Any) -> Any:
-    """A Python scalar for numpy / pandas scalars; anything else unchanged."""
-    if hasattr(v, "to_pydatetime"):
-        return v.to_pydatetime()
-    if type(v).__module__ == "numpy" and hasattr(v, "item"):
-        return v.item()
-    return v
-
-
-def normalize_key(key: Any) -> Key:
-    """Spark's grouping key as a tuple of plain Python scalars (numpy scalars converted)."""
-    items: tuple[Any, ...] = (
-        key if type(key) is tuple else (tuple(key) if isinstance(key, (tuple, list)) else (key,))
-    )
-    for v in items:
-        if type(v) not in _PLAIN:
-            return tuple(_plain(x) for x in items)
-    return items
-
-
-class KeyBinding:
-    """The grouping key the state objects of one task currently act on."""
-
-    __slots__ = ("key",)
-
-    def __init__(self) -> None:
-        self.key: Key | None = None
 
 
 class _BoundState:

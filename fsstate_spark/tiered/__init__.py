@@ -9,9 +9,9 @@ Usage::
 
 Layers, top down: :mod:`~fsstate_spark.tiered.processor` (the proxy Spark runs),
 :mod:`~fsstate_spark.tiered.lifecycle` (which store a task opens and when it commits),
-:mod:`~fsstate_spark.tiered.bounded` (in-memory state without micro-batches) and
+:mod:`~fsstate_spark.tiered.transient` (in-memory state without micro-batches) and
 :mod:`~fsstate_spark.tiered.settings` (:class:`TieredConfig`); beside the proxy,
-:mod:`~fsstate_spark.tiered.rescale` changes a stopped query's partition count
+:mod:`~fsstate_spark.tiered.query_rescale` changes a stopped query's partition count
 (:func:`rescale_query`). The handles the user's processor
 gets are the shared Spark-shaped state API of :mod:`fsstate_spark.state`. Timers stay with Spark.
 """
@@ -19,7 +19,7 @@ gets are the shared Spark-shaped state API of :mod:`fsstate_spark.state`. Timers
 from __future__ import annotations
 
 from fsstate_spark.tiered.processor import TieredProcessor, tiered
-from fsstate_spark.tiered.rescale import QueryRescale, rescale_query
+from fsstate_spark.tiered.query_rescale import QueryRescale, rescale_query
 from fsstate_spark.tiered.settings import TieredConfig
 
 __all__ = ["QueryRescale", "TieredConfig", "TieredProcessor", "rescale_query", "tiered"]

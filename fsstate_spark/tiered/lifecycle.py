@@ -11,22 +11,24 @@ Measured on pyspark 4.3 (local mode), see the package README section "Lifecycle"
 
 Rules that follow (the invariants of this module):
 
-* Streaming task of batch ``b`` for partition ``p`` of query ``q``: open the store of
-  ``(<state_uri>/<q>, <name>, p)`` at version ``b - 1`` (an empty store for ``b == 0``), and
-  commit version ``b`` at ``close``. A store cached in this process is reused only if it is
-  open, clean (nothing written since its last commit) and either at exactly the committed
-  version ``b - 1`` (same manifest checksum) or at an older version that ``b - 1`` descends
-  from, in which case it catches up with the changes committed since
-  (:meth:`fsstate.PartitionStore.refresh`); anything else is closed and the version is
-  restored from storage. So a failed attempt's dirty store is never reused by the retry, and
-  a copy whose version was re-committed by another attempt is never advanced.
+* Streaming task of batch ``b`` for partition ``p`` of query ``q``: one epoch
+  (:mod:`fsstate.store.epoch`) of the store of ``(<state_uri>/<q>, <name>, p)``, begun in
+  ``init`` (the store at ``b - 1``, empty for ``b == 0``, from the process's pool: reused if
+  clean and at ``b - 1``, caught up from an older version ``b - 1`` descends from, else
+  restored) and committed as version ``b`` at ``close``, with the epoch's failure rule: an
+  exception in any callback or in ``close`` discards the store (the processor wrapper fails
+  the epoch, :mod:`fsstate_spark.tiered.processor`; a failure Spark sees outside them leaves
+  the store acquired, and the pool closes it when the partition is acquired again). So a
+  failed attempt's dirty store is never reused by the retry, and a copy whose version was
+  re-committed by another attempt is never advanced.
 * The partition count of a tiered operator's state is recorded with it, once
   (``<state_uri>/<q>/<name>/operator.json``, put-if-absent: :mod:`fsstate.store.layout`'s
   generation 0), from the task's ``spark.sql.shuffle.partitions`` (:class:`TaskInfo`); a
-  rescale (:mod:`fsstate_spark.tiered.rescale`) adds a generation with another count. A task
+  rescale (:mod:`fsstate_spark.tiered.query_rescale`) adds a generation with another count. A task
   opens its store in the generation in force at ``b - 1``, and one that finds another count
   there raises :class:`fsstate.errors.PartitionCountError` before its store is opened, so
-  nothing is read or written with keys in the wrong partitions. Resolved once per process,
+  nothing is read or written with keys in the wrong partitions
+  (:func:`fsstate.store.epoch.resolve_layout`, kind ``tiered``). Resolved once per process,
   query run and count (1 conditional PUT, and 1 GET + 1 LIST + a GET per rescale if the record
   exists). State written before the record existed gets the count of the first run that
   records it; a task that does not know its count skips the check (and reads the generations).
@@ -42,25 +44,36 @@ Rules that follow (the invariants of this module):
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
-from fsstate import PartitionStore
-from fsstate.errors import ConfigError, PartitionCountError, VersionNotFoundError
+from fsstate.errors import VersionNotFoundError
 from fsstate.interfaces import KeyedStore
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.location import Location
-from fsstate.store.identity import WRITER_META, foreign_writer
-from fsstate.store.layout import Layout, in_force, publish_layout, read_layouts, record_path
+from fsstate.store.epoch import EpochRun, StoreAddress, begin_epoch, resolve_layout
+from fsstate.store.layout import Layout
 from fsstate.store.pool import Outcome, StorePool, store_pool
+from fsstate.store.record import Writer
 from fsstate_spark.runtime import TaskInfo, TaskMode, apply_engine_settings, fileio_for
-from fsstate_spark.tiered.bounded import MemoryStore
 from fsstate_spark.tiered.settings import TieredConfig
+from fsstate_spark.tiered.transient import TransientStore
 
-StoreKey = tuple[str, str, int]
 SPARK_MARKER = "_fsstate_tiered"  # the state variable every tiered processor declares in Spark
 SPARK_MARKER_SCHEMA = "present BOOLEAN"
+TIERED_KIND = "tiered"  # the kind recorded with a tiered() operator's layout
 
 
-StoreOutcome = Outcome  # how a streaming task got its store (fsstate.store.pool.Outcome)
+@dataclass
+class TaskStore:
+    """The store a task works on, and its epoch (None: an in-memory store, nothing to commit)."""
+
+    store: KeyedStore
+    epoch: EpochRun | None = None
+
+    def fail(self) -> None:
+        """The task failed: discard its epoch's store (never committed, never reused)."""
+        if self.epoch is not None and not self.epoch.done:
+            self.epoch.fail()
 
 
 def query_root(config: TieredConfig, query_id: str) -> Location:
@@ -101,12 +114,13 @@ class StoreCache:
         """How the latest acquire got its store."""
         return self.pool.last_outcome
 
-    def acquire(self, config: TieredConfig, task: TaskInfo) -> PartitionStore:
-        """The store for a streaming task, at version ``batch_id - 1``.
+    def acquire(self, config: TieredConfig, task: TaskInfo, instance: str | None) -> EpochRun:
+        """Begin the streaming task's epoch: its store at version ``batch_id - 1``.
 
         Raises:
             VersionNotFoundError: version ``batch_id - 1`` was never committed (state removed,
                 or the query ran without fsstate before); the message says what to do.
+            PartitionCountError: the state at ``batch_id - 1`` has another partition count.
         """
         assert task.batch_id is not None and task.partition is not None
         assert task.query_id is not None
@@ -115,9 +129,14 @@ class StoreCache:
         fileio = fileio_for(query_root(config, task.query_id), config.store.fsync)
         self.pool.max_idle = config.max_cached_stores
         layout = self.layout_for(fileio, config, task)
+        ref = StoreAddress(fileio, config.name, task.partition, layout.dir)
         try:
-            return self.pool.acquire(
-                fileio, config.name, task.partition, want, config.store, layout.dir
+            return begin_epoch(
+                ref,
+                task.batch_id,
+                config=config.store,
+                writer=Writer(task.run_id, instance),
+                pool=self.pool,
             )
         except VersionNotFoundError as exc:
             raise VersionNotFoundError(
@@ -129,8 +148,8 @@ class StoreCache:
             ) from exc
 
     def layout_for(self, fileio: FileIO, config: TieredConfig, task: TaskInfo) -> Layout:
-        """The layout generation the task's store is in (recording the partition count first,
-        or checking the task's against it; see the module docstring).
+        """The layout generation the task's store is in, resolved once per query run and
+        count (:func:`fsstate.store.epoch.resolve_layout`; see the module docstring).
 
         Raises:
             PartitionCountError: the state at ``b - 1`` was written with another count.
@@ -140,33 +159,24 @@ class StoreCache:
         have = self._layouts.get(key)
         if have is not None:
             return have
-        first = Layout(0, n, kind="tiered")
-        if n is not None and publish_layout(fileio, config.name, first):
-            have = first  # the first record: no rescale can exist before it
-        else:
-            assert task.batch_id is not None
-            want = task.batch_id - 1 if task.batch_id > 0 else None
-            have = in_force(read_layouts(fileio, config.name), want)
-        if n is not None and have.partitions is not None and have.partitions != n:
-            where = fileio.describe(record_path(config.name, have.generation))
-            raise PartitionCountError(
-                f"the tiered state of {config.name!r} (query {task.query_id}) has "
-                f"{have.partitions} partitions ({where}); this run of the query has {n} "
-                "(spark.sql.shuffle.partitions, which Spark restores from the checkpoint's "
-                "offsets log). Keys would meet other keys' state: nothing was read or written. "
-                "To change the partition count of a tiered() query, stop it and rescale "
-                "Spark's checkpoint and fsstate's state together: "
-                "fsstate_spark.rescale_query(spark, <checkpoint>, partitions) or "
-                "`python -m fsstate_spark rescale <checkpoint> <partitions>` (if only Spark's "
-                "checkpoint was repartitioned, that moves fsstate's state to match it)"
-            )
+        assert task.batch_id is not None
+        have = resolve_layout(
+            fileio,
+            config.name,
+            partitions=n,
+            kind=TIERED_KIND,
+            version=task.batch_id - 1 if task.batch_id > 0 else None,
+            remedy=(
+                f"query {task.query_id}: the count comes from spark.sql.shuffle.partitions, "
+                "which Spark restores from the checkpoint's offsets log. Stop the query and "
+                "rescale Spark's checkpoint and fsstate's state together: "
+                "fsstate_spark.rescale_query(spark, <checkpoint>, partitions) or `python -m "
+                "fsstate_spark rescale <checkpoint> <partitions>` (if only Spark's checkpoint "
+                "was repartitioned, that moves fsstate's state to match it)"
+            ),
+        )
         self._layouts[key] = have
         return have
-
-    def release(self, config: TieredConfig, task: TaskInfo, store: PartitionStore) -> None:
-        """A task committed ``store``: keep it idle for the next batch (or close it)."""
-        self.pool.max_idle = config.max_cached_stores
-        self.pool.release(store)
 
     def clear(self) -> None:
         """Close and forget every store and resolved generation; reset the counters."""
@@ -185,56 +195,47 @@ def store_cache() -> StoreCache:
     return _cache
 
 
-def open_store(config: TieredConfig, task: TaskInfo) -> KeyedStore:
-    """The store a task works on (see the module docstring for the rules)."""
-    if task.mode == TaskMode.STREAMING:
-        t0 = time.perf_counter()
-        try:
-            return _cache.acquire(config, task)
-        finally:
-            _cache.acquire_s += time.perf_counter() - t0
-    return MemoryStore(per_key=task.mode == TaskMode.BOUNDED)
-
-
-def finish_store(
-    config: TieredConfig,
-    store: KeyedStore,
-    task: TaskInfo,
-    now_ms: int | None,
-    instance: str | None = None,
-) -> None:
-    """End of a task: TTL cleanup and commit of version ``batch_id`` (streaming only).
+def open_store(config: TieredConfig, task: TaskInfo, instance: str | None = None) -> TaskStore:
+    """The store a task works on (see the module docstring for the rules).
 
     Args:
         config: the processor's settings.
-        store: the task's store.
         task: the task.
-        now_ms: the batch's processing time if the task saw it; TTL cleanup runs only then.
         instance: the id of the tiered processor (one per ``tiered()`` call), recorded with
-            the run id in the version's meta.
+            the run id as the epoch's writer.
+    """
+    if task.mode == TaskMode.STREAMING:
+        t0 = time.perf_counter()
+        try:
+            run = _cache.acquire(config, task, instance)
+        finally:
+            _cache.acquire_s += time.perf_counter() - t0
+        return TaskStore(run.store, run)
+    return TaskStore(TransientStore(per_key=task.mode == TaskMode.BOUNDED))
+
+
+def finish_store(task_store: TaskStore, now_ms: int | None) -> None:
+    """End of a task: TTL cleanup and commit of the epoch (streaming only); on any failure the
+    epoch's store is discarded and the error raised.
+
+    Args:
+        task_store: the task's store and epoch.
+        now_ms: the batch's processing time if the task saw it; TTL cleanup runs only then.
 
     Raises:
         ConfigError: the version was already committed by another tiered processor of the
             same query run: two operators of one query share the store name.
     """
-    if not isinstance(store, PartitionStore):  # in memory: nothing to commit
-        store.close()
+    run = task_store.epoch
+    if run is None:  # in memory: nothing to commit
+        task_store.store.close()
         return
-    assert task.batch_id is not None
     t0 = time.perf_counter()
     try:
-        if now_ms is not None:
-            store.set_time(now_ms)
-            store.expire()
-        writer = {"run": task.run_id, "instance": instance}
-        store.meta[WRITER_META] = writer
-        info = store.commit(task.batch_id)
-        if info.adopted and foreign_writer(store.meta.get(WRITER_META), writer):
-            raise ConfigError(
-                f"two stateful operators of query {task.query_id} store their state under the "
-                f"same name {config.name!r} (micro-batch {task.batch_id}, partition "
-                f"{task.partition}); give each its own: tiered(processor, name=...)"
-            )
-        _cache.release(config, task, store)
+        with run:
+            if now_ms is not None:
+                run.store.set_time(now_ms)
+                run.store.expire()
+            run.commit()
     finally:
         _cache.finish_s += time.perf_counter() - t0

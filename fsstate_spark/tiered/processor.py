@@ -13,8 +13,10 @@ Invariants:
   so lazy generators act on the right key even if iterators are interleaved.
 * The store's clock is the processing time Spark passes in ``TimerValues`` (when the time mode
   gives one), set before any state call of that callback.
-* ``close`` calls the user's ``close`` first, then runs TTL cleanup and commits. If anything
-  raises, nothing is committed and the store stays dirty, so no later task reuses it.
+* ``close`` calls the user's ``close`` first, then runs TTL cleanup and commits the task's
+  epoch (:mod:`fsstate.store.epoch`). An exception from any callback of the user's processor
+  (or from the iterator it returns), from its ``close`` or from the commit fails the epoch:
+  nothing is committed and the store is discarded, so no later task reuses it.
 * Runtime objects (store, handle) are never pickled with the proxy.
 * In ``init``, before the user's processor, one state variable is declared with Spark's own
   handle: :data:`fsstate_spark.tiered.lifecycle.SPARK_MARKER` (see there; never written).
@@ -34,33 +36,36 @@ from pyspark.sql.streaming.stateful_processor import (
 )
 
 from fsstate.errors import ConfigError, FsStateError
-from fsstate.interfaces import Key, KeyedStore
+from fsstate.interfaces import Key
 from fsstate_spark.runtime import TaskInfo, TaskMode, current_task
-from fsstate_spark.state.handles import KeyBinding, TieredHandle, normalize_key
+from fsstate_spark.state.handles import TieredHandle
+from fsstate_spark.state.keys import KeyBinding, normalize_key
 from fsstate_spark.state.map_order import UNSAFEROW
-from fsstate_spark.tiered.bounded import MemoryStore
 from fsstate_spark.tiered.lifecycle import (
     SPARK_MARKER,
     SPARK_MARKER_SCHEMA,
+    TaskStore,
     finish_store,
     open_store,
 )
 from fsstate_spark.tiered.settings import TieredConfig, resolve_config
+from fsstate_spark.tiered.transient import TransientStore
 
 
 class _TaskState:
     """What one task (one partition of one micro-batch) holds."""
 
-    __slots__ = ("_store_bind", "binding", "handle", "now_ms", "store", "task")
+    __slots__ = ("_store_bind", "binding", "handle", "now_ms", "store", "task", "task_store")
 
-    def __init__(self, task: TaskInfo, store: KeyedStore, handle: TieredHandle) -> None:
+    def __init__(self, task: TaskInfo, task_store: TaskStore, handle: TieredHandle) -> None:
         self.task = task
-        self.store = store
+        self.task_store = task_store
+        self.store = store = task_store.store
         self.handle = handle
         self.binding = handle.binding
         self.now_ms: int | None = None
         # in-memory stores want to know the key (bounded input keeps one key's state only)
-        self._store_bind = store.bind if isinstance(store, MemoryStore) else None
+        self._store_bind = store.bind if isinstance(store, TransientStore) else None
 
     def bind(self, key: Any, timer_values: TimerValues | None) -> Key:
         """Bind ``key`` (normalized) and the batch's processing time; returns the bound key."""
@@ -79,16 +84,18 @@ class _TaskState:
         """Wrap a callback's result so ``key`` is bound whenever it is iterated."""
         if result is None:
             return None
-        return _BoundIterator(self.binding, key, iter(result))
+        return _BoundIterator(self, key, iter(result))
 
 
 class _BoundIterator:
-    """An iterator that binds its grouping key before every step of the wrapped one."""
+    """An iterator that binds its grouping key before every step of the wrapped one, and fails
+    the task's epoch if a step raises."""
 
-    __slots__ = ("_binding", "_inner", "_key")
+    __slots__ = ("_binding", "_inner", "_key", "_state")
 
-    def __init__(self, binding: KeyBinding, key: Key, inner: Iterator[Any]) -> None:
-        self._binding = binding
+    def __init__(self, state: _TaskState, key: Key, inner: Iterator[Any]) -> None:
+        self._state = state
+        self._binding = state.binding
         self._key = key
         self._inner = inner
 
@@ -97,7 +104,13 @@ class _BoundIterator:
 
     def __next__(self) -> Any:
         self._binding.key = self._key
-        return next(self._inner)
+        try:
+            return next(self._inner)
+        except StopIteration:
+            raise
+        except BaseException:
+            self._state.task_store.fail()
+            raise
 
 
 class TieredProcessor(StatefulProcessor):
@@ -146,45 +159,70 @@ class TieredProcessor(StatefulProcessor):
         # so that Spark's offline repartition and the rescale find the operator (lifecycle)
         handle.getValueState(SPARK_MARKER, SPARK_MARKER_SCHEMA)
         task = current_task()
-        store = open_store(self._config, task)
+        task_store = open_store(self._config, task, self._instance)
         # Spark's MapState order follows its state encoding; bounded input always uses
         # unsaferow (its store is built from a fresh SQLConf)
         encoding = self._config.state_encoding if task.mode == TaskMode.STREAMING else UNSAFEROW
-        tiered_handle = TieredHandle(handle, store, KeyBinding(), encoding)
-        self._task = _TaskState(task, store, tiered_handle)
-        self._processor.init(tiered_handle)
+        tiered_handle = TieredHandle(handle, task_store.store, KeyBinding(), encoding)
+        self._task = _TaskState(task, task_store, tiered_handle)
+        try:
+            self._processor.init(tiered_handle)
+        except BaseException:
+            self._fail()
+            raise
+
+    def _fail(self) -> None:
+        """A callback raised: fail the task's epoch (the store is never committed or reused)."""
+        if self._task is not None:
+            self._task.task_store.fail()
 
     def handleInputRows(self, key: Any, rows: Any, timerValues: TimerValues) -> Any:
         """Run the user's handleInputRows with ``key`` bound while its output is consumed."""
         state = self._current()
-        k = state.bind(key, timerValues)
-        return state.bound(k, self._processor.handleInputRows(key, rows, timerValues))
+        try:
+            k = state.bind(key, timerValues)
+            return state.bound(k, self._processor.handleInputRows(key, rows, timerValues))
+        except BaseException:
+            self._fail()
+            raise
 
     def handleExpiredTimer(
         self, key: Any, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
     ) -> Any:
         """Run the user's handleExpiredTimer with ``key`` bound while its output is consumed."""
         state = self._current()
-        k = state.bind(key, timerValues)
-        return state.bound(
-            k, self._processor.handleExpiredTimer(key, timerValues, expiredTimerInfo)
-        )
+        try:
+            k = state.bind(key, timerValues)
+            return state.bound(
+                k, self._processor.handleExpiredTimer(key, timerValues, expiredTimerInfo)
+            )
+        except BaseException:
+            self._fail()
+            raise
 
     def handleInitialState(self, key: Any, initialState: Any, timerValues: TimerValues) -> None:
         """Run the user's handleInitialState with ``key`` bound."""
         state = self._current()
-        state.bind(key, timerValues)
-        self._processor.handleInitialState(key, initialState, timerValues)
+        try:
+            state.bind(key, timerValues)
+            self._processor.handleInitialState(key, initialState, timerValues)
+        except BaseException:
+            self._fail()
+            raise
 
     def close(self) -> None:
-        """Close the user's processor, then run TTL cleanup and commit the batch's version."""
+        """Close the user's processor, then run TTL cleanup and commit the batch's epoch."""
         state = self._task
-        self._processor.close()
+        try:
+            self._processor.close()
+        except BaseException:
+            self._fail()
+            raise
         if state is None:
             return
         state.binding.key = None
-        finish_store(self._config, state.store, state.task, state.now_ms, self._instance)
         self._task = None
+        finish_store(state.task_store, state.now_ms)
 
 
 def tiered(

@@ -4,9 +4,11 @@ Each seed runs a few thousand random operations on six state tables (value, list
 each with and without TTL; int and composite grouping keys; declared and inferred key schemas)
 and compares the engine with :class:`tests.support.model.ModelStore` after every operation that
 observes state. Besides reads and writes the mix holds batched Arrow operations, range deletes,
-processing-time moves (mostly forward), TTL cleanup passes, commits, reopening at the latest or
-at an older retained version (uncommitted changes are lost; later commits overwrite later
-versions), re-commits, sealing, view eviction, spilling, and bad input that must change nothing.
+processing-time moves (mostly forward), TTL cleanup passes, commits (a commit of the next
+version is the commit of an epoch, :class:`fsstate.store.epoch.EpochRun`), reopening at the
+latest or at an older retained version (uncommitted changes are lost; later commits overwrite
+later versions), re-commits, sealing, view eviction, spilling, and bad input that must change
+nothing.
 
 Every ``FULL_EVERY`` steps (and at the end) every key of every table is compared, plus the TTL
 index: its entries must be exactly the model's (one per row with an expiry for value and map
@@ -51,6 +53,8 @@ from fsstate.errors import FsStateError, VersionNotFoundError
 from fsstate.format.schema import NAN
 from fsstate.storage.location import Location
 from fsstate.storage.manifest import LINEAGE_STEPS_MAX
+from fsstate.store.epoch import EpochRun
+from fsstate.store.pool import StorePool
 from fsstate.tables import ListTable, MapTable, TableBase, ValueTable
 from fsstate.tables.cursor import Getter, Updater
 from tests.support.model import LIST, MAP, VALUE, ModelStore, engine_rows_with_ttl, is_live
@@ -285,6 +289,7 @@ class Runner:
         self.model = ModelStore(retain, START_MS)
         self.ttl: dict[str, int | None] = {d.name: d.ttl_ms for d in self.defs}
         self.opened: list[PartitionStore] = []
+        self.pool = StorePool()  # where committed epochs release the store (this run keeps it)
         self.workers: list[PartitionStore | None] = [None, None, None]  # op_switch_worker
         self.worker = 0
         self.prev_worker = 1
@@ -861,7 +866,10 @@ class Runner:
         # a version is published once: committing one that exists (on the same parent: every
         # commit here builds version v on v - 1) adopts it, dropping this store's changes
         existing = self.manifests.get(version)
-        info = self.store.commit(version)
+        if version == (0 if cur is None else cur + 1):  # an epoch: the store at its parent
+            info = EpochRun.of_store(self.store, version, pool=self.pool).commit()
+        else:  # below the epoch: the store's own re-commit of its version
+            info = self.store.commit(version)
         self.check(info.adopted, existing is not None, f"commit({version}) adopted")
         if info.adopted:
             assert existing is not None

@@ -4,17 +4,14 @@ committed records."""
 
 from __future__ import annotations
 
-from fsstate.operators.combining import (
-    KEEP_FRACTION_MAX,
-    RETRY_EPOCHS,
-    batch_stats,
-    decide,
-    merge_stats,
-)
+import dataclasses
+
+from fsstate.operators.combining import KEEP_FRACTION_MAX, RETRY_EPOCHS, batch_stats, decide
+from fsstate.store.record import CombineRecord
 
 
-def _record(rows: int, received: int, groups: int, combined: bool, skip: int = 0) -> dict[str, int]:
-    return {**batch_stats(rows, received, groups, combined), "skip_until": skip}
+def _record(rows: int, received: int, groups: int, combined: bool, skip: int = 0) -> CombineRecord:
+    return dataclasses.replace(batch_stats(rows, received, groups, combined), skip_until=skip)
 
 
 def test_without_a_record_an_epoch_combines() -> None:
@@ -51,7 +48,14 @@ def test_an_empty_epoch_keeps_the_previous_choice() -> None:
 
 
 def test_partition_records_are_summed_and_a_missing_one_gives_none() -> None:
-    merged = merge_stats([_record(10, 5, 5, True), _record(30, 30, 20, False, 9)])
-    assert merged == {"rows": 40, "input": 35, "groups": 25, "combined": 1, "skip_until": 9}
-    assert merge_stats([_record(10, 5, 5, True), None]) is None
-    assert merge_stats([{"rows": "x"}]) is None
+    merged = CombineRecord.merge([_record(10, 5, 5, True), _record(30, 30, 20, False, 9)])
+    assert merged is not None
+    assert merged.to_meta() == {
+        "rows": 40,
+        "input": 35,
+        "groups": 25,
+        "combined": 1,
+        "skip_until": 9,
+    }
+    assert CombineRecord.merge([_record(10, 5, 5, True), None]) is None
+    assert CombineRecord.from_meta({"rows": "x"}) is None

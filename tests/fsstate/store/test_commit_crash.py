@@ -1,12 +1,14 @@
 """SIGKILL inside commits: a committing engine is killed at random moments, hundreds of times.
 
 A child process (forked from a preloaded fork server, so a kill point costs milliseconds)
-continues the store from its newest committed version: batch ``v`` applies a deterministic,
-seeded set of operations (value, TTL value, list and map tables, batched writes, clears), runs
-TTL cleanup and commits ``v``, under a tiny memory budget (spills and compaction rounds happen
-while it runs). It reports when each commit starts and ends; the parent kills it with SIGKILL
-at a random moment of a random commit (uniform over the last commit's measured duration, so
-the kill lands while data files, index files or the manifest are written or flushed), then:
+continues the store from its newest committed version, each batch ``v`` one epoch
+(:mod:`fsstate.store.epoch`: acquired from the child's pool at ``v - 1``, committed as ``v``,
+released for the next): it applies a deterministic, seeded set of operations (value, TTL
+value, list and map tables, batched writes, clears), runs TTL cleanup and commits ``v``, under
+a tiny memory budget (spills and compaction rounds happen while it runs). It reports when each
+commit starts and ends; the parent kills it with SIGKILL at a random moment of a random commit
+(uniform over the last commit's measured duration, so the kill lands while data files, index
+files or the manifest are written or flushed), then:
 
 The loop runs on local disk (200 kills inside commits) and on the S3 server (100).
 
@@ -34,7 +36,10 @@ import pytest
 
 from fsstate import PartitionStore, StoreConfig
 from fsstate.controller import configure
+from fsstate.storage.fileio import FileIO
 from fsstate.storage.location import Location
+from fsstate.store.epoch import StoreAddress, begin_epoch
+from fsstate.store.pool import StorePool
 from tests.support.model import LIST, MAP, VALUE, ModelStore
 from tests.support.plugin import s3_options
 
@@ -159,15 +164,22 @@ def child(root: str | Location, seed: int, conn: Connection) -> None:
     )
     versions = PartitionStore.committed_versions(root, OPERATOR, 0)
     latest = versions[-1] if versions else None
-    store = PartitionStore.open(root, OPERATOR, 0, latest, StoreConfig(retain_versions=20))
-    tables = declare(store)
     version = 0 if latest is None else latest + 1
+    address = StoreAddress(FileIO(root), OPERATOR, 0)
+    pool = StorePool()  # each batch one epoch: the committed store is reused by the next
     while True:
-        store.set_time(T0_MS + version * STEP_MS)
-        apply_store(tables, batch_ops(seed, version))
-        store.expire()
-        conn.send(("start", version, time.monotonic()))
-        store.commit(version)
+        run = begin_epoch(
+            address,
+            version,
+            config=StoreConfig(retain_versions=20),
+            now_ms=T0_MS + version * STEP_MS,
+            pool=pool,
+        )
+        with run:
+            apply_store(declare(run.store), batch_ops(seed, version))
+            run.store.expire()
+            conn.send(("start", version, time.monotonic()))
+            run.commit()
         conn.send(("done", version, time.monotonic()))
         version += 1
 

@@ -358,11 +358,11 @@ def test_rescale_as_a_later_version_continues_from_it(tmp_path: Path) -> None:
         rescale(fileio, OP, partitions=3, keys=["k"], partition_of=by_k(3), version=v, as_version=0)
 
 
-def test_merge_meta_unions_lists_of_numbers() -> None:
+def test_merged_operator_meta_unions_lists_of_numbers() -> None:
     """Per-partition summaries (the window operator's open panes) merge to their union, so
     every new partition's summary covers the panes it may hold; a partition without one makes
     the merged one unknown."""
-    from fsstate.store.rescale import merge_meta
+    from fsstate.store.record import merge_operator_meta as merge_meta
 
     merged = merge_meta([{"open_panes_us": [10, 30], "w": 1}, {"open_panes_us": [20, 10], "w": 5}])
     assert merged == {"open_panes_us": [10, 20, 30], "w": 5}

@@ -20,10 +20,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from fsstate.errors import FsStateError
-from fsstate.operators.combining import COMBINE_META
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.manifest import read_manifest
 from fsstate.store.identity import store_dir_for
+from fsstate.store.record import COMBINE_META
 from fsstate_spark import operators as ops
 from tests.support.flow_cases import Case, assert_same
 

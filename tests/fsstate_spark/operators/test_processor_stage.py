@@ -24,7 +24,7 @@ from fsstate.operators.runner import run_epoch
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.location import Location
 from fsstate.store.pool import StorePool
-from fsstate_spark.operators.processor import ProcessorSpec, ProcessorStage
+from fsstate_spark.operators.processor_stage import ProcessorSpec, ProcessorStage
 from fsstate_spark.state.handles import TimerModeError
 
 OUT = StructType(
@@ -284,10 +284,10 @@ def test_row_output_equals_spark_conversion() -> None:
 
 
 def test_store_keys_of_pandas_key_columns() -> None:
-    """Store keys computed per column are :func:`_store_key` of each key."""
+    """Store keys computed per column are :func:`normalize_key` of each key."""
     import numpy as np
 
-    from fsstate_spark.operators.keyed import _plain_values, store_key
+    from fsstate_spark.state.keys import normalize_key, store_key_column
 
     columns = [
         np.array([1, 2, 3], dtype=np.int64),
@@ -298,8 +298,8 @@ def test_store_keys_of_pandas_key_columns() -> None:
         np.array([True, False, True]),
     ]
     for col in columns:
-        got = _plain_values(col)
-        want = [store_key((v,))[0] for v in col]
+        got = store_key_column(col)
+        want = [normalize_key((v,))[0] for v in col]
         assert [repr(g) for g in got] == [repr(w) for w in want]
         assert [type(g) for g in got] == [type(w) for w in want]
 

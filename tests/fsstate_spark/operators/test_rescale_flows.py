@@ -1,6 +1,6 @@
 """Operator flows restarted with another ``partitions=``: the driver rescales every stage's state
-(:mod:`fsstate_spark.operators.rescale`, partitions computed by Spark's own hash) and the output
-equals, batch by batch, the same flow run without rescaling.
+(:mod:`fsstate_spark.operators.stage_rescale`, partitions computed by Spark's own hash) and the
+output equals, batch by batch, the same flow run without rescaling.
 
 Two flows cover the stateful operators: deduplication into sliding windows (event time,
 watermarks, deadline indexes, window panes), and a join of two change streams into an

@@ -25,7 +25,7 @@ from fsstate import PartitionStore
 from fsstate.errors import SchemaError, StateKindError
 from fsstate_spark import EmptyListError, NoGroupingKeyError, state_summary, tiered
 from fsstate_spark.pyfiles import build
-from fsstate_spark.state.handles import normalize_key
+from fsstate_spark.state.keys import normalize_key
 from fsstate_spark.state.schemas import parse_ddl, to_arrow
 from fsstate_spark.tiered import processor as processor_module
 from fsstate_spark.tiered.lifecycle import SPARK_MARKER, SPARK_MARKER_SCHEMA, TaskInfo, store_cache

@@ -31,7 +31,7 @@ from fsstate.storage.location import Location
 from fsstate.store.layout import in_force, read_layouts
 from fsstate_spark import rescale_query, tiered
 from fsstate_spark.cli import cli
-from fsstate_spark.tiered import rescale as rescale_module
+from fsstate_spark.tiered import query_rescale as rescale_module
 from tests.support.faulty_backend import failing_fileio
 from tests.support.plugin import s3_options
 from tests.support.rescale_processors import (

@@ -12,7 +12,7 @@ under ``tiered()``, so that the restarted query continues exactly where it stopp
    (``<state_uri>/<query id>/<name>``): :func:`fsstate.store.rescale.rescale` reads version
    ``c`` and writes it, cut the new way, as version ``c + 1`` of a new layout generation, each
    grouping key in the partition Spark's hash partitioning gives it
-   (:func:`fsstate_spark.state.partitioning.spark_partitioner`, cast to the grouping key's
+   (:func:`fsstate_spark.state.keys.spark_partitioner`, cast to the grouping key's
    Spark types as the checkpoint records them), which is where both Spark's repartition put the
    key's timers and the next batch's shuffle sends its rows.
 
@@ -65,9 +65,9 @@ from fsstate.storage.manifest import read_manifest
 from fsstate.store.identity import store_dir_for
 from fsstate.store.layout import LAYOUT_FILE, Layout, in_force, read_layouts
 from fsstate.store.rescale import RescaleProgress, RescaleResult, log_progress, rescale
-from fsstate_spark.checkpoint import read_checkpoint
+from fsstate_spark.checkpoint import SparkCheckpoint, read_checkpoint
 from fsstate_spark.runtime import fileio_for
-from fsstate_spark.state.partitioning import spark_partitioner
+from fsstate_spark.state.keys import spark_partitioner
 from fsstate_spark.tiered.lifecycle import SPARK_MARKER, query_root
 from fsstate_spark.tiered.settings import TieredConfig, resolve_config
 
@@ -262,46 +262,13 @@ def rescale_query(
             f"(start it with spark.sql.shuffle.partitions={partitions} instead)"
         )
     state = fileio_for(query_root(config, ckpt.query_id), config.store.fsync)
-    ops = _tiered_operators(state)
-    if not ops:
-        raise ConfigError(
-            f"no tiered() state of query {ckpt.query_id} under {state.describe('')}: give "
-            "rescale_query(state_uri=...) as the query's tiered() was given it (for a query "
-            "without tiered() state, Spark's own spark._streamingCheckpointManager.repartition "
-            "is the step); nothing was changed"
-        )
-    marked = _marked_operators(spark, checkpoint_location)
-    if len(marked) != len(ops):
-        raise ConfigError(
-            f"the checkpoint declares {len(marked)} tiered operator(s) ({SPARK_MARKER!r} state "
-            f"variables) and the state location holds {len(ops)} ({[o.name for o in ops]}): "
-            "run the query for one batch with this version of fsstate_spark (its operators "
-            "declare the marker), or give the state_uri the query uses; nothing was changed"
-        )
+    ops, marked = _checked_operators(spark, checkpoint_location, state, ckpt.query_id)
     spark_now = ckpt.partitions_at(ckpt.committed)
     counts = {o.layout.partitions for o in ops}
     if spark_now == partitions and counts == {partitions}:
         log.info("fsstate: query %s has %d partitions already", ckpt.query_id, partitions)
         return QueryRescale(ckpt.query_id, partitions, partitions, None, False, ())
-    if spark_now != partitions:
-        if counts != {spark_now}:
-            raise ConfigError(
-                f"query {ckpt.query_id}: Spark's checkpoint has {spark_now} partitions at batch "
-                f"{ckpt.committed}, its tiered state {sorted(map(str, counts))}; a rescale "
-                f"cannot start from counts that differ (rescale to {spark_now} first to make "
-                "them agree); nothing was changed"
-            )
-        previous, version = spark_now, ckpt.committed  # Spark's repartition reads it
-    else:  # Spark's part is done: its last completed batch is the repartition batch
-        previous = ckpt.partitions_at(ckpt.committed - 1) if ckpt.committed > 0 else spark_now
-        if previous == partitions or not counts <= {previous, partitions}:
-            raise ConfigError(
-                f"query {ckpt.query_id}: Spark's checkpoint has {partitions} partitions since "
-                f"before its last completed batch {ckpt.committed}, its tiered state "
-                f"{sorted(map(str, counts))}: the state is not the one this checkpoint ran "
-                "with at that batch; nothing was changed"
-            )
-        version = ckpt.committed - 1
+    previous, version = _starting_point(ckpt, counts, partitions)
     todo = [o for o in ops if o.layout.partitions != partitions]
     spark_keys = [_spark_key_type(spark, checkpoint_location, i) for i in marked]
     plans = [(op, *_key_plan(state, op, version, spark_keys)) for op in todo]
@@ -325,6 +292,64 @@ def rescale_query(
         ", ".join(f"{r.operator}: {r.rows} rows" for r in done) or "state already rescaled",
     )
     return QueryRescale(ckpt.query_id, previous, partitions, batch, repartitioned, tuple(done))
+
+
+def _checked_operators(
+    spark: SparkSession, checkpoint_location: str, state: FileIO, query_id: str
+) -> tuple[list[_Operator], list[int]]:
+    """The tiered operators of the query's state and the checkpoint's marked operator ids.
+
+    Raises:
+        ConfigError: no tiered state, or the checkpoint marks another number of operators.
+    """
+    ops = _tiered_operators(state)
+    if not ops:
+        raise ConfigError(
+            f"no tiered() state of query {query_id} under {state.describe('')}: give "
+            "rescale_query(state_uri=...) as the query's tiered() was given it (for a query "
+            "without tiered() state, Spark's own spark._streamingCheckpointManager.repartition "
+            "is the step); nothing was changed"
+        )
+    marked = _marked_operators(spark, checkpoint_location)
+    if len(marked) != len(ops):
+        raise ConfigError(
+            f"the checkpoint declares {len(marked)} tiered operator(s) ({SPARK_MARKER!r} state "
+            f"variables) and the state location holds {len(ops)} ({[o.name for o in ops]}): "
+            "run the query for one batch with this version of fsstate_spark (its operators "
+            "declare the marker), or give the state_uri the query uses; nothing was changed"
+        )
+    return ops, marked
+
+
+def _starting_point(
+    ckpt: SparkCheckpoint, counts: set[int | None], partitions: int
+) -> tuple[int, int]:
+    """(the count before the rescale, the version fsstate's state is read at).
+
+    Raises:
+        ConfigError: the two sides' counts are not explained by any step of the rescale.
+    """
+    assert ckpt.committed is not None
+    spark_now = ckpt.partitions_at(ckpt.committed)
+    if spark_now != partitions:
+        if counts != {spark_now}:
+            raise ConfigError(
+                f"query {ckpt.query_id}: Spark's checkpoint has {spark_now} partitions at batch "
+                f"{ckpt.committed}, its tiered state {sorted(map(str, counts))}; a rescale "
+                f"cannot start from counts that differ (rescale to {spark_now} first to make "
+                "them agree); nothing was changed"
+            )
+        return spark_now, ckpt.committed  # Spark's repartition reads it
+    # Spark's part is done: its last completed batch is the repartition batch
+    previous = ckpt.partitions_at(ckpt.committed - 1) if ckpt.committed > 0 else spark_now
+    if previous == partitions or not counts <= {previous, partitions}:
+        raise ConfigError(
+            f"query {ckpt.query_id}: Spark's checkpoint has {partitions} partitions since "
+            f"before its last completed batch {ckpt.committed}, its tiered state "
+            f"{sorted(map(str, counts))}: the state is not the one this checkpoint ran "
+            "with at that batch; nothing was changed"
+        )
+    return previous, ckpt.committed - 1
 
 
 def _key_plan(

@@ -8,7 +8,7 @@ state at version ``b - 1`` (the version batch ``b`` starts from, whatever Spark 
 Invariants:
 
 * A row's new partition is computed by Spark itself
-  (:func:`fsstate_spark.state.partitioning.spark_partitioner`): ``pmod(hash(keys...), M)``
+  (:func:`fsstate_spark.state.keys.spark_partitioner`): ``pmod(hash(keys...), M)``
   evaluated on the key columns as the state holds them, the expression the driver puts on
   every row and the one ``repartition(M, *keys)`` shuffles by, so rescaled keys are where the
   next batch's shuffle sends their rows. A keyless stage's state goes to partition 0, where
@@ -32,7 +32,7 @@ from fsstate.storage.fileio import FileIO
 from fsstate.store.layout import Layout
 from fsstate.store.rescale import log_progress, rescale
 from fsstate_spark.operators.settings import FlowSettings
-from fsstate_spark.state.partitioning import spark_partitioner
+from fsstate_spark.state.keys import spark_partitioner
 
 __all__ = ["rescale_stage"]
 

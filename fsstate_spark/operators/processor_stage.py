@@ -68,7 +68,8 @@ from fsstate_spark.operators.keyed import (
     RowOutput,
     merge_keys,
 )
-from fsstate_spark.state.handles import KeyBinding, TieredHandle
+from fsstate_spark.state.handles import TieredHandle
+from fsstate_spark.state.keys import KeyBinding
 from fsstate_spark.state.map_order import UNSAFEROW
 from fsstate_spark.state.timers import Timers
 

@@ -182,7 +182,7 @@ class MemMapTable(_MemTable, interfaces.KeyedMapTable):
         return iter([v for _, v in self._sorted(key)])
 
 
-class MemoryStore(interfaces.KeyedStore):
+class TransientStore(interfaces.KeyedStore):
     """A store-shaped object holding state in memory only (see the module docstring).
 
     Args:

@@ -1,0 +1,267 @@
+"""One epoch of one partition store, exactly once: the envelope every caller runs its work in.
+
+The callers: ``tiered()`` (a Spark task's ``init`` to its ``close``,
+``fsstate_spark.tiered.lifecycle``), the operator runner
+(:func:`fsstate.operators.runner.run_epoch`, under the flow driver's tasks and
+:class:`fsstate.operators.local.LocalQuery`) and the rescales (:mod:`fsstate.store.rescale`,
+which resolve the generation here). An epoch ``e`` of the store of
+(operator, partition) goes through these steps:
+
+1. **Resolve** (:func:`resolve_layout`; once per query run, by whoever plans the epochs): the
+   layout generation in force at ``e - 1``. The partition count is recorded with the state at
+   first use (generation 0's record, put-if-absent) or checked against the generation's: another
+   count raises :class:`fsstate.errors.PartitionCountError` before anything is read or written
+   (keys would meet other keys' state); state written by another kind of operator under the
+   same name raises :class:`fsstate.errors.ConfigError`.
+2. **Acquire** (:func:`begin_epoch`): the store at ``e - 1`` (None for ``e == 0``: empty) from
+   the process's :class:`fsstate.store.pool.StorePool` (reused, caught up or restored), its
+   clock set to the batch's processing time when the caller has one.
+3. **Process**: the caller's work on :attr:`EpochRun.store`.
+4. **Commit** (:meth:`EpochRun.commit`): the epoch's :class:`fsstate.store.record.EpochRecord`,
+   with the writer's identity, replaces the record keys of the store's meta, and version ``e``
+   is published (put-if-absent). If another attempt published ``e`` on the same parent the
+   store *adopts* it; an adopted version whose writer is another instance of the same query run
+   means two operators share the store: :class:`fsstate.errors.ConfigError`.
+5. **Release** (on success): the store goes back to the pool, clean at ``e``, for the next epoch.
+
+The failure rule, the same for every caller: an exception at any step from acquire on (the
+caller's processing included) **discards** the store (:meth:`EpochRun.fail`): it is closed, never
+committed and never reused; the next attempt acquires ``e - 1`` from storage. Storage is never
+changed by a failure: ``e - 1`` stays intact, and ``e`` is either absent or published whole by
+another attempt (which the next attempt adopts). A caller that cannot see every failure (Spark
+does not call ``close`` after a task raised) still never reuses the store: the pool closes a
+store still acquired when its key is acquired again.
+
+Invariants: :meth:`EpochRun.commit` and :meth:`EpochRun.fail` are each final (a second call of
+either raises :class:`fsstate.errors.StoreClosedError`); an epoch run used as a context manager
+fails on any exception that leaves the block before its commit.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from types import TracebackType
+
+from fsstate.config import StoreConfig
+from fsstate.errors import ConfigError, PartitionCountError, StoreClosedError
+from fsstate.stats import CommitInfo
+from fsstate.storage.fileio import FileIO
+from fsstate.store.layout import Layout, in_force, publish_layout, read_layouts, record_path
+from fsstate.store.partition import PartitionStore
+from fsstate.store.pool import Outcome, StorePool, store_pool
+from fsstate.store.record import RECORD_KEYS, EpochRecord, Writer
+
+__all__ = ["EpochRun", "StoreAddress", "begin_epoch", "resolve_layout"]
+
+
+@dataclass(frozen=True)
+class StoreAddress:
+    """Where one partition store lives: the state root, the operator, the partition and the
+    layout generation directory (``""``: generation 0)."""
+
+    fileio: FileIO
+    operator: str
+    partition: int
+    layout: str = ""
+
+
+def resolve_layout(
+    fileio: FileIO,
+    operator: str,
+    *,
+    partitions: int | None,
+    kind: str,
+    version: int | None = None,
+    remedy: str = "rescale the state first (fsstate.store.rescale)",
+) -> Layout:
+    """The layout generation in force at ``version`` (step 1 of the module docstring).
+
+    Args:
+        fileio: the state root.
+        operator: the operator (store) name.
+        partitions: the caller's partition count (None: unknown; nothing is checked).
+        kind: what runs the operator (recorded by generation 0: an operator class name, or
+            ``"tiered"``).
+        version: the version the epoch starts from (None: the newest generation).
+        remedy: what the :class:`fsstate.errors.PartitionCountError` tells the user to do.
+
+    Raises:
+        PartitionCountError: the state at ``version`` is in another partition count.
+        ConfigError: the state was written by another kind of operator, or a layout record
+            is unreadable.
+    """
+    first = Layout(0, partitions, kind=kind)
+    if partitions is not None and publish_layout(fileio, operator, first):
+        return first  # the first record: no rescale can exist before it
+    layouts = read_layouts(fileio, operator)
+    if layouts[0].kind not in (None, kind):
+        raise ConfigError(
+            f"operator {operator!r}: the state under {fileio.describe(operator)} was written by "
+            f"a {layouts[0].kind}, this query runs a {kind} under the same name; give it "
+            "another name"
+        )
+    have = in_force(layouts, version)
+    if partitions is not None and have.partitions is not None and have.partitions != partitions:
+        where = fileio.describe(record_path(operator, have.generation))
+        raise PartitionCountError(
+            f"the state of operator {operator!r} has {have.partitions} partitions (layout "
+            f"generation {have.generation}, {where}); this run of the query has {partitions}. "
+            f"Keys would meet other keys' state: nothing was read or written. To go on, {remedy}"
+        )
+    return have
+
+
+class EpochRun:
+    """One epoch of one store between its acquire and its commit (see the module docstring).
+
+    Build it with :func:`begin_epoch`. Attributes: ``store`` (the store to work on), ``epoch``,
+    ``outcome`` (how the store was got), ``acquire_ms``.
+    """
+
+    __slots__ = ("_done", "_pool", "acquire_ms", "epoch", "outcome", "store", "writer")
+
+    def __init__(
+        self,
+        pool: StorePool,
+        store: PartitionStore,
+        epoch: int,
+        writer: Writer | None,
+        outcome: Outcome,
+        acquire_ms: float,
+    ) -> None:
+        self._pool = pool
+        self._done = False
+        self.store = store
+        self.epoch = epoch
+        self.writer = writer
+        self.outcome = outcome
+        self.acquire_ms = acquire_ms
+
+    @classmethod
+    def of_store(
+        cls,
+        store: PartitionStore,
+        epoch: int,
+        *,
+        writer: Writer | None = None,
+        pool: StorePool | None = None,
+    ) -> EpochRun:
+        """The epoch ``epoch`` of a store its caller opened itself (at ``epoch - 1``, outside
+        the process's pool: a tool, or a harness with a store of its own memory controller);
+        its commit and failure follow the same rule, releasing to or discarding from ``pool``
+        (a private one by default).
+
+        Raises:
+            ConfigError: the store is not at ``epoch - 1``.
+        """
+        parent = epoch - 1 if epoch > 0 else None
+        if store.version != parent:
+            raise ConfigError(
+                f"store {store.store_dir} is at version {store.version}; epoch {epoch} starts "
+                f"from {parent}"
+            )
+        return cls(pool or StorePool(), store, epoch, writer, Outcome.HIT, 0.0)
+
+    @property
+    def done(self) -> bool:
+        """Whether the epoch committed or failed."""
+        return self._done
+
+    def _finish(self) -> None:
+        if self._done:
+            raise StoreClosedError(
+                f"epoch {self.epoch} of store {self.store.store_dir} already committed or "
+                "failed; begin the next epoch with begin_epoch"
+            )
+        self._done = True
+
+    def commit(self, record: EpochRecord | None = None) -> CommitInfo:
+        """Record ``record`` (with this run's writer) and publish version ``epoch``; the store
+        goes back to the pool. Any failure discards the store and raises.
+
+        Raises:
+            CommitError: storage failed; the previous version is intact, retry is safe.
+            CommitConflictError: the version was published on another parent.
+            ConfigError: the version was published by another instance of the same run.
+        """
+        self._finish()
+        ok = False
+        try:
+            info = self._commit(record or EpochRecord())
+            ok = True
+        finally:
+            if ok:
+                self._pool.release(self.store)
+            else:
+                self._pool.discard(self.store)
+        return info
+
+    def _commit(self, record: EpochRecord) -> CommitInfo:
+        store = self.store
+        if self.writer is not None:
+            record = EpochRecord(
+                record.watermark_ms, record.event_time_max_ms, record.combine, self.writer
+            )
+        for key in RECORD_KEYS:
+            store.meta.pop(key, None)
+        store.meta.update(record.to_meta())
+        info = store.commit(self.epoch)
+        if info.adopted and self.writer is not None:
+            published = EpochRecord.from_meta(store.meta).writer
+            if published is not None and published.is_foreign_to(self.writer):
+                raise ConfigError(
+                    "two stateful operators of one query store their state under the same "
+                    f"name {store.operator!r} (epoch {self.epoch} of partition "
+                    f"{store.partition} was already committed by the other); give each its "
+                    "own name (pass name=...)"
+                )
+        return info
+
+    def fail(self) -> None:
+        """Discard the store: the epoch never commits from it, and it is never reused."""
+        self._finish()
+        self._pool.discard(self.store)
+
+    def __enter__(self) -> EpochRun:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is not None and not self._done:
+            self.fail()
+
+
+def begin_epoch(
+    ref: StoreAddress,
+    epoch: int,
+    *,
+    config: StoreConfig | None = None,
+    writer: Writer | None = None,
+    now_ms: int | None = None,
+    pool: StorePool | None = None,
+) -> EpochRun:
+    """Acquire the store of ``ref`` at ``epoch - 1`` for ``epoch`` (step 2 of the module
+    docstring), its clock at ``now_ms`` when given.
+
+    Raises:
+        VersionNotFoundError: ``epoch - 1`` is not on storage (nothing is acquired).
+    """
+    pool = pool or store_pool()
+    t0 = time.perf_counter()
+    parent = epoch - 1 if epoch > 0 else None
+    store = pool.acquire(
+        ref.fileio, ref.operator, ref.partition, parent, config or StoreConfig(), ref.layout
+    )
+    outcome = pool.last_outcome
+    try:
+        if now_ms is not None:
+            store.set_time(now_ms)
+    except BaseException:
+        pool.discard(store)
+        raise
+    return EpochRun(pool, store, epoch, writer, outcome, (time.perf_counter() - t0) * 1000)
