@@ -16,6 +16,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from fsstate.config import parse_flag
 from fsstate.errors import ConfigError, StorageNotFoundError
 from fsstate.format.schema import TableSpec
 from fsstate.inspect import StoreRef, find_stores
@@ -26,7 +27,6 @@ from fsstate_spark.settings import STATE_DIR
 
 EXPIRY_COL = "_expires_at_ms"
 SEQ_COL = "_seq"
-TRUE = {"true", "1", "yes"}
 PARTITION_BYTES = 128 * 1024 * 1024  # default of option partitionBytes
 
 
@@ -34,10 +34,7 @@ def _flag(options: dict[str, str], name: str, default: bool) -> bool:
     raw = options.get(name)
     if raw is None:
         return default
-    text = str(raw).strip().lower()
-    if text not in TRUE | {"false", "0", "no"}:
-        raise ConfigError(f"fsstate source: option {name}={raw!r} must be true or false")
-    return text in TRUE
+    return parse_flag(raw, f"fsstate source: option {name}")
 
 
 def _int(options: dict[str, str], name: str) -> int | None:
