@@ -54,7 +54,6 @@ FORMAT_VERSION = 1
 KIND_VALUE = StateKind.VALUE
 KIND_LIST = StateKind.LIST
 KIND_MAP = StateKind.MAP
-KINDS = tuple(StateKind)
 
 OP_PUT = 0
 OP_DELETE = 1

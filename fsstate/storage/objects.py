@@ -179,8 +179,6 @@ def _build(location: Location, opts: dict[str, str]) -> Any:
 class ObjectBackend(Backend):
     """Objects under ``location`` (its path is the key prefix)."""
 
-    conditional_writes = True  # the facade probes the store once (check_conditional_writes)
-
     def __init__(self, location: Location) -> None:
         self.location = location
         self.client = client_for(location)
