@@ -35,6 +35,7 @@ from typing import Any
 try:
     import click
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+    from rich.table import Table
 except ImportError as exc:  # pragma: no cover - the cli extra is missing
     raise SystemExit(
         f"fsstate's command line needs click and rich ({exc}): pip install 'fsstate[cli]'"
@@ -164,37 +165,59 @@ def stats(
     agg: dict[tuple[str, str, str], dict[str, Any]] = {}
     with env.progress("reading manifests", len(stores)) as step:
         for s in stores:
-            manifest = read_store_manifest(fileio, s, version)
-            live: dict[str, int] = {}
-            if live_rows:
-                with Snapshot.of(fileio, s, manifest.version) as snap:
-                    live = {name: snap.read(name).num_rows for name in manifest.tables}
-            for name, e in manifest.tables.items():
-                a = agg.setdefault(
-                    (s.prefix, s.operator, name),
-                    {
-                        "query": s.prefix,
-                        "operator": s.operator,
-                        "state": name,
-                        "kind": e.spec.kind,
-                        "ttl_ms": e.spec.ttl_ms,
-                        "partitions": 0,
-                        "versions": set(),
-                        "files": 0,
-                        "stored_rows": 0,
-                        "bytes": 0,
-                        "live_rows": 0 if live_rows else None,
-                    },
-                )
-                a["partitions"] += 1
-                a["versions"].add(manifest.version)
-                a["files"] += len(e.runs) + len(e.ttl_runs)
-                a["stored_rows"] += sum(r.rows for r in e.runs)
-                a["bytes"] += sum(r.size_bytes for r in [*e.runs, *e.ttl_runs])
-                if live_rows:
-                    a["live_rows"] += live[name]
+            _add_store_stats(agg, fileio, s, version, live_rows)
             step(1)
     doc = [{**a, "versions": sorted(a["versions"])} for a in agg.values()]
+    env.emit(doc, _stats_table(root, doc, live_rows))
+    if not env.as_json:
+        env.err.print(
+            "stored rows count every row version on storage (shadowed and deleted "
+            "ones too); --live-rows counts what reads return"
+        )
+
+
+def _add_store_stats(
+    agg: dict[tuple[str, str, str], dict[str, Any]],
+    fileio: FileIO,
+    s: StoreRef,
+    version: int | None,
+    live_rows: bool,
+) -> None:
+    """Add the tables of one store at ``version`` (its newest if None) to the per-(query,
+    operator, state) figures ``agg``; with ``live_rows`` every table is read to count them."""
+    manifest = read_store_manifest(fileio, s, version)
+    live: dict[str, int] = {}
+    if live_rows:
+        with Snapshot.of(fileio, s, manifest.version) as snap:
+            live = {name: snap.read(name).num_rows for name in manifest.tables}
+    for name, e in manifest.tables.items():
+        a = agg.setdefault(
+            (s.prefix, s.operator, name),
+            {
+                "query": s.prefix,
+                "operator": s.operator,
+                "state": name,
+                "kind": e.spec.kind,
+                "ttl_ms": e.spec.ttl_ms,
+                "partitions": 0,
+                "versions": set(),
+                "files": 0,
+                "stored_rows": 0,
+                "bytes": 0,
+                "live_rows": 0 if live_rows else None,
+            },
+        )
+        a["partitions"] += 1
+        a["versions"].add(manifest.version)
+        a["files"] += len(e.runs) + len(e.ttl_runs)
+        a["stored_rows"] += sum(r.rows for r in e.runs)
+        a["bytes"] += sum(r.size_bytes for r in [*e.runs, *e.ttl_runs])
+        if live_rows:
+            a["live_rows"] += live[name]
+
+
+def _stats_table(root: str, doc: list[dict[str, Any]], live_rows: bool) -> Table:
+    """The rich table of ``stats``: one row per (query, operator, state)."""
     cols = [
         "query",
         "operator",
@@ -223,12 +246,7 @@ def stats(
         + ([d["live_rows"]] if live_rows else [])
         for d in doc
     ]
-    env.emit(doc, rich_table(f"state under {root}", cols, rows))
-    if not env.as_json:
-        env.err.print(
-            "stored rows count every row version on storage (shadowed and deleted "
-            "ones too); --live-rows counts what reads return"
-        )
+    return rich_table(f"state under {root}", cols, rows)
 
 
 def _read_all(
@@ -439,24 +457,14 @@ def gc(
     doc = []
     with env.progress("collecting garbage", len(stores)) as step:
         for s in stores:
-            ret = Retention(s.root(fileio), s.store_dir)
-            before = ret.versions()
-            if retain is not None:
-                cfg = StoreConfig(retain_versions=retain, orphan_grace_ms=grace_ms)
-                ret.full_scan(before[-1], [], cfg)  # also deletes the orphans
-                files = -1
-            else:
-                files = ret.delete_orphans([], grace_ms)
-            doc.append(
-                {
-                    "query": s.prefix,
-                    "operator": s.operator,
-                    "partition": s.partition,
-                    "versions_dropped": len(before) - len(ret.versions()),
-                    "orphans_deleted": files if files >= 0 else None,
-                }
-            )
+            doc.append(_gc_store(fileio, s, grace_ms, retain))
             step(1)
+    # then whole layout generations a rescale superseded, once no retained version is in
+    # them, and the directories of rescales that died (fsstate.store.generations)
+    gens = _gc_generations(fileio, stores, grace_ms)
+    if env.as_json:
+        env.emit({"stores": doc, "generations": gens}, None)
+        return
     rows = [
         [
             d["query"] or "-",
@@ -467,8 +475,41 @@ def gc(
         ]
         for d in doc
     ]
-    # then whole layout generations a rescale superseded, once no retained version is in
-    # them, and the directories of rescales that died (fsstate.store.generations)
+    cols = ["query", "operator", "partition", "versions dropped", "orphan files deleted"]
+    env.emit(doc, rich_table(f"gc of {root}", cols, rows))
+    if gens:
+        grows = [
+            [g["query"] or "-", g["operator"], g["generations_dropped"], g["unreferenced_dirs"]]
+            for g in gens
+        ]
+        gcols = ["query", "operator", "generations dropped", "dead rescale dirs"]
+        env.emit(gens, rich_table(f"layout generations under {root}", gcols, grows))
+
+
+def _gc_store(fileio: FileIO, s: StoreRef, grace_ms: int, retain: int | None) -> dict[str, Any]:
+    """Collect the garbage of one store: its orphans older than ``grace_ms`` and, with
+    ``retain``, its versions older than the newest ``retain`` (the orphans are then not
+    counted: ``orphans_deleted`` is None)."""
+    ret = Retention(s.root(fileio), s.store_dir)
+    before = ret.versions()
+    if retain is not None:
+        cfg = StoreConfig(retain_versions=retain, orphan_grace_ms=grace_ms)
+        ret.full_scan(before[-1], [], cfg)  # also deletes the orphans
+        files = -1
+    else:
+        files = ret.delete_orphans([], grace_ms)
+    return {
+        "query": s.prefix,
+        "operator": s.operator,
+        "partition": s.partition,
+        "versions_dropped": len(before) - len(ret.versions()),
+        "orphans_deleted": files if files >= 0 else None,
+    }
+
+
+def _gc_generations(fileio: FileIO, stores: list[StoreRef], grace_ms: int) -> list[dict[str, Any]]:
+    """Per (query, operator) of ``stores``: drop the layout generations a rescale superseded
+    and the directories of dead rescales; what was dropped where something was."""
     gens = []
     for prefix, op in sorted({(s.prefix, s.operator) for s in stores}):
         got = collect_generations(fileio.child(prefix) if prefix else fileio, op, grace_ms=grace_ms)
@@ -482,18 +523,7 @@ def gc(
                     "files_deleted": got.files,
                 }
             )
-    cols = ["query", "operator", "partition", "versions dropped", "orphan files deleted"]
-    if env.as_json:
-        env.emit({"stores": doc, "generations": gens}, None)
-        return
-    env.emit(doc, rich_table(f"gc of {root}", cols, rows))
-    if gens:
-        grows = [
-            [g["query"] or "-", g["operator"], g["generations_dropped"], g["unreferenced_dirs"]]
-            for g in gens
-        ]
-        gcols = ["query", "operator", "generations dropped", "dead rescale dirs"]
-        env.emit(gens, rich_table(f"layout generations under {root}", gcols, grows))
+    return gens
 
 
 @cli.command()

@@ -1,7 +1,9 @@
 """Configuration of the engine and of partition stores: frozen, validated dataclasses.
 
 :class:`StoreConfig` holds the settings of one partition store, :class:`EngineConfig` the
-process-wide ones (the memory budget shared by every store, compaction bounds).
+process-wide ones (the memory budget shared by every store, compaction bounds). The parsers of
+setting values given as text are here too: :func:`parse_bytes` for sizes, :func:`parse_flag`
+for every boolean setting of fsstate and its Spark adapter (one set of words everywhere).
 
 Invariants:
 
@@ -35,6 +37,37 @@ _UNITS = {
     "tib": 1024**4,
 }
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+_TRUE_WORDS = frozenset({"true", "1", "yes", "on"})
+_FALSE_WORDS = frozenset({"false", "0", "no", "off"})
+FLAG_WORDS = "true or false (also 1/0, yes/no, on/off, in any case)"  # what parse_flag takes
+
+
+def parse_flag(value: str | bool, name: str) -> bool:
+    """Parse a boolean setting: a bool as it is, or a word of :data:`FLAG_WORDS`.
+
+    Words are matched in any case, surrounding whitespace ignored: ``"true"``, ``" Yes"``,
+    ``"ON"`` and ``"1"`` are True; ``"false"``, ``"no"``, ``"off"`` and ``"0"`` are False.
+
+    Args:
+        value: the setting's value.
+        name: the setting as the message names it (e.g. ``storage setting allow_http``).
+
+    Returns:
+        The flag.
+
+    Raises:
+        ConfigError: anything else (another word, an empty string, a number, None), naming the
+            setting, the value and the accepted words.
+    """
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        word = value.strip().lower()
+        if word in _TRUE_WORDS:
+            return True
+        if word in _FALSE_WORDS:
+            return False
+    raise ConfigError(f"{name}={value!r} is not a flag: it must be {FLAG_WORDS}")
 
 
 def parse_bytes(value: int | str, setting: str = "memory_limit") -> int:

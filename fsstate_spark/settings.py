@@ -34,7 +34,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from fsstate.config import EngineConfig, StoreConfig, parse_bytes
+from fsstate.config import EngineConfig, StoreConfig, parse_bytes, parse_flag
 from fsstate.errors import ConfigError, FsStateError
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.location import Location, redact
@@ -160,13 +160,9 @@ def coerce(name: str, value: Any, like: Any) -> Any:
     """
     if not isinstance(value, str) or isinstance(like, str):
         return value
+    if isinstance(like, bool):
+        return parse_flag(value, f"spark.fsstate setting {name}")
     try:
-        if isinstance(like, bool):
-            if value.strip().lower() in ("true", "1", "yes"):
-                return True
-            if value.strip().lower() in ("false", "0", "no"):
-                return False
-            raise ValueError(value)
         if isinstance(like, int):
             return int(value)
         if isinstance(like, float):

@@ -54,7 +54,6 @@ FORMAT_VERSION = 1
 KIND_VALUE = StateKind.VALUE
 KIND_LIST = StateKind.LIST
 KIND_MAP = StateKind.MAP
-KINDS = tuple(StateKind)
 
 OP_PUT = 0
 OP_DELETE = 1
@@ -202,107 +201,106 @@ def normalize_key_column(arr: pa.Array) -> pa.Array:
     return pc.if_else(zero, pa.scalar(0.0, arr.type), arr)
 
 
-def _field_normalizer(
-    field: pa.Field, key: bool = False
-) -> tuple[type | None, Callable[[Any], Any]]:
-    """(fast exact Python type or None, slow normalizer raising ValueError on mismatch); a key
-    field's float ``-0.0`` becomes ``0.0``."""
-    t = field.type
-    nullable = field.nullable
+Normalizer = Callable[[Any], Any]  # a field's value -> its normalized Python value
 
-    def base(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
-        def norm(v: Any) -> Any:
-            if v is None:
-                if nullable:
-                    return None
-                raise ValueError("null in a non-nullable field")
-            return fn(v)
 
-        return norm
+def _null_guard(fn: Normalizer, nullable: bool) -> Normalizer:
+    """``fn`` for non-null values; None passes if the field is nullable, else ValueError."""
 
-    if pa.types.is_integer(t):
-        lo, hi = _INT_RANGES[t]
+    def norm(v: Any) -> Any:
+        if v is None:
+            if nullable:
+                return None
+            raise ValueError("null in a non-nullable field")
+        return fn(v)
 
-        def to_int(v: Any) -> int:
-            if isinstance(v, bool) or not isinstance(v, numbers.Integral):
-                if isinstance(v, float) and v.is_integer():
-                    v = int(v)
-                else:
-                    raise ValueError(f"expected an integer, got {type(v).__name__}")
-            iv = int(v)
-            if not lo <= iv <= hi:
-                raise ValueError(f"{iv} is out of range for {t}")
-            return iv
+    return norm
 
-        return int, base(to_int)
-    if pa.types.is_floating(t):
 
-        def to_float(v: Any) -> float:
-            if isinstance(v, bool) or not isinstance(v, numbers.Real):
-                raise ValueError(f"expected a number, got {type(v).__name__}")
-            f = float(v)
-            if f != f:
-                return NAN
-            return f + 0.0 if key else f  # -0.0 + 0.0 is 0.0
+def _int_normalizer(t: pa.DataType) -> Normalizer:
+    """Integers (and integral floats) within the range of integer type ``t``."""
+    lo, hi = _INT_RANGES[t]
 
-        return float, base(to_float)
-    if pa.types.is_boolean(t):
+    def to_int(v: Any) -> int:
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+            if isinstance(v, float) and v.is_integer():
+                v = int(v)
+            else:
+                raise ValueError(f"expected an integer, got {type(v).__name__}")
+        iv = int(v)
+        if not lo <= iv <= hi:
+            raise ValueError(f"{iv} is out of range for {t}")
+        return iv
 
-        def to_bool(v: Any) -> bool:
-            if isinstance(v, bool) or type(v).__name__ == "bool_":
-                return bool(v)
-            raise ValueError(f"expected a bool, got {type(v).__name__}")
+    return to_int
 
-        return bool, base(to_bool)
-    if pa.types.is_string(t) or pa.types.is_large_string(t):
 
-        def to_str(v: Any) -> str:
-            if isinstance(v, str):
-                return str(v)
-            raise ValueError(f"expected a string, got {type(v).__name__}")
+def _float_normalizer(key: bool) -> Normalizer:
+    """Real numbers as floats, NaN as :data:`NAN`, a key's ``-0.0`` as ``0.0``."""
 
-        return str, base(to_str)
-    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
+    def to_float(v: Any) -> float:
+        if isinstance(v, bool) or not isinstance(v, numbers.Real):
+            raise ValueError(f"expected a number, got {type(v).__name__}")
+        f = float(v)
+        if f != f:
+            return NAN
+        return f + 0.0 if key else f  # -0.0 + 0.0 is 0.0
 
-        def to_bytes(v: Any) -> bytes:
-            if isinstance(v, (bytes, bytearray, memoryview)):
-                return bytes(v)
-            raise ValueError(f"expected bytes, got {type(v).__name__}")
+    return to_float
 
-        return bytes, base(to_bytes)
-    if pa.types.is_timestamp(t):
-        tz = t.tz
 
-        def to_ts(v: Any) -> _dt.datetime:
-            if hasattr(v, "to_pydatetime"):
-                v = v.to_pydatetime()
-            if not isinstance(v, _dt.datetime):
-                raise ValueError(f"expected a datetime, got {type(v).__name__}")
-            if tz is not None and v.tzinfo is None:
-                return v.replace(tzinfo=_dt.timezone.utc)
-            if tz is None and v.tzinfo is not None:
-                return v.astimezone(_dt.timezone.utc).replace(tzinfo=None)
-            return v
+def _to_bool(v: Any) -> bool:
+    if isinstance(v, bool) or type(v).__name__ == "bool_":
+        return bool(v)
+    raise ValueError(f"expected a bool, got {type(v).__name__}")
 
-        return None, base(to_ts)
-    if pa.types.is_date(t):
 
-        def to_date(v: Any) -> _dt.date:
-            if isinstance(v, _dt.datetime):
-                return v.date()
-            if isinstance(v, _dt.date):
-                return v
-            raise ValueError(f"expected a date, got {type(v).__name__}")
+def _to_str(v: Any) -> str:
+    if isinstance(v, str):
+        return str(v)
+    raise ValueError(f"expected a string, got {type(v).__name__}")
 
-        return _dt.date, base(to_date)
-    if pa.types.is_decimal(t):
 
-        def to_dec(v: Any) -> decimal.Decimal:
-            if isinstance(v, bool) or not isinstance(v, (decimal.Decimal, int)):
-                raise ValueError(f"expected a Decimal, got {type(v).__name__}")
-            return decimal.Decimal(v)
+def _to_bytes(v: Any) -> bytes:
+    if isinstance(v, (bytes, bytearray, memoryview)):
+        return bytes(v)
+    raise ValueError(f"expected bytes, got {type(v).__name__}")
 
-        return None, base(to_dec)
+
+def _timestamp_normalizer(tz: str | None) -> Normalizer:
+    """Datetimes (pandas ones too): aware for a zoned type (naive ones taken as UTC), naive
+    UTC for a type without a zone."""
+
+    def to_ts(v: Any) -> _dt.datetime:
+        if hasattr(v, "to_pydatetime"):
+            v = v.to_pydatetime()
+        if not isinstance(v, _dt.datetime):
+            raise ValueError(f"expected a datetime, got {type(v).__name__}")
+        if tz is not None and v.tzinfo is None:
+            return v.replace(tzinfo=_dt.timezone.utc)
+        if tz is None and v.tzinfo is not None:
+            return v.astimezone(_dt.timezone.utc).replace(tzinfo=None)
+        return v
+
+    return to_ts
+
+
+def _to_date(v: Any) -> _dt.date:
+    if isinstance(v, _dt.datetime):
+        return v.date()
+    if isinstance(v, _dt.date):
+        return v
+    raise ValueError(f"expected a date, got {type(v).__name__}")
+
+
+def _to_decimal(v: Any) -> decimal.Decimal:
+    if isinstance(v, bool) or not isinstance(v, (decimal.Decimal, int)):
+        raise ValueError(f"expected a Decimal, got {type(v).__name__}")
+    return decimal.Decimal(v)
+
+
+def _generic_normalizer(t: pa.DataType) -> Normalizer:
+    """Whatever Arrow converts to type ``t`` (nested and other types), as Arrow reads it back."""
 
     def generic(v: Any) -> Any:
         try:
@@ -310,7 +308,35 @@ def _field_normalizer(
         except (pa.ArrowException, TypeError, ValueError) as exc:
             raise ValueError(str(exc)) from exc
 
-    return None, base(generic)
+    return generic
+
+
+def _typed_normalizer(t: pa.DataType, key: bool) -> tuple[type | None, Normalizer]:
+    """(fast exact Python type or None, normalizer of non-null values) of Arrow type ``t``."""
+    if pa.types.is_integer(t):
+        return int, _int_normalizer(t)
+    if pa.types.is_floating(t):
+        return float, _float_normalizer(key)
+    if pa.types.is_boolean(t):
+        return bool, _to_bool
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return str, _to_str
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        return bytes, _to_bytes
+    if pa.types.is_timestamp(t):
+        return None, _timestamp_normalizer(t.tz)
+    if pa.types.is_date(t):
+        return _dt.date, _to_date
+    if pa.types.is_decimal(t):
+        return None, _to_decimal
+    return None, _generic_normalizer(t)
+
+
+def _field_normalizer(field: pa.Field, key: bool = False) -> tuple[type | None, Normalizer]:
+    """(fast exact Python type or None, slow normalizer raising ValueError on mismatch); a key
+    field's float ``-0.0`` becomes ``0.0``."""
+    fast_type, norm = _typed_normalizer(field.type, key)
+    return fast_type, _null_guard(norm, field.nullable)
 
 
 _CHECKERS: dict[tuple[str, str, pa.Schema], Checker] = {}

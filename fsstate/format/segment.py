@@ -251,13 +251,6 @@ class Segment:
         mm = pc.min_max(self._batch.column(SEQ))
         return int(mm["min"].as_py()), int(mm["max"].as_py())
 
-    def drop_index(self) -> int:
-        """Forget the key index (rebuilt on the next lookup); returns the bytes freed."""
-        freed = 0 if self._hashes is None else 3 * 8 * len(self._hashes)
-        self._hashes = self._starts = self._ends = None
-        self._key_fields = None
-        return freed
-
     # -- index ---------------------------------------------------------------------------------
     def _key_columns(self) -> list[pa.Array]:
         if self._key_fields is None:

@@ -217,11 +217,6 @@ def time_us(col: pa.Array | pa.ChunkedArray, op: str, name: str) -> pa.Array:
     )
 
 
-def as_timestamp(values: pa.Array) -> pa.Array:
-    """int64 microseconds as ``timestamp[us, UTC]`` (how Spark returns TIMESTAMP)."""
-    return values.cast(pa.int64()).cast(pa.timestamp("us", tz="UTC"))
-
-
 def canonical_order(batch: pa.Table) -> pa.Table:
     """The rows sorted by every sortable column (struct fields flattened), nulls last: one
     order for one set of rows, whatever order they arrived in."""

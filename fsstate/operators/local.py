@@ -115,11 +115,6 @@ class LocalQuery:
             self.watermark.policy,
         )
 
-    def watermarks(self, epoch: int) -> tuple[int, int]:
-        """(late, evict) watermarks of ``epoch`` from the versions of ``epoch - 1``."""
-        plan = self.planner.plan(epoch, f" under {self.fileio.describe('')}")
-        return plan.late_ms, plan.evict_ms
-
     def run(self, epoch: int, batch: pa.Table) -> pa.Table:
         """Process one micro-batch; returns the last stage's output."""
         plan = self.planner.plan(epoch, f" under {self.fileio.describe('')}")

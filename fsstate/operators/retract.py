@@ -213,37 +213,63 @@ class RetractAggregate(Operator):
     def process(self, batch: pa.Table, epoch: Epoch) -> pa.Table:
         schema = self.output_schema(self.input_schema)
         if not self.keys:
-            if epoch.partition != 0:
-                if batch.num_rows:
-                    raise ConfigError(
-                        f"operator {self.name!r}: a global aggregate (keys=[]) got "
-                        f"{batch.num_rows} rows in partition {epoch.partition}; route every row "
-                        "of a stage without keys to partition 0"
-                    )
+            if not self._global_partition(batch, epoch):
                 return schema.empty_table()
             batch = _global_batch(batch)
         combined = self.raw_schema is not None
         self.last_stats = batch_stats(0, 0, 0, combined)
         if not batch.num_rows:
             return schema.empty_table()
-        rows = batch.num_rows
-        if combined:  # the totals of every input partition: add them up
-            rows = int(pc.sum(batch.column(COMBINED_ROWS)).as_py() or 0)
-            batch = batch.drop_columns([COMBINED_ROWS])
-            sums = [c for c in batch.column_names if c not in self.gkeys]
-            delta = batch.group_by(self.gkeys, use_threads=False).aggregate(
-                [(c, "sum") for c in sums]
-            )
-            renamed = {f"{c}_sum": c for c in sums}
-            delta = delta.rename_columns([renamed.get(c, c) for c in delta.column_names])
-            op: pa.Array | None = None
-        else:
-            op = batch.column(OP).combine_chunks().cast(pa.int64())
-            delta = self._delta(batch)
+        rows, batch, delta, op = self._epoch_delta(batch, combined)
         self.last_stats = batch_stats(rows, batch.num_rows, delta.num_rows, combined)
         keys = delta.select(self.gkeys)
         old = self.groups.get_many(keys)
         found = np.asarray(old.column("_found").to_numpy(zero_copy_only=False), dtype=bool)
+        new_state, new_rows = self._new_state(batch, op, keys, old, delta)
+        alive = new_rows > 0 if self.keys else np.ones(len(new_rows), dtype=bool)
+        self._store_groups(keys, found, new_state, alive)
+        return self._changes(keys, old, found, new_state, alive, schema)
+
+    def _global_partition(self, batch: pa.Table, epoch: Epoch) -> bool:
+        """Whether this partition runs the global group of ``keys=[]`` (partition 0 only; a
+        row in another partition is refused)."""
+        if epoch.partition == 0:
+            return True
+        if batch.num_rows:
+            raise ConfigError(
+                f"operator {self.name!r}: a global aggregate (keys=[]) got "
+                f"{batch.num_rows} rows in partition {epoch.partition}; route every row "
+                "of a stage without keys to partition 0"
+            )
+        return False
+
+    def _epoch_delta(
+        self, batch: pa.Table, combined: bool
+    ) -> tuple[int, pa.Table, pa.Table, pa.Array | None]:
+        """(input rows, the batch, its per-group totals as :meth:`_delta` makes them, its
+        ``op`` column): a combined copy adds up the totals of every input partition (its
+        batch has no ``op``: None)."""
+        if not combined:
+            op = batch.column(OP).combine_chunks().cast(pa.int64())
+            return batch.num_rows, batch, self._delta(batch), op
+        rows = int(pc.sum(batch.column(COMBINED_ROWS)).as_py() or 0)
+        batch = batch.drop_columns([COMBINED_ROWS])
+        sums = [c for c in batch.column_names if c not in self.gkeys]
+        delta = batch.group_by(self.gkeys, use_threads=False).aggregate([(c, "sum") for c in sums])
+        renamed = {f"{c}_sum": c for c in sums}
+        delta = delta.rename_columns([renamed.get(c, c) for c in delta.column_names])
+        return rows, batch, delta, None
+
+    def _new_state(
+        self,
+        batch: pa.Table,
+        op: pa.Array | None,
+        keys: pa.Table,
+        old: pa.Table,
+        delta: pa.Table,
+    ) -> tuple[pa.Table, np.ndarray[Any, Any]]:
+        """The groups' new state rows (old state plus the epoch's totals, min / max from the
+        value tables) and their new row counts."""
         fields = self._state_fields(self.input_schema)
         new: dict[str, pa.Array] = {}
         old_rows = pc.fill_null(old.column(ROWS), 0).to_numpy(zero_copy_only=False)
@@ -264,7 +290,17 @@ class RetractAggregate(Operator):
             [new.get(f.name, pa.nulls(len(keys), f.type)).cast(f.type) for f in fields],
             schema=pa.schema(fields),
         )
-        alive = new_rows > 0 if self.keys else np.ones(len(new_rows), dtype=bool)
+        return new_state, new_rows
+
+    def _store_groups(
+        self,
+        keys: pa.Table,
+        found: np.ndarray[Any, Any],
+        new_state: pa.Table,
+        alive: np.ndarray[Any, Any],
+    ) -> None:
+        """Write the groups that still have rows, delete those that had and have none now
+        (and forget their cached top values); a top-N cache over its bound is emptied."""
         if alive.any():
             self.groups.put_many(take_rows(keys, alive), take_rows(new_state, alive))
         gone = found & ~alive
@@ -277,7 +313,6 @@ class RetractAggregate(Operator):
         for cache in (self._cache_top or {}).values():
             if len(cache) > CACHE_GROUPS_MAX:
                 cache.clear()
-        return self._changes(keys, old, found, new_state, alive, schema)
 
     def _extreme(
         self, i: int, batch: pa.Table, op: pa.Array, keys: pa.Table, current: pa.ChunkedArray

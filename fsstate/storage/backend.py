@@ -102,7 +102,6 @@ class Backend(ABC):
     """Storage under one root; keys are ``/``-separated paths relative to it."""
 
     stats: RequestStats
-    conditional_writes: bool  # put_if_absent is atomic with respect to other writers
 
     @abstractmethod
     def describe(self, key: str) -> str:

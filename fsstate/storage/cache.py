@@ -101,13 +101,6 @@ class BlockCache:
         with self._lock:
             return self._evict_locked(max(0, target_bytes))
 
-    def drop_file(self, path: str) -> None:
-        """Forget every entry of a file (it was deleted)."""
-        with self._lock:
-            for key in [k for k in self._entries if k[0] == path]:
-                del self._entries[key]
-                self._used -= self._sizes.pop(key)
-
     def stats(self) -> CacheStats:
         """Current counters."""
         with self._lock:

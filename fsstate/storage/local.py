@@ -50,8 +50,6 @@ class LocalBackend(Backend):
         fsync: flush published files and their directory entries to disk.
     """
 
-    conditional_writes = True
-
     def __init__(self, root: str, fsync: bool = True) -> None:
         self.root = root.rstrip("/") or "/"
         self.fsync = fsync

@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+from fsstate.config import FLAG_WORDS, parse_flag
 from fsstate.errors import ConfigError
 
 OBJECT_SCHEMES = {
@@ -75,9 +76,7 @@ _ALIASES = {
     "endpoint_url": "endpoint",
 }
 _SINGLE_WRITER = "single_writer"
-# typed settings: booleans as the object_store client parses them, whole numbers, durations
-_TRUE_WORDS = frozenset({"1", "true", "on", "yes", "y"})
-_BOOL_WORDS = _TRUE_WORDS | {"0", "false", "off", "no", "n"}
+# typed settings: booleans (fsstate.config.parse_flag), whole numbers, durations
 _BOOL_OPTIONS = frozenset(
     {_SINGLE_WRITER, "allow_http", "allow_invalid_certificates", "http1_only", "http2_only"}
 )
@@ -114,7 +113,18 @@ def _normalize(options: Mapping[str, Any]) -> dict[str, str]:
             continue
         name = _ALIASES.get(raw.lower(), raw.lower())
         out[name] = value if isinstance(value, str) else str(value).lower()
+        if name in _BOOL_OPTIONS:
+            out[name] = _flag_text(out[name])
     return out
+
+
+def _flag_text(value: str) -> str:
+    """A boolean setting as the client reads it: ``true`` or ``false`` (it trims nothing); a
+    value that is not a flag is kept for :func:`check_options` to refuse."""
+    try:
+        return "true" if parse_flag(value, "") else "false"
+    except ConfigError:
+        return value
 
 
 def _pyarrow_endpoint(opts: dict[str, str]) -> None:
@@ -127,11 +137,6 @@ def _pyarrow_endpoint(opts: dict[str, str]) -> None:
         "allow_http" not in opts
     ):
         opts["allow_http"] = "true"
-
-
-def option_is_true(value: str) -> bool:
-    """Whether a boolean setting's value means true (the object_store client's spellings)."""
-    return value.lower() in _TRUE_WORDS
 
 
 def check_endpoint(
@@ -207,8 +212,11 @@ def check_options(options: Mapping[str, str], where: str = "") -> None:
                 "(copied with a trailing newline?): remove it; the object store client cannot "
                 "send it"
             )
-        if name in _BOOL_OPTIONS and value.lower() not in _BOOL_WORDS:
-            raise refuse(name, value, "true or false (also 1/0, yes/no, on/off)", "true")
+        if name in _BOOL_OPTIONS:
+            try:
+                parse_flag(value, name)
+            except ConfigError:
+                raise refuse(name, value, FLAG_WORDS, "true") from None
         if name in _INT_OPTIONS:
             example, largest = _INT_OPTIONS[name]
             if not (value.isascii() and value.isdigit() and int(value) <= largest):
@@ -220,7 +228,7 @@ def check_options(options: Mapping[str, str], where: str = "") -> None:
         check_endpoint(endpoint, "endpoint", where)
         allow = options.get("allow_http")
         plain = urlsplit(endpoint).scheme.lower() == "http"
-        if plain and allow is not None and not option_is_true(allow):
+        if plain and allow is not None and not parse_flag(allow, "allow_http"):
             raise ConfigError(
                 f"storage setting endpoint={_redact_uri_text(endpoint)!r}{of} is plain http but "
                 f"allow_http={allow!r}: set allow_http=true, or use an https:// endpoint"
@@ -336,7 +344,8 @@ class Location:
     def single_writer(self) -> bool:
         """Whether the user declared one writer per store at a time (option
         ``single_writer=true``): needed on stores that ignore conditional writes."""
-        return option_is_true(dict(self.options).get(_SINGLE_WRITER, "false"))
+        value = dict(self.options).get(_SINGLE_WRITER, "false")
+        return parse_flag(value, f"storage setting {_SINGLE_WRITER} of {self.uri()}")
 
     def secrets(self) -> list[str]:
         """The secret values of this location (to scrub them from any text)."""

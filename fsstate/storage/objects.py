@@ -20,8 +20,9 @@ Invariants:
 * Every failure is raised as :class:`ObjectStoreFailure` (an ``OSError``) or
   :class:`fsstate.storage.backend.MissingObject`; its message is one line: the cause in a few
   words (connection refused, DNS, timeout, access denied, server error...), the address the
-  client tried, and which settings to check, never a secret. The client's full report (tens of
-  lines) goes to the debug log (logger ``fsstate.storage.objects``), scrubbed of secrets too.
+  client tried, and which settings to check, never a secret (worded by
+  :mod:`fsstate.storage.failures`). The client's full report (tens of lines) goes to the debug
+  log (logger ``fsstate.storage.objects``), scrubbed of secrets too.
 * A panic of the client (``pyo3_runtime.PanicException``, a ``BaseException``) never escapes:
   building a client turns it into a ``ConfigError``, a request into an ``ObjectStoreFailure``.
   Settings are checked before a client is built (:func:`fsstate.storage.location.check_options`,
@@ -35,9 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
-import logging
 import os
-import re
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
@@ -47,7 +46,6 @@ import obstore.exceptions as oexc
 import pyarrow as pa
 from obstore.store import MemoryStore, from_url
 
-from fsstate.errors import ConfigError
 from fsstate.storage.backend import (
     Backend,
     FileEntry,
@@ -56,13 +54,8 @@ from fsstate.storage.backend import (
     SizeMismatch,
     is_panic,
 )
-from fsstate.storage.location import (
-    ENDPOINT_FORM,
-    Location,
-    check_endpoint,
-    check_options,
-    redact,
-)
+from fsstate.storage.failures import ENV_PREFIX, build_error, explain, one_line
+from fsstate.storage.location import Location, check_endpoint, check_options
 
 PART_BYTES = 8 * 1024 * 1024  # multipart upload part size (memory held per streamed write)
 TAIL_BYTES = 64 * 1024  # bytes read from a file's end to get its footer (and its real size)
@@ -84,148 +77,19 @@ _CLIENT_KEYS = frozenset(
 )
 _FSSTATE_KEYS = frozenset({"single_writer", "retries_max", "retry_timeout_ms"})
 _DEFAULTS = {"timeout": "30s", "connect_timeout": "5s"}  # the client's own defaults too
-_ENV_PREFIX = {"s3": "AWS", "gs": "GOOGLE", "az": "AZURE"}
 # endpoints the client reads from the environment: (option that wins over them, variables)
 _ENV_ENDPOINTS = {
     "s3": ("endpoint", ("AWS_ENDPOINT_URL", "AWS_ENDPOINT")),
     "az": ("endpoint", ("AZURE_STORAGE_ENDPOINT", "AZURE_ENDPOINT")),
     "gs": ("base_url", ("GOOGLE_BASE_URL",)),
 }
-# the settings to name when the store cannot be reached / refuses the credentials
-_NETWORK_SETTINGS = {
-    "s3": "the storage settings endpoint (or AWS_ENDPOINT_URL) and region (or AWS_REGION)",
-    "gs": "the storage setting base_url (or GOOGLE_BASE_URL) and proxy_url",
-    "az": "the storage settings account_name (or AZURE_STORAGE_ACCOUNT_NAME) and endpoint "
-    "(or AZURE_STORAGE_ENDPOINT)",
-}
-_CREDENTIAL_SETTINGS = {
-    "s3": "the storage settings access_key_id, secret_access_key and session_token (or "
-    "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN)",
-    "gs": "the storage settings service_account or service_account_key (or "
-    "GOOGLE_SERVICE_ACCOUNT, GOOGLE_SERVICE_ACCOUNT_KEY, GOOGLE_APPLICATION_CREDENTIALS)",
-    "az": "the storage settings account_key or sas_key (or AZURE_STORAGE_ACCOUNT_KEY, "
-    "AZURE_STORAGE_SAS_KEY)",
-}
-_DEBUG_SOURCE = "\n\nDebug source:"  # the client appends its full error structure after this
-_REQUEST = re.compile(r"Error performing (?P<method>[A-Z]+) (?P<url>\S+)")
-_STATUS = re.compile(r"status code: (?P<status>\d{3})(?P<reason>[^:\n]*)")
-_RETRIES = re.compile(r"after (?P<n>\d+) retries")
-_PARSE = re.compile(r'failed to parse "(?P<value>[^"]*)" as (?P<kind>\w+)')
-_FORMS = {  # what the client's "failed to parse ... as <kind>" asks for
-    "boolean": "true or false",
-    "Duration": "a duration with a unit, such as 30s",
-    "usize": "a whole number from 0",
-    "HeaderValue": "text without line breaks",
-}
-_IMDS = ("169.254.169.254", "169.254.170.2", "fd00:ec2::254")  # where S3 looks for credentials
-MESSAGE_CHARS = 300  # an unclassified client message is cut here (the rest: debug log)
 
 T = TypeVar("T")
-log = logging.getLogger(__name__)
 
 
 class ObjectStoreFailure(OSError):
     """A request failed (after the client's retries); the message names the cause and what
     to check (the caller adds the operation and the object)."""
-
-
-def _one_line(text: str, limit: int = MESSAGE_CHARS) -> str:
-    line = " ".join(text.split())
-    return line if len(line) <= limit else line[: limit - 3].rstrip() + "..."
-
-
-def _address(url: str) -> str:
-    """``scheme://host[:port]`` of a URL (no user info, path or query)."""
-    head = url.split("://", 1)
-    if len(head) != 2:
-        return url
-    return f"{head[0]}://{head[1].split('/', 1)[0].rpartition('@')[2]}"
-
-
-def explain(exc: BaseException, location: Location) -> str:
-    """One line for a failed request: its cause, the address tried and what to check.
-
-    The client's message (tens of lines with its debug structure) is logged at debug level;
-    both are scrubbed of the location's secrets.
-    """
-    text = redact(str(exc), location)
-    head = text.split(_DEBUG_SOURCE, 1)[0]
-    log.debug("object store request on %s failed: %s", location.uri(), text)
-    if location.scheme == "memory":
-        return f"{type(exc).__name__}: {_one_line(head)}"
-    if is_panic(exc):
-        env = _ENV_PREFIX.get(location.scheme)
-        variables = f" and the {env}_* environment variables" if env else ""
-        return (
-            f"the object store client crashed ({_one_line(head, 160)}); check the storage "
-            f"settings of {location.uri()}{variables}: an endpoint is {ENDPOINT_FORM}, and no "
-            "value may hold a line break"
-        )
-    request = _REQUEST.search(head)
-    where = _address(request.group("url")) if request else None
-    at = f" at {where}" if where else ""
-    retries = _RETRIES.search(head)
-    n = int(retries.group("n")) if retries else 0
-    tries = f" after {n} retr{'y' if n == 1 else 'ies'}" if retries else ""
-    status = _STATUS.search(head)
-    code = int(status.group("status")) if status else None
-    network = _NETWORK_SETTINGS.get(location.scheme, "the storage settings (endpoint)")
-    credentials = _CREDENTIAL_SETTINGS.get(location.scheme, "the storage credential settings")
-    reach = f"check {network}, and that this machine can reach that address"
-    if where and any(host in where for host in _IMDS):
-        return (
-            f"no credentials were given and none could be fetched from the instance metadata "
-            f"service{at}{tries} ({_one_line(head.rpartition(' - ')[2], 120)}); set {credentials}"
-        )
-    if "ConnectionRefused" in text or "Connection refused" in text:
-        return f"connection refused{at}{tries}; {reach}"
-    if "dns error" in text or "failed to lookup address" in text:
-        return f"DNS lookup failed: unknown host{at}{tries}; {reach}"
-    if "kind: Timeout" in text or "TimedOut" in text or "timed out" in text:
-        return (
-            f"request timeout{at}{tries}: no answer in time; {reach} (the storage settings "
-            "timeout, connect_timeout, retries_max and retry_timeout_ms bound the wait)"
-        )
-    if "BadScheme" in text:
-        return f"plain http refused{at}; set the storage setting allow_http=true or use https"
-    if "certificate" in text.lower() or "InvalidCertificate" in text:
-        return (
-            f"TLS certificate rejected{at}{tries}; check {network} (http:// or https://) and the "
-            "server's certificate (allow_invalid_certificates=true only for test servers)"
-        )
-    if code in (401, 403) or any(
-        word in text
-        for word in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "ExpiredToken")
-    ):
-        reason = f"HTTP {code}{status.group('reason').rstrip()}" if status else "refused"
-        return f"access denied ({reason}){at}; check {credentials}, and their permissions"
-    if "NoSuchBucket" in text:
-        return (
-            f"bucket {location.bucket!r} does not exist{at}; check the bucket in "
-            f"{location.uri()} and {network}"
-        )
-    if any(
-        word in text
-        for word in (
-            "ConnectionReset",
-            "connection reset",
-            "IncompleteMessage",
-            "connection closed",
-            "BrokenPipe",
-            "ConnectionAborted",
-        )
-    ):
-        return (
-            f"connection reset{at}{tries}; try again, and if it persists check the network "
-            "between this machine and that address (storage settings retries_max, "
-            "retry_timeout_ms)"
-        )
-    if code is not None and code >= 500:
-        return (
-            f"server error HTTP {code}{status.group('reason').rstrip() if status else ''}{at}"
-            f"{tries}; try again later (storage settings retries_max, retry_timeout_ms)"
-        )
-    return f"{type(exc).__name__}: {_one_line(head)}; check {network} and {credentials}"
 
 
 _clients: dict[tuple[Any, ...], Any] = {}
@@ -237,7 +101,7 @@ def client_for(location: Location) -> Any:
     """The process's client for a location's bucket and settings (created once)."""
     global _memory
     opts = location.option_map
-    prefix = _ENV_PREFIX.get(location.scheme, "-") + "_"
+    prefix = ENV_PREFIX.get(location.scheme, "-") + "_"
     env = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(prefix)))
     key = (location.scheme, location.bucket, tuple(sorted(opts.items())), env)
     with _clients_lock:
@@ -266,31 +130,6 @@ def _check_settings(location: Location, opts: dict[str, str]) -> None:
                 check_endpoint(value, name, location.uri(), environment=True)
 
 
-def _build_error(location: Location, opts: dict[str, str], exc: BaseException) -> ConfigError:
-    text = redact(str(exc), location)
-    log.debug("cannot build the object store client of %s: %s", location.uri(), text)
-    if is_panic(exc):
-        return ConfigError(
-            f"the object store client of {location.uri()} crashed on its settings "
-            f"({_one_line(text, 160)}); check them (names as the object_store client spells "
-            "them: endpoint, region, access_key_id, secret_access_key, allow_http, ...)"
-        )
-    parsed = _PARSE.search(text)
-    if parsed is not None:
-        names = sorted(k for k, v in opts.items() if v == parsed.group("value"))
-        kind = parsed.group("kind")
-        if names:
-            return ConfigError(
-                f"storage setting {' / '.join(names)} of {location.uri()} is not valid: it must "
-                f"be {_FORMS.get(kind, f'a {kind} as the object_store client reads it')}"
-            )
-    return ConfigError(
-        f"cannot use object store {location} ({_one_line(text.split(_DEBUG_SOURCE, 1)[0])}); "
-        "check the storage options (names as the object_store client spells them: endpoint, "
-        "region, access_key_id, secret_access_key, allow_http, ...)"
-    )
-
-
 def _build(location: Location, opts: dict[str, str]) -> Any:
     _check_settings(location, opts)
     client_options: dict[str, Any] = {}
@@ -304,7 +143,7 @@ def _build(location: Location, opts: dict[str, str]) -> Any:
             config[name] = value
     if client_options:
         # given client options replace the client's environment ones: keep those users set
-        env = _ENV_PREFIX.get(location.scheme, "")
+        env = ENV_PREFIX.get(location.scheme, "")
         for name, value in _DEFAULTS.items():
             client_options.setdefault(name, value)
         allow = os.environ.get(f"{env}_ALLOW_HTTP") if env else None
@@ -330,17 +169,15 @@ def _build(location: Location, opts: dict[str, str]) -> Any:
             retry_config=retry,
         )
     except (oexc.BaseError, ValueError) as exc:
-        raise _build_error(location, opts, exc) from None
+        raise build_error(location, opts, exc) from None
     except BaseException as exc:  # only the client's panic (a BaseException) is ours to type
         if not is_panic(exc):
             raise
-        raise _build_error(location, opts, exc) from None
+        raise build_error(location, opts, exc) from None
 
 
 class ObjectBackend(Backend):
     """Objects under ``location`` (its path is the key prefix)."""
-
-    conditional_writes = True  # the facade probes the store once (check_conditional_writes)
 
     def __init__(self, location: Location) -> None:
         self.location = location
@@ -363,7 +200,7 @@ class ObjectBackend(Backend):
         except oexc.BaseError as exc:
             raise ObjectStoreFailure(explain(exc, self.location)) from None
         except ValueError as exc:  # the client refused the request (a malformed path or range)
-            raise ObjectStoreFailure(f"invalid request: {_one_line(str(exc))}") from None
+            raise ObjectStoreFailure(f"invalid request: {one_line(str(exc))}") from None
         except BaseException as exc:  # only the client's panic (a BaseException) is ours to type
             if not is_panic(exc):
                 raise

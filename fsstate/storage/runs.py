@@ -38,7 +38,7 @@ import contextlib
 import uuid
 import zlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -509,6 +509,35 @@ class Run:
         return freed
 
 
+@dataclass
+class _StreamTally:
+    """What the parts of one run file add up to, for its footer and its :class:`FileRef`."""
+
+    hashes: list[np.ndarray[Any, Any]] = field(default_factory=list)  # distinct key hashes
+    firsts: list[Any] = field(default_factory=list)  # first key of each row group
+    lasts: list[Any] = field(default_factory=list)  # last key of each row group
+    rows: int = 0
+    arrow_bytes: int = 0
+    min_seq: int = -1  # -1: no part yet
+    max_seq: int = -1
+    only: Segment | None = None  # the file's one part, while it has only one
+
+    def add(self, seg: Segment, nbytes: int, group_rows: int) -> list[int]:
+        """Count in one non-empty part of ``nbytes``; returns its row groups' first rows."""
+        n = seg.num_rows
+        self.only = None if self.hashes else seg
+        self.hashes.append(seg.distinct_key_hashes())
+        lo, hi = seg.min_max_seq()
+        self.min_seq = lo if self.min_seq < 0 else min(self.min_seq, lo)
+        self.max_seq = max(self.max_seq, hi)
+        starts = list(range(0, n, group_rows))
+        self.firsts += seg.keys_at(starts)
+        self.lasts += seg.keys_at([min(st + group_rows, n) - 1 for st in starts])
+        self.rows += n
+        self.arrow_bytes += nbytes
+        return starts
+
+
 def write_run_stream(
     spec: TableSpec, ctx: RunContext, prefix: str, parts: Iterator[pa.RecordBatch]
 ) -> Run | None:
@@ -522,67 +551,49 @@ def write_run_stream(
     file is left).
     """
     cfg = ctx.config
-    compression = None if cfg.compression == "none" else cfg.compression
     path = new_data_path(prefix)
     full = f"{ctx.store_dir}/{path}"
-    hashes: list[np.ndarray[Any, Any]] = []
-    firsts: list[Any] = []
-    lasts: list[Any] = []
-    rows = arrow_bytes = 0
-    min_seq, max_seq = -1, -1
-    only: Segment | None = None  # the file's one part, while it has only one
-    parts_seen = 0
+    t = _StreamTally()
     with contextlib.ExitStack() as stack:
         stream = None
         for part in parts:
             n = part.num_rows
             if not n:
                 continue
-            parts_seen += 1
             if stream is None:
                 stream = stack.enter_context(
                     ctx.fileio.parquet_stream(
                         full,
                         spec.row_schema().with_metadata(file_metadata(spec, "data")),
-                        compression=compression,
+                        compression=None if cfg.compression == "none" else cfg.compression,
                         use_dictionary=False,
                     )
                 )
-            seg = Segment(spec, part)
-            only = seg if parts_seen == 1 else None
-            hashes.append(seg.distinct_key_hashes())
-            lo, hi = seg.min_max_seq()
-            min_seq = lo if min_seq < 0 else min(min_seq, lo)
-            max_seq = max(max_seq, hi)
             row_bytes = max(1, part.nbytes // n)
             group_rows = max(16, min(cfg.row_group_rows, cfg.row_group_bytes // row_bytes))
-            starts = list(range(0, n, group_rows))
-            firsts += seg.keys_at(starts)
-            lasts += seg.keys_at([min(st + group_rows, n) - 1 for st in starts])
-            for st in starts:
+            for st in t.add(Segment(spec, part), part.nbytes, group_rows):
                 stream.write_row_group(part.slice(st, group_rows))
-            rows += n
-            arrow_bytes += part.nbytes
         if stream is None:
             return None
-        all_hashes = np.concatenate(hashes)
+        all_hashes = np.concatenate(t.hashes)
         bloom = BloomFilter.for_hashes(all_hashes, len(all_hashes))
         stream.add_metadata(  # known at the end: footer key-value metadata only
             {
                 b"fsstate.bloom": bloom.to_text().encode(),
-                b"fsstate.rg_bounds": _encode_bounds(spec, firsts, lasts),
+                b"fsstate.rg_bounds": _encode_bounds(spec, t.firsts, t.lasts),
             }
         )
-    ref = FileRef(path, rows, stream.size_bytes, min_seq, max_seq, stream.crc32, arrow_bytes)
-    run = Run(None, ref)
-    run._disk = DiskRun(
-        full, ctx.fileio.describe(full), ref.size_bytes, bloom, firsts, lasts, len(firsts)
+    ref = FileRef(
+        path, t.rows, stream.size_bytes, t.min_seq, t.max_seq, stream.crc32, t.arrow_bytes
     )
+    run = Run(None, ref)
+    bounds = (t.firsts, t.lasts, len(t.firsts))  # the footer, known without reading it
+    run._disk = DiskRun(full, ctx.fileio.describe(full), ref.size_bytes, bloom, *bounds)
     ctx.cache.put((full, FOOTER), run._disk)  # a later open of the file in this process
     if (
-        only is not None
+        t.only is not None
         and ref.size_bytes <= WHOLE_FILE_BYTES_MAX
-        and arrow_bytes * 8 <= ctx.cache.capacity_bytes
+        and t.arrow_bytes * 8 <= ctx.cache.capacity_bytes
     ):  # written through: the next epoch's reads of a file just written do not decode it
-        ctx.cache.put((full, WHOLE), only)
+        ctx.cache.put((full, WHOLE), t.only)
     return run

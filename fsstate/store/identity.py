@@ -13,9 +13,10 @@ Invariants:
   generation holds a version is not a function of the store's name: it is recorded with the
   state (:mod:`fsstate.store.layout`) and resolved by whoever opens a store.
 * The store's meta is JSON: what is kept is what the manifest will hold (:func:`json_copy`).
-* ``meta[WRITER_META]`` records the committing instance of a run: two instances of one run
-  committing the same store are two operators sharing it (:func:`foreign_writer`), an error the
-  callers raise; an attempt of another run (a re-run after a restart) is not foreign.
+* ``meta[WRITER_META]`` records the committing instance of a run
+  (:class:`fsstate.store.record.Writer`): two instances of one run committing the same store are
+  two operators sharing it, an error the epoch raises (:mod:`fsstate.store.epoch`); an attempt
+  of another run (a re-run after a restart) is not foreign.
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ from fsstate.errors import ConfigError
 __all__ = [
     "LAYOUT_PREFIX",
     "WRITER_META",
-    "foreign_writer",
     "json_copy",
     "operator_dir",
     "safe_name",
@@ -60,17 +60,6 @@ def json_copy(meta: dict[str, Any], where: str) -> dict[str, Any]:
             f"store {where}: meta must hold JSON values (str, int, float, bool, None, lists "
             f"and dicts of them): {exc}"
         ) from None
-
-
-def foreign_writer(published: Any, ours: dict[str, Any]) -> bool:
-    """Whether a version's recorded writer (``published``, its ``meta[WRITER_META]``) is
-    another instance of the same run as ``ours``: two operators of one query share a store.
-    A writer of another run (a re-run after a restart) or without a run id is not foreign."""
-    if not isinstance(published, dict) or ours.get("run") is None:
-        return False
-    return bool(
-        published.get("run") == ours["run"] and published.get("instance") != ours.get("instance")
-    )
 
 
 def operator_dir(operator: str) -> str:

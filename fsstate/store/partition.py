@@ -12,18 +12,11 @@ Invariants:
 
 * Opening reads one manifest and nothing else: no data file is read until a key needs it, so
   opening costs the same for any state size.
-* ``commit(v)`` seals every changed table, writes only runs and index changes that are not yet
-  on storage (new files, names unique to the attempt), then publishes the manifest of ``v``
-  if ``v`` has none yet (put-if-absent: ``link(2)`` locally, ``If-None-Match: *`` on object
-  stores). The manifest lists every live file, inherited and new. Until it is published
-  nothing of ``v`` is visible; if anything fails the previous version is intact and the
-  commit can be retried.
-* A version is published once and never changes. An attempt that finds ``v`` published by
-  another attempt (a task retry, a speculative or zombie task, a re-run after a restart)
-  compares parents: on the same parent it adopts that version (the store becomes that
-  version, its own files are left to the garbage collection after the grace time); on another
-  parent it raises :class:`fsstate.errors.CommitConflictError` and nothing changes. Attempts
-  never delete each other's files.
+* ``commit(v)`` writes only what is not on storage yet, then publishes the manifest of ``v``
+  once (put-if-absent); until then nothing of ``v`` is visible, and a failed commit leaves the
+  previous version intact and can be retried. Another attempt's ``v`` built on the same parent
+  is adopted (the store becomes that version), on another parent refused: the protocol and its
+  invariants are :mod:`fsstate.store.commit`'s.
 * After each commit the store drops the version that leaves the retained window, with the
   files only it referenced, without listing storage; every ``orphan_scan_every_commits``-th
   version it lists storage for leftovers and orphans older than ``orphan_grace_ms``
@@ -62,7 +55,6 @@ from fsstate import interfaces
 from fsstate.config import StoreConfig
 from fsstate.controller import MemoryController, get_controller
 from fsstate.errors import (
-    CommitConflictError,
     CommitError,
     ConfigError,
     FsStateError,
@@ -72,7 +64,6 @@ from fsstate.errors import (
     UnknownStateError,
 )
 from fsstate.format.evolution import check_evolution
-from fsstate.format.refs import FileRef
 from fsstate.format.schema import (
     KIND_LIST,
     KIND_MAP,
@@ -93,12 +84,12 @@ from fsstate.storage.manifest import (
     publish_manifest,
     read_manifest,
 )
-from fsstate.storage.runs import RunContext, file_metadata, new_data_path, write_table_file
+from fsstate.storage.runs import RunContext
 from fsstate.store.catchup import apply_plan, plan_store
-from fsstate.store.identity import WRITER_META, foreign_writer, json_copy, safe_name, store_dir_for
+from fsstate.store.commit import check_adoptable, link_to_base, seal_table, settle, table_entry
+from fsstate.store.identity import WRITER_META, json_copy, safe_name, store_dir_for
 from fsstate.store.retention import Retention
 from fsstate.tables import ListTable, MapTable, TableBase, ValueTable
-from fsstate.tables.ttl_index import encode_changes, needs_snapshot
 
 __all__ = [
     "WRITER_META",
@@ -106,7 +97,6 @@ __all__ = [
     "PartitionStore",
     "StoreStats",
     "TableStats",
-    "foreign_writer",
     "store_dir_for",
 ]
 
@@ -298,11 +288,7 @@ class PartitionStore(interfaces.KeyedStore):
                 f"state {spec.name!r} has uncommitted changes in its old schema; commit them "
                 "before declaring it with the new schema"
             )
-        ranges = None
-        if t.ranges and t.spec.key_schema is not None:
-            ranges = t.ranges.to_batch(t.spec.key_schema)
-        refs = [r.ref for r in t.runs if r.ref is not None]
-        entry = TableEntry(spec, refs, list(t.ttl_refs), ranges, t.incarnation)
+        entry = table_entry(t, spec, list(t.ttl_refs))
         t.release_all()
         del self._tables[spec.name]
         return entry
@@ -423,60 +409,16 @@ class PartitionStore(interfaces.KeyedStore):
         if isinstance(version, bool) or not isinstance(version, int) or version < 0:
             raise CommitError(f"version {version!r} must be a non-negative integer")
         t0 = time.perf_counter()
-        files = 0
-        written = 0
-        ttl_updates: list[tuple[TableBase, list[FileRef]]] = []
         try:
-            tables: dict[str, TableEntry] = dict(self._entries)
-            for name, t in self._tables.items():
-                t.drop_dead_runs()  # before writing: a hidden pending run is never written
-                pending = [r for r in t.runs if r.ref is None]
-                for run in pending + t.flush():
-                    assert run.ref is not None
-                    files += 1
-                    written += run.ref.size_bytes
-                ttl_refs = list(t.ttl_refs)
-                if t.ttl_loaded and t.ttl_index().dirty:
-                    idx = t.ttl_index()
-                    rows = idx.changes()
-                    if rows:
-                        delta_rows = sum(r.rows for r in ttl_refs[1:]) + len(rows)
-                        if needs_snapshot(
-                            len(ttl_refs) + 1, ttl_refs[0].rows if ttl_refs else 0, delta_rows
-                        ):
-                            ttl_refs = []  # one file of the whole index replaces the chain
-                            rows = idx.snapshot_rows()
-                        if rows:
-                            ref = self._write_index(t, rows)
-                            ttl_refs.append(ref)
-                            files += 1
-                            written += ref.size_bytes
-                ttl_updates.append((t, ttl_refs))
-                ranges = None
-                if t.ranges and t.spec.key_schema is not None:
-                    ranges = t.ranges.to_batch(t.spec.key_schema)
-                refs = [r.ref for r in t.runs if r.ref is not None]
-                tables[name] = TableEntry(t.spec, refs, ttl_refs, ranges, t.incarnation)
-            parent_v, parent_sum, lineage = self._lineage(version)
-            manifest = Manifest(
-                version,
-                self.operator,
-                self.partition,
-                self.next_seq,
-                tables,
-                parent_version=parent_v,
-                parent_checksum=parent_sum,
-                lineage_next_seqs=lineage,
-                meta=json_copy(self.meta, self.fileio.describe(self.store_dir)),
-                clock_ms=self.now_ms,
-            )
-            base = self._manifest
-            if base is not None and base.version == parent_v:
-                manifest.retired = sorted(base.files() - manifest.files())
-                if parent_v == version - 1:
-                    manifest.chain_from = parent_v if base.chain_from is None else base.chain_from
-            if manifest.chain_from is None:
-                manifest.chain_from = version
+            sealed = {
+                name: seal_table(t, self.fileio, self.store_dir, self.config)
+                for name, t in self._tables.items()
+            }
+            tables = {**self._entries, **{name: s.entry for name, s in sealed.items()}}
+            meta = json_copy(self.meta, self.fileio.describe(self.store_dir))
+            head = (version, self.operator, self.partition, self.next_seq, tables)
+            ours = Manifest(*head, meta=meta, clock_ms=self.now_ms)
+            manifest = link_to_base(ours, self._manifest)
             published = publish_manifest(self.fileio, self.store_dir, manifest)
         except ConfigError:
             raise  # the store cannot be used as configured: retrying would not help
@@ -488,16 +430,19 @@ class PartitionStore(interfaces.KeyedStore):
             ) from exc
         if published.checksum != manifest.checksum:
             return self._lost_race(published, manifest, t0)
-        for t, ttl_refs in ttl_updates:
-            t.ttl_refs = ttl_refs
-            t.ranges_dirty = False
-            if t.ttl_loaded:
-                t.ttl_index().mark_snapshotted()
-            for run in t.runs:
-                run.release()
+        for table in sealed.values():
+            settle(table)
+        written = sum(table.bytes_written for table in sealed.values())
+        self._committed(manifest, written)
+        files = sum(table.files for table in sealed.values())
+        return CommitInfo(version, files, written, (time.perf_counter() - t0) * 1000)
+
+    def _committed(self, manifest: Manifest, written: int) -> None:
+        """The store is now at the ``manifest`` it published: forget the dropped tables, count
+        the commit, drop what leaves the retained window, and ask for the compactions due."""
         self._dropped = False
         self._manifest = manifest
-        self.version = version
+        self.version = manifest.version
         return_memory_to_os()
         self._commits += 1
         self._bytes_written += written
@@ -508,24 +453,12 @@ class PartitionStore(interfaces.KeyedStore):
         for t in self._tables.values():
             if needs_merge(t.runs, max_runs):
                 self.controller.compactor().request(t)
-        return CommitInfo(version, files, written, (time.perf_counter() - t0) * 1000)
 
     def _lost_race(self, published: Manifest, ours: Manifest, t0: float) -> CommitInfo:
         """Another attempt published this version first: adopt it if it was built on the same
         parent (the same batch from the same state), else refuse."""
-        same_parent = (published.parent_version, published.parent_checksum) == (
-            ours.parent_version,
-            ours.parent_checksum,
-        )
         where = self.fileio.describe(self.store_dir)
-        if not same_parent:
-            raise CommitConflictError(
-                f"version {ours.version} of store {where} was already published on top of "
-                f"version {published.parent_version}, and this store built it on version "
-                f"{ours.parent_version}; nothing was published. Open the store at "
-                f"{ours.version} (or the version you meant to continue from) and commit a new "
-                "version"
-            )
+        check_adoptable(published, ours, where)
         self._reset_tables(published, list(self._tables))
         self._manifest = published
         self.meta = dict(published.meta)
@@ -554,17 +487,6 @@ class PartitionStore(interfaces.KeyedStore):
             else:
                 t.reset_to(entry)
         self._entries = {n: e for n, e in manifest.tables.items() if n not in self._tables}
-
-    def _lineage(self, version: int) -> tuple[int | None, str | None, list[int]]:
-        """Parent (version, checksum) and ``lineage_next_seqs`` of the manifest of ``version``."""
-        parent = self._manifest
-        if parent is None:
-            return None, None, []
-        if parent.version < version:
-            return parent.version, parent.checksum, parent.child_lineage()
-        if parent.version == version:  # re-committing the version this store published
-            return parent.parent_version, parent.parent_checksum, parent.lineage_next_seqs
-        return None, None, []  # an older version number: no lineage, never caught up across
 
     def tombstone_horizon_seq(self) -> int:
         """Tombstones with a seq at or above this must survive a bottom compaction.
@@ -617,12 +539,6 @@ class PartitionStore(interfaces.KeyedStore):
                 if not written or force:
                     break
         return total
-
-    def _write_index(self, t: TableBase, rows: list[Any]) -> FileRef:
-        table = encode_changes(t.spec, rows).replace_schema_metadata(file_metadata(t.spec, "ttl"))
-        path = new_data_path(t.file_prefix + "-ttl")
-        size, crc = write_table_file(self.fileio, self.store_dir, path, table, self.config)
-        return FileRef(path, table.num_rows, size, crc32=crc)
 
     # -- retention -----------------------------------------------------------------------------
     def _live_paths(self) -> list[str]:

@@ -117,34 +117,13 @@ def resolve(
             key_cols = [c.take(picked) for c in key_all]
             ukey_cols = [c.take(picked) for c in ukey_all]
             seqs, ops = seqs[rows], ops[rows]
-    names = [f"k{i}" for i in range(len(key_cols))] + [f"u{i}" for i in range(len(ukey_cols))]
-    order_table = pa.Table.from_arrays([*key_cols, *ukey_cols, pa.array(seqs)], [*names, SEQ])
-    order = pc.sort_indices(
-        order_table, sort_keys=[*((n, "ascending") for n in names), (SEQ, "descending")]
-    ).to_numpy()
+    order = _newest_first(key_cols, ukey_cols, seqs)
     key_cols = [c.take(order) for c in key_cols]
     ukey_cols = [c.take(order) for c in ukey_cols]
     ops, seqs = ops[order], seqs[order]
-    if has_ukey:
-        first_of_key = first_of_group(key_cols)
-        starts = np.flatnonzero(first_of_key)
-        clear_seq = np.where(ops == OP_CLEAR, seqs, -1)
-        group_max = np.maximum.reduceat(clear_seq, starts) if len(starts) else clear_seq[:0]
-        group_of = np.cumsum(first_of_key) - 1
-        kept = np.flatnonzero((seqs > group_max[group_of]) & (ops != OP_CLEAR))
-        sub = [c.take(pa.array(kept, type=pa.int64())) for c in [*key_cols, *ukey_cols]]
-        chosen = kept[first_of_group(sub)] if len(kept) else kept
-    else:
-        chosen = np.flatnonzero(first_of_group(key_cols))
+    chosen = _newest_of_units(key_cols, ukey_cols, ops, seqs, has_ukey)
     winners = rows[order[chosen]]  # the newest row of each unit, in unit order
-    expires = batch.column(EXPIRES).take(pa.array(winners)).combine_chunks()
-    live = pc.fill_null(
-        pc.and_kleene(
-            pc.equal(pa.array(ops[chosen]), OP_PUT),
-            pc.or_kleene(pc.is_null(expires), pc.greater(expires, now_ms)),
-        ),
-        False,
-    ).to_numpy(zero_copy_only=False)
+    live = _live(batch.column(EXPIRES).take(pa.array(winners)), ops[chosen], now_ms)
     final = pa.array(winners[live], type=pa.int64())
     cols = [c.take(final) for c in key_all]
     if spec.kind == KIND_MAP:
@@ -155,6 +134,54 @@ def resolve(
     if with_seq:
         cols.append(batch.column(SEQ).take(final).combine_chunks())
     return pa.Table.from_arrays([c.cast(f.type) for c, f in zip(cols, schema)], schema=schema)
+
+
+def _newest_first(
+    key_cols: Sequence[pa.Array], ukey_cols: Sequence[pa.Array], seqs: np.ndarray[Any, Any]
+) -> np.ndarray[Any, Any]:
+    """The order of rows by key, then user key, ascending (nulls and NaN last per field),
+    then newest (largest sequence number) first."""
+    names = [f"k{i}" for i in range(len(key_cols))] + [f"u{i}" for i in range(len(ukey_cols))]
+    order_table = pa.Table.from_arrays([*key_cols, *ukey_cols, pa.array(seqs)], [*names, SEQ])
+    order: np.ndarray[Any, Any] = pc.sort_indices(
+        order_table, sort_keys=[*((n, "ascending") for n in names), (SEQ, "descending")]
+    ).to_numpy()
+    return order
+
+
+def _newest_of_units(
+    key_cols: Sequence[pa.Array],
+    ukey_cols: Sequence[pa.Array],
+    ops: np.ndarray[Any, Any],
+    seqs: np.ndarray[Any, Any],
+    has_ukey: bool,
+) -> np.ndarray[Any, Any]:
+    """Positions of the newest row of each unit among rows in :func:`_newest_first` order: of
+    each key (value state), or of each (key, user key) written after the key's last clear,
+    clear rows left out (list and map state)."""
+    if not has_ukey:
+        return np.flatnonzero(first_of_group(key_cols))
+    first_of_key = first_of_group(key_cols)
+    starts = np.flatnonzero(first_of_key)
+    clear_seq = np.where(ops == OP_CLEAR, seqs, -1)
+    group_max = np.maximum.reduceat(clear_seq, starts) if len(starts) else clear_seq[:0]
+    group_of = np.cumsum(first_of_key) - 1
+    kept = np.flatnonzero((seqs > group_max[group_of]) & (ops != OP_CLEAR))
+    sub = [c.take(pa.array(kept, type=pa.int64())) for c in [*key_cols, *ukey_cols]]
+    return kept[first_of_group(sub)] if len(kept) else kept
+
+
+def _live(expires: pa.ChunkedArray, ops: np.ndarray[Any, Any], now_ms: int) -> np.ndarray[Any, Any]:
+    """numpy bool per winning row: a put that has not expired at ``now_ms``."""
+    expires = expires.combine_chunks()
+    live: np.ndarray[Any, Any] = pc.fill_null(
+        pc.and_kleene(
+            pc.equal(pa.array(ops), OP_PUT),
+            pc.or_kleene(pc.is_null(expires), pc.greater(expires, now_ms)),
+        ),
+        False,
+    ).to_numpy(zero_copy_only=False)
+    return live
 
 
 def _fill_value(t: pa.DataType) -> pa.Scalar:

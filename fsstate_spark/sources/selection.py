@@ -16,6 +16,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from fsstate.config import parse_flag
 from fsstate.errors import ConfigError, StorageNotFoundError
 from fsstate.format.schema import TableSpec
 from fsstate.inspect import StoreRef, find_stores
@@ -26,7 +27,6 @@ from fsstate_spark.settings import STATE_DIR
 
 EXPIRY_COL = "_expires_at_ms"
 SEQ_COL = "_seq"
-TRUE = {"true", "1", "yes"}
 PARTITION_BYTES = 128 * 1024 * 1024  # default of option partitionBytes
 
 
@@ -34,10 +34,7 @@ def _flag(options: dict[str, str], name: str, default: bool) -> bool:
     raw = options.get(name)
     if raw is None:
         return default
-    text = str(raw).strip().lower()
-    if text not in TRUE | {"false", "0", "no"}:
-        raise ConfigError(f"fsstate source: option {name}={raw!r} must be true or false")
-    return text in TRUE
+    return parse_flag(raw, f"fsstate source: option {name}")
 
 
 def _int(options: dict[str, str], name: str) -> int | None:
@@ -145,6 +142,77 @@ def query_root(options: dict[str, str], session_root: Location | None) -> tuple[
     return (loc.child(query) if query else loc), query
 
 
+def _operator_stores(lower: dict[str, str], io: FileIO, where: str) -> tuple[str, list[StoreRef]]:
+    """The operator read (option ``operatorName``, or the only one) and its stores."""
+    stores = find_stores(io, prefix="")
+    operator = lower.get("operatorname") or _one(
+        "operator", sorted({s.operator for s in stores}), "operatorName", where
+    )
+    stores = [s for s in stores if s.operator == operator]
+    if not stores:
+        raise ConfigError(
+            f"fsstate source: no committed state of operator {operator!r} under {where}; "
+            "check path, queryId and operatorName"
+        )
+    return operator, stores
+
+
+def _batches(lower: dict[str, str], newest: int) -> tuple[bool, int, int | None, int | None]:
+    """(change feed, version read, change start, change end) from the batch options; the
+    version defaults to ``newest`` (the newest one every partition has)."""
+    change_feed = _flag(lower, "readchangefeed", False)
+    version = _int(lower, "batchid")
+    start = _int(lower, "changestartbatchid")
+    end = _int(lower, "changeendbatchid")
+    if change_feed:
+        if start is None:
+            raise ConfigError("fsstate source: readChangeFeed needs option changeStartBatchId")
+        if version is not None:
+            raise ConfigError("fsstate source: give batchId or readChangeFeed, not both")
+        end = newest if end is None else end
+        version = end
+    elif start is not None or end is not None:
+        raise ConfigError(
+            "fsstate source: changeStartBatchId / changeEndBatchId need readChangeFeed=true"
+        )
+    return change_feed, newest if version is None else version, start, end
+
+
+def _stores_at(
+    io: FileIO, stores: list[StoreRef], operator: str, version: int, where: str
+) -> list[StoreRef]:
+    """The stores holding ``version``: those of the layout generation then in force."""
+    since = stores[0].since
+    if version >= since:
+        return stores
+    stores = find_stores(io, prefix="", operator=operator, version=version)
+    if not stores:
+        raise ConfigError(
+            f"fsstate source: no state of operator {operator!r} at batch {version} under "
+            f"{where} (it was rescaled at batch {since} and the older layout "
+            "generation is gone); read a later batch"
+        )
+    return stores
+
+
+def _state_spec(
+    lower: dict[str, str], io: FileIO, store: StoreRef, operator: str, version: int
+) -> tuple[str, TableSpec]:
+    """The state variable read (option ``stateVarName``, or the only one) and its spec at
+    ``version`` (one manifest read)."""
+    manifest = read_store_manifest(io, store, version)
+    name = lower.get("statevarname") or _one(
+        "state variable", sorted(manifest.tables), "stateVarName", f"operator {operator!r}"
+    )
+    entry = manifest.tables.get(name)
+    if entry is None:
+        raise ConfigError(
+            f"fsstate source: operator {operator!r} has no state variable {name!r} at batch "
+            f"{version} (it has: {', '.join(sorted(manifest.tables)) or 'none'})"
+        )
+    return name, entry.spec
+
+
 def select(options: dict[str, str], session_root: Location | None = None) -> Selection:
     """Resolve the options of a read (one listing and a manifest read per store).
 
@@ -161,56 +229,14 @@ def select(options: dict[str, str], session_root: Location | None = None) -> Sel
     lower = {k.lower(): v for k, v in opts.items()}
     loc, query_id = query_root(opts, session_root)
     io = FileIO(loc)
-    stores = find_stores(io, prefix="")
     where = loc.describe()
-    operator = lower.get("operatorname") or _one(
-        "operator", sorted({s.operator for s in stores}), "operatorName", where
-    )
-    stores = [s for s in stores if s.operator == operator]
-    if not stores:
-        raise ConfigError(
-            f"fsstate source: no committed state of operator {operator!r} under {where}; "
-            "check path, queryId and operatorName"
-        )
-
+    operator, stores = _operator_stores(lower, io, where)
     newest = min(s.latest for s in stores)  # the newest version every partition has
-    change_feed = _flag(lower, "readchangefeed", False)
-    version = _int(lower, "batchid")
-    start = _int(lower, "changestartbatchid")
-    end = _int(lower, "changeendbatchid")
-    if change_feed:
-        if start is None:
-            raise ConfigError("fsstate source: readChangeFeed needs option changeStartBatchId")
-        if version is not None:
-            raise ConfigError("fsstate source: give batchId or readChangeFeed, not both")
-        end = newest if end is None else end
-        version = end
-    elif start is not None or end is not None:
-        raise ConfigError(
-            "fsstate source: changeStartBatchId / changeEndBatchId need readChangeFeed=true"
-        )
-    version = newest if version is None else version
-    since = stores[0].since
-    if version < since:  # from before a rescale: the generation then in force
-        stores = find_stores(io, prefix="", operator=operator, version=version)
-        if not stores:
-            raise ConfigError(
-                f"fsstate source: no state of operator {operator!r} at batch {version} under "
-                f"{where} (it was rescaled at batch {since} and the older layout "
-                "generation is gone); read a later batch"
-            )
-    manifest = read_store_manifest(io, stores[0], version)
-    name = lower.get("statevarname") or _one(
-        "state variable", sorted(manifest.tables), "stateVarName", f"operator {operator!r}"
-    )
-    entry = manifest.tables.get(name)
-    if entry is None:
-        raise ConfigError(
-            f"fsstate source: operator {operator!r} has no state variable {name!r} at batch "
-            f"{version} (it has: {', '.join(sorted(manifest.tables)) or 'none'})"
-        )
+    change_feed, version, start, end = _batches(lower, newest)
+    stores = _stores_at(io, stores, operator, version, where)
+    name, spec = _state_spec(lower, io, stores[0], operator, version)
     flatten = _flag(lower, "flattencollectiontypes", True)
-    if change_feed and not flatten and entry.spec.kind != "value":
+    if change_feed and not flatten and spec.kind != "value":
         raise ConfigError(
             "fsstate source: readChangeFeed reads list and map state flattened; drop "
             "flattenCollectionTypes=false"
@@ -220,7 +246,7 @@ def select(options: dict[str, str], session_root: Location | None = None) -> Sel
         query_id=query_id,
         operator=operator,
         name=name,
-        spec=entry.spec,
+        spec=spec,
         stores=tuple(stores),
         version=version,
         change_start=start if change_feed else None,

@@ -74,6 +74,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
+from fsstate.config import parse_flag
 from fsstate.format.schema import KIND_LIST, KIND_MAP, schema_to_text
 from fsstate.inspect import Snapshot, StoreRef, find_stores, read_changes
 from fsstate.inspect.catalog import read_store_manifest
@@ -430,8 +431,9 @@ def register_sources(spark: SparkSession) -> None:
     conf = spark_settings()
     uri = conf.get("state_uri") or default_state_uri(conf.get("_checkpoint_location"))
     storage = {k[len(STORAGE_PREFIX) :]: v for k, v in conf.items() if k.startswith(STORAGE_PREFIX)}
-    enabled = str(spark.conf.get("spark.sql.python.filterPushdown.enabled", "false"))
-    base = FsStatePushdownDataSource if enabled.lower() == "true" else FsStateDataSource
+    pushdown = "spark.sql.python.filterPushdown.enabled"
+    enabled = parse_flag(str(spark.conf.get(pushdown, "false")), f"Spark setting {pushdown}")
+    base = FsStatePushdownDataSource if enabled else FsStateDataSource
     bound = {"session_state_uri": uri, "session_storage": storage}
     # defined here, not importable: cloudpickle ships these classes (and their settings) by value
     spark.dataSource.register(type("SessionFsStateDataSource", (base,), bound))

@@ -238,9 +238,3 @@ def _parse_with(state: str, ddl: str, fallback: DdlParser | None) -> StructType:
             return fallback(ddl)
         except Exception as exc:  # whatever Spark raises, report it typed
             raise SchemaError(f"state {state!r}: cannot parse the schema {ddl!r}: {exc}") from exc
-
-
-def clear_cache() -> None:
-    """Forget cached conversions (tests)."""
-    with _lock:
-        _cache.clear()

@@ -225,11 +225,28 @@ def _parse_accepts(name: str, value: str) -> bool:
             for v in ["30s", "500ms", "2min", "1m 30s", "1m30s", "1.5s", "3 days", "1µs", "0s"]
         ],
         *[("timeout", v) for v in ["30", "abc", "", "s", "1 S", "-1s", ".5s", "1.5"]],
-        *[("allow_http", v) for v in ["true", "FALSE", "1", "0", "yes", "Off", "y", "n"]],
-        *[("allow_http", v) for v in ["maybe", "t", " true", ""]],
         *[("pool_max_idle_per_host", v) for v in ["0", "8", "x", "-1", "1.0"]],
     ],
 )
 def test_the_checks_agree_with_the_client(name: str, value: str) -> None:
     """What parsing accepts is what the object store client accepts (asked directly)."""
     assert _parse_accepts(name, value) == _client_accepts(name, value)
+
+
+@pytest.mark.parametrize(
+    ("value", "accepted"),
+    [
+        *[(v, True) for v in ["true", "FALSE", "1", "0", "yes", "Off", " true", "On\n"]],
+        *[(v, False) for v in ["maybe", "t", "y", "n", "", "2"]],
+    ],
+)
+def test_a_boolean_setting_takes_the_flag_words_and_reaches_the_client_as_true_or_false(
+    value: str, accepted: bool
+) -> None:
+    """Boolean settings take the words of :func:`fsstate.config.parse_flag`, as every flag of
+    fsstate does (the client's own ``y`` / ``n`` are not among them), and the location holds
+    them as ``true`` / ``false``: what it passes on is what the client accepts."""
+    assert _parse_accepts("allow_http", value) == accepted
+    if accepted:
+        held = Location.parse("s3://b/p", {"allow_http": value}).option_map["allow_http"]
+        assert held in ("true", "false") and _client_accepts("allow_http", held)
