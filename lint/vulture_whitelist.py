@@ -71,6 +71,8 @@ _SourceLoader.get_source
 Failed.exit_code
 cli.list_cmd
 cli.show
+# an object's class, set to swap a deleted state variable's methods (fsstate_spark.state.handles)
+_.__class__
 
 # Attributes the standard library reads: a zip entry's compression and mode, decimal precision
 cast(zipfile.ZipInfo, _).compress_type

@@ -5,26 +5,35 @@ written with (:mod:`fsstate.format.schema`). When a table is declared again (aft
 or by a new version of a processor) with another **value** schema, :func:`check_evolution`
 decides:
 
-* allowed: a field added as nullable (stored rows read it as null); a numeric type widened
+* allowed: a field removed (stored rows drop it when read; as Spark's Avro state encoding
+  reads a removed field), recorded in the spec's ``removed_fields`` with its stored type; a
+  removed top-level field declared again, of any type: it reads null in every row written
+  before it was declared again (the ``since_seq`` of its ``removed_fields`` entry), so values
+  of the removed field never come back, whether or not a compaction rewrote them; a
+  field added as nullable (stored rows read it as null); a numeric type widened
   (``int8 -> int16 -> int32 -> int64``, the unsigned ints likewise and into a wider signed
   int, ``int8/16/32 -> float64``, ``float16 -> float32 -> float64``, ``decimal(p, s) ->
   decimal(p', s')`` with ``s' >= s`` and ``p' - s' >= p - s``), ``string -> large_string``,
   ``binary -> large_binary``; fields reordered (matched by name); a nested struct evolving by
   the same rules; a non-nullable field becoming nullable;
 * refused with :class:`fsstate.errors.SchemaEvolutionError` (naming the state, the field, the
-  old and new types and what to do): a stored field missing from the new schema (removed or
-  renamed), a narrowed or otherwise changed type, an added non-nullable field, a nullable
+  old and new types and what to do), before anything is written: a narrowed or otherwise
+  changed type (as Avro refuses a long read as an int), a removed nested field declared again,
+  an added non-nullable field, a nullable
   field becoming non-nullable, any change of the grouping-key schema or of a map's user-key
   schema.
 
-After an allowed change the table's spec is the new one: new rows are written with it, and
-rows of older files are projected to it where files are decoded
+After an allowed change the table's spec is the new one (:func:`evolve`): new rows are written
+with it, and rows of older files are projected to it where files are decoded
 (:func:`project_rows`, called by :mod:`fsstate.storage.runs`): fields by name, widened by a
-cast, added ones null. A compaction rewrites them in the new layout.
+cast, added ones null, removed ones dropped. A compaction rewrites them in the new layout.
 
 Invariants:
 
-* :func:`check_evolution` has no side effect: a refused change writes nothing.
+* :func:`evolve` has no side effect: a refused change writes nothing.
+* ``removed_fields`` only grows (a field declared again keeps its entry, with the sequence
+  number from which its values are its own); so every stored layout of the table projects to
+  the current spec.
 * :func:`project_rows` returns rows in exactly the spec's row schema, or None when the rows'
   layout is not one the spec evolved from (the caller reports a damaged file); rows already in
   the spec's layout are returned as they are (no copy).
@@ -32,10 +41,13 @@ Invariants:
 
 from __future__ import annotations
 
+import dataclasses
+
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from fsstate.errors import SchemaEvolutionError
-from fsstate.format.schema import TableSpec, schema_to_text
+from fsstate.format.schema import SEQ, TableSpec, schema_to_text
 
 _INTS = [pa.int8(), pa.int16(), pa.int32(), pa.int64()]
 _UINTS = [pa.uint8(), pa.uint16(), pa.uint32(), pa.uint64()]
@@ -76,21 +88,28 @@ def _refuse(state: str, what: str) -> SchemaEvolutionError:
     return SchemaEvolutionError(f"state {state!r}: {what}; {WHAT_TO_DO}")
 
 
-def _check_fields(state: str, path: str, old: list[pa.Field], new: list[pa.Field]) -> None:
+def _check_fields(
+    state: str,
+    path: str,
+    old: list[pa.Field],
+    new: list[pa.Field],
+    removed: dict[str, pa.DataType] | None = None,
+) -> list[pa.Field]:
+    """Check that rows of the ``old`` fields read as the ``new`` ones; returns the fields
+    removed (their paths as names). ``removed`` maps the paths removed before to their stored
+    types: a new field under such a path must read them."""
     by_name = {f.name: f for f in new}
+    gone: list[pa.Field] = []
     for f in old:
         name = f"{path}{f.name}"
         g = by_name.get(f.name)
         if g is None:
-            raise _refuse(
-                state,
-                f"stored field {name!r} ({f.type}) is missing from the new schema (removed or "
-                "renamed; stored rows hold it)",
-            )
+            gone.append(pa.field(name, f.type))
+            continue
         if f.nullable and not g.nullable:
             raise _refuse(state, f"field {name!r} became non-nullable (stored rows may be null)")
         if pa.types.is_struct(f.type) and pa.types.is_struct(g.type):
-            _check_fields(state, f"{name}.", list(f.type), list(g.type))
+            gone += _check_fields(state, f"{name}.", list(f.type), list(g.type), removed)
         elif not widens(f.type, g.type):
             raise _refuse(
                 state,
@@ -98,20 +117,42 @@ def _check_fields(state: str, path: str, old: list[pa.Field], new: list[pa.Field
             )
     known = {f.name for f in old}
     for g in new:
-        if g.name not in known and not g.nullable:
+        name = f"{path}{g.name}"
+        if g.name in known:
+            continue
+        if not g.nullable:
             raise _refuse(
                 state,
-                f"new field {path}{g.name!r} ({g.type}) is not nullable: stored rows have no "
-                "value for it",
+                f"new field {name!r} ({g.type}) is not nullable: stored rows have no value for it",
             )
+        if path and name in (removed or {}):
+            raise _refuse(
+                state,
+                f"nested field {name!r} was removed before and is declared again; use another "
+                "field name",
+            )
+    return gone
 
 
-def check_evolution(state: str, old: TableSpec, new: TableSpec) -> bool:
-    """Whether ``new`` redeclares ``old`` with another value schema that keeps its rows.
+def _removed(spec: TableSpec) -> dict[str, pa.DataType]:
+    """Removed fields not declared again: path -> stored type."""
+    fields = spec.removed_fields or []
+    return {f.name: f.type for f in fields if _since_seq(f) is None}
+
+
+def evolve(state: str, old: TableSpec, new: TableSpec, next_seq: int = 0) -> TableSpec | None:
+    """The spec of a table stored as ``old`` and declared again as ``new``.
+
+    Args:
+        state: the state's name (for messages).
+        old: the stored spec.
+        new: the declaration.
+        next_seq: the store's next sequence number: a removed field declared again holds its
+            values only in rows from this one on.
 
     Returns:
-        False if the two store the same rows (nothing to do), True if the value schema
-        evolved compatibly (rows are projected on read).
+        None if the two store the same rows (nothing to do), else the evolved spec: ``new``
+        with ``old``'s grouping key if ``new`` has none, and the removed fields recorded.
 
     Raises:
         SchemaEvolutionError: the change is not allowed (see the module docstring).
@@ -134,9 +175,51 @@ def check_evolution(state: str, old: TableSpec, new: TableSpec) -> bool:
             f"({schema_to_text(new.user_key_schema)}); user keys are never converted",
         )
     if old.value_schema.equals(new.value_schema):
-        return False
-    _check_fields(state, "", list(old.value_schema), list(new.value_schema))
-    return True
+        return None
+    before = {f.name: f for f in (old.removed_fields or [])}
+    gone = _check_fields(state, "", list(old.value_schema), list(new.value_schema), _removed(old))
+    entries = dict(before)
+    for f in gone:
+        entries[f.name] = pa.field(f.name, f.type)  # removed now: no since_seq
+    for g in new.value_schema:
+        was = before.get(g.name)
+        if was is not None and _since_seq(was) is None and g.name not in old.value_schema.names:
+            entries[g.name] = was.with_metadata({SINCE_SEQ: str(next_seq)})  # declared again
+    fields = [entries[n] for n in sorted(entries)]
+    return dataclasses.replace(
+        new,
+        key_schema=new.key_schema or old.key_schema,
+        removed_fields=pa.schema(fields) if fields else None,
+    )
+
+
+SINCE_SEQ = "since_seq"  # metadata of a removed field declared again: its first own row's seq
+
+
+def _since_seq(f: pa.Field) -> int | None:
+    meta = f.metadata or {}
+    raw = meta.get(SINCE_SEQ.encode())
+    return None if raw is None else int(raw)
+
+
+def _readded(spec: TableSpec) -> dict[str, int]:
+    """Top-level removed fields declared again: name -> the seq their own values start at."""
+    out = {}
+    for f in spec.removed_fields or []:
+        since = _since_seq(f)
+        if since is not None and f.name in spec.value_schema.names:
+            out[f.name] = since
+    return out
+
+
+def _paths(path: str, fields: list[pa.Field]) -> list[str]:
+    """The paths of ``fields`` and of their nested fields."""
+    out = []
+    for f in fields:
+        out.append(f"{path}{f.name}")
+        if pa.types.is_struct(f.type):
+            out += _paths(f"{path}{f.name}.", list(f.type))
+    return out
 
 
 def _project(arr: pa.Array, target: pa.DataType) -> pa.Array:
@@ -162,6 +245,9 @@ def project_rows(rows: pa.RecordBatch, spec: TableSpec) -> pa.RecordBatch | None
     """Rows of an older layout of ``spec``'s table in the spec's row schema (see the module
     docstring); None if ``rows`` do not have such a layout."""
     schema = spec.row_schema()
+    readded = _readded(spec) if spec.removed_fields is not None else {}
+    if readded:
+        rows = _without_old_values(rows, spec, readded)
     if rows.schema.equals(schema):
         return rows
     if rows.schema.names != schema.names:
@@ -175,8 +261,48 @@ def project_rows(rows: pa.RecordBatch, spec: TableSpec) -> pa.RecordBatch | None
         if f.name != "value" or not pa.types.is_struct(col.type):
             return None
         try:
-            _check_fields(spec.name, "", list(col.type), list(spec.value_schema))
+            _check_fields(spec.name, "", list(col.type), list(spec.value_schema), _removed(spec))
         except SchemaEvolutionError:
             return None
         cols.append(_project(col, f.type))
     return pa.RecordBatch.from_arrays(cols, schema=schema)
+
+
+def _without_old_values(
+    rows: pa.RecordBatch, spec: TableSpec, readded: dict[str, int]
+) -> pa.RecordBatch:
+    """``rows`` with every field declared again null in the rows written before that (their
+    values are the removed field's), in the field's current type."""
+    names = rows.schema.names
+    if "value" not in names or SEQ not in names:
+        return rows
+    value = rows.column(names.index("value"))
+    if not pa.types.is_struct(value.type):
+        return rows
+    assert isinstance(value, pa.StructArray)
+    if all(f.name not in readded for f in value.type):
+        return rows
+    seq = rows.column(names.index(SEQ))
+    target = {f.name: f.type for f in spec.value_schema}
+    children = []
+    for f, child in zip(value.type, value.flatten(), strict=True):
+        since = readded.get(f.name)
+        if since is not None:
+            own = pc.greater_equal(seq, since)
+            typed = child.cast(target[f.name]) if widens(f.type, target[f.name]) else None
+            nulls = pa.nulls(len(child), target[f.name])
+            child = nulls if typed is None else pc.if_else(own, typed, nulls)
+            f = pa.field(f.name, target[f.name])
+        children.append((f, child))
+    struct = pa.StructArray.from_arrays(
+        [c for _, c in children],
+        fields=[f for f, _ in children],
+        mask=value.is_null() if value.null_count else None,
+    )
+    cols = list(rows.columns)
+    cols[names.index("value")] = struct
+    fields = list(rows.schema)
+    fields[names.index("value")] = pa.field(
+        "value", struct.type, rows.schema.field("value").nullable
+    )
+    return pa.RecordBatch.from_arrays(cols, schema=pa.schema(fields))

@@ -79,6 +79,10 @@ class TableSpec:
         key_schema: Arrow schema of the grouping-key tuple (None until inferred).
         user_key_schema: Arrow schema of the map user key (map state only).
         ttl_ms: time to live in milliseconds, or None.
+        removed_fields: value fields removed by earlier evolutions, with the type stored rows
+            hold them in (names are paths, ``outer.inner`` for a nested field; None: none);
+            a field declared again under such a name must read those rows
+            (:mod:`fsstate.format.evolution`).
     """
 
     name: str
@@ -87,6 +91,7 @@ class TableSpec:
     key_schema: pa.Schema | None = None
     user_key_schema: pa.Schema | None = None
     ttl_ms: int | None = None
+    removed_fields: pa.Schema | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:

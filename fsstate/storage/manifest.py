@@ -40,7 +40,9 @@ the parent leaves the retained window, without listing anything
 version (operators record the event time they have seen and the watermark they used), carried
 from each version to the next; ``clock_ms``, the store's clock (processing time) when the
 version was committed: the time at which its TTL expiry was applied, and so the time at which
-readers of the version (:mod:`fsstate.inspect`) resolve TTL by default.
+readers of the version (:mod:`fsstate.inspect`) resolve TTL by default; a table's
+``removed_fields``, the value fields earlier schema evolutions removed, with their stored types
+(:mod:`fsstate.format.evolution`; an older reader ignores it and refuses files holding them).
 
 Publishing: a version's manifest is published with put-if-absent
 (:func:`publish_manifest`), so once written it never changes; an attempt that finds its
@@ -105,7 +107,7 @@ class TableEntry:
     def to_json(self) -> dict[str, Any]:
         """JSON form."""
         s = self.spec
-        return {
+        out = {
             "name": s.name,
             "kind": s.kind,
             "ttl_ms": s.ttl_ms,
@@ -117,6 +119,9 @@ class TableEntry:
             "range_tombstones": encode_batch(self.range_tombstones),
             "incarnation": self.incarnation,
         }
+        if s.removed_fields is not None:
+            out["removed_fields"] = encode_schema(s.removed_fields)
+        return out
 
     @staticmethod
     def from_json(obj: dict[str, Any]) -> TableEntry:
@@ -130,6 +135,7 @@ class TableEntry:
             key_schema=decode_schema(obj.get("key_schema")),
             user_key_schema=decode_schema(obj.get("user_key_schema")),
             ttl_ms=obj.get("ttl_ms"),
+            removed_fields=decode_schema(obj.get("removed_fields")),
         )
         return TableEntry(
             spec=spec,

@@ -63,7 +63,7 @@ from fsstate.errors import (
     StoreClosedError,
     UnknownStateError,
 )
-from fsstate.format.evolution import check_evolution
+from fsstate.format.evolution import evolve
 from fsstate.format.schema import (
     KIND_LIST,
     KIND_MAP,
@@ -251,9 +251,13 @@ class PartitionStore(interfaces.KeyedStore):
                     f"state {spec.name!r} exists as {old_spec.kind} state, declared now as "
                     f"{spec.kind} state; use another name or drop it first (deleteIfExists)"
                 )
-            if not old_spec.same_shape(spec) and check_evolution(spec.name, old_spec, spec):
-                # an allowed change (fsstate.format.evolution): older files are projected
-                spec = dataclasses.replace(spec, key_schema=spec.key_schema or old_spec.key_schema)
+            evolved = (
+                None
+                if old_spec.same_shape(spec)
+                else evolve(spec.name, old_spec, spec, self.next_seq)
+            )
+            if evolved is not None:  # an allowed change (fsstate.format.evolution)
+                spec = evolved  # older files are projected to it
                 if existing is not None:
                     entry = self._unload(existing, spec)
                     existing = None
@@ -265,7 +269,10 @@ class PartitionStore(interfaces.KeyedStore):
                 self.next_seq = seq + 1
                 entry = TableEntry(spec, incarnation=seq)
             elif spec.key_schema is not None and entry.spec.key_schema is None:
-                entry = dataclasses.replace(entry, spec=spec)
+                removed = entry.spec.removed_fields
+                entry = dataclasses.replace(
+                    entry, spec=dataclasses.replace(spec, removed_fields=removed)
+                )
             if spec.kind == KIND_VALUE:
                 existing = ValueTable(self, entry)
             elif spec.kind == KIND_LIST:

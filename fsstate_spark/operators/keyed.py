@@ -21,6 +21,7 @@ from __future__ import annotations
 import abc
 import datetime as dt
 import decimal
+import math
 from collections.abc import Callable, Iterator
 from itertools import repeat
 from typing import Any, Protocol
@@ -47,6 +48,9 @@ class RowFlavour(Protocol):
     @property
     def max_records_per_batch(self) -> int: ...
 
+    @property
+    def max_bytes_per_batch(self) -> int: ...
+
 
 class KeyedRows:
     """The rows of each key of a sorted table, in the processor's flavour.
@@ -71,6 +75,8 @@ class KeyedRows:
         key_idx = [names.index(k) for k in keys]
         starts = bounds[:-1]
         if flavour.pandas:
+            limits = (flavour.max_records_per_batch, flavour.max_bytes_per_batch)
+            self.step = chunk_rows(table, *limits)
             self.frame = to_pandas(table, flavour.timezone)
             key_cols = [self.frame.iloc[:, i].to_numpy()[starts] for i in key_idx]
             self.keys: list[tuple[Any, ...]] = list(zip(*key_cols))
@@ -109,12 +115,30 @@ class KeyedRows:
     def _frames(self, a: int, b: int) -> Iterator[Any]:
         import pandas as pd
 
-        step = self.flavour.max_records_per_batch
+        step = self.step
         for s in range(a, b, step):
             e = min(b, s + step)
             chunk = self.frame.iloc[s:e]
             chunk.index = pd.RangeIndex(e - s)
             yield chunk
+
+
+def chunk_rows(table: pa.Table, max_records: int, max_bytes: int) -> int:
+    """Rows per pandas chunk of a key, as Spark's worker cuts them: a chunk ends when it holds
+    ``max_records`` rows or its rows times the average Arrow row size reach ``max_bytes``
+    (the average over the rows' buffers; Spark's over the batches it read so far)."""
+    if max_bytes >= 2**31 - 1 or not table.num_rows:
+        return max(1, max_records)
+    size = sum(
+        buf.size
+        for col in table.columns
+        for chunk in col.chunks
+        for buf in chunk.buffers()
+        if buf is not None
+    )
+    average = size / table.num_rows
+    by_bytes = math.ceil(max_bytes / average) if average > 0 else max_records
+    return max(1, min(max_records, by_bytes))
 
 
 _MIN_US = -62_135_596_800_000_000  # datetime(1, 1, 1) in µs since the epoch
@@ -263,8 +287,12 @@ _FLAT: frozenset[type] = frozenset(
 class PandasOutput(Output):
     """Frames yielded by a pandas-flavour processor, gathered by column and converted once."""
 
-    def __init__(self, output_type: StructType) -> None:
+    def __init__(
+        self, output_type: StructType, *, safecheck: bool = False, int_to_decimal: bool = False
+    ) -> None:
         self.output_type = output_type
+        self.safecheck = safecheck  # spark.sql.execution.pandas.convertToArrowArraySafely
+        self.int_to_decimal = int_to_decimal  # ...pythonUDF.pandas.intToDecimalCoercionEnabled
         self.names = output_type.names
         self.parts: list[list[Any]] = [[] for _ in self.names]
 
@@ -309,9 +337,10 @@ class PandasOutput(Output):
             frame,
             self.output_type,
             timezone="UTC",
-            safecheck=True,
+            safecheck=self.safecheck,
             arrow_cast=True,
             assign_cols_by_name=True,
+            int_to_decimal_coercion_enabled=self.int_to_decimal,
         )
         return pa.Table.from_batches([batch])
 

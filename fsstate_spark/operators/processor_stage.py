@@ -98,6 +98,11 @@ class ProcessorSpec:
         init_keys: the grouping columns of the initial state rows.
         timezone: the session time zone (timestamps in pandas frames, as Spark's).
         max_records_per_batch: rows per pandas chunk (``arrow.maxRecordsPerBatch``).
+        max_bytes_per_batch: bytes per pandas chunk (``arrow.maxBytesPerBatch``, by the
+            average row size as Spark's worker estimates it).
+        safecheck: pandas output converted safely (``pandas.convertToArrowArraySafely``).
+        int_to_decimal: integer pandas output coerced into decimal fields
+            (``pythonUDF.pandas.intToDecimalCoercionEnabled``).
         state_encoding: Spark's state encoding (MapState iteration order).
     """
 
@@ -112,6 +117,9 @@ class ProcessorSpec:
     watermarked: bool = False
     timezone: str = "UTC"
     max_records_per_batch: int = 10_000
+    max_bytes_per_batch: int = 2**31 - 1
+    safecheck: bool = False
+    int_to_decimal: bool = False
     state_encoding: str = UNSAFEROW
 
     def __post_init__(self) -> None:
@@ -210,7 +218,13 @@ class ProcessorStage(Operator):
             timers=self._timers,
             timers_allowed=spec.time_mode != "none",
         )
-        out = PandasOutput(spec.output_type) if spec.pandas else RowOutput(self._out_schema)
+        out: Output = (
+            PandasOutput(
+                spec.output_type, safecheck=spec.safecheck, int_to_decimal=spec.int_to_decimal
+            )
+            if spec.pandas
+            else RowOutput(self._out_schema)
+        )
         self.processor.init(handle)
         self._run_keys(rows, init, binding, values, out)
         if self._timers is not None:

@@ -39,6 +39,7 @@ Invariants:
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import DataFrame, GroupedData
@@ -62,6 +63,9 @@ if TYPE_CHECKING:
     from pyspark.sql.connect.group import GroupedData as ConnectGroupedData
 
 MAX_RECORDS_CONF = "spark.sql.execution.arrow.maxRecordsPerBatch"
+MAX_BYTES_CONF = "spark.sql.execution.arrow.maxBytesPerBatch"
+SAFECHECK_CONF = "spark.sql.execution.pandas.convertToArrowArraySafely"
+INT_TO_DECIMAL_CONF = "spark.sql.execution.pythonUDF.pandas.intToDecimalCoercionEnabled"
 TIMEZONE_CONF = "spark.sql.session.timeZone"
 ENCODING_CONF = "spark.sql.streaming.stateStore.encodingFormat"
 
@@ -185,6 +189,9 @@ def _transform(
         init_keys=tuple(init_keys),
         timezone=conf.get(TIMEZONE_CONF) or "UTC",
         max_records_per_batch=_int(conf.get(MAX_RECORDS_CONF), 10_000),
+        max_bytes_per_batch=byte_size(conf.get(MAX_BYTES_CONF), 2**31 - 1),
+        safecheck=(conf.get(SAFECHECK_CONF) or "false").strip().lower() == "true",
+        int_to_decimal=(conf.get(INT_TO_DECIMAL_CONF) or "false").strip().lower() == "true",
         state_encoding=(conf.get(ENCODING_CONF) or "unsaferow").strip().lower(),
     )
     op = ProcessorStage(name or type(processor).__name__, processor, spec)
@@ -387,7 +394,8 @@ def _session(flow: Flow) -> Any:
 
 def _conf(session: Any) -> dict[str, str]:
     out = {}
-    for key in (MAX_RECORDS_CONF, TIMEZONE_CONF, ENCODING_CONF):
+    keys = (MAX_RECORDS_CONF, MAX_BYTES_CONF, SAFECHECK_CONF, INT_TO_DECIMAL_CONF)
+    for key in (*keys, TIMEZONE_CONF, ENCODING_CONF):
         try:
             value = session.conf.get(key, None)
         except Exception:
@@ -403,6 +411,19 @@ def _int(text: str | None, default: int) -> int:
     except ValueError:
         return default
     return value if value > 0 else 2**31 - 1
+
+
+_BYTE_SIZE = re.compile(r"^\s*(\d+)\s*([kmgt]?)b?\s*$")
+_BYTE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def byte_size(text: str | None, default: int) -> int:
+    """A Spark byte size (``"1048576"``, ``"64k"``, ``"256m"``, ``"1g"``; binary units, as
+    Spark's ``byteStringAsBytes``); ``default`` when unset or unreadable, at most 2**31 - 1."""
+    m = _BYTE_SIZE.match((text or "").lower())
+    if m is None or int(m.group(1)) <= 0:
+        return default
+    return min(int(m.group(1)) * _BYTE_UNITS[m.group(2)], 2**31 - 1)
 
 
 def _output_type(output: StructType | str, session: Any, call: str) -> StructType:

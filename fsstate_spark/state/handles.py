@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import pyarrow as pa
+from pyspark.errors import PySparkRuntimeError
 from pyspark.sql.streaming.stateful_processor import (
     ListState,
     MapState,
@@ -36,7 +37,7 @@ from pyspark.sql.streaming.stateful_processor import (
 )
 from pyspark.sql.types import StructType
 
-from fsstate.errors import FsStateError
+from fsstate.errors import FsStateError, SchemaError
 from fsstate.interfaces import (
     Key,
     KeyedListTable,
@@ -61,6 +62,11 @@ class EmptyListError(FsStateError, ValueError):
 
 class TimerModeError(FsStateError, RuntimeError):
     """A timer call in time mode None (Spark refuses it the same way)."""
+
+
+class DeletedStateError(FsStateError, PySparkRuntimeError):
+    """A state variable was used after ``deleteIfExists`` dropped it (Spark's handles raise a
+    ``PySparkRuntimeError`` the same way, with the same message start)."""
 
 
 def _no_key(name: str) -> NoGroupingKeyError:
@@ -181,23 +187,39 @@ class TieredMapState(_BoundState, MapState):
     """
 
     _table: KeyedMapTable
+    _user_key_fields: tuple[str, ...] = ()  # the user key's field names (set when declared)
 
     def exists(self) -> bool:
         """Whether the current key's map has any live entry."""
         return bool(self._table.exists(self._key()))
 
+    def _user_key(self, key: Any) -> tuple[Any, ...]:
+        """The user key as the table takes it: a tuple; a bare value (or a list) is accepted
+        for a one-field user key, as Spark's client accepts it."""
+        if type(key) is tuple:
+            return key
+        if isinstance(key, list):
+            return tuple(key)
+        fields = self._user_key_fields
+        if len(fields) == 1:
+            return (key,)
+        raise SchemaError(
+            f"state {self._stateName!r}: the user key has {len(fields)} fields {list(fields)}; "
+            f"pass a tuple of {len(fields)} values, got {key!r}"
+        )
+
     def getValue(self, key: tuple[Any, ...]) -> tuple[Any, ...] | None:
         """The value under a user key, or None."""
-        value: tuple[Any, ...] | None = self._table.get(self._key(), key)
+        value: tuple[Any, ...] | None = self._table.get(self._key(), self._user_key(key))
         return value
 
     def containsKey(self, key: tuple[Any, ...]) -> bool:
         """Whether the user key holds a live value."""
-        return bool(self._table.contains(self._key(), key))
+        return bool(self._table.contains(self._key(), self._user_key(key)))
 
     def updateValue(self, key: tuple[Any, ...], value: tuple[Any, ...]) -> None:
         """Set the value under a user key (resets that entry's TTL)."""
-        self._table.update(self._key(), key, value)
+        self._table.update(self._key(), self._user_key(key), value)
 
     def iterator(self) -> Iterator[tuple[tuple[Any, ...], tuple[Any, ...]]]:
         """(user key, value) pairs of the current key."""
@@ -213,11 +235,75 @@ class TieredMapState(_BoundState, MapState):
 
     def removeKey(self, key: tuple[Any, ...]) -> None:
         """Remove a user key."""
-        self._table.remove(self._key(), key)
+        self._table.remove(self._key(), self._user_key(key))
 
     def clear(self) -> None:
         """Remove the current key's whole map."""
         self._table.clear(self._key())
+
+
+# Spark's clients' message of each call of a deleted state variable (what processors match)
+_DELETED_MESSAGES = {
+    "value": {
+        "exists": "Error checking value state exists",
+        "get": "Error getting value state",
+        "update": "Error updating value state",
+        "clear": "Error clearing value state",
+    },
+    "list": {
+        "exists": "Error checking value state exists",
+        "get": "Error getting list state",
+        "put": "Error updating value state",
+        "appendValue": "Error updating value state",
+        "appendList": "Error updating value state",
+        "clear": "Error clearing value state",
+    },
+    "map": {
+        "exists": "Error checking map state exists",
+        "getValue": "Error getting value",
+        "containsKey": "Error checking if map state contains key",
+        "updateValue": "Error updating map state value",
+        "iterator": "Error getting map state",
+        "keys": "Error getting map state",
+        "values": "Error getting map state",
+        "removeKey": "Error removing key from map state",
+        "clear": "Error clearing map state",
+    },
+}
+
+
+def _deleted_class(kind: str, base: type[_BoundState]) -> type[_BoundState]:
+    """The class a state object of ``kind`` takes once its variable is deleted: every call
+    raises :class:`DeletedStateError` with Spark's message for that call."""
+
+    def refusing(call: str, prefix: str) -> Any:
+        def method(self: _BoundState, *_args: Any, **_kwargs: Any) -> Any:
+            raise DeletedStateError(
+                f"{prefix}: state variable {self._stateName!r} was deleted with "
+                f"deleteIfExists; declare it again (handle.get{kind.title()}State) to use it"
+            )
+
+        method.__name__ = method.__qualname__ = call
+        return method
+
+    methods = {call: refusing(call, msg) for call, msg in _DELETED_MESSAGES[kind].items()}
+    return type(f"Deleted{base.__name__}", (base,), methods)
+
+
+_KINDS: tuple[tuple[type[_BoundState], str], ...] = (
+    (TieredValueState, "value"),
+    (TieredListState, "list"),
+    (TieredMapState, "map"),
+)
+_DELETED = {base: _deleted_class(kind, base) for base, kind in _KINDS}
+
+
+def _kind_of(state: _BoundState) -> type[_BoundState]:
+    """The state API class (value, list or map) a state object implements."""
+    for base, _ in _KINDS:
+        if isinstance(state, base):
+            return base
+    raise TypeError(f"not a tiered state object: {type(state).__name__}")
 
 
 _S = TypeVar("_S", bound=_BoundState)
@@ -283,6 +369,9 @@ class TieredHandle(StatefulProcessorHandle):
         parse = getattr(client, "_parse_string_schema", None)
         self._ddl_fallback: Callable[[str], StructType] | None = parse
         self._key_schema = key_schema or self._grouping_key_schema(client)
+        # state objects handed out per name, and those whose variable was deleted
+        self._declared: dict[str, list[_BoundState]] = {}
+        self._deleted: dict[str, list[_BoundState]] = {}
 
     @staticmethod
     def _grouping_key_schema(client: Any) -> pa.Schema | None:
@@ -312,7 +401,9 @@ class TieredHandle(StatefulProcessorHandle):
         check_state_name(stateName)
         value_schema = to_arrow(stateName, schema, self._ddl_fallback)
         table = self._store.value_table(stateName, value_schema, self._key_schema, ttlDurationMs)
-        return _with_accessors(TieredValueState, ("get", "update"), self._binding, table, stateName)
+        names = ("get", "update")
+        state = _with_accessors(TieredValueState, names, self._binding, table, stateName)
+        return self._handed_out(stateName, state)
 
     def getListState(
         self, stateName: str, schema: SparkSchema, ttlDurationMs: int | None = None
@@ -321,7 +412,8 @@ class TieredHandle(StatefulProcessorHandle):
         check_state_name(stateName)
         value_schema = to_arrow(stateName, schema, self._ddl_fallback)
         table = self._store.list_table(stateName, value_schema, self._key_schema, ttlDurationMs)
-        return _with_accessors(TieredListState, ("appendValue",), self._binding, table, stateName)
+        state = _with_accessors(TieredListState, ("appendValue",), self._binding, table, stateName)
+        return self._handed_out(stateName, state)
 
     def getMapState(
         self,
@@ -338,13 +430,28 @@ class TieredHandle(StatefulProcessorHandle):
         table = self._store.map_table(
             stateName, user_key_schema, value_schema, self._key_schema, ttlDurationMs, order
         )
-        return _with_accessors(
+        state = _with_accessors(
             TieredMapState,
             ("getValue", "containsKey", "updateValue"),
             self._binding,
             table,
             stateName,
         )
+        state._user_key_fields = tuple(user_key_schema.names)
+        return self._handed_out(stateName, state)
+
+    def _handed_out(self, name: str, state: _S) -> _S:
+        """Record a state object handed out; objects of the same kind handed out before the
+        variable was deleted act as this one from now on (as Spark's, which name the
+        variable)."""
+        kind = _kind_of(state)
+        for old in self._deleted.pop(name, []):
+            if _kind_of(old) is kind:
+                old.__class__ = type(state)
+                old.__dict__.update(state.__dict__)
+                self._declared.setdefault(name, []).append(old)
+        self._declared.setdefault(name, []).append(state)
+        return state
 
     def _timer_key(self, call: str) -> tuple[Timers, Key]:
         if not self._timers_allowed:
@@ -386,6 +493,12 @@ class TieredHandle(StatefulProcessorHandle):
         return timers.listed(key)
 
     def deleteIfExists(self, stateName: str) -> None:
-        """Drop a state variable and all its data from the fsstate store."""
+        """Drop a state variable and all its data from the fsstate store; its state objects
+        raise :class:`DeletedStateError` until the variable is declared again."""
         check_state_name(stateName)
         self._store.drop_table(stateName)
+        gone = self._declared.pop(stateName, [])
+        for state in gone:
+            state.__class__ = _DELETED[_kind_of(state)]
+        if gone:
+            self._deleted.setdefault(stateName, []).extend(gone)

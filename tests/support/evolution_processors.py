@@ -65,7 +65,21 @@ class TotalsBadType(TotalsV1):
     schema = "count STRING, total INT"
 
 
-class TotalsRemoved(TotalsV1):
-    """A forbidden change: ``count`` is gone (or renamed)."""
+class TotalsDropped(StatefulProcessor):
+    """An allowed change: ``count`` is gone (stored rows drop it when read, as Spark's Avro
+    state encoding reads a removed field); sums ``v`` only."""
 
-    schema = "n INT, total INT"
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.state = handle.getValueState("totals", "total INT")
+
+    def handleInputRows(
+        self, key: Any, rows: Any, timerValues: TimerValues
+    ) -> Iterator[pd.DataFrame]:
+        vals = [int(x) for pdf in rows for x in pdf["v"]]
+        cur = self.state.get()
+        total = (cur[0] if cur else 0) + sum(vals)
+        self.state.update((total,))
+        yield pd.DataFrame({"k": [key[0]], "count": [None], "total": [total], "last": [None]})
+
+    def close(self) -> None:
+        pass

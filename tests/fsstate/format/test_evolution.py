@@ -11,7 +11,7 @@ import pytest
 
 from fsstate import PartitionStore, StoreConfig, read_table
 from fsstate.errors import SchemaError, SchemaEvolutionError
-from fsstate.format.evolution import check_evolution, project_rows, widens
+from fsstate.format.evolution import evolve, project_rows, widens
 from fsstate.format.schema import KIND_MAP, KIND_VALUE, TableSpec
 
 KEY = pa.schema([pa.field("k", pa.string())])
@@ -48,23 +48,44 @@ def test_widening_rules(old: pa.DataType, new: pa.DataType, ok: bool) -> None:
 
 def test_allowed_changes() -> None:
     old = _spec(pa.field("count", pa.int32()), pa.field("total", pa.int32()))
-    assert check_evolution("s", old, old) is False
+    assert evolve("s", old, old) is None
     new = _spec(
         pa.field("total", pa.int64()),  # reordered and widened
         pa.field("count", pa.int64()),
         pa.field("last", pa.string()),  # added, nullable
     )
-    assert check_evolution("s", old, new) is True
+    evolved = evolve("s", old, new)
+    assert evolved is not None and evolved.value_schema.equals(new.value_schema)
+    assert evolved.removed_fields is None
     nested_old = _spec(pa.field("p", pa.struct([pa.field("x", pa.int32())])))
     nested_new = _spec(pa.field("p", pa.struct([pa.field("y", pa.string()), ("x", pa.int64())])))
-    assert check_evolution("s", nested_old, nested_new) is True
+    assert evolve("s", nested_old, nested_new) is not None
+
+
+def test_a_removed_field_is_allowed_and_remembered_with_its_stored_type() -> None:
+    """As Spark's Avro state encoding: a field removed from the value schema is dropped from
+    stored rows when read; declaring it again later must read the rows that still hold it."""
+    old = _spec(pa.field("count", pa.int32()), pa.field("total", pa.int32()))
+    removed = evolve("s", old, _spec(pa.field("total", pa.int32())))
+    assert removed is not None and removed.removed_fields is not None
+    assert removed.removed_fields.equals(pa.schema([pa.field("count", pa.int32())]))
+    # declared again (any type): its values are its own from the store's next seq on
+    again = _spec(pa.field("total", pa.int32()), pa.field("count", pa.string()))
+    back = evolve("s", removed, again, next_seq=41)
+    assert back is not None and back.removed_fields is not None
+    entry = back.removed_fields.field("count")
+    assert entry.type == pa.int32() and entry.metadata == {b"since_seq": b"41"}
+    nested = _spec(pa.field("p", pa.struct([pa.field("x", pa.int32()), pa.field("y", pa.int8())])))
+    inner = evolve("s", nested, _spec(pa.field("p", pa.struct([pa.field("x", pa.int32())]))))
+    assert inner is not None and inner.removed_fields is not None
+    assert inner.removed_fields.names == ["p.y"]
+    with pytest.raises(SchemaEvolutionError, match=r"nested field 'p\.y' was removed before"):
+        evolve("s", inner, nested)
 
 
 @pytest.mark.parametrize(
     ("new", "message"),
     [
-        (_spec(pa.field("total", pa.int32())), "stored field 'count' .* missing"),
-        (_spec(pa.field("n", pa.int32()), pa.field("total", pa.int32())), "'count' .* missing"),
         (
             _spec(pa.field("count", pa.int16()), pa.field("total", pa.int32())),
             "'count' changed type from int32 to int16",
@@ -98,7 +119,7 @@ def test_allowed_changes() -> None:
 def test_forbidden_changes_name_state_and_field(new: TableSpec, message: str) -> None:
     old = _spec(pa.field("count", pa.int32()), pa.field("total", pa.int32()))
     with pytest.raises(SchemaEvolutionError, match=message) as info:
-        check_evolution("s", old, new)
+        evolve("s", old, new)
     assert "state 's'" in str(info.value) and "deleteIfExists" in str(info.value)
     assert isinstance(info.value, SchemaError)
 
@@ -107,7 +128,7 @@ def test_map_user_key_change_is_refused() -> None:
     old = _spec(pa.field("c", pa.int64()), kind=KIND_MAP)
     new = TableSpec("s", KIND_MAP, old.value_schema, KEY, pa.schema([("u", pa.string())]))
     with pytest.raises(SchemaEvolutionError, match="user key changed"):
-        check_evolution("s", old, new)
+        evolve("s", old, new)
 
 
 def test_project_rows_keeps_current_layout_and_converts_old() -> None:
@@ -222,9 +243,9 @@ def test_redeclaring_a_loaded_table_reloads_it(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "value",
     [
-        pa.schema([pa.field("total", pa.int32())]),  # removed
         pa.schema([pa.field("count", pa.int16()), pa.field("total", pa.int32())]),  # narrowed
-        pa.schema([pa.field("count", pa.int32()), pa.field("sum", pa.int32())]),  # renamed
+        pa.schema([pa.field("count", pa.string()), pa.field("total", pa.int32())]),  # changed
+        pa.schema([pa.field("count", pa.int32(), nullable=False), pa.field("total", pa.int32())]),
     ],
 )
 def test_forbidden_change_writes_nothing(tmp_path: Path, value: pa.Schema) -> None:
@@ -242,3 +263,38 @@ def test_forbidden_change_writes_nothing(tmp_path: Path, value: pa.Schema) -> No
     s.close()
     assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file()) == files
     assert PartitionStore.committed_versions(root, "op", 0) == [0]
+
+
+def test_a_removed_field_never_comes_back(tmp_path: Path) -> None:
+    """Removing ``count`` keeps every key's other fields across a restart; declaring ``count``
+    again (of any type) reads null in every row written before that, whether or not a
+    compaction rewrote the rows meanwhile: the removed values never come back."""
+    only_total = pa.schema([pa.field("total", pa.int32())])
+    back = pa.schema([pa.field("total", pa.int32()), pa.field("count", pa.int64())])
+    as_text = pa.schema([pa.field("total", pa.int32()), pa.field("count", pa.string())])
+    for compact, again in ((False, back), (True, back), (False, as_text)):
+        root = str(tmp_path / f"{compact}-{again.field('count').type}")
+        s = PartitionStore.open(root, "op", 0, config=CFG)
+        s.value_table("v", V1, KEY).update(("a",), (1, 2))
+        s.commit(0)
+        s.close()
+        s = PartitionStore.open(root, "op", 0, 0, config=CFG)
+        t = s.value_table("v", only_total, KEY)
+        assert t.get(("a",)) == (2,)
+        t.update(("b",), (7,))
+        if compact:
+            s.compact(force=True)
+        s.commit(1)
+        s.close()
+        s = PartitionStore.open(root, "op", 0, 1, config=CFG)
+        t = s.value_table("v", again, KEY)
+        assert t.get(("a",)) == (2, None) and t.get(("b",)) == (7, None)
+        t.update(("c",), (3, 9 if again is back else "9"))
+        s.compact(force=True)
+        s.commit(2)
+        s.close()
+        s = PartitionStore.open(root, "op", 0, 2, config=CFG)
+        t = s.value_table("v", again, KEY)
+        assert t.get(("a",)) == (2, None)
+        assert t.get(("c",)) == (3, 9 if again is back else "9")
+        s.close()

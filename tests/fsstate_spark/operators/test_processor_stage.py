@@ -347,3 +347,92 @@ def test_row_timestamps_as_pyarrow_converts_them(tz: str | None, values: list[An
             continue
         assert (g, g.replace(tzinfo=None), g.fold) == (w, w.replace(tzinfo=None), w.fold)
         assert g.tzinfo is w.tzinfo or (tz is not None and tz.startswith("+"))
+
+
+class ChunkSizes(StatefulProcessor):
+    """Yields, per key, the sizes of the pandas chunks it was handed."""
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        pass
+
+    def handleInputRows(self, key: Any, rows: Any, timerValues: TimerValues) -> Iterator[Any]:
+        sizes = ",".join(str(len(frame)) for frame in rows)
+        yield pd.DataFrame({"k": [key[0]], "sizes": [sizes]})
+
+    def close(self) -> None:
+        pass
+
+
+def test_pandas_chunks_follow_sparks_byte_limit_per_key(tmp_path: Path) -> None:
+    """``spark.sql.execution.arrow.maxBytesPerBatch`` cuts a key's rows into several frames by
+    the average Arrow row size, as Spark's worker does (the records limit applies too)."""
+    out = StructType([StructField("k", StringType()), StructField("sizes", StringType())])
+    table = pa.table({"k": ["a"] * 5 + ["b"] * 3, "v": ["x" * 100] * 8})
+    row_bytes = sum(b.size for c in table.columns for ch in c.chunks for b in ch.buffers() if b)
+    average = row_bytes / table.num_rows
+
+    def sizes(max_records: int, max_bytes: int) -> list[tuple[Any, ...]]:
+        spec = ProcessorSpec(
+            keys=("k",),
+            output_type=out,
+            output_mode="update",
+            time_mode="none",
+            pandas=True,
+            max_records_per_batch=max_records,
+            max_bytes_per_batch=max_bytes,
+        )
+        op = ProcessorStage("chunks", ChunkSizes(), spec)
+        fileio = FileIO(Location.parse(str(tmp_path / f"{max_records}-{max_bytes}")))
+        res = run_epoch(op, fileio, 0, 0, table, pool=StorePool())
+        return sorted(tuple(r.values()) for r in res.output.to_pylist())
+
+    assert sizes(10_000, 2**31 - 1) == [("a", "5"), ("b", "3")]
+    # a chunk ends once its rows times the average row size reach the limit: 2 rows here
+    assert sizes(10_000, int(average * 1.5)) == [("a", "2,2,1"), ("b", "2,1")]
+    assert sizes(1, int(average * 1.5)) == [("a", "1,1,1,1,1"), ("b", "1,1,1")]
+
+
+class DecimalOut(StatefulProcessor):
+    """Yields an integer column for a decimal output field."""
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        pass
+
+    def handleInputRows(self, key: Any, rows: Any, timerValues: TimerValues) -> Iterator[Any]:
+        total = sum(int(frame["v"].sum()) for frame in rows)
+        yield pd.DataFrame({"k": [key[0]], "amount": [total]})
+
+    def close(self) -> None:
+        pass
+
+
+def test_integer_output_is_coerced_into_a_decimal_field_when_spark_says_so(
+    tmp_path: Path,
+) -> None:
+    """``spark.sql.execution.pythonUDF.pandas.intToDecimalCoercionEnabled``: an integer column
+    yielded for a decimal output field converts, as in Spark's worker; without it, Spark's
+    conversion refuses it (an error, not a wrong value)."""
+    from pyspark.sql.types import DecimalType
+
+    out = StructType([StructField("k", StringType()), StructField("amount", DecimalType(10, 2))])
+    table = pa.table({"k": ["a", "a", "b"], "v": [1, 2, 5]})
+
+    def run(coerce: bool) -> list[tuple[Any, ...]]:
+        spec = ProcessorSpec(
+            keys=("k",),
+            output_type=out,
+            output_mode="update",
+            time_mode="none",
+            pandas=True,
+            int_to_decimal=coerce,
+        )
+        op = ProcessorStage("dec", DecimalOut(), spec)
+        fileio = FileIO(Location.parse(str(tmp_path / str(coerce))))
+        res = run_epoch(op, fileio, 0, 0, table, pool=StorePool())
+        return sorted(tuple(r.values()) for r in res.output.to_pylist())
+
+    import decimal
+
+    assert run(True) == [("a", decimal.Decimal("3.00")), ("b", decimal.Decimal("5.00"))]
+    with pytest.raises(Exception, match="decimal"):
+        run(False)
