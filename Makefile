@@ -36,8 +36,8 @@ test-spark: $(STAMP)  ## Spark suites only
 	$(PY) -m pytest -q tests -m spark
 
 lint: $(STAMP)  ## ruff, ruff format, mypy and the import contracts (the package layout)
-	$(PY) -m ruff check fsstate fsstate_spark tests examples bench
-	$(PY) -m ruff format --check fsstate fsstate_spark tests examples bench
+	$(PY) -m ruff check fsstate fsstate_spark tests examples bench devkit
+	$(PY) -m ruff format --check fsstate fsstate_spark tests examples bench devkit
 	$(PY) -m mypy
 	$(VENV)/bin/lint-imports
 

@@ -98,7 +98,7 @@ def _stderr_to(path: Path) -> Iterator[None]:
 
 def _session(ctx: BenchContext, app: str, **overrides: str) -> Any:
     """A local SparkSession from conf/spark-defaults.conf (local[2], no UI)."""
-    from tests.support.spark_local import local_session
+    from devkit.spark_local import local_session
 
     settings = {
         "spark.master": "local[2]",

@@ -45,7 +45,7 @@ KINDS = ("get", "put", "head", "list", "delete")
 
 def s3_server(ctx: BenchContext) -> Any:
     """A SeaweedFS S3 server (not started) under the run's tmp dir; skips the suite without one."""
-    from tests.support.s3_server import SeaweedS3, find_weed
+    from devkit.s3_server import SeaweedS3, find_weed
 
     try:
         find_weed()
