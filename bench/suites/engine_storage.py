@@ -1,15 +1,15 @@
 """Engine benchmarks that go through storage: commits, write amplification, opening a large
 store, and a partition moving between workers (the ``commit``, ``write_amp``, ``open`` and
-``move`` groups of the engine suite; :mod:`bench.engine` runs them, this module does not).
+``move`` groups of the engine suite; :mod:`bench.suites.engine` runs them, this module does not).
 
 Invariants:
 
-* This module never imports :mod:`bench.engine`: that module imports the group functions and
-  the shared pieces (``SUITE``, ``OPERATOR``, ``VALUE_WIDTH``, :class:`_Scratch`) from here,
+* This module never imports :mod:`bench.suites.engine`: that module imports the group functions and
+  the shared pieces (``SUITE``, ``OPERATOR``, ``VALUE_WIDTH``, :class:`Scratch`) from here,
   so the imports only go one way.
 * Every result row carries ``SUITE`` (``"engine"``): these rows belong to the engine suite's
-  file, in the order :func:`bench.engine.run` calls the groups.
-* Each group builds its stores under the ``_Scratch`` root it is given (removed by the
+  file, in the order :func:`bench.suites.engine.run` calls the groups.
+* Each group builds its stores under the ``Scratch`` root it is given (removed by the
   caller at the end), except the large store of ``open``, which is cached under
   ``<tmp_dir>/store-<size>`` with a ``bench_meta.json`` and rebuilt whenever its format
   (``BIG_STORE_FORMAT``), its size or the fsstate sources (:func:`engine_fingerprint`) change.
@@ -28,8 +28,16 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from bench.common import BenchContext, Result, median, percentile, sample, stopwatch, time_call
-from bench.datagen import (
+from bench.harness.common import (
+    BenchContext,
+    Result,
+    median,
+    percentile,
+    sample,
+    stopwatch,
+    time_call,
+)
+from bench.harness.datagen import (
     KEY_SCHEMA,
     VALUE_SCHEMA,
     key_of,
@@ -55,7 +63,7 @@ BIG_VALUE_WIDTH = 96
 MIB = 1024 * 1024
 
 
-class _Scratch:
+class Scratch:
     """Fresh store directories under one scratch root."""
 
     def __init__(self, root: Path) -> None:
@@ -65,15 +73,17 @@ class _Scratch:
         root.mkdir(parents=True, exist_ok=True)
 
     def store(self) -> PartitionStore:
+        """A new store in a directory of its own."""
         self.count += 1
         return PartitionStore.open(str(self.root / f"s{self.count}"), OPERATOR, 0)
 
     def cleanup(self) -> None:
+        """Remove the scratch root."""
         shutil.rmtree(self.root, ignore_errors=True)
 
 
 # -- commit ---------------------------------------------------------------------------------------
-def bench_commit(ctx: BenchContext, scratch: _Scratch, rng: np.random.Generator) -> list[Result]:
+def bench_commit(ctx: BenchContext, scratch: Scratch, rng: np.random.Generator) -> list[Result]:
     """Median latency of committing a store in which nothing changed, durable (fsync, the
     default) and with ``StoreConfig(fsync=False)``, the two stores taking turns."""
     n = 100_000
@@ -145,7 +155,7 @@ def bench_commit(ctx: BenchContext, scratch: _Scratch, rng: np.random.Generator)
 
 
 # -- write amplification ------------------------------------------------------------------------
-def bench_write_amp(ctx: BenchContext, scratch: _Scratch, rng: np.random.Generator) -> list[Result]:
+def bench_write_amp(ctx: BenchContext, scratch: Scratch, rng: np.random.Generator) -> list[Result]:
     """Bytes written per commit over the Arrow bytes of the rows changed since the last one."""
     base_rows = 200_000
     repeat = ctx.pick(2, 3)
@@ -211,7 +221,8 @@ def _size_label(nbytes: int) -> str:
     return f"{nbytes // MIB}MiB"
 
 
-def _open_big(path: Path, version: int) -> tuple[PartitionStore, Any]:
+def open_big(path: Path, version: int) -> tuple[PartitionStore, Any]:
+    """Open the cached large store at ``version``: the store and its value table."""
     st = PartitionStore.open(str(path), OPERATOR, 0, version)
     return st, st.value_table("v", VALUE_SCHEMA, KEY_SCHEMA)
 
@@ -228,7 +239,9 @@ def engine_fingerprint() -> str:
     return h.hexdigest()[:16]
 
 
-def _load_big_meta(path: Path, target: int) -> dict[str, Any] | None:
+def load_big_meta(path: Path, target: int) -> dict[str, Any] | None:
+    """The ``bench_meta.json`` of the store cached at ``path`` if it can be reused (same
+    format, size ``target`` and engine sources, and it opens and reads), else None."""
     meta_file = path / "bench_meta.json"
     try:
         meta: dict[str, Any] = json.loads(meta_file.read_text(encoding="utf-8"))
@@ -241,7 +254,7 @@ def _load_big_meta(path: Path, target: int) -> dict[str, Any] | None:
     ):
         return None
     try:  # the engine may have changed its format since the cache was built
-        st, vt = _open_big(path, int(meta["version"]))
+        st, vt = open_big(path, int(meta["version"]))
         probe = vt.get(key_of(int(meta["rows"]) - 1))
         st.close()
     except (FsStateError, KeyError, ValueError, OSError):
@@ -259,7 +272,7 @@ def build_big_store(ctx: BenchContext, target: int, batch_rows: int) -> dict[str
     file format. Any compaction the engine wants is run before the last commit.
     """
     path = ctx.tmp_dir / f"store-{_size_label(target)}"
-    meta = _load_big_meta(path, target)
+    meta = load_big_meta(path, target)
     if meta is not None:
         meta["cached"] = True
         ctx.log(f"  reusing cached {_size_label(target)} store at {path}")
@@ -309,7 +322,7 @@ def build_big_store(ctx: BenchContext, target: int, batch_rows: int) -> dict[str
     return meta
 
 
-def bench_open(ctx: BenchContext, scratch: _Scratch, rng: np.random.Generator) -> list[Result]:
+def bench_open(ctx: BenchContext, scratch: Scratch, rng: np.random.Generator) -> list[Result]:
     """Open time of a large store, and the latency of the first read of a cold key."""
     target = ctx.pick(100 * MIB, 1024 * MIB)
     batch_rows = ctx.pick(250_000, 1_000_000)
@@ -334,7 +347,7 @@ def bench_open(ctx: BenchContext, scratch: _Scratch, rng: np.random.Generator) -
     ]
 
     def open_and_declare() -> None:
-        st, _ = _open_big(path, version)
+        st, _ = open_big(path, version)
         st.close()
 
     times = [t * 1000 for t in sample(open_and_declare, repeat=ctx.pick(10, 20), warmup=2)]
@@ -357,7 +370,7 @@ def bench_open(ctx: BenchContext, scratch: _Scratch, rng: np.random.Generator) -
     for where, key_id, reps in cases:
         times = []
         for _ in range(reps):
-            st, vt = _open_big(path, version)
+            st, vt = open_big(path, version)
             key = key_of(key_id)
             times.append(time_call(lambda vt=vt, key=key: vt.get(key)) * 1000)  # type: ignore[misc]
             st.close()
@@ -381,7 +394,7 @@ def bench_open(ctx: BenchContext, scratch: _Scratch, rng: np.random.Generator) -
 
 
 # -- a partition moving between workers ------------------------------------------------------
-def bench_move(ctx: BenchContext, scratch: _Scratch, rng: np.random.Generator) -> list[Result]:
+def bench_move(ctx: BenchContext, scratch: Scratch, rng: np.random.Generator) -> list[Result]:
     """A Spark-like batch on a store whose partition comes back from another worker.
 
     Two store objects of one partition play two Python workers taking turns (what Spark does

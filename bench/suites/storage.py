@@ -27,7 +27,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from bench.common import BenchContext, Result, SuiteSkipped, median, spread_text
+from bench.harness.common import BenchContext, Result, median, spread_text
+from bench.harness.s3 import s3_options, s3_server
 from fsstate import PartitionStore, StoreConfig
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.location import Location
@@ -41,18 +42,6 @@ KEY = pa.schema([pa.field("k", pa.string())])
 VAL = pa.schema([pa.field("n", pa.int64()), pa.field("s", pa.string())])
 UKEY = pa.schema([pa.field("u", pa.string())])
 KINDS = ("get", "put", "head", "list", "delete")
-
-
-def s3_server(ctx: BenchContext) -> Any:
-    """A SeaweedFS S3 server (not started) under the run's tmp dir; skips the suite without one."""
-    from devkit.s3_server import SeaweedS3, find_weed
-
-    try:
-        find_weed()
-    except FileNotFoundError as exc:
-        raise SuiteSkipped(str(exc)) from exc
-    ctx.tmp_dir.mkdir(parents=True, exist_ok=True)
-    return SeaweedS3(tempfile.mkdtemp(prefix="weed-", dir=ctx.tmp_dir))
 
 
 def _key(i: int) -> tuple[str]:
@@ -121,13 +110,7 @@ def run(ctx: BenchContext) -> list[Result]:
     info = server.start()
     scratch = Path(tempfile.mkdtemp(prefix=f"{SUITE}-", dir=ctx.tmp_dir))
     try:
-        opts = {
-            "endpoint": info.endpoint,
-            "access_key_id": info.access_key,
-            "secret_access_key": info.secret_key,
-            "region": "us-east-1",
-            "allow_http": "true",
-        }
+        opts = s3_options(info)
         backends = [
             Backend("local", Location.parse(str(scratch / "state"))),
             Backend("s3", Location.parse(f"s3://{info.bucket}/bench-storage", opts)),

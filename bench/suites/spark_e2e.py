@@ -41,7 +41,7 @@ Interleaving: the suite runs in rounds. Round ``r`` writes micro-batch ``r`` and
 every variant's query (own checkpoint; ``trigger(availableNow=True)``) until it has processed
 that one file, rotating the order of the variants from round to round. So the variants see the
 same machine, in the same minute, batch by batch; ratios are computed per round (paired) and
-their median reported, with the spread (:func:`bench.common.median_ci`). The flavours
+their median reported, with the spread (:func:`bench.harness.common.median_ci`). The flavours
 alternate in that order (pandas, row, pandas, ...), so every query follows one of the other
 flavour and a cost of switching weighs on all alike.
 
@@ -95,21 +95,21 @@ from typing import Any
 import numpy as np
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
-from bench.common import BenchContext, Result, SuiteSkipped, median, require_pyspark, spread_text
-from bench.spark_memory import _memory_bounded
-from bench.spark_procs import API, KINDS, Recorder
-from bench.spark_runner import (
+from bench.harness.common import BenchContext, Result, SuiteSkipped, median, spread_text
+from bench.harness.spark import require_pyspark, session
+from bench.harness.spark_procs import API, KINDS, Recorder
+from bench.harness.spark_runner import (
+    BatchStats,
     Config,
     Variant,
-    _batch_stats,
-    _BatchStats,
-    _paired,
-    _read_stats,
-    _run_once,
-    _session,
-    _tag,
-    _write_batch,
+    batch_stats,
+    paired,
+    read_stats,
+    run_once,
+    variant_tag,
+    write_batch,
 )
+from bench.suites.spark_e2e_memory import memory_bounded
 
 SUITE = "spark_e2e"
 MIB = 1024 * 1024
@@ -138,7 +138,7 @@ def _make_variants(cfg: Config, root: Path, stats_dir: Path, state_uri: Path) ->
             cls = KINDS[kind]
             modes = ["none"] if kind == "no_state" else ["native", "tiered"]
             for mode in modes:
-                tag = _tag(flavour, kind, mode)
+                tag = variant_tag(flavour, kind, mode)
                 bench = cls(tag, str(stats_dir), flavour)
                 proc: StatefulProcessor = bench
                 if mode == "tiered":
@@ -165,16 +165,16 @@ def _compare(ctx: BenchContext, spark: Any, cfg: Config, root: Path) -> list[Res
             ids = rng.permutation(cfg.keys)
         else:
             ids = rng.choice(cfg.keys, size=cfg.rows_per_batch, replace=False)
-        rows = _write_batch(input_dir, b, ids)
+        rows = write_batch(input_dir, b, ids)
         order = variants[b % len(variants) :] + variants[: b % len(variants)]
         for v in order:
-            _run_once(spark, v, input_dir)
+            run_once(spark, v, input_dir)
             ms = v.wall_ms.get(b)
             ctx.log(
                 f"  {cfg.label} batch {b} {v.tag:<26} {rows:>7} rows "
                 f"{ms / 1000 if ms else float('nan'):7.2f} s (query run {v.run_s[-1]:.1f} s)"
             )
-    stats = _read_stats(stats_dir)
+    stats = read_stats(stats_dir)
     measured = list(range(1 + cfg.warm_batches, batches))
     out: list[Result] = []
     for flavour, kinds in cfg.flavours():
@@ -192,7 +192,7 @@ def _results(
 ) -> list[Result]:
     """Result rows of one flavour, against that flavour's ``no_state`` query."""
     by_tag = {v.tag: v for v in variants if v.flavour == flavour}
-    base = by_tag[_tag(flavour, "no_state", "none")]
+    base = by_tag[variant_tag(flavour, "no_state", "none")]
     # pandas keeps the unmarked names (history stays comparable); Row gets a marker
     pandas = flavour == "pandas"
     lab = cfg.label if pandas else f"{cfg.label} {flavour}"
@@ -245,15 +245,18 @@ def _results(
     for kind in kinds:
         if kind == "no_state":
             continue
-        nat, tie = by_tag[_tag(flavour, kind, "native")], by_tag[_tag(flavour, kind, "tiered")]
+        nat, tie = (
+            by_tag[variant_tag(flavour, kind, "native")],
+            by_tag[variant_tag(flavour, kind, "tiered")],
+        )
         calls = nat.calls_per_key
         rates = {
             v.mode: [v.rows[i] / v.wall_ms[i] * 1000 for i in measured if i in v.wall_ms]
             for v in (nat, tie)
         }
-        pn = _paired(tie, nat, measured)
-        pb = _paired(tie, base, measured)
-        pnb = _paired(nat, base, measured)
+        pn = paired(tie, nat, measured)
+        pb = paired(tie, base, measured)
+        pnb = paired(nat, base, measured)
         vs_native = [n / t for t, n, _ in pn]
         # what zero-cost state would reach: the framework's own time against native's
         ceiling = median([n / b for n, b, _ in pnb])
@@ -262,8 +265,8 @@ def _results(
         cost_n = [(n - b) * 1000 / (calls * r) for n, b, r in pnb]
         # in-worker figures per measured batch, over every task of the batch on each side
         # (restored stores included): the same batches, partitions and keys for both
-        nb = _batch_stats(stats, nat.tag, measured)
-        tb = _batch_stats(stats, tie.tag, measured)
+        nb = batch_stats(stats, nat.tag, measured)
+        tb = batch_stats(stats, tie.tag, measured)
         same = [
             b
             for b in measured
@@ -472,7 +475,7 @@ def _median_or_none(xs: list[float], default: float | None = None) -> Any:
     return median(xs) if xs else default
 
 
-def _ms(per_batch: dict[int, _BatchStats], batches: list[int], attr: str) -> str:
+def _ms(per_batch: dict[int, BatchStats], batches: list[int], attr: str) -> str:
     """Median over ``batches`` of one summed field, in ms."""
     xs = [getattr(per_batch[b], attr) * 1000 for b in batches]
     return f"{median(xs):.1f} ms" if xs else "—"
@@ -535,7 +538,7 @@ def run(ctx: BenchContext) -> list[Result]:
     scratch = Path(tempfile.mkdtemp(prefix=f"{SUITE}-", dir=ctx.tmp_dir))
     out: list[Result] = []
     try:
-        spark = _session(ctx, "fsstate-bench-e2e")
+        spark = session(ctx, "fsstate-bench-e2e")
         for cfg in _configs(ctx):
             if not ctx.wants(cfg.label):
                 continue
@@ -560,7 +563,7 @@ def run(ctx: BenchContext) -> list[Result]:
             spark = None
             ctx.log("spark_e2e/memory-bounded ...")
             try:
-                res = _memory_bounded(ctx, scratch / "memory", 32, 176_000, 4)
+                res = memory_bounded(ctx, scratch / "memory", 32, 176_000, 4)
             except Exception as exc:
                 ctx.log(f"spark_e2e/memory FAILED: {exc!r}")
                 traceback.print_exc()

@@ -16,9 +16,10 @@ from typing import Any
 import numpy as np
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
-from bench.common import BenchContext, Result, median
-from bench.spark_procs import BenchProcessor, BigValue, NoState, Recorder
-from bench.spark_runner import Variant, _read_stats, _run_once, _session, _write_batch
+from bench.harness.common import BenchContext, Result, median
+from bench.harness.spark import session
+from bench.harness.spark_procs import BenchProcessor, BigValue, NoState, Recorder
+from bench.harness.spark_runner import Variant, read_stats, run_once, write_batch
 
 SUITE = "spark_e2e"
 MIB = 1024 * 1024
@@ -45,16 +46,16 @@ def _memory_query(
     kind = bench.tag.rpartition("/")[2]
     variant = Variant(kind, mode, Recorder(proc, bench), root / "checkpoint", bench.calls_per_key)
     per = keys // batches
-    spark = _session(ctx, f"fsstate-bench-{bench.tag.replace('/', '-')}")
+    spark = session(ctx, f"fsstate-bench-{bench.tag.replace('/', '-')}")
     try:
         for b in range(batches):
-            rows = _write_batch(input_dir, b, np.arange(b * per, (b + 1) * per))
-            _run_once(spark, variant, input_dir)
+            rows = write_batch(input_dir, b, np.arange(b * per, (b + 1) * per))
+            run_once(spark, variant, input_dir)
             ms = variant.wall_ms.get(b, float("nan"))
             ctx.log(f"  {bench.tag} batch {b}: {rows:,} new keys, {ms / 1000:.2f} s")
     finally:
         spark.stop()
-    return variant, _read_stats(root / "stats")
+    return variant, read_stats(root / "stats")
 
 
 def _state_by_worker(
@@ -89,7 +90,7 @@ def _peaks_mib(stats: list[dict[str, Any]]) -> dict[int, float]:
     return out
 
 
-def _memory_bounded(
+def memory_bounded(
     ctx: BenchContext, root: Path, limit_mib: int, keys: int, batches: int
 ) -> list[Result]:
     """``tiered(BigValue(), memory_limit=...)`` over ``keys`` new keys in ``batches`` batches,

@@ -1,8 +1,8 @@
 """Where a micro-batch's time goes: fsstate's windowed count at 4 and at 200 partitions.
 
-The query is the windowed count of :mod:`bench.spark_matrix` (2 rows per key: 100,000 rows per
-batch over 50,000 keys in full runs, 20,000 over 10,000 in quick ones), one query per partition
-count, side by side in one SparkSession (local[2]), each on its own hard links of the same
+The query is the windowed count of :mod:`bench.suites.spark_matrix` (2 rows per key: 100,000
+rows per batch over 50,000 keys in full runs, 20,000 over 10,000 in quick ones), one query per
+partition count, side by side in one SparkSession (local[2]), each on its own hard links of the same
 Parquet batch files, the two taking turns to go first. Per measured batch, in ms:
 
 * Spark's progress (``durationMs``): ``latestOffset``, ``getBatch``, ``queryPlanning``,
@@ -45,8 +45,8 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from bench.common import BenchContext, Result, hand_in, median, require_pyspark, stop_queries
-from bench.spark_matrix import (
+from bench.harness.common import BenchContext, Result, median
+from bench.harness.matrix import (
     EPOCH_LOG_ENV,
     TRIGGER,
     Cell,
@@ -55,6 +55,8 @@ from bench.spark_matrix import (
     read_epoch_log,
     wait_batch,
 )
+from bench.harness.operator_queries import INPUT_SCHEMA, fsstate_flow
+from bench.harness.spark import hand_in, require_pyspark, session, stop_queries
 
 SUITE = "spark_breakdown"
 PARTITIONS = (4, 200)
@@ -118,7 +120,6 @@ def _instrument(driver: Any, timings: Timings) -> Callable[[Any, int], None]:
 
 
 def _start(spark: Any, job: Job, timings: Timings) -> None:
-    from bench.spark_operators import INPUT_SCHEMA, fsstate_flow
     from fsstate_spark import operators as ops
 
     n = job.cell.partitions
@@ -139,15 +140,13 @@ def _start(spark: Any, job: Job, timings: Timings) -> None:
 def run(ctx: BenchContext) -> list[Result]:
     """Run the two queries and break their batches down."""
     require_pyspark()
-    from bench.spark_runner import _session
-
     rows, keys, unmeasured, measured = _sizes(ctx)
     ctx.tmp_dir.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=f"{SUITE}-", dir=ctx.tmp_dir))
     events_dir = scratch / "events"
     events_dir.mkdir()
     epoch_log = scratch / "epochs.jsonl"
-    spark = _session(
+    spark = session(
         ctx,
         "fsstate-bench-breakdown",
         **{

@@ -16,13 +16,13 @@ this order:
 
 This module holds the in-memory call groups (``hot``, ``batch``, ``collections``) and
 :func:`run`; the storage-facing groups (``commit``, ``write_amp``, ``open``, ``move``) live
-in :mod:`bench.engine_storage`.
+in :mod:`bench.suites.engine_storage`.
 
 Invariants:
 
 * :data:`GROUPS` fixes the order in which groups run and so the order of the result rows;
   every row carries ``SUITE`` (``"engine"``).
-* Imports go one way: this module imports :mod:`bench.engine_storage`, never the reverse.
+* Imports go one way: this module imports :mod:`bench.suites.engine_storage`, never the reverse.
 * Every group builds its own stores under one scratch directory that :func:`run` removes at
   the end; a group that raises yields one failed row and the other groups still run.
 """
@@ -40,8 +40,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from bench.common import BenchContext, Result, median, rates, sample_pair, stopwatch
-from bench.datagen import (
+from bench.harness.common import BenchContext, Result, median, rates, sample_pair, stopwatch
+from bench.harness.datagen import (
     KEY_SCHEMA,
     VALUE_SCHEMA,
     key_of,
@@ -50,10 +50,10 @@ from bench.datagen import (
     python_values,
     value_table,
 )
-from bench.engine_storage import (
+from bench.suites.engine_storage import (
     SUITE,
     VALUE_WIDTH,
-    _Scratch,
+    Scratch,
     bench_commit,
     bench_move,
     bench_open,
@@ -93,7 +93,7 @@ def _rate_result(
 
 
 # -- hot get / update ---------------------------------------------------------------------------
-def bench_hot(ctx: BenchContext, scratch: _Scratch, rng: np.random.Generator) -> list[Result]:
+def bench_hot(ctx: BenchContext, scratch: Scratch, rng: np.random.Generator) -> list[Result]:
     """Hot ``get`` and ``update`` of a value table vs ``dict.get`` and dict assignment."""
     n = ctx.pick(100_000, 500_000)
     repeat = 5
@@ -197,7 +197,7 @@ def _hot_cursor_pair(vt: Any, keys: list[Any], vals: list[Any], repeat: int) -> 
 
 
 # -- put_many / get_many ------------------------------------------------------------------------
-def bench_batch(ctx: BenchContext, scratch: _Scratch, rng: np.random.Generator) -> list[Result]:
+def bench_batch(ctx: BenchContext, scratch: Scratch, rng: np.random.Generator) -> list[Result]:
     """``put_many`` / ``get_many`` rows/s vs building and reading a dict from the same tables."""
     n = ctx.pick(100_000, 1_000_000)
     m = ctx.pick(20_000, 50_000)
@@ -304,7 +304,7 @@ def bench_batch(ctx: BenchContext, scratch: _Scratch, rng: np.random.Generator) 
 
 
 def _batch_put_with_deferred(
-    scratch: _Scratch,
+    scratch: Scratch,
     kt: pa.Table,
     vtab: pa.Table,
     sample_kt: pa.Table,
@@ -402,7 +402,7 @@ def _batch_put_with_deferred(
 
 # -- lists and maps -----------------------------------------------------------------------------
 def bench_collections(
-    ctx: BenchContext, scratch: _Scratch, rng: np.random.Generator
+    ctx: BenchContext, scratch: Scratch, rng: np.random.Generator
 ) -> list[Result]:
     """Hot ``ListTable.append`` and ``MapTable.update`` vs dict-of-list / dict-of-dict."""
     n = ctx.pick(50_000, 300_000)
@@ -491,7 +491,7 @@ def bench_collections(
     return out
 
 
-GROUPS: dict[str, Callable[[BenchContext, _Scratch, np.random.Generator], list[Result]]] = {
+GROUPS: dict[str, Callable[[BenchContext, Scratch, np.random.Generator], list[Result]]] = {
     "hot": bench_hot,
     "batch": bench_batch,
     "commit": bench_commit,
@@ -504,7 +504,7 @@ GROUPS: dict[str, Callable[[BenchContext, _Scratch, np.random.Generator], list[R
 
 def run(ctx: BenchContext) -> list[Result]:
     """Run every engine group selected by ``ctx.only`` (a group runs if its name matches)."""
-    scratch = _Scratch(ctx.tmp_dir / "scratch")
+    scratch = Scratch(ctx.tmp_dir / "scratch")
     out: list[Result] = []
     try:
         for group, fn in GROUPS.items():
