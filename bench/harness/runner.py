@@ -32,7 +32,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from bench.harness.chart import write_chart
 from bench.harness.common import (
     RESULTS_DIR,
     BenchContext,
@@ -47,7 +49,6 @@ from bench.harness.report import (
     fmt_ci,
     fmt_goal,
     fmt_value,
-    write_chart,
     write_docs,
     write_suite_json,
 )
@@ -251,37 +252,48 @@ def main(argv: list[str] | None = None) -> int:
     status = 0
     t_all = time.perf_counter()
     for suite in selected:
-        ctx.log(f"suite {suite.name} ({mode})")
-        git_before = git_state()
-        started_at = utc_now()
-        t0 = time.perf_counter()
-        try:
-            results = suite.load()(ctx)
-        except SuiteSkipped as exc:
-            ctx.log(f"suite {suite.name} skipped: {exc}")
-            continue
-        except Exception as exc:
-            ctx.log(f"suite {suite.name} crashed: {exc!r}")
-            import traceback
+        status = max(status, _run_suite(suite, ctx, args, machine))
+    if not args.no_docs and not args.only:
+        ctx.log(f"wrote {write_docs(results_dir)}")
+    ctx.log(f"all done in {time.perf_counter() - t_all:.0f} s")
+    return status
 
-            traceback.print_exc()
-            status = 1
-            continue
-        duration = time.perf_counter() - t0
-        git_after = git_state()
-        if any(r.notes.startswith("ERROR") for r in results):
-            status = 1
-        if args.only:
-            ctx.log("--only given: results not written (a partial run would replace the file)")
-            print(f"\n{suite.name} ({mode}, {duration:.0f} s):")
-            _print_table(results)
-            continue
+
+def _run_suite(
+    suite: Suite, ctx: BenchContext, args: argparse.Namespace, machine: dict[str, Any]
+) -> int:
+    """Run one suite and, unless ``--only`` narrowed it, write its JSON file and chart.
+
+    Returns:
+        1 when the suite crashed or a benchmark of it raised, else 0 (skipped included).
+    """
+    ctx.log(f"suite {suite.name} ({ctx.mode})")
+    git_before = git_state()
+    started_at = utc_now()
+    t0 = time.perf_counter()
+    try:
+        results = suite.load()(ctx)
+    except SuiteSkipped as exc:
+        ctx.log(f"suite {suite.name} skipped: {exc}")
+        return 0
+    except Exception as exc:
+        ctx.log(f"suite {suite.name} crashed: {exc!r}")
+        import traceback
+
+        traceback.print_exc()
+        return 1
+    duration = time.perf_counter() - t0
+    git_after = git_state()
+    status = 1 if any(r.notes.startswith("ERROR") for r in results) else 0
+    if args.only:
+        ctx.log("--only given: results not written (a partial run would replace the file)")
+    else:
         path = write_suite_json(
-            results_dir,
+            ctx.results_dir,
             suite.name,
             results,
             machine,
-            mode,
+            ctx.mode,
             duration,
             commit=git_before.commit,
             # the commit names the code only if the tree was clean and HEAD stayed put throughout
@@ -289,17 +301,14 @@ def main(argv: list[str] | None = None) -> int:
             started_at=started_at,
         )
         chart = write_chart(
-            results_dir / f"{suite.name}.png",
+            ctx.results_dir / f"{suite.name}.png",
             suite.name,
             results,
-            f"{mode} run, {machine['cpu_count']} cores, {machine['timestamp']}",
+            f"{ctx.mode} run, {machine['cpu_count']} cores, {machine['timestamp']}",
         )
         ctx.log(f"wrote {path}" + (f" and {chart}" if chart else ""))
-        print(f"\n{suite.name} ({mode}, {duration:.0f} s):")
-        _print_table(results)
-    if not args.no_docs and not args.only:
-        ctx.log(f"wrote {write_docs(results_dir)}")
-    ctx.log(f"all done in {time.perf_counter() - t_all:.0f} s")
+    print(f"\n{suite.name} ({ctx.mode}, {duration:.0f} s):")
+    _print_table(results)
     return status
 
 

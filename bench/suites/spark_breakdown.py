@@ -143,21 +143,7 @@ def run(ctx: BenchContext) -> list[Result]:
     rows, keys, unmeasured, measured = _sizes(ctx)
     ctx.tmp_dir.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=f"{SUITE}-", dir=ctx.tmp_dir))
-    events_dir = scratch / "events"
-    events_dir.mkdir()
-    epoch_log = scratch / "epochs.jsonl"
-    spark = session(
-        ctx,
-        "fsstate-bench-breakdown",
-        **{
-            "spark.sql.streaming.noDataMicroBatches.enabled": "false",
-            "spark.eventLog.enabled": "true",
-            "spark.eventLog.dir": str(events_dir),
-            "spark.eventLog.compress": "false",
-            "spark.eventLog.rolling.enabled": "false",
-            f"spark.executorEnv.{EPOCH_LOG_ENV}": str(epoch_log),
-        },
-    )
+    spark = session(ctx, "fsstate-bench-breakdown", **_logs(scratch))
     jobs = [Job(Cell("window", n, PER_KEY), "fsstate", scratch / f"p{n}" / "input",
                 scratch / f"p{n}" / "checkpoint") for n in PARTITIONS]  # fmt: skip
     timings: dict[str, Timings] = {j.name: {} for j in jobs}
@@ -167,20 +153,16 @@ def run(ctx: BenchContext) -> list[Result]:
             job.input_dir.mkdir(parents=True)
             _start(spark, job, timings[job.name])
             ids[job.name] = str(job.query.id)
-        for b in range(unmeasured + measured):
-            path = scratch / f"batch-{b:05d}.parquet"
-            pq.write_table(matrix_table(b, keys, PER_KEY), path)
-            mtime = 1_600_000_000 + 10 * b
-            for job in jobs[b % 2 :] + jobs[: b % 2]:
-                target = job.input_dir / path.name
-                hand_in(path, target, mtime)
-                wait_batch(job, b, rows)
-                ctx.log(f"  batch {b} {job.name:<28} {job.wall_ms(b) / 1000:7.2f} s")
+        _feed(ctx, scratch, jobs, rows, keys, unmeasured + measured)
     finally:
         stop_queries((job.query for job in jobs), spark)
     try:
-        events = [json.loads(x) for p in events_dir.iterdir() for x in p.read_text().splitlines()]
-        epochs = read_epoch_log(epoch_log)
+        events = [
+            json.loads(x)
+            for p in (scratch / "events").iterdir()
+            for x in p.read_text().splitlines()
+        ]
+        epochs = read_epoch_log(scratch / "epochs.jsonl")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     steady = list(range(unmeasured, unmeasured + measured))
@@ -191,22 +173,61 @@ def run(ctx: BenchContext) -> list[Result]:
             f"{rows:,} rows per batch over {keys:,} keys, {job.cell.partitions} partitions, "
             f"local[2], batches {steady[0]}-{steady[-1]}"
         )
-        for b in steady:
-            ctx.log(
-                f"  {job.name} batch {b}: " + ", ".join(f"{k} {v:.0f}" for k, v in parts[b].items())
+        out += _rows(ctx, job, parts, steady, work)
+    return out
+
+
+def _logs(scratch: Path) -> dict[str, str]:
+    """The session's settings: Spark's event log under ``scratch/events`` (made here) and the
+    workers' epoch log ``scratch/epochs.jsonl``; no no-data micro-batches."""
+    events_dir = scratch / "events"
+    events_dir.mkdir()
+    return {
+        "spark.sql.streaming.noDataMicroBatches.enabled": "false",
+        "spark.eventLog.enabled": "true",
+        "spark.eventLog.dir": str(events_dir),
+        "spark.eventLog.compress": "false",
+        "spark.eventLog.rolling.enabled": "false",
+        f"spark.executorEnv.{EPOCH_LOG_ENV}": str(scratch / "epochs.jsonl"),
+    }
+
+
+def _feed(
+    ctx: BenchContext, scratch: Path, jobs: list[Job], rows: int, keys: int, batches: int
+) -> None:
+    """Give every query each batch in turn (the one going first alternating), waiting for it."""
+    for b in range(batches):
+        path = scratch / f"batch-{b:05d}.parquet"
+        pq.write_table(matrix_table(b, keys, PER_KEY), path)
+        mtime = 1_600_000_000 + 10 * b
+        for job in jobs[b % 2 :] + jobs[: b % 2]:
+            target = job.input_dir / path.name
+            hand_in(path, target, mtime)
+            wait_batch(job, b, rows)
+            ctx.log(f"  batch {b} {job.name:<28} {job.wall_ms(b) / 1000:7.2f} s")
+
+
+def _rows(
+    ctx: BenchContext, job: Job, parts: dict[int, dict[str, float]], steady: list[int], work: str
+) -> list[Result]:
+    """One row per part of ``job``'s batches (ms, or a count), its samples one per batch."""
+    for b in steady:
+        ctx.log(
+            f"  {job.name} batch {b}: " + ", ".join(f"{k} {v:.0f}" for k, v in parts[b].items())
+        )
+    out: list[Result] = []
+    for name in parts[steady[0]]:
+        xs = [parts[b][name] for b in steady]
+        out.append(
+            Result(
+                SUITE,
+                f"{TITLE}, {job.cell.partitions} partitions: {name}",
+                median(xs),
+                "count" if name.startswith(("tasks:", "stores:")) else "ms",
+                notes=work,
+                samples=xs,
             )
-        for name in parts[steady[0]]:
-            xs = [parts[b][name] for b in steady]
-            out.append(
-                Result(
-                    SUITE,
-                    f"{TITLE}, {job.cell.partitions} partitions: {name}",
-                    median(xs),
-                    "count" if name.startswith(("tasks:", "stores:")) else "ms",
-                    notes=work,
-                    samples=xs,
-                )
-            )
+        )
     return out
 
 

@@ -122,6 +122,7 @@ def _results(
     stats: list[dict[str, Any]],
     batches: list[int],
 ) -> list[Result]:
+    """The rows of one partition count: S3 over local (the goal), then each backend's."""
     local, s3 = variants[(partitions, "local")], variants[(partitions, "s3")]
     pairs = [(s3.wall_ms[b], local.wall_ms[b]) for b in batches if b in s3.wall_ms]
     ratios = [a / c for a, c in pairs]
@@ -130,11 +131,10 @@ def _results(
         f"{KEYS:,} keys in state, {ROWS_PER_BATCH:,} distinct keys per batch, "
         f"{len(pairs)} measured batches"
     )
-    label = _label(partitions)
     out = [
         Result(
             SUITE,
-            f"{label}, s3/local",
+            f"{_label(partitions)}, s3/local",
             median(ratios),
             "x",
             goal=GOALS_S3_OVER_LOCAL[partitions],
@@ -145,55 +145,70 @@ def _results(
         )
     ]
     for name in ("local", "s3"):
-        v = variants[(partitions, name)]
-        times = [v.wall_ms[b] / 1000 for b in batches if b in v.wall_ms]
-        mine = [x for x in stats if x["tag"] == _tag(partitions, name) and x["batch"] in batches]
-        per_batch: dict[int, list[dict[str, Any]]] = {}
-        for x in mine:
-            per_batch.setdefault(x["batch"], []).append(x)
-        inside = [
-            sum(x["state_s"] + x["acquire_s"] + x["finish_s"] for x in xs) * 1000
-            for xs in per_batch.values()
-        ]
-        reqs = [float(sum(x.get("requests", 0) for x in xs)) for xs in per_batch.values()]
-        by_kind = {
-            k: median(
-                [
-                    float(sum((x.get("requests_by_kind") or {}).get(k, 0) for x in xs))
-                    for xs in per_batch.values()
-                ]
-            )
-            for k in KINDS
-        }
-        kinds = ", ".join(f"{k.upper()} {v:.0f}" for k, v in by_kind.items())
-        outcomes = {s: sum(x["store"] == s for x in mine) for s in ("hit", "caught_up", "restored")}
-        out.append(
-            Result(
-                SUITE,
-                f"{label}, {name}",
-                median(times),
-                "s",
-                notes=(
-                    f"{common}; inside fsstate (calls + getting and committing the stores) "
-                    f"{median(inside):.0f} ms per batch ({spread_text(inside)}); "
-                    f"{len(mine) // max(1, len(per_batch))} tasks per batch; their stores: "
-                    f"{outcomes['hit']} hit, {outcomes['caught_up']} caught up, "
-                    f"{outcomes['restored']} restored"
-                ),
-                samples=times,
-            )
-        )
-        out.append(
-            Result(
-                SUITE,
-                f"{label}, {name} requests per batch",
-                median(reqs),
-                "requests",
-                notes=(
-                    f"storage requests per batch summed over its tasks (medians by kind: "
-                    f"{kinds}); {spread_text(reqs)}; {common}"
-                ),
-                samples=reqs,
-            )
-        )
+        out += _backend_rows(partitions, name, variants[(partitions, name)], stats, batches, common)
     return out
+
+
+def _backend_rows(
+    partitions: int,
+    name: str,
+    v: Variant,
+    stats: list[dict[str, Any]],
+    batches: list[int],
+    common: str,
+) -> list[Result]:
+    """One backend's batch time (with the time inside fsstate and the stores' outcomes in the
+    notes) and its storage requests per batch."""
+    label = _label(partitions)
+    times = [v.wall_ms[b] / 1000 for b in batches if b in v.wall_ms]
+    mine = [x for x in stats if x["tag"] == _tag(partitions, name) and x["batch"] in batches]
+    per_batch: dict[int, list[dict[str, Any]]] = {}
+    for x in mine:
+        per_batch.setdefault(x["batch"], []).append(x)
+    inside = [
+        sum(x["state_s"] + x["acquire_s"] + x["finish_s"] for x in xs) * 1000
+        for xs in per_batch.values()
+    ]
+    reqs = [float(sum(x.get("requests", 0) for x in xs)) for xs in per_batch.values()]
+    outcomes = {s: sum(x["store"] == s for x in mine) for s in ("hit", "caught_up", "restored")}
+    return [
+        Result(
+            SUITE,
+            f"{label}, {name}",
+            median(times),
+            "s",
+            notes=(
+                f"{common}; inside fsstate (calls + getting and committing the stores) "
+                f"{median(inside):.0f} ms per batch ({spread_text(inside)}); "
+                f"{len(mine) // max(1, len(per_batch))} tasks per batch; their stores: "
+                f"{outcomes['hit']} hit, {outcomes['caught_up']} caught up, "
+                f"{outcomes['restored']} restored"
+            ),
+            samples=times,
+        ),
+        Result(
+            SUITE,
+            f"{label}, {name} requests per batch",
+            median(reqs),
+            "requests",
+            notes=(
+                f"storage requests per batch summed over its tasks (medians by kind: "
+                f"{_requests_by_kind(per_batch)}); {spread_text(reqs)}; {common}"
+            ),
+            samples=reqs,
+        ),
+    ]
+
+
+def _requests_by_kind(per_batch: dict[int, list[dict[str, Any]]]) -> str:
+    """``GET 12, PUT 3, ...``: the median per batch of each kind of request."""
+    by_kind = {
+        k: median(
+            [
+                float(sum((x.get("requests_by_kind") or {}).get(k, 0) for x in xs))
+                for xs in per_batch.values()
+            ]
+        )
+        for k in KINDS
+    }
+    return ", ".join(f"{k.upper()} {v:.0f}" for k, v in by_kind.items())

@@ -111,7 +111,7 @@ def test_published_page_is_what_the_json_gives(tmp_path: Path) -> None:
 def test_matrix_rows_are_drawn_as_a_grid(tmp_path: Path) -> None:
     """Rows named ``<group>, <N> partitions, <R> rows/key: <what>`` form a matrix (one grid per
     group below the usual panels); other rows are not part of it."""
-    from bench.harness.report import matrix_cells, write_chart
+    from bench.harness.chart import matrix_cells, write_chart
 
     rows = [
         Result("m", f"{g}, {n} partitions, {r} rows/key: {w}", v, "x", goal=goal, samples=[v])
