@@ -15,9 +15,13 @@ Outputs, for every suite that ran:
 * ``bench/results/<suite>.json``: machine info, mode, the commit the suite ran at (and whether
   the tree was dirty or ``HEAD`` moved while it ran), its start and duration, and the result
   records (format: :mod:`bench.harness.report`);
-* ``bench/results/<suite>.png``: the chart (matplotlib, Agg backend);
+* ``bench/results/<suite>.png``: the chart (:mod:`bench.harness.chart`);
 * ``docs/benchmarks.md``: rebuilt from every ``bench/results/*.json`` present
   (``python -m bench.report`` rebuilds it without running anything).
+
+Invariants: suites run in registration order, each imported only when it runs; a suite's
+files are written only by a run of the whole suite (``--only`` prints its rows and writes
+nothing); a skipped or crashed suite leaves its previous files as they were.
 
 Exit status: 0 when every suite ran (missed goals are figures, not failures), 1 when a suite
 crashed or a benchmark raised.

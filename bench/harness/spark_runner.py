@@ -52,6 +52,7 @@ class Variant:
 
 
 def variant_tag(flavour: str, kind: str, mode: str) -> str:
+    """``flavour/kind/mode``: a variant's name in the stats lines and the logs."""
     return f"{flavour}/{kind}/{mode}"
 
 

@@ -124,6 +124,7 @@ class Job:
 
     @property
     def tag(self) -> str:
+        """``group/kind``."""
         return f"{self.group}/{self.kind}"
 
 

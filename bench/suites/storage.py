@@ -59,6 +59,7 @@ class Backend:
         self.figures: dict[str, list[tuple[float, dict[str, int]]]] = {}
 
     def load(self, rng: np.random.Generator) -> None:
+        """Write and commit the store's first version (value table and map table)."""
         v = self.store.value_table("v", VAL, KEY)
         keys = pa.table({"k": [f"key-{i:08d}" for i in range(KEYS)]})
         vals = pa.table({"n": np.arange(KEYS), "s": [f"value-{i:08d}" for i in range(KEYS)]})
@@ -70,6 +71,7 @@ class Backend:
         self.store.fileio.check_conditional_writes()
 
     def measure(self, what: str, fileio: FileIO, fn: Callable[[], Any]) -> None:
+        """Time ``fn`` and count the requests and bytes ``fileio`` saw meanwhile."""
         before = fileio.stats.snapshot()
         t0 = time.perf_counter()
         fn()
@@ -80,6 +82,7 @@ class Backend:
         )
 
     def round(self, version: int, rng: np.random.Generator) -> None:
+        """One round: two commits, an open with reads, and a catch-up of a lagging copy."""
         store, fileio = self.store, self.store.fileio
         v = store.value_table("v", VAL, KEY)
         lagging = PartitionStore.open(self.location, "bench", 0, version - 1, self.config)
