@@ -217,6 +217,14 @@ HOW_TO_READ = """\
     commit) over the query's Python workers, and *peak RSS over no-state* is the difference of
     the two. `memory_limit` is per worker process: the notes give the state per partition and
     per worker against it.
+* *spark_breakdown* rows (informative) split the micro-batches of one fsstate query (the
+  windowed count of `spark_matrix`, at 4 and at 200 partitions) into parts, each the median
+  over the measured batches: Spark's progress (`durationMs`), the flow driver's steps inside
+  `addBatch`, the job's stages (Spark's event log), sums over the operator stage's tasks
+  (wall, executor run, deserialization, scheduler) and over their epochs (acquire, process,
+  commit, from the workers' epoch log); *count* rows count the tasks and how their stores
+  were found (cached at the version, caught up, restored). With 2 cores a stage's wall time is
+  about half its tasks' sum.
 * Figures depend on the machine (below) and on what else runs on it (each suite gives the load
   average when its run started: absolute figures move with it, ratios less); compare ratios
   rather than absolute values across machines.
