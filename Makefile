@@ -36,14 +36,15 @@ test-spark: $(STAMP)  ## Spark suites only
 	$(PY) -m pytest -q tests -m spark
 
 # The packages held to the function size limit and checked for dead code (lint/funcsize.py,
-# vulture): add bench, devkit, examples here once they are within the limits.
+# vulture).
 LINT_PACKAGES := fsstate fsstate_spark
+SIZE_PACKAGES := $(LINT_PACKAGES) bench devkit examples
 lint: $(STAMP)  ## ruff, ruff format, mypy, the import contracts, function size and dead code
-	$(PY) -m ruff check fsstate fsstate_spark tests examples bench lint
-	$(PY) -m ruff format --check fsstate fsstate_spark tests examples bench lint
+	$(PY) -m ruff check fsstate fsstate_spark tests examples bench devkit lint
+	$(PY) -m ruff format --check fsstate fsstate_spark tests examples bench devkit lint
 	$(PY) -m mypy
 	$(VENV)/bin/lint-imports
-	$(PY) -m lint.funcsize $(LINT_PACKAGES)
+	$(PY) -m lint.funcsize $(SIZE_PACKAGES)
 	$(PY) -m vulture $(LINT_PACKAGES) lint/vulture_whitelist.py
 
 bench: $(STAMP)  ## run the benchmarks, write bench/results/*.json, a chart and docs/benchmarks.md

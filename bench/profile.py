@@ -1,8 +1,8 @@
 """cProfile of single engine calls the benchmarks flag as slow: ``python -m bench.profile CASE``.
 
 The ``driver_*`` cases profile one epoch of the flow driver's processor stage (an unchanged
-StatefulProcessor, pandas or Row flavour, without Spark: :mod:`bench.driver_cost`); they need
-pyspark installed, not a Spark session.
+StatefulProcessor, pandas or Row flavour, without Spark: :mod:`bench.suites.spark_driver_cost`);
+they need pyspark installed, not a Spark session.
 
 ``python -m bench.profile --list`` lists the cases; ``python -m bench.profile all`` runs every
 one. Each case builds its fixture untimed, profiles only the engine call, and prints the
@@ -27,8 +27,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from bench.common import RESULTS_DIR, BenchContext
-from bench.datagen import (
+from bench.harness.common import RESULTS_DIR, BenchContext
+from bench.harness.datagen import (
     KEY_SCHEMA,
     VALUE_SCHEMA,
     key_of,
@@ -141,14 +141,14 @@ def case_commit_put_many(tmp: Path, n: int) -> Callable[[], Any]:
 
 def case_cold_get(tmp: Path, n: int) -> Callable[[], Any]:
     """First ValueTable.get after open, key in the oldest run of the largest cached store."""
-    from bench.engine_storage import MIB, _load_big_meta, _open_big, build_big_store
+    from bench.suites.engine_storage import MIB, build_big_store, load_big_meta, open_big
 
     ctx = BenchContext("quick")
-    path, meta = ctx.tmp_dir / "store-1GiB", _load_big_meta(ctx.tmp_dir / "store-1GiB", 1024 * MIB)
+    path, meta = ctx.tmp_dir / "store-1GiB", load_big_meta(ctx.tmp_dir / "store-1GiB", 1024 * MIB)
     if meta is None:
         path, meta = ctx.tmp_dir / "store-100MiB", build_big_store(ctx, 100 * MIB, 250_000)
     print(f"(store {path.name}: {meta['rows']:,} rows in {meta.get('runs', '?')} runs)")
-    _, vt = _open_big(path, int(meta["version"]))
+    _, vt = open_big(path, int(meta["version"]))
     return lambda: vt.get(key_of(7))
 
 
@@ -193,14 +193,14 @@ def case_map_update(tmp: Path, n: int) -> Callable[[], Any]:
 
 def _driver_case(variant: str, flavour: str) -> Case:
     def case(tmp: Path, n: int) -> Callable[[], Any]:
-        from bench.driver_cost import epoch_fixture  # needs pyspark (no session)
+        from bench.suites.spark_driver_cost import epoch_fixture  # needs pyspark (no session)
 
         return epoch_fixture(variant, flavour, tmp, rows=n)
 
     what = "does nothing" if variant == "idle" else "RunningAgg: rows + value state + one row"
     case.__doc__ = (
         f"one epoch of a processor stage, {flavour} flavour, {what} (n rows, n/2 keys; "
-        "bench.driver_cost)"
+        "bench.suites.spark_driver_cost)"
     )
     return case
 

@@ -15,10 +15,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from devkit.repo import ROOT
+from devkit.spark_local import local_session, write_batches
 from examples.session_tracker import INPUT_SCHEMA, OUTPUT_SCHEMA, SessionTracker
 from fsstate import PartitionStore
 from fsstate_spark import state_summary, tiered
-from tests.support.spark_local import ROOT, local_session, write_batches
 
 DEMO_DIR = ROOT / "demo_state"
 BATCHES = 4

@@ -12,8 +12,8 @@ from __future__ import annotations
 import os
 import tempfile
 
+from devkit.s3_server import SeaweedS3
 from examples import demo
-from tests.support.s3_server import SeaweedS3
 
 
 def main() -> None:

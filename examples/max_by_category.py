@@ -74,7 +74,7 @@ SEED_BATCHES: list[tuple[list[dict[str, Any]], list[dict[str, Any]]]] = [
 
 
 def main() -> None:
-    from tests.support.spark_local import local_session, write_batches
+    from devkit.spark_local import local_session, write_batches
 
     spark = local_session("fsstate-max-by-category")
     with tempfile.TemporaryDirectory() as tmp:

@@ -1,8 +1,8 @@
 """Running count per key: the smallest stateful processor, kept in fsstate with one line.
 
-Run it directly (``python examples/running_count.py``) to stream three small micro-batches
-through it and print the counts. The processor itself is plain PySpark: the only fsstate
-line is ``tiered(RunningCount())``.
+Run it (``python -m examples.running_count``, from the repository root) to stream three small
+micro-batches through it and print the counts. The processor itself is plain PySpark: the only
+fsstate line is ``tiered(RunningCount())``.
 """
 
 from __future__ import annotations
@@ -46,8 +46,7 @@ class RunningCount(StatefulProcessor):
 
 def main() -> None:
     """Stream three micro-batches of words through the tiered processor."""
-    from spark_local import local_session, write_batches
-
+    from devkit.spark_local import local_session, write_batches
     from fsstate_spark import tiered
 
     spark = local_session("running-count")

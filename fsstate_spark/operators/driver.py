@@ -101,6 +101,7 @@ Sink = Callable[[DataFrame, int], Any]
 SRC = "_fsstate_src"
 CLOCK_DIR = "_fsstate_batches"  # <state_uri>/_fsstate_batches/<batch id>.json: batch clocks
 CLOCK_KEEP = 3  # clock records kept (the last ones; a restart re-runs one batch at most)
+TIMED_BATCHES_MAX = 64  # batches whose step times Driver.batch_ms keeps
 
 
 class _StagePlanner:
@@ -215,6 +216,8 @@ class Driver:
         self._combined: dict[tuple[str, pa.Schema], Operator] = {}
         self._partials: dict[tuple[str, pa.Schema], SparkPartials | None] = {}
         self._inputs = _watermark_inputs(flow)
+        # diagnostics: each recent batch's step times in ms (and manifests read), newest last
+        self.batch_ms: dict[int, dict[str, float]] = {}
 
     @property
     def manifest_reads(self) -> int:
@@ -336,9 +339,12 @@ class Driver:
 
     # -- one micro-batch -----------------------------------------------------------------------
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
+        steps = _Steps(self.batch_ms, batch_id)
         fileio = fileio_for(self.config.root, self.config.store.fsync)
         planner = self._resolve(fileio, batch_df, batch_id)
-        plan = planner.plan(batch_id, f" under {self.config.state_uri!r}")
+        reads = planner.manifest_reads
+        with steps("watermarks"):
+            plan = planner.plan(batch_id, f" under {self.config.state_uri!r}")
         self._reset_receipts(batch_df)
         if len(self.flow.sources) == 1:
             dfs = {id(self.flow.sources[0]): batch_df}
@@ -347,14 +353,17 @@ class Driver:
                 id(src): batch_df.where(F.col(SRC) == i).select(f"_s{i}.*")
                 for i, src in enumerate(self.flow.sources)
             }
-        now = self.batch_clock(fileio, batch_id) if self._clock else None
-        out = walk(self.flow.plan, dfs, _StagePlanner(self, plan, now, schemas_only=False))
-        if self.sink is None:
-            out.write.format("noop").mode("overwrite").save()
-        else:
-            self.sink(out, batch_id)
-        if not planner.complete(batch_id, self._received()):
-            # the sink computed part of the output: compute the rest
+        with steps("plan"):
+            now = self.batch_clock(fileio, batch_id) if self._clock else None
+            out = walk(self.flow.plan, dfs, _StagePlanner(self, plan, now, schemas_only=False))
+        with steps("job"):
+            if self.sink is None:
+                out.write.format("noop").mode("overwrite").save()
+            else:
+                self.sink(out, batch_id)
+        with steps("commit check"):
+            done = planner.complete(batch_id, self._received())
+        if not done:  # the sink computed part of the output: compute the rest
             log.info("fsstate: batch %s: completing partitions the sink did not compute", batch_id)
             out.write.format("noop").mode("overwrite").save()
             if not planner.complete(batch_id, self._received()):
@@ -363,10 +372,36 @@ class Driver:
                     f"{[s.op.name for s in self.flow.stages]} did not commit under "
                     f"{self.config.state_uri!r}"
                 )
+        steps.add("manifest reads", planner.manifest_reads - reads)
 
     def _received(self) -> dict[Any, Any]:
         """The receipts this batch's tasks added (none on Spark Connect)."""
         return dict(self.receipts.value) if self.receipts is not None else {}
+
+
+class _Steps:
+    """Times the steps of one batch into ``batch_ms[batch]`` (the last
+    :data:`TIMED_BATCHES_MAX` batches are kept)."""
+
+    def __init__(self, batch_ms: dict[int, dict[str, float]], batch: int) -> None:
+        self.times = batch_ms.setdefault(batch, {})
+        while len(batch_ms) > TIMED_BATCHES_MAX:
+            del batch_ms[next(iter(batch_ms))]
+        self._name = ""
+        self._t0 = 0.0
+
+    def __call__(self, name: str) -> _Steps:
+        self._name = name
+        return self
+
+    def __enter__(self) -> None:
+        self._t0 = time.perf_counter()
+
+    def __exit__(self, *exc: object) -> None:
+        self.add(self._name, (time.perf_counter() - self._t0) * 1000)
+
+    def add(self, name: str, value: float) -> None:
+        self.times[name] = self.times.get(name, 0.0) + value
 
 
 def _watermark_inputs(flow: Flow) -> list[WatermarkInput]:

@@ -1,5 +1,7 @@
 # ruff: noqa: RUF001 (README figures use the multiplication sign and en-dash ranges)
-"""README.md's figures equal the published benchmark rows they cite (:mod:`bench.readme_figures`).
+"""README.md's figures equal the published benchmark rows they cite.
+
+The checks are :mod:`bench.harness.readme_figures` (``python -m bench.readme_figures``).
 
 The first tests read the real README.md and bench/results/*.json: each fails with one line per
 problem, naming the README line and the cited row. The others run the same checks on small
@@ -12,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from bench.readme_figures import (
+from bench.harness.readme_figures import (
     README_PATH,
     Rows,
     check_citations,

@@ -1,10 +1,10 @@
 """The benchmarks page names, per suite, the commit, start and duration its JSON records.
 
-Invariants checked: a suite file written by :func:`bench.report.write_suite_json` carries its
-commit, dirtiness, start and duration, and its section of the page says them; a file written
-before those fields existed says "commit not recorded" (its ``machine.git_commit`` is not read);
-the page states no commit and no run time of its own; ``python -m bench.report`` rebuilds the
-page from the JSON files alone, and docs/benchmarks.md as committed is that page.
+Invariants checked: a suite file written by :func:`bench.harness.report.write_suite_json`
+carries its commit, dirtiness, start and duration, and its section of the page says them; a file
+written before those fields existed says "commit not recorded" (its ``machine.git_commit`` is
+not read); the page states no commit and no run time of its own; ``python -m bench.report``
+rebuilds the page from the JSON files alone, and docs/benchmarks.md as committed is that page.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from bench.common import Result, write_json
-from bench.report import load_suite_files, main, run_line, write_docs, write_suite_json
+from bench.harness.common import Result, write_json
+from bench.harness.report import load_suite_files, main, run_line, write_docs, write_suite_json
 
 MACHINE: dict[str, Any] = {
     "timestamp": "2026-11-25T03:18:44+00:00",
@@ -99,8 +99,8 @@ def test_report_main_rebuilds_the_page_from_json_alone(tmp_path: Path) -> None:
 
 def test_published_page_is_what_the_json_gives(tmp_path: Path) -> None:
     """docs/benchmarks.md is the page ``python -m bench.report`` builds from bench/results."""
-    from bench.common import RESULTS_DIR
-    from bench.report import DOCS_PATH
+    from bench.harness.common import RESULTS_DIR
+    from bench.harness.report import DOCS_PATH
 
     rebuilt = write_docs(RESULTS_DIR, tmp_path / "docs" / "benchmarks.md").read_text("utf-8")
     # chart links are relative to where the page is written
@@ -111,7 +111,7 @@ def test_published_page_is_what_the_json_gives(tmp_path: Path) -> None:
 def test_matrix_rows_are_drawn_as_a_grid(tmp_path: Path) -> None:
     """Rows named ``<group>, <N> partitions, <R> rows/key: <what>`` form a matrix (one grid per
     group below the usual panels); other rows are not part of it."""
-    from bench.report import matrix_cells, write_chart
+    from bench.harness.chart import matrix_cells, write_chart
 
     rows = [
         Result("m", f"{g}, {n} partitions, {r} rows/key: {w}", v, "x", goal=goal, samples=[v])

@@ -45,6 +45,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from devkit.s3_server import S3Info
 from fsstate import PartitionStore, StoreConfig, read_changes, read_table
 from fsstate.compaction import Compactor, compact_table
 from fsstate.config import EngineConfig
@@ -59,7 +60,6 @@ from fsstate.tables import ListTable, MapTable, TableBase, ValueTable
 from fsstate.tables.cursor import Getter, Updater
 from tests.support.model import LIST, MAP, VALUE, ModelStore, engine_rows_with_ttl, is_live
 from tests.support.plugin import s3_options
-from tests.support.s3_server import S3Info
 
 OPERATOR = "model-op"
 PARTITION = 3

@@ -13,9 +13,9 @@ from typing import Any
 from click.testing import CliRunner
 from pyspark.sql import SparkSession
 
+from devkit.spark_local import session_conf
 from examples.demo import make_clicks, run_demo_query
 from fsstate.cli import cli
-from tests.support.spark_local import session_conf
 
 
 def _cli(*args: str, code: int = 0) -> Any:

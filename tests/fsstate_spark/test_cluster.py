@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+from devkit.s3_server import S3Info
 from fsstate import PartitionStore
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.location import Location
@@ -46,7 +47,6 @@ from tests.support.jobs import (
     write_inputs,
 )
 from tests.support.plugin import s3_options
-from tests.support.s3_server import S3Info
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
 

@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
+from devkit.spark_local import write_batches
 from fsstate import PartitionStore
 from tests.support.processors import SINK_BATCHES
-from tests.support.spark_local import write_batches
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
 ROOT = Path(__file__).resolve().parents[2]

@@ -39,6 +39,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from devkit.spark_local import write_batches
 from examples import max_by_category as mbc
 from fsstate.errors import ConfigError
 from fsstate_spark import operators as ops
@@ -47,7 +48,6 @@ from tests.support.driver_processors import EVENT_INPUT, EVENT_OUTPUT, EventTime
 from tests.support.migration_processors import INIT_SCHEMA, Basket
 from tests.support.migration_processors import OUTPUT_SCHEMA as BASKET_OUTPUT
 from tests.support.processors import ROW_SCHEMA, SINK_BATCHES, RowCounter
-from tests.support.spark_local import write_batches
 
 EVENTS = "k string, t bigint, v bigint, id string"
 BATCHES = 3  # of the event streams

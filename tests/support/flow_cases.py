@@ -21,8 +21,8 @@ from typing import Any
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
+from devkit.spark_local import session_conf, write_batches
 from fsstate_spark import operators as ops
-from tests.support.spark_local import session_conf, write_batches
 
 SCHEMA = "k string, t bigint, v bigint, id string"
 KEYS = ["a", "b", "c", "d", None]

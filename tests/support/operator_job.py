@@ -31,7 +31,7 @@ Invariants:
 * Input files are read in modification-time order, one per micro-batch
   (``maxFilesPerTrigger=1``), with an ``availableNow`` trigger: the job ends once every file
   present at start is processed.
-* The Spark session is :func:`tests.support.spark_local.local_session`'s
+* The Spark session is :func:`devkit.spark_local.local_session`'s
   (``conf/spark-defaults.conf``), which makes the repository root importable by Spark's Python
   workers (the job runs as ``python -m tests.support.operator_job`` from there).
 * Each stage runs in :data:`PARTITIONS` partitions; its fsstate stores live under
@@ -66,9 +66,9 @@ from pyspark.sql.streaming.stateful_processor import (
     TimerValues,
 )
 
+from devkit.spark_local import local_session
 from examples.recovery_job import write_batch_file
 from fsstate_spark import operators as ops
-from tests.support.spark_local import local_session
 
 INPUT_SCHEMA = "k STRING, t BIGINT, v BIGINT"
 WATERMARK_DELAY = "5 seconds"

@@ -1,9 +1,9 @@
 """The test suite's pytest plugin (loaded by ``tests/conftest.py``): environment, shared fixtures.
 
 * Spark's Python workers are started by the JVM with the driver's environment, so the
-  repository root is put on ``PYTHONPATH`` here, before any SparkSession exists: workers
-  import processors defined under ``tests/`` and ``examples/`` as ``tests.<...>`` and
-  ``examples.<...>``. PySpark is pointed at this interpreter.
+  repository root is put on ``PYTHONPATH`` here (:func:`devkit.repo.worker_paths`), before any
+  SparkSession exists: workers import processors defined under ``tests/`` and ``examples/``
+  as ``tests.<...>`` and ``examples.<...>``. PySpark is pointed at this interpreter.
 * ``s3_server``: a real S3 server (SeaweedFS ``weed mini`` on loopback, credentials checked),
   started once per session when a test asks for it and stopped at the end; ``s3_uri`` gives
   every test its own prefix of the bucket; :func:`s3_options` are the settings that reach it.
@@ -17,8 +17,6 @@ starts is stopped by it.
 
 from __future__ import annotations
 
-import os
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,17 +24,13 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.support.s3_server import S3Info, SeaweedS3
+from devkit.repo import worker_paths
+from devkit.s3_server import S3Info, SeaweedS3
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-ROOT = Path(__file__).resolve().parents[2]
-
-_existing = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys([str(ROOT), *_existing]))
-os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+worker_paths()  # before any SparkSession: its workers inherit the environment
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -76,7 +70,7 @@ def s3_uri(s3_server: S3Info, request: pytest.FixtureRequest) -> str:
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     """The suite's SparkSession (settings from conf/spark-defaults.conf)."""
-    from tests.support.spark_local import local_session
+    from devkit.spark_local import local_session
 
     session = local_session("fsstate-spark-tests")
     yield session
@@ -113,7 +107,7 @@ def _session_conf_kept(request: pytest.FixtureRequest) -> Iterator[None]:
     if changed:
         pytest.fail(
             f"the test changed the shared SparkSession's settings {changed} (was, now): use "
-            "tests.support.spark_local.session_conf"
+            "devkit.spark_local.session_conf"
         )
 
 

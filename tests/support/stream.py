@@ -16,8 +16,8 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
+from devkit.spark_local import write_batches
 from tests.support.processors import INPUT_SCHEMA
-from tests.support.spark_local import write_batches
 
 
 class StreamRunner:

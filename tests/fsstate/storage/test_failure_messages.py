@@ -15,12 +15,12 @@ from collections.abc import Iterator
 
 import pytest
 
+from devkit.s3_server import S3Info
 from fsstate import PartitionStore
 from fsstate.errors import StorageError
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.location import Location
 from tests.support.plugin import s3_options
-from tests.support.s3_server import S3Info
 
 SECRET = "s3cr3t-Value-0123456789"
 KEY_ID = "AKIAEXAMPLEKEY"

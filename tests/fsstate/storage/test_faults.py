@@ -14,13 +14,13 @@ from typing import Any
 
 import pytest
 
+from devkit.s3_server import S3Info
 from fsstate import PartitionStore, StoreConfig
 from fsstate.errors import CommitError, FsStateError, StorageError
 from fsstate.storage.location import Location
 from tests.support.engine import KEY, VAL
 from tests.support.faultproxy import CountingProxy
 from tests.support.plugin import s3_options
-from tests.support.s3_server import S3Info
 
 KEYS = [(f"k{i}",) for i in range(60)]
 CONFIG = StoreConfig(orphan_scan_every_commits=1_000_000)

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from devkit.s3_server import S3Info
 from fsstate import PartitionStore, StoreConfig
 from fsstate.errors import ConfigError
 from fsstate.storage.fileio import FileIO
@@ -19,7 +20,6 @@ from fsstate.storage.manifest import read_manifest
 from tests.support.engine import KEY, VAL
 from tests.support.faultproxy import CountingProxy
 from tests.support.plugin import s3_options
-from tests.support.s3_server import S3Info
 
 ROUNDS = 100
 

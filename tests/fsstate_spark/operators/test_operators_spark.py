@@ -21,6 +21,7 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from devkit.spark_local import write_batches
 from examples import max_by_category as mbc
 from fsstate_spark import operators as ops
 from tests.support.flow_cases import (
@@ -28,7 +29,6 @@ from tests.support.flow_cases import (
     assert_same,
     make_batches,
 )
-from tests.support.spark_local import write_batches
 
 pytestmark = pytest.mark.slow
 

@@ -24,6 +24,7 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from devkit.spark_local import write_batches
 from examples import max_by_category as mbc
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.location import Location
@@ -33,7 +34,6 @@ from fsstate_spark.operators import driver as driver_module
 from tests.support.faulty_backend import failing_fileio
 from tests.support.flow_cases import SCHEMA, as_py, make_batches, row_key
 from tests.support.plugin import s3_options
-from tests.support.spark_local import write_batches
 
 pytestmark = pytest.mark.slow
 

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
+from devkit.spark_local import session_conf
 from fsstate.errors import ConfigError
 from fsstate_spark import operators as ops
 from tests.support.driver_processors import (
@@ -49,7 +50,6 @@ from tests.support.processors import (
     RowCounter,
     TtlTimers,
 )
-from tests.support.spark_local import session_conf
 from tests.support.stream import StreamRunner
 
 pytestmark = pytest.mark.spark

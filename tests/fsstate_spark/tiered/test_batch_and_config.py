@@ -10,6 +10,7 @@ import pytest
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 
+from devkit.spark_local import session_conf, write_batches
 from fsstate.errors import ConfigError
 from fsstate_spark import tiered
 from tests.support.processors import (
@@ -19,7 +20,6 @@ from tests.support.processors import (
     KitchenSink,
     RowCounter,
 )
-from tests.support.spark_local import session_conf, write_batches
 
 ROWS = [
     [{"k": "a", "v": 1}, {"k": "b", "v": 2}, {"k": "a", "v": 4}],

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from devkit.s3_server import S3Info
 from fsstate import PartitionStore
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.location import Location
@@ -23,7 +24,6 @@ from tests.support.processors import (
     MapListOrder,
     TtlTimers,
 )
-from tests.support.s3_server import S3Info
 from tests.support.stream import StreamRunner, memo_run
 
 

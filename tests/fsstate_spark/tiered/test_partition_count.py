@@ -20,11 +20,11 @@ import pytest
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 
+from devkit.spark_local import session_conf, write_batches
 from fsstate.storage.fileio import FileIO
 from fsstate.store.layout import in_force, read_layouts
 from fsstate_spark import tiered
 from tests.support.processors import INPUT_SCHEMA, RowCounter
-from tests.support.spark_local import session_conf, write_batches
 
 
 def _run(spark: SparkSession, root: Path, ckpt: Path, state: Path, parts: int) -> list[Any]:

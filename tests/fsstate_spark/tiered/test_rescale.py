@@ -25,6 +25,7 @@ import pytest
 from click.testing import CliRunner
 from pyspark.sql import SparkSession
 
+from devkit.spark_local import session_conf
 from fsstate.errors import FsStateError
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.location import Location
@@ -40,7 +41,6 @@ from tests.support.rescale_processors import (
     RescaleProbe,
     probe_batches,
 )
-from tests.support.spark_local import session_conf
 from tests.support.stream import StreamRunner
 
 pytestmark = pytest.mark.slow

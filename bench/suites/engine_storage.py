@@ -1,15 +1,16 @@
 """Engine benchmarks that go through storage: commits, write amplification, opening a large
 store, and a partition moving between workers (the ``commit``, ``write_amp``, ``open`` and
-``move`` groups of the engine suite; :mod:`bench.engine` runs them, this module does not).
+``move`` groups of the engine suite; :mod:`bench.suites.engine` runs them, this module does not).
 
 Invariants:
 
-* This module never imports :mod:`bench.engine`: that module imports the group functions and
-  the shared pieces (``SUITE``, ``OPERATOR``, ``VALUE_WIDTH``, :class:`_Scratch`) from here,
-  so the imports only go one way.
+* This module imports no other module of the suite: :mod:`bench.suites.engine` imports the
+  group functions, it and :mod:`bench.suites.engine_batch` the shared pieces (``SUITE``,
+  ``OPERATOR``, ``VALUE_WIDTH``, :class:`Scratch`, :func:`rate_result`) from here, so the
+  imports only go one way.
 * Every result row carries ``SUITE`` (``"engine"``): these rows belong to the engine suite's
-  file, in the order :func:`bench.engine.run` calls the groups.
-* Each group builds its stores under the ``_Scratch`` root it is given (removed by the
+  file, in the order :func:`bench.suites.engine.run` calls the groups.
+* Each group builds its stores under the ``Scratch`` root it is given (removed by the
   caller at the end), except the large store of ``open``, which is cached under
   ``<tmp_dir>/store-<size>`` with a ``bench_meta.json`` and rebuilt whenever its format
   (``BIG_STORE_FORMAT``), its size or the fsstate sources (:func:`engine_fingerprint`) change.
@@ -22,14 +23,24 @@ import gc
 import hashlib
 import json
 import shutil
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from bench.common import BenchContext, Result, median, percentile, sample, stopwatch, time_call
-from bench.datagen import (
+from bench.harness.common import (
+    BenchContext,
+    Result,
+    median,
+    percentile,
+    rates,
+    sample,
+    stopwatch,
+    time_call,
+)
+from bench.harness.datagen import (
     KEY_SCHEMA,
     VALUE_SCHEMA,
     key_of,
@@ -55,7 +66,32 @@ BIG_VALUE_WIDTH = 96
 MIB = 1024 * 1024
 
 
-class _Scratch:
+def rate_result(
+    name: str,
+    count: int,
+    eng: list[float],
+    base: list[float] | None,
+    goal: float | None,
+    unit: str,
+    notes: str,
+) -> Result:
+    """A throughput row: ``count`` operations per second for each engine sample, against
+    the baseline's median rate (None without a baseline)."""
+    vals = rates(count, eng)
+    return Result(
+        SUITE,
+        name,
+        median(vals),
+        unit,
+        goal=goal,
+        goal_op=">=",
+        baseline_value=median(rates(count, base)) if base else None,
+        notes=notes,
+        samples=vals,
+    )
+
+
+class Scratch:
     """Fresh store directories under one scratch root."""
 
     def __init__(self, root: Path) -> None:
@@ -65,43 +101,22 @@ class _Scratch:
         root.mkdir(parents=True, exist_ok=True)
 
     def store(self) -> PartitionStore:
+        """A new store in a directory of its own."""
         self.count += 1
         return PartitionStore.open(str(self.root / f"s{self.count}"), OPERATOR, 0)
 
     def cleanup(self) -> None:
+        """Remove the scratch root."""
         shutil.rmtree(self.root, ignore_errors=True)
 
 
 # -- commit ---------------------------------------------------------------------------------------
-def bench_commit(ctx: BenchContext, scratch: _Scratch, rng: np.random.Generator) -> list[Result]:
+def bench_commit(ctx: BenchContext, scratch: Scratch, rng: np.random.Generator) -> list[Result]:
     """Median latency of committing a store in which nothing changed, durable (fsync, the
     default) and with ``StoreConfig(fsync=False)``, the two stores taking turns."""
     n = 100_000
     commits = ctx.pick(150, 300)
-    stores = []
-    for fsync in (True, False):
-        count = scratch.count = scratch.count + 1
-        st = PartitionStore.open(
-            str(scratch.root / f"s{count}"), OPERATOR, 0, None, StoreConfig(fsync=fsync)
-        )
-        vt = st.value_table("v", VALUE_SCHEMA, KEY_SCHEMA)
-        vt.put_many(key_table(range(n)), value_table(rng, n, VALUE_WIDTH))
-        lt = st.list_table("l", pa.schema([pa.field("x", pa.int64())]), KEY_SCHEMA)
-        mt = st.map_table(
-            "m",
-            pa.schema([pa.field("u", pa.string())]),
-            pa.schema([pa.field("x", pa.int64())]),
-            KEY_SCHEMA,
-        )
-        for i in range(1000):
-            k = key_of(i)
-            for j in range(10):
-                lt.append(k, (j,))
-                mt.update(k, (f"u{j}",), (j,))
-        st.commit(1)
-        for i in range(0, n, 10):  # clean views loaded by reads must not cost anything either
-            vt.get(key_of(i))
-        stores.append(st)
+    stores = [_committed_store(scratch, rng, n, fsync) for fsync in (True, False)]
     times: list[list[float]] = [[], []]
     for v in range(2, 2 + commits):
         order = (0, 1) if v % 2 else (1, 0)
@@ -144,8 +159,37 @@ def bench_commit(ctx: BenchContext, scratch: _Scratch, rng: np.random.Generator)
     ]
 
 
+def _committed_store(
+    scratch: Scratch, rng: np.random.Generator, n: int, fsync: bool
+) -> PartitionStore:
+    """A store of 3 tables (``n`` value rows, 10k list and 10k map entries) committed at
+    version 1, with clean views loaded by reads (they must not cost a commit anything)."""
+    count = scratch.count = scratch.count + 1
+    st = PartitionStore.open(
+        str(scratch.root / f"s{count}"), OPERATOR, 0, None, StoreConfig(fsync=fsync)
+    )
+    vt = st.value_table("v", VALUE_SCHEMA, KEY_SCHEMA)
+    vt.put_many(key_table(range(n)), value_table(rng, n, VALUE_WIDTH))
+    lt = st.list_table("l", pa.schema([pa.field("x", pa.int64())]), KEY_SCHEMA)
+    mt = st.map_table(
+        "m",
+        pa.schema([pa.field("u", pa.string())]),
+        pa.schema([pa.field("x", pa.int64())]),
+        KEY_SCHEMA,
+    )
+    for i in range(1000):
+        k = key_of(i)
+        for j in range(10):
+            lt.append(k, (j,))
+            mt.update(k, (f"u{j}",), (j,))
+    st.commit(1)
+    for i in range(0, n, 10):  # clean views loaded by reads must not cost anything either
+        vt.get(key_of(i))
+    return st
+
+
 # -- write amplification ------------------------------------------------------------------------
-def bench_write_amp(ctx: BenchContext, scratch: _Scratch, rng: np.random.Generator) -> list[Result]:
+def bench_write_amp(ctx: BenchContext, scratch: Scratch, rng: np.random.Generator) -> list[Result]:
     """Bytes written per commit over the Arrow bytes of the rows changed since the last one."""
     base_rows = 200_000
     repeat = ctx.pick(2, 3)
@@ -211,7 +255,8 @@ def _size_label(nbytes: int) -> str:
     return f"{nbytes // MIB}MiB"
 
 
-def _open_big(path: Path, version: int) -> tuple[PartitionStore, Any]:
+def open_big(path: Path, version: int) -> tuple[PartitionStore, Any]:
+    """Open the cached large store at ``version``: the store and its value table."""
     st = PartitionStore.open(str(path), OPERATOR, 0, version)
     return st, st.value_table("v", VALUE_SCHEMA, KEY_SCHEMA)
 
@@ -228,7 +273,9 @@ def engine_fingerprint() -> str:
     return h.hexdigest()[:16]
 
 
-def _load_big_meta(path: Path, target: int) -> dict[str, Any] | None:
+def load_big_meta(path: Path, target: int) -> dict[str, Any] | None:
+    """The ``bench_meta.json`` of the store cached at ``path`` if it can be reused (same
+    format, size ``target`` and engine sources, and it opens and reads), else None."""
     meta_file = path / "bench_meta.json"
     try:
         meta: dict[str, Any] = json.loads(meta_file.read_text(encoding="utf-8"))
@@ -241,7 +288,7 @@ def _load_big_meta(path: Path, target: int) -> dict[str, Any] | None:
     ):
         return None
     try:  # the engine may have changed its format since the cache was built
-        st, vt = _open_big(path, int(meta["version"]))
+        st, vt = open_big(path, int(meta["version"]))
         probe = vt.get(key_of(int(meta["rows"]) - 1))
         st.close()
     except (FsStateError, KeyError, ValueError, OSError):
@@ -259,7 +306,7 @@ def build_big_store(ctx: BenchContext, target: int, batch_rows: int) -> dict[str
     file format. Any compaction the engine wants is run before the last commit.
     """
     path = ctx.tmp_dir / f"store-{_size_label(target)}"
-    meta = _load_big_meta(path, target)
+    meta = load_big_meta(path, target)
     if meta is not None:
         meta["cached"] = True
         ctx.log(f"  reusing cached {_size_label(target)} store at {path}")
@@ -309,7 +356,7 @@ def build_big_store(ctx: BenchContext, target: int, batch_rows: int) -> dict[str
     return meta
 
 
-def bench_open(ctx: BenchContext, scratch: _Scratch, rng: np.random.Generator) -> list[Result]:
+def bench_open(ctx: BenchContext, scratch: Scratch, rng: np.random.Generator) -> list[Result]:
     """Open time of a large store, and the latency of the first read of a cold key."""
     target = ctx.pick(100 * MIB, 1024 * MIB)
     batch_rows = ctx.pick(250_000, 1_000_000)
@@ -334,7 +381,7 @@ def bench_open(ctx: BenchContext, scratch: _Scratch, rng: np.random.Generator) -
     ]
 
     def open_and_declare() -> None:
-        st, _ = _open_big(path, version)
+        st, _ = open_big(path, version)
         st.close()
 
     times = [t * 1000 for t in sample(open_and_declare, repeat=ctx.pick(10, 20), warmup=2)]
@@ -350,6 +397,15 @@ def bench_open(ctx: BenchContext, scratch: _Scratch, rng: np.random.Generator) -
             samples=times,
         )
     )
+    return out + _first_get_rows(ctx, path, version, meta)
+
+
+def _first_get_rows(
+    ctx: BenchContext, path: Path, version: int, meta: dict[str, Any]
+) -> list[Result]:
+    """The first ``get`` after opening the large store, of a key in its newest run and of one
+    in its oldest."""
+    out = []
     cases = (
         ("newest run", int(meta["rows"]) - 7, ctx.pick(3, 3)),
         ("oldest run", 7, ctx.pick(2, 1)),
@@ -357,7 +413,7 @@ def bench_open(ctx: BenchContext, scratch: _Scratch, rng: np.random.Generator) -
     for where, key_id, reps in cases:
         times = []
         for _ in range(reps):
-            st, vt = _open_big(path, version)
+            st, vt = open_big(path, version)
             key = key_of(key_id)
             times.append(time_call(lambda vt=vt, key=key: vt.get(key)) * 1000)  # type: ignore[misc]
             st.close()
@@ -381,7 +437,10 @@ def bench_open(ctx: BenchContext, scratch: _Scratch, rng: np.random.Generator) -
 
 
 # -- a partition moving between workers ------------------------------------------------------
-def bench_move(ctx: BenchContext, scratch: _Scratch, rng: np.random.Generator) -> list[Result]:
+MOVE_MODES = ("reopen", "refresh")
+
+
+def bench_move(ctx: BenchContext, scratch: Scratch, rng: np.random.Generator) -> list[Result]:
     """A Spark-like batch on a store whose partition comes back from another worker.
 
     Two store objects of one partition play two Python workers taking turns (what Spark does
@@ -392,80 +451,88 @@ def bench_move(ctx: BenchContext, scratch: _Scratch, rng: np.random.Generator) -
     """
     out: list[Result] = []
     touched = 2_500
-    modes = ("reopen", "refresh")
     for n in ctx.pick((20_000, 100_000), (20_000, 200_000)):
-        roots: dict[str, Any] = {}
-        values = value_table(rng, n, VALUE_WIDTH)
-        for mode in modes:  # one store per variant, same content
+        move = _Move(scratch, value_table(rng, n, VALUE_WIDTH), n)
+        for b in range(1, 1 + ctx.pick(8, 16)):
+            worker = b % 2
+            keys = [key_of(int(i)) for i in rng.choice(n, size=touched, replace=False)]
+            for mode in MOVE_MODES if b % 2 else MOVE_MODES[::-1]:
+                seconds = time_call(partial(move.batch, mode, worker, keys), collect=False)
+                if b > 2:  # each worker's first batch opens from storage in both variants
+                    move.per_call[mode].append(seconds * 1e6 / (2 * touched))
+        move.close()
+        out += _move_rows(n, touched, move.per_call)
+    return out
+
+
+class _Move:
+    """One partition's store per variant (same content), and the copies two workers hold."""
+
+    def __init__(self, scratch: Scratch, values: pa.Table, n: int) -> None:
+        self.roots: dict[str, Any] = {}
+        for mode in MOVE_MODES:  # one store per variant, same content
             st = scratch.store()
             st.value_table("v", VALUE_SCHEMA, KEY_SCHEMA).put_many(key_table(range(n)), values)
             st.commit(0)
             st.close()
-            roots[mode] = st.fileio
-        versions = dict.fromkeys(modes, 0)
-        copies: dict[str, list[PartitionStore | None]] = {m: [None, None] for m in modes}
-        per_call: dict[str, list[float]] = {m: [] for m in modes}
-        for b in range(1, 1 + ctx.pick(8, 16)):
-            worker = b % 2
-            keys = [key_of(int(i)) for i in rng.choice(n, size=touched, replace=False)]
-            for mode in modes if b % 2 else modes[::-1]:
+            self.roots[mode] = st.fileio
+        self.versions = dict.fromkeys(MOVE_MODES, 0)
+        self.copies: dict[str, list[PartitionStore | None]] = {m: [None, None] for m in MOVE_MODES}
+        self.per_call: dict[str, list[float]] = {m: [] for m in MOVE_MODES}
 
-                def batch(
-                    mode: str = mode,
-                    worker: int = worker,
-                    keys: list[Any] = keys,
-                    versions: dict[str, int] = versions,
-                    copies: dict[str, list[PartitionStore | None]] = copies,
-                    roots: dict[str, Any] = roots,
-                ) -> None:
-                    version = versions[mode]
-                    mine = copies[mode][worker]
-                    if mine is None or mode == "reopen" or not mine.refresh(version):
-                        if mine is not None:
-                            mine.close()
-                        mine = PartitionStore.open(roots[mode], OPERATOR, 0, version)
-                    t = mine.value_table("v", VALUE_SCHEMA, KEY_SCHEMA)
-                    for k in keys:
-                        old = t.get(k)
-                        t.update(k, ((old[0] if old else 0) + 1, "x"))
-                    mine.commit(version + 1)
-                    versions[mode] = version + 1
-                    copies[mode][worker] = mine
+    def batch(self, mode: str, worker: int, keys: list[Any]) -> None:
+        """One batch of ``worker`` in variant ``mode``: get the store, the calls, commit."""
+        version = self.versions[mode]
+        mine = self.copies[mode][worker]
+        if mine is None or mode == "reopen" or not mine.refresh(version):
+            if mine is not None:
+                mine.close()
+            mine = PartitionStore.open(self.roots[mode], OPERATOR, 0, version)
+        t = mine.value_table("v", VALUE_SCHEMA, KEY_SCHEMA)
+        for k in keys:
+            old = t.get(k)
+            t.update(k, ((old[0] if old else 0) + 1, "x"))
+        mine.commit(version + 1)
+        self.versions[mode] = version + 1
+        self.copies[mode][worker] = mine
 
-                seconds = time_call(batch, collect=False)
-                if b > 2:  # each worker's first batch opens from storage in both variants
-                    per_call[mode].append(seconds * 1e6 / (2 * touched))
-        for pair in copies.values():
+    def close(self) -> None:
+        """Close every copy the workers hold."""
+        for pair in self.copies.values():
             for c in pair:
                 if c is not None:
                     c.close()
-        label = f"{n // 1000}k keys"
-        common = (
-            f"{touched:,} of {n:,} keys per batch (get + update), two workers taking turns; "
-            "whole batch: get the store, the calls, commit"
+
+
+def _move_rows(n: int, touched: int, per_call: dict[str, list[float]]) -> list[Result]:
+    """µs per call of each variant, and reopen over refresh."""
+    label = f"{n // 1000}k keys"
+    common = (
+        f"{touched:,} of {n:,} keys per batch (get + update), two workers taking turns; "
+        "whole batch: get the store, the calls, commit"
+    )
+    how = {
+        "reopen": "opens the version from storage (warm-up on the first miss)",
+        "refresh": "catches the worker's copy up (PartitionStore.refresh)",
+    }
+    out = [
+        Result(
+            SUITE,
+            f"moved batch {label}, {mode}",
+            median(per_call[mode]),
+            "µs/call",
+            notes=f"{common}; {how[mode]}",
+            samples=per_call[mode],
         )
-        how = {
-            "reopen": "opens the version from storage (warm-up on the first miss)",
-            "refresh": "catches the worker's copy up (PartitionStore.refresh)",
-        }
-        for mode in modes:
-            out.append(
-                Result(
-                    SUITE,
-                    f"moved batch {label}, {mode}",
-                    median(per_call[mode]),
-                    "µs/call",
-                    notes=f"{common}; {how[mode]}",
-                    samples=per_call[mode],
-                )
-            )
-        out.append(
-            Result(
-                SUITE,
-                f"moved batch {label}, reopen/refresh",
-                median(per_call["reopen"]) / median(per_call["refresh"]),
-                "x",
-                notes="how much cheaper a batch is when the worker catches its copy up",
-            )
+        for mode in MOVE_MODES
+    ]
+    out.append(
+        Result(
+            SUITE,
+            f"moved batch {label}, reopen/refresh",
+            median(per_call["reopen"]) / median(per_call["refresh"]),
+            "x",
+            notes="how much cheaper a batch is when the worker catches its copy up",
         )
+    )
     return out

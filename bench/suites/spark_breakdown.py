@@ -1,8 +1,8 @@
 """Where a micro-batch's time goes: fsstate's windowed count at 4 and at 200 partitions.
 
-The query is the windowed count of :mod:`bench.spark_matrix` (2 rows per key: 100,000 rows per
-batch over 50,000 keys in full runs, 20,000 over 10,000 in quick ones), one query per partition
-count, side by side in one SparkSession (local[2]), each on its own hard links of the same
+The query is the windowed count of :mod:`bench.suites.spark_matrix` (2 rows per key: 100,000
+rows per batch over 50,000 keys in full runs, 20,000 over 10,000 in quick ones), one query per
+partition count, side by side in one SparkSession (local[2]), each on its own hard links of the same
 Parquet batch files, the two taking turns to go first. Per measured batch, in ms:
 
 * Spark's progress (``durationMs``): ``latestOffset``, ``getBatch``, ``queryPlanning``,
@@ -33,7 +33,6 @@ listener thread; an epoch line is one append).
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import shutil
 import tempfile
@@ -45,8 +44,8 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from bench.common import BenchContext, Result, hand_in, median, require_pyspark, stop_queries
-from bench.spark_matrix import (
+from bench.harness.common import BenchContext, Result, median
+from bench.harness.matrix import (
     EPOCH_LOG_ENV,
     TRIGGER,
     Cell,
@@ -55,6 +54,8 @@ from bench.spark_matrix import (
     read_epoch_log,
     wait_batch,
 )
+from bench.harness.operator_queries import INPUT_SCHEMA, fsstate_flow
+from bench.harness.spark import hand_in, require_pyspark, session, stop_queries
 
 SUITE = "spark_breakdown"
 PARTITIONS = (4, 200)
@@ -71,54 +72,18 @@ def _sizes(ctx: BenchContext) -> tuple[int, int, int, int]:
     return (100_000, 50_000, 2, 6) if ctx.mode == "full" else (20_000, 10_000, 2, 3)
 
 
-def _instrument(driver: Any, timings: Timings) -> Callable[[Any, int], None]:
-    """Wrap the driver's steps to time them into ``timings``; returns the timed sink."""
-    current = [0]
-
-    def add(name: str, t0: float) -> None:
-        part = timings.setdefault(current[0], defaultdict(float))
-        part[name] += (time.perf_counter() - t0) * 1000
-
-    watermarks, read, build = driver.watermarks, driver._read, driver.flow.build
-
-    def timed_watermarks(epoch: int) -> tuple[int, int]:
-        current[0] = epoch
-        t0 = time.perf_counter()
-        try:
-            return watermarks(epoch)  # type: ignore[no-any-return]
-        finally:
-            add("watermarks", t0)
-
-    def timed_read(epoch: int) -> Any:
-        t0 = time.perf_counter()
-        reads = driver.manifest_reads
-        try:
-            return read(epoch)
-        finally:
-            if epoch == current[0]:
-                add("commit check", t0)
-                timings[current[0]]["manifest reads"] += driver.manifest_reads - reads
-
-    def timed_build(dfs: Any, ctx: Any) -> Any:
-        t0 = time.perf_counter()
-        try:
-            return build(dfs, ctx)
-        finally:
-            add("plan", t0)
+def _marking_sink(timings: Timings) -> Callable[[Any, int], None]:
+    """The query's sink: it notes when each batch's job starts and writes to ``noop`` (the
+    driver times its own steps, ``Driver.batch_ms``, copied into ``timings`` at the end)."""
 
     def sink(df: Any, batch_id: int) -> None:
-        t0 = time.perf_counter()
         timings.setdefault(batch_id, defaultdict(float))["sink_start_unix_ms"] = time.time() * 1000
         df.write.format("noop").mode("overwrite").save()
-        add("job", t0)
 
-    driver.watermarks, driver._read = timed_watermarks, timed_read
-    driver.flow = dataclasses.replace(driver.flow, build=timed_build)
     return sink
 
 
-def _start(spark: Any, job: Job, timings: Timings) -> None:
-    from bench.spark_operators import INPUT_SCHEMA, fsstate_flow
+def _start(spark: Any, job: Job, timings: Timings) -> Any:
     from fsstate_spark import operators as ops
 
     n = job.cell.partitions
@@ -131,57 +96,41 @@ def _start(spark: Any, job: Job, timings: Timings) -> None:
     flow = fsstate_flow(df, job.cell.group, name=job.name)
     writer = ops.write_stream(flow, checkpoint_location=str(job.checkpoint), partitions=n)
     driver = writer.fsstate_driver  # type: ignore[union-attr]
-    sink = _instrument(driver, timings)
-    driver.sink = sink
+    driver.sink = _marking_sink(timings)
     job.query = writer.queryName(job.name).trigger(processingTime=TRIGGER).start()
+    return driver
 
 
 def run(ctx: BenchContext) -> list[Result]:
     """Run the two queries and break their batches down."""
     require_pyspark()
-    from bench.spark_runner import _session
-
     rows, keys, unmeasured, measured = _sizes(ctx)
     ctx.tmp_dir.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=f"{SUITE}-", dir=ctx.tmp_dir))
-    events_dir = scratch / "events"
-    events_dir.mkdir()
-    epoch_log = scratch / "epochs.jsonl"
-    spark = _session(
-        ctx,
-        "fsstate-bench-breakdown",
-        **{
-            "spark.sql.streaming.noDataMicroBatches.enabled": "false",
-            "spark.eventLog.enabled": "true",
-            "spark.eventLog.dir": str(events_dir),
-            "spark.eventLog.compress": "false",
-            "spark.eventLog.rolling.enabled": "false",
-            f"spark.executorEnv.{EPOCH_LOG_ENV}": str(epoch_log),
-        },
-    )
+    spark = session(ctx, "fsstate-bench-breakdown", **_logs(scratch))
     jobs = [Job(Cell("window", n, PER_KEY), "fsstate", scratch / f"p{n}" / "input",
                 scratch / f"p{n}" / "checkpoint") for n in PARTITIONS]  # fmt: skip
     timings: dict[str, Timings] = {j.name: {} for j in jobs}
     ids: dict[str, str] = {}
+    drivers: dict[str, Any] = {}
     try:
         for job in jobs:
             job.input_dir.mkdir(parents=True)
-            _start(spark, job, timings[job.name])
+            drivers[job.name] = _start(spark, job, timings[job.name])
             ids[job.name] = str(job.query.id)
-        for b in range(unmeasured + measured):
-            path = scratch / f"batch-{b:05d}.parquet"
-            pq.write_table(matrix_table(b, keys, PER_KEY), path)
-            mtime = 1_600_000_000 + 10 * b
-            for job in jobs[b % 2 :] + jobs[: b % 2]:
-                target = job.input_dir / path.name
-                hand_in(path, target, mtime)
-                wait_batch(job, b, rows)
-                ctx.log(f"  batch {b} {job.name:<28} {job.wall_ms(b) / 1000:7.2f} s")
+        _feed(ctx, scratch, jobs, rows, keys, unmeasured + measured)
     finally:
         stop_queries((job.query for job in jobs), spark)
+    for name, driver in drivers.items():
+        for batch, steps in driver.batch_ms.items():
+            timings[name].setdefault(batch, defaultdict(float)).update(steps)
     try:
-        events = [json.loads(x) for p in events_dir.iterdir() for x in p.read_text().splitlines()]
-        epochs = read_epoch_log(epoch_log)
+        events = [
+            json.loads(x)
+            for p in (scratch / "events").iterdir()
+            for x in p.read_text().splitlines()
+        ]
+        epochs = read_epoch_log(scratch / "epochs.jsonl")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     steady = list(range(unmeasured, unmeasured + measured))
@@ -192,22 +141,61 @@ def run(ctx: BenchContext) -> list[Result]:
             f"{rows:,} rows per batch over {keys:,} keys, {job.cell.partitions} partitions, "
             f"local[2], batches {steady[0]}-{steady[-1]}"
         )
-        for b in steady:
-            ctx.log(
-                f"  {job.name} batch {b}: " + ", ".join(f"{k} {v:.0f}" for k, v in parts[b].items())
+        out += _rows(ctx, job, parts, steady, work)
+    return out
+
+
+def _logs(scratch: Path) -> dict[str, str]:
+    """The session's settings: Spark's event log under ``scratch/events`` (made here) and the
+    workers' epoch log ``scratch/epochs.jsonl``; no no-data micro-batches."""
+    events_dir = scratch / "events"
+    events_dir.mkdir()
+    return {
+        "spark.sql.streaming.noDataMicroBatches.enabled": "false",
+        "spark.eventLog.enabled": "true",
+        "spark.eventLog.dir": str(events_dir),
+        "spark.eventLog.compress": "false",
+        "spark.eventLog.rolling.enabled": "false",
+        f"spark.executorEnv.{EPOCH_LOG_ENV}": str(scratch / "epochs.jsonl"),
+    }
+
+
+def _feed(
+    ctx: BenchContext, scratch: Path, jobs: list[Job], rows: int, keys: int, batches: int
+) -> None:
+    """Give every query each batch in turn (the one going first alternating), waiting for it."""
+    for b in range(batches):
+        path = scratch / f"batch-{b:05d}.parquet"
+        pq.write_table(matrix_table(b, keys, PER_KEY), path)
+        mtime = 1_600_000_000 + 10 * b
+        for job in jobs[b % 2 :] + jobs[: b % 2]:
+            target = job.input_dir / path.name
+            hand_in(path, target, mtime)
+            wait_batch(job, b, rows)
+            ctx.log(f"  batch {b} {job.name:<28} {job.wall_ms(b) / 1000:7.2f} s")
+
+
+def _rows(
+    ctx: BenchContext, job: Job, parts: dict[int, dict[str, float]], steady: list[int], work: str
+) -> list[Result]:
+    """One row per part of ``job``'s batches (ms, or a count), its samples one per batch."""
+    for b in steady:
+        ctx.log(
+            f"  {job.name} batch {b}: " + ", ".join(f"{k} {v:.0f}" for k, v in parts[b].items())
+        )
+    out: list[Result] = []
+    for name in parts[steady[0]]:
+        xs = [parts[b][name] for b in steady]
+        out.append(
+            Result(
+                SUITE,
+                f"{TITLE}, {job.cell.partitions} partitions: {name}",
+                median(xs),
+                "count" if name.startswith(("tasks:", "stores:")) else "ms",
+                notes=work,
+                samples=xs,
             )
-        for name in parts[steady[0]]:
-            xs = [parts[b][name] for b in steady]
-            out.append(
-                Result(
-                    SUITE,
-                    f"{TITLE}, {job.cell.partitions} partitions: {name}",
-                    median(xs),
-                    "count" if name.startswith(("tasks:", "stores:")) else "ms",
-                    notes=work,
-                    samples=xs,
-                )
-            )
+        )
     return out
 
 

@@ -10,15 +10,17 @@ Invariants:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
-from bench.common import BenchContext, Result, median
-from bench.spark_procs import BenchProcessor, BigValue, NoState, Recorder
-from bench.spark_runner import Variant, _read_stats, _run_once, _session, _write_batch
+from bench.harness.common import BenchContext, Result, median
+from bench.harness.spark import session
+from bench.harness.spark_procs import BenchProcessor, BigValue, NoState, Recorder
+from bench.harness.spark_runner import Variant, read_stats, run_once, write_batch
 
 SUITE = "spark_e2e"
 MIB = 1024 * 1024
@@ -45,16 +47,16 @@ def _memory_query(
     kind = bench.tag.rpartition("/")[2]
     variant = Variant(kind, mode, Recorder(proc, bench), root / "checkpoint", bench.calls_per_key)
     per = keys // batches
-    spark = _session(ctx, f"fsstate-bench-{bench.tag.replace('/', '-')}")
+    spark = session(ctx, f"fsstate-bench-{bench.tag.replace('/', '-')}")
     try:
         for b in range(batches):
-            rows = _write_batch(input_dir, b, np.arange(b * per, (b + 1) * per))
-            _run_once(spark, variant, input_dir)
+            rows = write_batch(input_dir, b, np.arange(b * per, (b + 1) * per))
+            run_once(spark, variant, input_dir)
             ms = variant.wall_ms.get(b, float("nan"))
             ctx.log(f"  {bench.tag} batch {b}: {rows:,} new keys, {ms / 1000:.2f} s")
     finally:
         spark.stop()
-    return variant, _read_stats(root / "stats")
+    return variant, read_stats(root / "stats")
 
 
 def _state_by_worker(
@@ -89,7 +91,7 @@ def _peaks_mib(stats: list[dict[str, Any]]) -> dict[int, float]:
     return out
 
 
-def _memory_bounded(
+def memory_bounded(
     ctx: BenchContext, root: Path, limit_mib: int, keys: int, batches: int
 ) -> list[Result]:
     """``tiered(BigValue(), memory_limit=...)`` over ``keys`` new keys in ``batches`` batches,
@@ -110,37 +112,62 @@ def _memory_bounded(
         name="big",
     )
     variant, stats = _memory_query(ctx, tie_dir, bench, proc, keys, batches)
-
-    peaks, base_peaks = _peaks_mib(stats), _peaks_mib(base_stats)
-    peak, base_peak = max(peaks.values()), max(base_peaks.values())
-    by_part, by_worker = _state_by_worker(stats, BigValue.value_bytes)
-    logical = keys * BigValue.value_bytes
     on_disk = sum(p.stat().st_size for p in (tie_dir / "state").rglob("*") if p.is_file())
-    per = keys // batches
-    measured = list(range(1, batches))
-    rates = [variant.rows[i] / variant.wall_ms[i] * 1000 for i in measured if i in variant.wall_ms]
-    budget = limit_mib * MIB
-    workers = len(by_worker)
+    return _memory_rows(MemoryRun(limit_mib, keys, batches, variant, stats, base_stats, on_disk))
+
+
+@dataclass
+class MemoryRun:
+    """What the two memory-bounded queries left: the tiered one's progress, both queries'
+    stats lines and the tiered state's bytes on disk."""
+
+    limit_mib: int
+    keys: int
+    batches: int
+    variant: Variant
+    stats: list[dict[str, Any]]
+    base_stats: list[dict[str, Any]]
+    on_disk: int
+
+    @property
+    def logical(self) -> int:
+        """Bytes of state the keys hold (keys x value size)."""
+        return self.keys * BigValue.value_bytes
+
+
+def _state_text(run: MemoryRun) -> str:
+    """The state per partition and per worker against the budget (the notes of the RSS row)."""
+    by_part, by_worker = _state_by_worker(run.stats, BigValue.value_bytes)
+    budget, logical, workers = run.limit_mib * MIB, run.logical, len(by_worker)
     parts_txt = ", ".join(
         f"partition {p} {n / MIB:,.0f} MiB ({n / budget:.1f}x)" for p, n in sorted(by_part.items())
     )
     workers_txt = ", ".join(
         f"{n / MIB:,.0f} MiB ({n / budget:.1f}x)" for n in sorted(by_worker.values(), reverse=True)
     )
-    state_txt = (
-        f"state per worker (memory_limit {limit_mib} MiB is per worker process): by partition "
-        f"at the end {parts_txt}; the most each of the {workers} workers' stores held (the "
-        f"partitions it served, each at the last version it served): {workers_txt}; in total "
-        f"{logical / MIB:,.0f} MiB = "
+    return (
+        f"state per worker (memory_limit {run.limit_mib} MiB is per worker process): by "
+        f"partition at the end {parts_txt}; the most each of the {workers} workers' stores held "
+        f"(the partitions it served, each at the last version it served): {workers_txt}; in "
+        f"total {logical / MIB:,.0f} MiB = "
         f"{logical / budget:.1f}x one worker's budget, "
         f"{logical / (workers * budget):.1f}x the {workers} workers' budgets together"
     )
+
+
+def _memory_rows(run: MemoryRun) -> list[Result]:
+    """Throughput of the tiered query, both queries' worker peak RSS and their difference."""
+    limit_mib, variant = run.limit_mib, run.variant
+    peaks, base_peaks = _peaks_mib(run.stats), _peaks_mib(run.base_stats)
+    peak, base_peak = max(peaks.values()), max(base_peaks.values())
+    measured = list(range(1, run.batches))
+    rates = [variant.rows[i] / variant.wall_ms[i] * 1000 for i in measured if i in variant.wall_ms]
     peaks_txt = ", ".join(f"{x:,.0f}" for x in sorted(peaks.values(), reverse=True))
     base_txt = ", ".join(f"{x:,.0f}" for x in sorted(base_peaks.values(), reverse=True))
     run_txt = (
-        f"{keys:,} keys x {BigValue.value_bytes} B values in {batches} batches of {per:,} new "
-        f"keys, transformWithStateInPandas, {logical / MIB:,.0f} MiB of state "
-        f"({on_disk / MIB:,.0f} MiB on disk)"
+        f"{run.keys:,} keys x {BigValue.value_bytes} B values in {run.batches} batches of "
+        f"{run.keys // run.batches:,} new keys, transformWithStateInPandas, "
+        f"{run.logical / MIB:,.0f} MiB of state ({run.on_disk / MIB:,.0f} MiB on disk)"
     )
     return [
         Result(
@@ -161,7 +188,7 @@ def _memory_bounded(
             goal_op="<=",
             notes=f"largest ru_maxrss (taken after each task's commit) over the Python workers "
             f"of the tiered query, fresh SparkSession; per worker {peaks_txt} MiB; goal: "
-            f"budget {limit_mib} MiB + {RSS_SLACK_MIB:.0f} MiB; {state_txt}",
+            f"budget {limit_mib} MiB + {RSS_SLACK_MIB:.0f} MiB; {_state_text(run)}",
             samples=sorted(peaks.values()),
             stat="max",
         ),
@@ -176,20 +203,22 @@ def _memory_bounded(
             samples=sorted(base_peaks.values()),
             stat="max",
         ),
-        Result(
-            SUITE,
-            "memory-bounded peak RSS over no-state",
-            peak - base_peak,
-            "MiB",
-            goal=limit_mib + RSS_NET_SLACK_MIB,
-            goal_op="<=",
-            notes=f"worker peak RSS of the tiered query ({peak:,.0f} MiB) minus that of the "
-            f"no-state query ({base_peak:,.0f} MiB), the largest worker of each: what state "
-            f"adds to a worker; goal: budget {limit_mib} MiB + {RSS_NET_SLACK_MIB:.0f} MiB "
-            "(fsstate's code, Arrow/Parquet buffers and allocator slack outside the budget)",
-            stat="derived",
-        ),
+        _net_peak_row(limit_mib, peak, base_peak),
     ]
 
 
-# -- entry point ----------------------------------------------------------------------------------
+def _net_peak_row(limit_mib: int, peak: float, base_peak: float) -> Result:
+    """The tiered workers' peak RSS minus the no-state workers': what state adds to a worker."""
+    return Result(
+        SUITE,
+        "memory-bounded peak RSS over no-state",
+        peak - base_peak,
+        "MiB",
+        goal=limit_mib + RSS_NET_SLACK_MIB,
+        goal_op="<=",
+        notes=f"worker peak RSS of the tiered query ({peak:,.0f} MiB) minus that of the "
+        f"no-state query ({base_peak:,.0f} MiB), the largest worker of each: what state "
+        f"adds to a worker; goal: budget {limit_mib} MiB + {RSS_NET_SLACK_MIB:.0f} MiB "
+        "(fsstate's code, Arrow/Parquet buffers and allocator slack outside the budget)",
+        stat="derived",
+    )

@@ -36,7 +36,7 @@ INPUT_SCHEMA = "k STRING, v BIGINT"
 OUTPUT_SCHEMA = "k STRING, n BIGINT"
 
 
-# -- processors (imported by Spark's Python workers as bench.spark_procs) ------------------------
+# -- processors (imported by Spark's Python workers as bench.harness.spark_procs) -----------------
 class BenchProcessor(StatefulProcessor):
     """Base of the benchmark processors: one output row ``(k, n)`` per key, instrumented.
 

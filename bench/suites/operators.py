@@ -30,8 +30,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from bench.common import BenchContext, Result, median, spread_text
-from bench.datagen import key_strings
+from bench.harness.common import BenchContext, Result, median, spread_text
+from bench.harness.datagen import key_strings
 
 SUITE = "operators"
 GOAL_CLEANUP_SHARE = 0.05

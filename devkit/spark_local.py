@@ -1,13 +1,15 @@
 """A small local SparkSession configured from ``conf/spark-defaults.conf``, plus stream helpers.
 
 Used by the examples, the demo, the benchmarks and the Spark test suite, so they all run with
-the same settings. Also makes the repository root importable by Spark's Python workers
-(processors defined under ``examples/`` and ``tests/`` are imported there as
-``examples.<module>`` and ``tests.<...>``).
+the same settings. The session is built after :func:`devkit.repo.worker_paths`, so Spark's
+Python workers import the repository root's packages (processors defined under ``examples/``,
+``bench/`` and ``tests/`` are imported there as ``examples.<module>``, ``bench.<...>`` and
+``tests.<...>``).
 
 Invariants:
 
 * The session is built from the conf file, then ``overrides``; nothing else is guessed.
+* :func:`session_conf` puts back exactly the settings a block found (an unset key stays unset).
 * ``write_batches`` gives each file a distinct, increasing modification time, so a file source
   read with ``maxFilesPerTrigger=1`` sees exactly one file per micro-batch, in order.
 """
@@ -16,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,7 +25,8 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-ROOT = Path(__file__).resolve().parents[2]
+from devkit.repo import ROOT, worker_paths
+
 CONF_FILE = ROOT / "conf" / "spark-defaults.conf"
 
 
@@ -38,15 +40,6 @@ def read_conf(path: Path = CONF_FILE) -> dict[str, str]:
         key, _, value = line.partition(" ")
         conf[key.strip()] = value.strip()
     return conf
-
-
-def worker_paths() -> None:
-    """Let Spark's Python workers import the repository root's packages."""
-    paths = [str(ROOT)]
-    existing = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths + existing))
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 
 def local_session(app_name: str, **overrides: str) -> SparkSession:

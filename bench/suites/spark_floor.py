@@ -37,16 +37,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from bench.common import (
-    BenchContext,
-    Result,
-    hand_in,
-    median,
-    require_pyspark,
-    spread_text,
-    stop_queries,
-)
-from bench.spark_matrix import GROUPS, PER_KEY, TRIGGER, matrix_table, shapes
+from bench.harness.common import BenchContext, Result, median, spread_text
+from bench.harness.matrix import GROUPS, PER_KEY, TRIGGER, matrix_table, shapes
+from bench.harness.operator_queries import INPUT_SCHEMA, WINDOW_MS, builtin_query, fsstate_flow
+from bench.harness.spark import hand_in, require_pyspark, session, stop_queries
 
 SUITE = "spark_floor"
 PARTITIONS = 4
@@ -82,8 +76,6 @@ def _drop(batches: Any) -> Any:
 def _aggregate(df: Any, group: str) -> Any:
     from pyspark.sql import functions as F
 
-    from bench.spark_matrix import WINDOW_MS
-
     if group == "window":
         return df.groupBy(F.window("t", f"{WINDOW_MS // 1000} seconds"), "k").agg(
             F.count(F.lit(1)).alias("n")
@@ -105,7 +97,6 @@ def _floor(group: str, stage: bool) -> Any:
 
 
 def _start(spark: Any, job: _Job) -> None:
-    from bench.spark_operators import INPUT_SCHEMA, builtin_query, fsstate_flow
     from fsstate_spark import operators as ops
 
     spark.conf.set("spark.sql.shuffle.partitions", str(PARTITIONS))
@@ -152,13 +143,11 @@ def _wait(job: _Job, batch: int, rows: int) -> None:
 def run(ctx: BenchContext) -> list[Result]:
     """Every cell's four queries side by side."""
     require_pyspark()
-    from bench.spark_runner import _session
-
     sizes = shapes(ctx)
     warm, measured = (2, 7) if ctx.mode == "full" else (2, 3)
     ctx.tmp_dir.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=f"{SUITE}-", dir=ctx.tmp_dir))
-    spark = _session(
+    spark = session(
         ctx, "fsstate-bench-floor", **{"spark.sql.streaming.noDataMicroBatches.enabled": "false"}
     )
     cells = [(g, r) for g in GROUPS for r in PER_KEY]

@@ -8,19 +8,19 @@ batch of ``ROWS`` rows drawn over ``KEYS`` keys (the ``spark_operators`` shape: 
 key, so ~86 % of the key range appears in a batch); a figure is the epoch's wall time over the
 batch's distinct keys (the number of ``handleInputRows`` calls), in µs.
 
-Processors (also used by :mod:`bench.spark_driver`, so importable by Spark's workers):
+Processors (also used by :mod:`bench.suites.spark_driver`, so importable by Spark's workers):
 
 * :class:`Idle`: ``handleInputRows`` returns an empty iterator and never touches its rows:
   what remains is the driver's own cost (goal <= ``GOAL_US`` µs per key, both flavours);
-* :class:`bench.spark_operators.RunningAgg` (pandas) and its Row twin :class:`RunningAggRow`:
-  count and sum per key in a value state, one output row per key (informative: the share of
-  user code, pandas frame building and state calls).
+* :class:`bench.harness.operator_queries.RunningAgg` (pandas) and its Row twin
+  :class:`RunningAggRow`: count and sum per key in a value state, one output row per key
+  (informative: the share of user code, pandas frame building and state calls).
 
 Invariants:
 
 * The four variants (idle / running aggregate x pandas / Row) run interleaved epoch by epoch,
   the order rotating, each on its own store, all on the same sequence of batches; a full
-  ``gc.collect()`` runs before every timed epoch (:func:`bench.common.time_call`).
+  ``gc.collect()`` runs before every timed epoch (:func:`bench.harness.common.time_call`).
 * A row's value is the median of its per-epoch samples (warm-up epochs dropped); its status is
   decided on that median.
 * The running aggregates' outputs are checked against numpy on the last epoch (row count and
@@ -47,8 +47,8 @@ from pyspark.sql.streaming.stateful_processor import (
 )
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from bench.common import BenchContext, Result, median, spread_text, time_call
-from bench.spark_operators import RunningAgg, batch_table
+from bench.harness.common import BenchContext, Result, median, spread_text, time_call
+from bench.harness.operator_queries import RunningAgg, batch_table
 
 SUITE = "spark_driver"
 GOAL_US = 20.0
@@ -66,7 +66,7 @@ VARIANTS = ("idle", "running")
 FLAVOURS = ("pandas", "row")
 
 
-# -- processors (imported by Spark's Python workers as bench.driver_cost) ------------------------
+# -- processors (imported by Spark's Python workers as bench.suites.spark_driver_cost) ------------
 class Idle(StatefulProcessor):
     """Does nothing: no state, never reads its rows, no output (either flavour)."""
 
@@ -82,8 +82,9 @@ class Idle(StatefulProcessor):
 
 
 class RunningAggRow(StatefulProcessor):
-    """:class:`bench.spark_operators.RunningAgg` in the Row flavour (``transformWithState``):
-    count and sum(v) per key in a ValueState; one output ``Row(k, n, s)`` per key and batch."""
+    """:class:`bench.harness.operator_queries.RunningAgg` in the Row flavour
+    (``transformWithState``): count and sum(v) per key in a ValueState; one output
+    ``Row(k, n, s)`` per key and batch."""
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         """One value state."""

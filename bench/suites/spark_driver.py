@@ -1,9 +1,10 @@
 """Unchanged StatefulProcessors: the flow driver against Spark's transformWithState, side by side.
 
 One keyed processor, the running aggregate of ``spark_operators`` (count and sum(v) per key in
-a value state, one output row per key and batch: :class:`bench.spark_operators.RunningAgg`,
-and its Row twin :class:`bench.driver_cost.RunningAggRow`), in four queries over the same
-Parquet micro-batches (``spark_operators``' shape: ``rows`` rows per batch over ``rows / 2``
+a value state, one output row per key and batch:
+:class:`bench.harness.operator_queries.RunningAgg`, and its Row twin
+:class:`bench.suites.spark_driver_cost.RunningAggRow`), in four queries over the same Parquet
+micro-batches (``spark_operators``' shape: ``rows`` rows per batch over ``rows / 2``
 keys), time mode ``None``, update output:
 
 * ``pandas/native``: ``df.groupBy("k").transformWithStateInPandas(...)``, Spark's handles;
@@ -21,7 +22,7 @@ query at a time (the order rotating) and the round waits for it; a query's batch
 a row's value is the median over the steady batches (batch 0 warms up), its status decided on
 it. Goals: the pandas processor >= 10x ``transformWithStateInPandas``, the Row processor >= 30x
 ``transformWithState``. The suite also holds the driver's own cost per key without Spark
-(:mod:`bench.driver_cost`, goal <= 20 µs). ``--only "per key"`` runs only those rows,
+(:mod:`bench.suites.spark_driver_cost`, goal <= 20 µs). ``--only "per key"`` runs only those rows,
 ``--only "50k"`` (a shape's label) only that shape.
 
 Invariants:
@@ -52,15 +53,16 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from bench.common import BenchContext, Result, median, require_pyspark, spread_text
-from bench.driver_cost import (
+from bench.harness.common import BenchContext, Result, median, spread_text
+from bench.harness.operator_queries import INPUT_SCHEMA, RunningAgg, batch_table
+from bench.harness.spark import require_pyspark, session
+from bench.suites.spark_driver_cost import (
     OUTPUT_DDL,
     Checksum,
     RunningAggRow,
     expected_checksum,
     run_cost,
 )
-from bench.spark_operators import INPUT_SCHEMA, RunningAgg, batch_table
 
 SUITE = "spark_driver"
 GOALS = {"pandas": 10.0, "row": 30.0}
@@ -248,10 +250,8 @@ def run(ctx: BenchContext) -> list[Result]:
     todo = [s for s in shapes(ctx) if ctx.wants(s.label)]
     if not todo:
         return out
-    from bench.spark_runner import _session
-
     ctx.tmp_dir.mkdir(parents=True, exist_ok=True)
-    spark = _session(
+    spark = session(
         ctx,
         "fsstate-bench-driver",
         **{

@@ -1,5 +1,6 @@
-"""Driver side of the Spark benchmarks: sessions, input batches, one query run per batch, and
-the figures the workers recorded.
+"""Driver side of the transformWithState benchmarks (``spark_e2e``, ``spark_storage``): input
+batches, one query run per batch, and the figures the workers recorded
+(:mod:`bench.harness.spark_procs`).
 
 Invariants:
 
@@ -15,9 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,9 +26,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
-from bench.common import BenchContext
-from bench.datagen import key_strings
-from bench.spark_procs import INPUT_SCHEMA, OUTPUT_SCHEMA
+from bench.harness.datagen import key_strings
+from bench.harness.spark_procs import INPUT_SCHEMA, OUTPUT_SCHEMA
 
 
 @dataclass
@@ -50,10 +48,11 @@ class Variant:
     @property
     def tag(self) -> str:
         """``flavour/kind/mode``."""
-        return _tag(self.flavour, self.kind, self.mode)
+        return variant_tag(self.flavour, self.kind, self.mode)
 
 
-def _tag(flavour: str, kind: str, mode: str) -> str:
+def variant_tag(flavour: str, kind: str, mode: str) -> str:
+    """``flavour/kind/mode``: a variant's name in the stats lines and the logs."""
     return f"{flavour}/{kind}/{mode}"
 
 
@@ -81,38 +80,7 @@ class Config:
         return [(f, k) for f, k in (("pandas", self.kinds), ("row", self.row_kinds)) if k]
 
 
-@contextlib.contextmanager
-def _stderr_to(path: Path) -> Iterator[None]:
-    """Point fd 2 at ``path`` while the block runs (processes started in it keep it)."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with open(path, "ab") as f:
-        os.dup2(f.fileno(), 2)
-    try:
-        yield
-    finally:
-        sys.stderr.flush()
-        os.dup2(saved, 2)
-        os.close(saved)
-
-
-def _session(ctx: BenchContext, app: str, **overrides: str) -> Any:
-    """A local SparkSession from conf/spark-defaults.conf (local[2], no UI)."""
-    from tests.support.spark_local import local_session
-
-    settings = {
-        "spark.master": "local[2]",
-        "spark.ui.enabled": "false",
-        "spark.sql.shuffle.partitions": "2",
-        "spark.driver.memory": "2g",
-    }
-    settings.update(overrides)
-    ctx.tmp_dir.mkdir(parents=True, exist_ok=True)
-    with _stderr_to(ctx.tmp_dir / "spark-jvm.log"):
-        return local_session(app, **settings)
-
-
-def _write_batch(input_dir: Path, batch: int, ids: np.ndarray[Any, Any]) -> int:
+def write_batch(input_dir: Path, batch: int, ids: np.ndarray[Any, Any]) -> int:
     """Write micro-batch ``batch`` (one row per id) with a distinct, increasing mtime."""
     table = pa.table(
         {"k": key_strings(ids), "v": pa.array(ids.astype(np.int64) + batch, pa.int64())}
@@ -124,7 +92,7 @@ def _write_batch(input_dir: Path, batch: int, ids: np.ndarray[Any, Any]) -> int:
     return len(ids)
 
 
-def _run_once(spark: Any, variant: Variant, input_dir: Path) -> None:
+def run_once(spark: Any, variant: Variant, input_dir: Path) -> None:
     """Run ``variant``'s query until it has processed every file present; record progress."""
     frame = (
         spark.readStream.schema(INPUT_SCHEMA)
@@ -176,7 +144,7 @@ def _tree_cpu_s() -> float:
     return total
 
 
-def _read_stats(stats_dir: Path) -> list[dict[str, Any]]:
+def read_stats(stats_dir: Path) -> list[dict[str, Any]]:
     """Stats lines of every worker (one per task, see :class:`Recorder`)."""
     lines: list[dict[str, Any]] = []
     for p in stats_dir.glob("*.jsonl"):
@@ -185,7 +153,7 @@ def _read_stats(stats_dir: Path) -> list[dict[str, Any]]:
 
 
 @dataclass
-class _BatchStats:
+class BatchStats:
     """The tasks of one variant in one micro-batch, summed (from their stats lines)."""
 
     tasks: int = 0
@@ -204,15 +172,15 @@ class _BatchStats:
         return self.state_s + self.acquire_s + self.finish_s
 
 
-def _batch_stats(
+def batch_stats(
     stats: list[dict[str, Any]], tag: str, measured: list[int]
-) -> dict[int, _BatchStats]:
+) -> dict[int, BatchStats]:
     """Per measured batch, the sums over every task of variant ``tag`` (all its processes)."""
-    out: dict[int, _BatchStats] = {}
+    out: dict[int, BatchStats] = {}
     for x in stats:
         if x["tag"] != tag or x["batch"] not in measured:
             continue
-        bs = out.setdefault(x["batch"], _BatchStats())
+        bs = out.setdefault(x["batch"], BatchStats())
         bs.tasks += 1
         bs.partitions.add(x["partition"])
         bs.keys += x["keys"]
@@ -225,7 +193,7 @@ def _batch_stats(
     return out
 
 
-def _paired(a: Variant, b: Variant, batches: list[int]) -> list[tuple[float, float, int]]:
+def paired(a: Variant, b: Variant, batches: list[int]) -> list[tuple[float, float, int]]:
     """(wall a, wall b, rows) in ms for the batches both measured."""
     return [
         (a.wall_ms[i], b.wall_ms[i], a.rows[i])

@@ -3,6 +3,10 @@
 The benchmark rows are ``key: string`` (``"user-000000001234"``, 17 characters) and
 ``value: (n: int64, s: string)``, where ``s`` is drawn uniformly from a 64-character alphabet
 (6 bits of entropy per character, so Parquet cannot compress it away).
+
+Invariants: every generator is deterministic (randomness comes only from the ``numpy``
+generator passed in), so two suites, or two sides of a comparison, seeded alike get the same
+rows.
 """
 
 from __future__ import annotations

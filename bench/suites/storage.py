@@ -27,7 +27,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from bench.common import BenchContext, Result, SuiteSkipped, median, spread_text
+from bench.harness.common import BenchContext, Result, median, spread_text
+from bench.harness.s3 import s3_options, s3_server
 from fsstate import PartitionStore, StoreConfig
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.location import Location
@@ -41,18 +42,6 @@ KEY = pa.schema([pa.field("k", pa.string())])
 VAL = pa.schema([pa.field("n", pa.int64()), pa.field("s", pa.string())])
 UKEY = pa.schema([pa.field("u", pa.string())])
 KINDS = ("get", "put", "head", "list", "delete")
-
-
-def s3_server(ctx: BenchContext) -> Any:
-    """A SeaweedFS S3 server (not started) under the run's tmp dir; skips the suite without one."""
-    from tests.support.s3_server import SeaweedS3, find_weed
-
-    try:
-        find_weed()
-    except FileNotFoundError as exc:
-        raise SuiteSkipped(str(exc)) from exc
-    ctx.tmp_dir.mkdir(parents=True, exist_ok=True)
-    return SeaweedS3(tempfile.mkdtemp(prefix="weed-", dir=ctx.tmp_dir))
 
 
 def _key(i: int) -> tuple[str]:
@@ -70,6 +59,7 @@ class Backend:
         self.figures: dict[str, list[tuple[float, dict[str, int]]]] = {}
 
     def load(self, rng: np.random.Generator) -> None:
+        """Write and commit the store's first version (value table and map table)."""
         v = self.store.value_table("v", VAL, KEY)
         keys = pa.table({"k": [f"key-{i:08d}" for i in range(KEYS)]})
         vals = pa.table({"n": np.arange(KEYS), "s": [f"value-{i:08d}" for i in range(KEYS)]})
@@ -81,6 +71,7 @@ class Backend:
         self.store.fileio.check_conditional_writes()
 
     def measure(self, what: str, fileio: FileIO, fn: Callable[[], Any]) -> None:
+        """Time ``fn`` and count the requests and bytes ``fileio`` saw meanwhile."""
         before = fileio.stats.snapshot()
         t0 = time.perf_counter()
         fn()
@@ -91,6 +82,7 @@ class Backend:
         )
 
     def round(self, version: int, rng: np.random.Generator) -> None:
+        """One round: two commits, an open with reads, and a catch-up of a lagging copy."""
         store, fileio = self.store, self.store.fileio
         v = store.value_table("v", VAL, KEY)
         lagging = PartitionStore.open(self.location, "bench", 0, version - 1, self.config)
@@ -121,13 +113,7 @@ def run(ctx: BenchContext) -> list[Result]:
     info = server.start()
     scratch = Path(tempfile.mkdtemp(prefix=f"{SUITE}-", dir=ctx.tmp_dir))
     try:
-        opts = {
-            "endpoint": info.endpoint,
-            "access_key_id": info.access_key,
-            "secret_access_key": info.secret_key,
-            "region": "us-east-1",
-            "allow_http": "true",
-        }
+        opts = s3_options(info)
         backends = [
             Backend("local", Location.parse(str(scratch / "state"))),
             Backend("s3", Location.parse(f"s3://{info.bucket}/bench-storage", opts)),

@@ -1,0 +1,19 @@
+"""What the benchmark suites share: the runner, results and report, and the plumbing of a run.
+
+* :mod:`~bench.harness.common`: result records, the run context, timing and machine info;
+* :mod:`~bench.harness.runner` (the suite registry, ``python -m bench.run``),
+  :mod:`~bench.harness.report` (suite JSON files and docs/benchmarks.md),
+  :mod:`~bench.harness.chart` (a suite's PNG) and :mod:`~bench.harness.readme_figures` (README
+  citations of published rows);
+* :mod:`~bench.harness.datagen`: deterministic keys, values and Arrow tables;
+* Spark: :mod:`~bench.harness.spark` (the session, handing in batch files, stopping queries),
+  :mod:`~bench.harness.spark_procs` and :mod:`~bench.harness.spark_runner` (the
+  transformWithState queries of ``spark_e2e`` and ``spark_storage``),
+  :mod:`~bench.harness.operator_queries` (the windowed count and running aggregate of the
+  operator suites), :mod:`~bench.harness.matrix` (the shapes and running queries of
+  ``spark_matrix`` and the suites measured on its cells);
+* :mod:`~bench.harness.s3`: the S3 server of the storage suites.
+
+Invariants: the harness never imports a suite (:mod:`bench.harness.runner` loads them by name
+when they run); a name here is public because two suites or more use it.
+"""

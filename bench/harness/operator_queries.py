@@ -1,0 +1,116 @@
+"""The two queries of the operator suites: a windowed count and a keyed running aggregate.
+
+Used by ``spark_operators``, ``spark_matrix``, ``spark_floor``, ``spark_breakdown`` and
+``spark_driver``: the input (:data:`INPUT_SCHEMA`, :func:`batch_table`), fsstate's flow of each
+query (:func:`fsstate_flow`), Spark's built-in operator for it (:func:`builtin_query`) and the
+running aggregate as a pandas StatefulProcessor (:class:`RunningAgg`; Spark's Python workers
+import it from here).
+
+* **windowed count** (``window``): ``withWatermark("t", DELAY)`` then a count per
+  (``WINDOW_MS`` window, key), append output;
+* **running aggregate** (``running``): ``count`` and ``sum(v)`` per key, update output
+  (fsstate: a retracting aggregate over an insert-only stream, upsert output).
+
+Invariants: both sides of a comparison compute the same groups and aggregates from the same
+rows; :func:`batch_table` is a pure function of its arguments (seeded by the batch index), event
+times of batch ``b`` in ``[10 b, 10 b + 10)`` seconds, so each batch fills one window and the
+watermark closes the one before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+from pyspark.sql.streaming.stateful_processor import (
+    StatefulProcessor,
+    StatefulProcessorHandle,
+    TimerValues,
+)
+
+from bench.harness.datagen import key_strings
+
+INPUT_SCHEMA = "k STRING, v BIGINT, t TIMESTAMP"
+WINDOW_MS = 10_000
+DELAY = "5 seconds"
+
+
+class RunningAgg(StatefulProcessor):
+    """count and sum(v) per key in a ValueState; one output row per key and batch."""
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        """One value state."""
+        self.agg = handle.getValueState("agg", "n BIGINT, s BIGINT")
+
+    def handleInputRows(
+        self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
+    ) -> Iterator[pd.DataFrame]:
+        """Add the key's rows to its count and sum."""
+        n = s = 0
+        for frame in rows:
+            n += len(frame)
+            s += int(frame["v"].sum())
+        old = self.agg.get()
+        if old is not None:
+            n, s = n + int(old[0]), s + int(old[1])
+        self.agg.update((n, s))
+        yield pd.DataFrame({"k": [key[0]], "n": [n], "s": [s]})
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+def batch_table(batch: int, rows: int, keys: int) -> pa.Table:
+    """Micro-batch ``batch`` (seeded by its index): ``rows`` rows over ``keys`` keys, event
+    times in ``[10 batch, 10 batch + 10)`` seconds."""
+    rng = np.random.default_rng(batch)
+    ids = rng.integers(0, keys, rows, dtype=np.int64)
+    t_ms = batch * WINDOW_MS + rng.integers(0, WINDOW_MS, rows, dtype=np.int64)
+    return pa.table(
+        {
+            "k": key_strings(ids),
+            "v": pa.array(rng.integers(0, 100, rows, dtype=np.int64)),
+            "t": pa.array(t_ms * 1000, pa.timestamp("us", "UTC")),
+        }
+    )
+
+
+def fsstate_flow(df: Any, group: str, name: str | None = None) -> Any:
+    """The fsstate flow of ``group`` (``window`` or ``running``) over the input ``df``;
+    ``name`` names its operator (the default operator name if None)."""
+    from pyspark.sql import functions as F
+
+    from fsstate_spark import operators as ops
+
+    named = {} if name is None else {"name": name}
+    if group == "window":
+        return ops.source(df, watermark=("t", DELAY)).window_aggregate(
+            keys=["k"], time="t", window=ops.Window(WINDOW_MS), aggs=[ops.Agg("count")], **named
+        )
+    return (
+        ops.source(df)
+        .transform(lambda d: d.withColumn("op", F.lit(1).cast("tinyint")))
+        .retract_aggregate(
+            keys=["k"],
+            aggs=[ops.Agg("count", alias="n"), ops.Agg("sum", "v", "s")],
+            output="upsert",
+            **named,
+        )
+    )
+
+
+def builtin_query(df: Any, group: str) -> tuple[Any, str]:
+    """Spark's built-in operator for ``group`` over ``df``, and its output mode."""
+    from pyspark.sql import functions as F
+
+    if group == "window":
+        out = (
+            df.withWatermark("t", DELAY)
+            .groupBy(F.window("t", "10 seconds"), "k")
+            .agg(F.count(F.lit(1)).alias("n"))
+        )
+        return out, "append"
+    return df.groupBy("k").agg(F.count(F.lit(1)).alias("n"), F.sum("v").alias("s")), "update"

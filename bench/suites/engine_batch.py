@@ -1,0 +1,289 @@
+"""Engine benchmarks of whole Arrow batches: the ``batch`` group of the engine suite
+(:mod:`bench.suites.engine` runs it, this module does not).
+
+``put_many`` counted with the work it defers (through the first ``get_many``, through a
+``commit``) and alone (info), and ``get_many`` (runs in memory, hot clean and dirty views,
+first touch), each against building and reading a dict from the same tables.
+
+Invariants:
+
+* This module never imports :mod:`bench.suites.engine`; it takes the suite's shared pieces
+  (``SUITE`` in :func:`~bench.suites.engine_storage.rate_result`, ``VALUE_WIDTH``,
+  :class:`~bench.suites.engine_storage.Scratch`) from :mod:`bench.suites.engine_storage`.
+* Every sample of a store-building pair starts from a fresh store (:class:`Fresh`, the previous
+  one closed and a full collection first); stores live under the ``Scratch`` root given.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from bench.harness.common import BenchContext, Result, sample_pair
+from bench.harness.datagen import (
+    KEY_SCHEMA,
+    VALUE_SCHEMA,
+    key_table,
+    python_keys,
+    python_values,
+    value_table,
+)
+from bench.suites.engine_storage import VALUE_WIDTH, Scratch, rate_result
+from fsstate import StoreConfig
+
+GOAL_BATCH_ROWS = 5_000_000.0
+
+
+# -- put_many / get_many ------------------------------------------------------------------------
+class Fresh:
+    """Called before a sample: closes the previous store and opens a fresh value table.
+
+    ``d`` holds the baseline's dict; ``keep_dict=False`` drops it with the store (before the
+    collection), as a sample pair that builds both from scratch wants.
+    """
+
+    def __init__(self, scratch: Scratch, keep_dict: bool = True) -> None:
+        self.scratch = scratch
+        self.keep_dict = keep_dict
+        self.store: Any = None
+        self.vt: Any = None
+        self.d: dict[Any, Any] | None = None
+
+    def __call__(self) -> None:
+        self.close()
+        if not self.keep_dict:
+            self.d = None
+        gc.collect()
+        self.store = self.scratch.store()
+        self.vt = self.store.value_table("v", VALUE_SCHEMA, KEY_SCHEMA)
+
+    def close(self) -> None:
+        """Close the current store, if any."""
+        st, self.store = self.store, None
+        if st is not None:
+            st.close()
+
+
+def bench_batch(ctx: BenchContext, scratch: Scratch, rng: np.random.Generator) -> list[Result]:
+    """``put_many`` / ``get_many`` rows/s vs building and reading a dict from the same tables."""
+    n = ctx.pick(100_000, 1_000_000)
+    m = ctx.pick(20_000, 50_000)
+    repeat = 3
+    kt = key_table(rng.permutation(n))
+    vtab = value_table(rng, n, VALUE_WIDTH)
+    sample_kt = key_table(rng.choice(n, size=m, replace=False))
+    fresh = Fresh(scratch)
+
+    def eng_put() -> None:
+        fresh.vt.put_many(kt, vtab)
+
+    def base_put() -> None:
+        fresh.d = dict(zip(python_keys(kt), python_values(vtab), strict=True))
+
+    e, b = sample_pair(eng_put, base_put, repeat=repeat, setup=fresh)
+    puts = [
+        rate_result(
+            "batch put_many alone (deferred work not counted)",
+            n,
+            e,
+            b,
+            None,
+            "rows/s",
+            f"{n:,} rows per call, shuffled keys; put_many only appends the unsorted batch: "
+            "its sort and key index are built by the first read or commit, which this row "
+            "leaves out (see the two rows below); baseline: dict(zip(...)) of to_pylist tuples",
+        )
+    ]
+    assert fresh.d is not None
+    out = _get_many_rows(fresh.vt, fresh.d, kt, vtab, repeat)
+    out.append(_first_touch_row(fresh, fresh.d, kt, vtab, sample_kt, repeat))
+    fresh.close()
+    return puts + _batch_put_with_deferred(scratch, kt, vtab, sample_kt, repeat) + out
+
+
+def _dict_gets(d: dict[Any, Any], keys_table: pa.Table) -> None:
+    """The get_many baseline: to_pylist keys + list comprehension of dict.get."""
+    g = d.get
+    [g(k) for k in python_keys(keys_table)]
+
+
+def _get_many_rows(
+    vt: Any, d: dict[Any, Any], kt: pa.Table, vtab: pa.Table, repeat: int
+) -> list[Result]:
+    """get_many of every key right after put_many (no view: the runs in memory answer alone),
+    then with every view loaded and clean, then loaded and dirty."""
+    n = kt.num_rows
+    vt.get_many(kt)
+
+    def eng_get_many() -> None:
+        vt.get_many(kt)
+
+    def base_get() -> None:
+        _dict_gets(d, kt)
+
+    baseline_note = "baseline: to_pylist keys + list comprehension of dict.get (no output table)"
+    out: list[Result] = []
+    for name, note in (
+        ("batch get_many (runs in memory)", "no view loaded: joins over the in-memory runs"),
+        ("batch get_many (hot views)", "every view loaded by a point get and clean"),
+        ("batch get_many (hot dirty views)", "every view loaded and updated since the last seal"),
+    ):
+        if name.endswith("(hot views)"):
+            for k in python_keys(kt):
+                vt.get(k)
+        elif name.endswith("(hot dirty views)"):
+            for k, v in zip(python_keys(kt), python_values(vtab), strict=True):
+                vt.update(k, v)
+        e, b = sample_pair(eng_get_many, base_get, repeat=repeat)
+        out.append(
+            rate_result(
+                name,
+                n,
+                e,
+                b,
+                GOAL_BATCH_ROWS,
+                "rows/s",
+                f"{n:,} keys per call, {note}; {baseline_note}",
+            )
+        )
+    return out
+
+
+def _first_touch_row(
+    fresh: Fresh,
+    d: dict[Any, Any],
+    kt: pa.Table,
+    vtab: pa.Table,
+    sample_kt: pa.Table,
+    repeat: int,
+) -> Result:
+    """get_many right after put_many: keys only in the in-memory Arrow segment."""
+
+    def setup_cold() -> None:
+        fresh()
+        fresh.vt.put_many(kt, vtab)
+
+    def eng_get_cold() -> None:
+        fresh.vt.get_many(sample_kt)
+
+    def base_get_sample() -> None:
+        _dict_gets(d, sample_kt)
+
+    e, b = sample_pair(eng_get_cold, base_get_sample, repeat=repeat, warmup=0, setup=setup_cold)
+    return rate_result(
+        "batch get_many (first touch)",
+        sample_kt.num_rows,
+        e,
+        b,
+        GOAL_BATCH_ROWS,
+        "rows/s",
+        f"{sample_kt.num_rows:,} random keys right after put_many of {kt.num_rows:,} rows "
+        "(segment in memory, key index not built yet, views not loaded)",
+    )
+
+
+def _batch_put_with_deferred(
+    scratch: Scratch,
+    kt: pa.Table,
+    vtab: pa.Table,
+    sample_kt: pa.Table,
+    repeat: int,
+) -> list[Result]:
+    """``put_many`` timed together with the work it defers (sort and key index of the batch).
+
+    Two rows, each on a fresh store per sample: ``put_many`` + the first ``get_many`` (of
+    ``sample_kt``'s keys), and ``put_many`` + ``commit`` (Parquet run written and published).
+    Rates count the rows put (``len(kt)``) over the time of both calls.
+    """
+    rows = pa.Table.from_arrays(
+        [*kt.columns, *vtab.columns], names=[*kt.column_names, *vtab.column_names]
+    )
+    fresh = Fresh(scratch, keep_dict=False)
+    out = [
+        _put_get_row(fresh, kt, vtab, sample_kt, repeat),
+        _put_commit_row(fresh, kt, vtab, rows, scratch.root / "baseline.parquet", repeat),
+    ]
+    fresh.close()
+    return out
+
+
+def _put_get_row(
+    fresh: Fresh, kt: pa.Table, vtab: pa.Table, sample_kt: pa.Table, repeat: int
+) -> Result:
+    """put_many then the first get_many (which sorts the batch and builds its key index)."""
+    n, m = kt.num_rows, sample_kt.num_rows
+
+    def eng_put_get() -> None:
+        fresh.vt.put_many(kt, vtab)
+        fresh.vt.get_many(sample_kt)
+
+    def base_put_get() -> None:
+        d = dict(zip(python_keys(kt), python_values(vtab), strict=True))
+        _dict_gets(d, sample_kt)
+        fresh.d = d
+
+    e, b = sample_pair(eng_put_get, base_put_get, repeat=repeat, setup=fresh)
+    return rate_result(
+        "batch put_many + first get_many",
+        n,
+        e,
+        b,
+        GOAL_BATCH_ROWS,
+        "rows/s",
+        f"rows put per second, counting the work put_many defers: put_many of {n:,} "
+        f"rows (shuffled keys) then get_many of {m:,} random keys of them on a fresh "
+        "store (the first read sorts the batch and builds its key index); baseline: "
+        "dict(zip(...)) of to_pylist tuples, then dict.get of the same keys",
+    )
+
+
+def _put_commit_row(
+    fresh: Fresh, kt: pa.Table, vtab: pa.Table, rows: pa.Table, parquet: Path, repeat: int
+) -> Result:
+    """put_many then commit, against a dict plus the same columns written to ``parquet``."""
+    n, cfg = kt.num_rows, StoreConfig()
+
+    def eng_put_commit() -> None:
+        fresh.vt.put_many(kt, vtab)
+        fresh.store.commit(1)
+
+    def base_put_commit() -> None:
+        fresh.d = dict(zip(python_keys(kt), python_values(vtab), strict=True))
+        _write_parquet(cfg, rows, parquet)
+
+    e, b = sample_pair(eng_put_commit, base_put_commit, repeat=repeat, setup=fresh)
+    parquet.unlink(missing_ok=True)
+    return rate_result(
+        "batch put_many + commit",
+        n,
+        e,
+        b,
+        None,
+        "rows/s",
+        f"rows put per second, counting the work put_many defers: put_many of {n:,} "
+        "rows (shuffled keys) then commit on a fresh store (sort, key index, Parquet run "
+        f"({cfg.compression}), manifest{', fsync' if cfg.fsync else ''}); baseline: "
+        "dict(zip(...)) of to_pylist tuples plus pq.write_table of the same key and value "
+        f"columns to one file ({cfg.compression}, row groups of {cfg.row_group_rows:,} "
+        f"rows, unsorted{', fsync of the file and its directory' if cfg.fsync else ''})",
+    )
+
+
+def _write_parquet(cfg: StoreConfig, rows: pa.Table, path: Path) -> None:
+    """The commit baseline: ``rows`` to one file as the store's settings write a run
+    (compression, row groups, fsync of the file and its directory)."""
+    codec = None if cfg.compression == "none" else cfg.compression
+    pq.write_table(rows, path, compression=codec, row_group_size=cfg.row_group_rows)
+    if cfg.fsync:
+        for target, flags in ((path, os.O_RDONLY), (path.parent, os.O_RDONLY)):
+            fd = os.open(target, flags)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)

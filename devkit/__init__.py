@@ -1,0 +1,13 @@
+"""Support code shared by the tests, the benchmarks and the examples (not shipped in the wheel).
+
+* :mod:`devkit.repo`: the repository root, and putting it on the ``PYTHONPATH`` Spark's Python
+  workers inherit (processors under ``tests/``, ``bench/`` and ``examples/`` are imported there
+  by module name).
+* :mod:`devkit.spark_local`: a small local SparkSession from ``conf/spark-defaults.conf``, its
+  SQL settings changed for a block, and micro-batch input files.
+* :mod:`devkit.s3_server`: a throwaway, credential-checking S3 server on loopback (SeaweedFS).
+
+Invariants: ``devkit`` imports ``fsstate`` and ``fsstate_spark`` at most, never ``tests``,
+``bench`` or ``examples`` (held by ``make lint``: import-linter); the tests, the benchmarks and
+the examples take what they share from here and nothing from one another.
+"""
