@@ -48,6 +48,7 @@ __all__ = [
     "Layout",
     "in_force",
     "new_layout_dir",
+    "operators_of_kind",
     "publish_layout",
     "read_layouts",
     "record_path",
@@ -165,6 +166,19 @@ def read_layouts(fileio: FileIO, operator: str) -> list[Layout]:
         if k > 0:
             out.append(_parse(fileio, operator, k, fileio.read_bytes(record_path(operator, k))))
     return out
+
+
+def operators_of_kind(fileio: FileIO, kind: str) -> list[str]:
+    """The operators under a state root whose generation-0 record says ``kind``, sorted (one
+    recursive LIST of the root and one GET per operator found: not for the per-batch path)."""
+    names = sorted(
+        {
+            e.path.split("/")[0]
+            for e in fileio.list("", recursive=True)
+            if e.path.count("/") == 1 and e.path.endswith("/" + LAYOUT_FILE)
+        }
+    )
+    return [n for n in names if read_layouts(fileio, n)[0].kind == kind]
 
 
 def in_force(layouts: Sequence[Layout], version: int | None = None) -> Layout:

@@ -79,9 +79,11 @@ from fsstate.operators.base import Operator
 from fsstate.operators.planning import EpochPlan, EpochPlanner, PlannedStage, WatermarkInput
 from fsstate.operators.runner import check_layout
 from fsstate.storage.fileio import FileIO
+from fsstate.store.layout import operators_of_kind, record_path
 from fsstate.store.record import Writer
 from fsstate_spark.operators.flows import Flow, Source, StageSpec, arrow_schema_of, walk
 from fsstate_spark.operators.partials import SparkPartials, spark_partials
+from fsstate_spark.operators.processor_stage import ProcessorStage
 from fsstate_spark.operators.settings import (
     PARTITIONS_DEFAULT,
     FlowSettings,
@@ -309,6 +311,8 @@ class Driver:
         planner of the run's epochs."""
         if self.planner is None:
             version = batch_id - 1 if batch_id > 0 else None
+            if version is not None:
+                self._continue_renamed(fileio)
             for spec in self.flow.stages:
                 try:
                     layout = check_layout(fileio, spec.op, self.partitions, version)
@@ -323,6 +327,34 @@ class Driver:
             ]
             self.planner = EpochPlanner(fileio, stages, self._inputs)
         return self.planner
+
+    def _continue_renamed(self, fileio: FileIO) -> None:
+        """A processor stage named after its processor's class whose name has no state takes
+        over the one state of processor stages no stage of the flow claims (a renamed or
+        replaced class: state follows the query's operator, as Spark's does).
+
+        Raises:
+            ConfigError: several unclaimed processor stages' states could be this one's.
+        """
+        claimed = {s.op.name for s in self.flow.stages}
+        for spec in self.flow.stages:
+            op = spec.op
+            if not isinstance(op, ProcessorStage) or op.name_given:
+                continue
+            if fileio.exists(record_path(op.name, 0)):
+                continue
+            found = [n for n in operators_of_kind(fileio, type(op).__name__) if n not in claimed]
+            if len(found) > 1:
+                raise ConfigError(
+                    f"transform_with_state: the stage {op.name!r} has no state under that name "
+                    f"and the query's state holds several other processor stages {found}: pass "
+                    "name=<the one it continues>"
+                )
+            if found:
+                log.warning("fsstate: stage %r takes over the state of %r", op.name, found[0])
+                claimed.add(found[0])
+                op.name = found[0]
+        self._inputs = _watermark_inputs(self.flow)
 
     def batch_clock(self, fileio: FileIO, batch_id: int) -> int:
         """The processing time of micro-batch ``batch_id``: fixed by its first attempt and

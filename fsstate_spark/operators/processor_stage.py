@@ -150,10 +150,20 @@ class ProcessorStage(Operator):
         name: the stage's state name.
         processor: the user's processor (unchanged).
         spec: how it is called.
+        name_given: whether the user named the stage (else ``name`` is the processor's class
+            name, and the driver may continue the state of a renamed class:
+            :mod:`fsstate_spark.operators.driver`).
     """
 
-    def __init__(self, name: str, processor: StatefulProcessor, spec: ProcessorSpec) -> None:
+    def __init__(
+        self,
+        name: str,
+        processor: StatefulProcessor,
+        spec: ProcessorSpec,
+        name_given: bool = True,
+    ) -> None:
         super().__init__(name)
+        self.name_given = name_given
         if not isinstance(processor, StatefulProcessor):
             raise ConfigError(
                 f"operator {name!r}: transform_with_state takes a pyspark StatefulProcessor, "

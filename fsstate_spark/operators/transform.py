@@ -194,7 +194,7 @@ def _transform(
         int_to_decimal=(conf.get(INT_TO_DECIMAL_CONF) or "false").strip().lower() == "true",
         state_encoding=(conf.get(ENCODING_CONF) or "unsaferow").strip().lower(),
     )
-    op = ProcessorStage(name or type(processor).__name__, processor, spec)
+    op = ProcessorStage(name or type(processor).__name__, processor, spec, name is not None)
     records = [("input", origin)] if origin is not None and origin.time is not None else []
     if init_df is None:
         return flow._stage(op, keys, records)

@@ -32,6 +32,15 @@ Rules that follow (the invariants of this module):
   query run and count (1 conditional PUT, and 1 GET + 1 LIST + a GET per rescale if the record
   exists). State written before the record existed gets the count of the first run that
   records it; a task that does not know its count skips the check (and reads the generations).
+* Identity: a tiered processor's state is ``<state_uri>/<query id>/<name>``, ``name`` being
+  ``tiered(name=...)`` when given, else the processor's class name. Spark keys a query's state
+  by its operator, not by the processor's class, so a restart may run another class (a new
+  version, a rename) on the same state: when the class name has no state at ``b - 1`` and the
+  query's state holds exactly one tiered operator, the task continues that one
+  (:func:`operator_name`; one HEAD per process and query run, and a recursive LIST of the
+  query's state only in that case). With several, it refuses (``name=`` says which). Stores
+  keep the name they were first written under, so state written before this rule reads as it
+  did.
 * Every tiered processor declares one state variable of Spark's own, :data:`SPARK_MARKER`,
   never written: Spark's offline repartition of a checkpoint
   (``spark._streamingCheckpointManager.repartition``) needs the operator's store to hold a
@@ -43,20 +52,23 @@ Rules that follow (the invariants of this module):
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 
-from fsstate.errors import VersionNotFoundError
+from fsstate.errors import ConfigError, VersionNotFoundError
 from fsstate.interfaces import KeyedStore
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.location import Location
 from fsstate.store.epoch import EpochRun, StoreAddress, begin_epoch, resolve_layout
-from fsstate.store.layout import Layout
+from fsstate.store.layout import Layout, operators_of_kind, record_path
 from fsstate.store.pool import Outcome, StorePool, store_pool
 from fsstate.store.record import Writer
 from fsstate_spark.runtime import TaskInfo, TaskMode, apply_engine_settings, fileio_for
 from fsstate_spark.tiered.settings import TieredConfig
 from fsstate_spark.tiered.transient import TransientStore
+
+log = logging.getLogger(__name__)
 
 SPARK_MARKER = "_fsstate_tiered"  # the state variable every tiered processor declares in Spark
 SPARK_MARKER_SCHEMA = "present BOOLEAN"
@@ -92,7 +104,7 @@ class StoreCache:
         self.acquire_s = 0.0  # getting the store (reuse, catch-up or open)
         self.finish_s = 0.0  # TTL cleanup, commit and handing the store back
         # the generation in force per (root, name, run, count): resolved once per query run
-        self._layouts: dict[tuple[str, str, str | None, int | None], Layout] = {}
+        self._layouts: dict[tuple[str, str, str | None, int | None], tuple[str, Layout]] = {}
 
     @property
     def hits(self) -> int:
@@ -128,8 +140,8 @@ class StoreCache:
         want = task.batch_id - 1 if task.batch_id > 0 else None
         fileio = fileio_for(query_root(config, task.query_id), config.store.fsync)
         self.pool.max_idle = config.max_cached_stores
-        layout = self.layout_for(fileio, config, task)
-        ref = StoreAddress(fileio, config.name, task.partition, layout.dir)
+        name, layout = self.layout_for(fileio, config, task)
+        ref = StoreAddress(fileio, name, task.partition, layout.dir)
         try:
             return begin_epoch(
                 ref,
@@ -141,18 +153,23 @@ class StoreCache:
         except VersionNotFoundError as exc:
             raise VersionNotFoundError(
                 f"fsstate has no committed state for query {task.query_id}, operator "
-                f"{config.name!r}, partition {task.partition} at version {want} under "
+                f"{name!r}, partition {task.partition} at version {want} under "
                 f"{config.state_uri!r} (needed by micro-batch {task.batch_id}). The state "
                 "directory must be kept with the checkpoint: restore it, or start the query "
                 f"with a new checkpoint. ({exc})"
             ) from exc
 
-    def layout_for(self, fileio: FileIO, config: TieredConfig, task: TaskInfo) -> Layout:
-        """The layout generation the task's store is in, resolved once per query run and
-        count (:func:`fsstate.store.epoch.resolve_layout`; see the module docstring).
+    def layout_for(
+        self, fileio: FileIO, config: TieredConfig, task: TaskInfo
+    ) -> tuple[str, Layout]:
+        """The operator (store name) the task's state is under and the layout generation its
+        store is in, resolved once per query run and count (:func:`operator_name`,
+        :func:`fsstate.store.epoch.resolve_layout`; see the module docstring).
 
         Raises:
             PartitionCountError: the state at ``b - 1`` was written with another count.
+            ConfigError: the processor's default name has no state and several tiered
+                operators of the query do.
         """
         n = task.partitions
         key = (fileio.describe(""), config.name, task.run_id, n)
@@ -160,9 +177,10 @@ class StoreCache:
         if have is not None:
             return have
         assert task.batch_id is not None
-        have = resolve_layout(
+        name = operator_name(fileio, config, task)
+        layout = resolve_layout(
             fileio,
-            config.name,
+            name,
             partitions=n,
             kind=TIERED_KIND,
             version=task.batch_id - 1 if task.batch_id > 0 else None,
@@ -175,8 +193,8 @@ class StoreCache:
                 "was repartitioned, that moves fsstate's state to match it)"
             ),
         )
-        self._layouts[key] = have
-        return have
+        self._layouts[key] = (name, layout)
+        return name, layout
 
     def clear(self) -> None:
         """Close and forget every store and resolved generation; reset the counters."""
@@ -185,6 +203,43 @@ class StoreCache:
 
     def __len__(self) -> int:
         return len(self.pool)
+
+
+def tiered_operators(fileio: FileIO) -> list[str]:
+    """The operators of a query's state root that ``tiered()`` wrote, sorted."""
+    return operators_of_kind(fileio, TIERED_KIND)
+
+
+def operator_name(fileio: FileIO, config: TieredConfig, task: TaskInfo) -> str:
+    """The operator a task's state is under: ``name=`` when given; else the processor's class
+    name, unless state exists at ``b - 1`` under no such name but under exactly one other
+    tiered operator of the query: then that one (the query's operator, as Spark keys state by
+    the query's operator, not by the processor's class; see the module docstring).
+
+    Raises:
+        ConfigError: several tiered operators of the query have state and none has the name.
+    """
+    name = config.name
+    if config.name_given or not task.batch_id or fileio.exists(record_path(name, 0)):
+        return name
+    found = tiered_operators(fileio)
+    if len(found) == 1:
+        log.warning(
+            "fsstate: tiered(%s) takes over the state of tiered operator %r of query %s (the "
+            "query's only one); pass tiered(..., name=%r) to say so",
+            name,
+            found[0],
+            task.query_id,
+            found[0],
+        )
+        return found[0]
+    if found:
+        raise ConfigError(
+            f"tiered(): the processor {name!r} of query {task.query_id} has no state under that "
+            f"name, and the query's state holds several tiered operators {found}: pass "
+            "tiered(..., name=<the one it continues>)"
+        )
+    return name
 
 
 _cache = StoreCache(store_pool())

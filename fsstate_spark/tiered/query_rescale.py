@@ -63,12 +63,12 @@ from fsstate.storage.fileio import FileIO
 from fsstate.storage.location import Location
 from fsstate.storage.manifest import read_manifest
 from fsstate.store.identity import store_dir_for
-from fsstate.store.layout import LAYOUT_FILE, Layout, in_force, read_layouts
+from fsstate.store.layout import Layout, in_force, read_layouts
 from fsstate.store.rescale import RescaleProgress, RescaleResult, log_progress, rescale
 from fsstate_spark.checkpoint import SparkCheckpoint, read_checkpoint
 from fsstate_spark.runtime import fileio_for
 from fsstate_spark.state.keys import spark_partitioner
-from fsstate_spark.tiered.lifecycle import SPARK_MARKER, query_root
+from fsstate_spark.tiered.lifecycle import SPARK_MARKER, query_root, tiered_operators
 from fsstate_spark.tiered.settings import TieredConfig, resolve_config
 
 __all__ = ["QueryRescale", "rescale_query"]
@@ -118,19 +118,7 @@ def _checkpoint_fileio(checkpoint_location: str, config: TieredConfig) -> FileIO
 
 def _tiered_operators(fileio: FileIO) -> list[_Operator]:
     """The tiered operators of a query's state root (each with a generation-0 record)."""
-    names = sorted(
-        {
-            e.path.split("/")[0]
-            for e in fileio.list("", recursive=True)
-            if e.path.count("/") == 1 and e.path.endswith("/" + LAYOUT_FILE)
-        }
-    )
-    out = []
-    for name in names:
-        layouts = read_layouts(fileio, name)
-        if layouts[0].kind == "tiered":
-            out.append(_Operator(name, in_force(layouts)))
-    return out
+    return [_Operator(n, in_force(read_layouts(fileio, n))) for n in tiered_operators(fileio)]
 
 
 def _marked_operators(spark: SparkSession, checkpoint: str) -> list[int]:

@@ -50,6 +50,9 @@ class TieredConfig(StateSettings):
 
     Attributes:
         name: store name; the stores of a query live under ``<state_uri>/<query id>/<name>``.
+        name_given: whether ``name`` was given (``name=`` or ``spark.fsstate.name``); else it
+            is the processor's class name, and a query whose state is under one other tiered
+            operator continues that one (:func:`fsstate_spark.tiered.lifecycle.operator_name`).
         state_encoding: Spark's state encoding (``spark.sql.streaming.stateStore.encodingFormat``,
             read on the driver): map state iterates in Spark's MapState order for it
             (:mod:`fsstate_spark.state.map_order`); bounded input always uses ``unsaferow``.
@@ -57,6 +60,7 @@ class TieredConfig(StateSettings):
 
     name: str = "tiered"
     state_encoding: str = UNSAFEROW
+    name_given: bool = False
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -103,7 +107,8 @@ def resolve_config(
     for key, value in (("state_uri", state_uri), ("memory_limit", memory_limit), ("name", name)):
         if value is not None:
             merged[key] = value
+    given = "name" in merged
     op_name = str(merged.pop("name", processor_name))
     TieredConfig(state_uri="", name=op_name, state_encoding=encoding)  # validate before I/O
     shared = resolve_state_settings(TIERED, merged, storage_conf, checkpoint)
-    return TieredConfig(name=op_name, state_encoding=encoding, **shared)
+    return TieredConfig(name=op_name, state_encoding=encoding, name_given=given, **shared)

@@ -342,3 +342,7 @@ ORDER_BATCHES = [
     )
     + _order_rows("g2", 120, [("mclr", "", 0), ("put", "q", 3), ("lclr", "", 0), ("app", "", 1)]),
 ]
+
+
+class KitchenSinkRenamed(KitchenSink):
+    """The same processor under another class name (a new release of the user's code)."""

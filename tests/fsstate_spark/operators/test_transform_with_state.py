@@ -260,3 +260,31 @@ def test_event_time_needs_a_watermark_and_flow_checks(spark: SparkSession, tmp_p
     )
     assert flow.stages[0].op.name == "EventTimers"
     assert flow.sources[0].time == "t" and flow.sources[0].delay_ms == 10_000
+
+
+def test_a_restart_with_a_renamed_processor_class_continues_the_state(
+    runner: StreamRunner, no_data_batches_off: None
+) -> None:
+    """State follows the query's operator, not the processor's class (as Spark's): a query
+    restarted with the processor under a new class name continues where it stopped, under the
+    flow driver and under ``tiered()``."""
+    from fsstate_spark import tiered
+    from tests.support.processors import KitchenSinkRenamed
+
+    batches = [*SINK_BATCHES, *SINK_BATCHES]
+    native = runner.run(KitchenSink(), batches, SINK_SCHEMA)
+    first = runner.run(KitchenSink(), batches[:3], SINK_SCHEMA, driver=True, name="renamed")
+    second = runner.run(
+        KitchenSinkRenamed(), batches[3:], SINK_SCHEMA, driver=True, name="renamed", total_batches=6
+    )
+    assert first + second == native
+    state = str(runner.root / "tiered-state")
+    first = runner.run(tiered(KitchenSink(), state_uri=state), batches[:3], SINK_SCHEMA, name="t")
+    second = runner.run(
+        tiered(KitchenSinkRenamed(), state_uri=state),
+        batches[3:],
+        SINK_SCHEMA,
+        name="t",
+        total_batches=6,
+    )
+    assert first + second == native
