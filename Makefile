@@ -37,11 +37,11 @@ test-spark: $(STAMP)  ## Spark suites only
 
 # The packages held to the function size limit and checked for dead code (lint/funcsize.py,
 # vulture).
-LINT_PACKAGES := fsstate fsstate_spark
+LINT_PACKAGES := fsstate fsstate_spark pyspark_fsstate
 SIZE_PACKAGES := $(LINT_PACKAGES) bench devkit examples
 lint: $(STAMP)  ## ruff, ruff format, mypy, the import contracts, function size and dead code
-	$(PY) -m ruff check fsstate fsstate_spark tests examples bench devkit lint
-	$(PY) -m ruff format --check fsstate fsstate_spark tests examples bench devkit lint
+	$(PY) -m ruff check fsstate fsstate_spark pyspark_fsstate tests examples bench devkit lint
+	$(PY) -m ruff format --check fsstate fsstate_spark pyspark_fsstate tests examples bench devkit lint
 	$(PY) -m mypy
 	$(VENV)/bin/lint-imports
 	$(PY) -m lint.funcsize $(SIZE_PACKAGES)

@@ -61,14 +61,14 @@ from fsstate.errors import ConfigError, SchemaError
 from fsstate.operators.base import SIDE, Epoch, Operator, time_us
 from fsstate.store.partition import PartitionStore
 from fsstate.tables.resolve import first_of_group
-from fsstate_spark.operators.keyed import (
+from fsstate_spark.state.handles import TieredHandle
+from fsstate_spark.state.keyed import (
     KeyedRows,
     Output,
     PandasOutput,
     RowOutput,
-    merge_keys,
+    run_keys,
 )
-from fsstate_spark.state.handles import TieredHandle
 from fsstate_spark.state.keys import KeyBinding
 from fsstate_spark.state.map_order import UNSAFEROW
 from fsstate_spark.state.timers import Timers
@@ -284,7 +284,6 @@ class ProcessorStage(Operator):
         out: Output,
     ) -> None:
         spec = self.spec
-        proc = self.processor
         rows, bounds = self._groups(rows, spec.keys)
         data = KeyedRows(rows, bounds, spec, spec.keys) if rows.num_rows else None
         if init is not None and init.num_rows:
@@ -292,21 +291,11 @@ class ProcessorStage(Operator):
             init_data: KeyedRows | None = KeyedRows(init, init_bounds, spec, spec.init_keys)
         else:
             init_data = None
-        for key, k, i, j in merge_keys(data, init_data):
-            binding.key = k
-            if j is not None:
-                assert init_data is not None
-                for chunk in init_data.chunks(j):
-                    binding.key = k
-                    proc.handleInitialState(key, chunk, values)
-            if i is not None:
-                assert data is not None
-                binding.key = k
-                result = proc.handleInputRows(key, data.chunks(i), values)
-                if result is not None:
-                    for item in result:
-                        binding.key = k  # a lazy generator may interleave: re-bind
-                        out.add(item)
+
+        def enter(key: tuple[Any, ...], store_key: tuple[Any, ...]) -> None:
+            binding.key = store_key
+
+        run_keys(self.processor, data, init_data, values, out, enter)
 
     def _fire(
         self,

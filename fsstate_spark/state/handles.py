@@ -385,6 +385,11 @@ class TieredHandle(StatefulProcessorHandle):
             return None  # inferred from the first key by the engine
 
     @property
+    def key_schema(self) -> pa.Schema | None:
+        """Arrow schema of the grouping key (None: inferred from the first key)."""
+        return self._key_schema
+
+    @property
     def binding(self) -> KeyBinding:
         """The shared current-key binding of this task's state objects."""
         return self._binding

@@ -28,6 +28,7 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql.streaming.stateful_processor import (
     ExpiredTimerInfo,
     StatefulProcessor,
@@ -55,7 +56,16 @@ from fsstate_spark.tiered.transient import TransientStore
 class _TaskState:
     """What one task (one partition of one micro-batch) holds."""
 
-    __slots__ = ("_store_bind", "binding", "handle", "now_ms", "store", "task", "task_store")
+    __slots__ = (
+        "_ints",
+        "_store_bind",
+        "binding",
+        "handle",
+        "now_ms",
+        "store",
+        "task",
+        "task_store",
+    )
 
     def __init__(self, task: TaskInfo, task_store: TaskStore, handle: TieredHandle) -> None:
         self.task = task
@@ -66,18 +76,30 @@ class _TaskState:
         self.now_ms: int | None = None
         # in-memory stores want to know the key (bounded input keeps one key's state only)
         self._store_bind = store.bind if isinstance(store, TransientStore) else None
+        # integer key fields: PySpark's pandas loop hands their nulls over as NaN
+        schema = handle.key_schema
+        self._ints = (
+            []
+            if schema is None
+            else [i for i, f in enumerate(schema) if pa.types.is_integer(f.type)]
+        )
+
+    def set_clock(self, now_ms: int) -> None:
+        """The batch's processing time (``-1``: none in this time mode)."""
+        if now_ms >= 0 and now_ms != self.now_ms:
+            self.now_ms = now_ms
+            self.store.set_time(now_ms)
 
     def bind(self, key: Any, timer_values: TimerValues | None) -> Key:
         """Bind ``key`` (normalized) and the batch's processing time; returns the bound key."""
         k = normalize_key(key)
+        if self._ints and any(type(k[i]) is float and k[i] != k[i] for i in self._ints):
+            k = tuple(None if i in self._ints and v != v else v for i, v in enumerate(k))
         self.binding.key = k
         if self._store_bind is not None:
             self._store_bind(k)
         if timer_values is not None:
-            now = timer_values.getCurrentProcessingTimeInMs()
-            if now >= 0 and now != self.now_ms:
-                self.now_ms = now
-                self.store.set_time(now)
+            self.set_clock(timer_values.getCurrentProcessingTimeInMs())
         return k
 
     def bound(self, key: Key, result: Any) -> Any:
@@ -128,6 +150,7 @@ class TieredProcessor(StatefulProcessor):
         self._config = config
         self._task: _TaskState | None = None
         self._instance = uuid.uuid4().hex  # the same in every task (pickled with it)
+        self._fast = False  # run by fsstate's keyed loop (set per task, never pickled)
 
     @property
     def processor(self) -> StatefulProcessor:
@@ -142,6 +165,7 @@ class TieredProcessor(StatefulProcessor):
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_task"] = None
+        state["_fast"] = False
         return state
 
     def _current(self) -> _TaskState:
@@ -159,6 +183,8 @@ class TieredProcessor(StatefulProcessor):
         # so that Spark's offline repartition and the rescale find the operator (lifecycle)
         handle.getValueState(SPARK_MARKER, SPARK_MARKER_SCHEMA)
         task = current_task()
+        if task.mode == TaskMode.STREAMING and not self._fast and self._config.fast_loop:
+            note_stock_loop(self._config.name)
         task_store = open_store(self._config, task, self._instance)
         # Spark's MapState order follows its state encoding; bounded input always uses
         # unsaferow (its store is built from a fresh SQLConf)
@@ -175,6 +201,19 @@ class TieredProcessor(StatefulProcessor):
         """A callback raised: fail the task's epoch (the store is never committed or reused)."""
         if self._task is not None:
             self._task.task_store.fail()
+
+    # -- fsstate's keyed loop (fsstate_spark.tiered.worker) -------------------------------------
+    def begin_fast(self, handle: StatefulProcessorHandle) -> _TaskState:
+        """``init`` for fsstate's keyed loop, which calls the user's processor itself (keys
+        bound by it) and :meth:`close` at the end; returns the task's state."""
+        self._fast = True
+        self.init(handle)
+        return self._current()
+
+    def fail_task(self) -> None:
+        """fsstate's keyed loop failed: the task's epoch fails (nothing committed)."""
+        self._fail()
+        self._task = None
 
     def handleInputRows(self, key: Any, rows: Any, timerValues: TimerValues) -> Any:
         """Run the user's handleInputRows with ``key`` bound while its output is consumed."""
@@ -223,6 +262,29 @@ class TieredProcessor(StatefulProcessor):
         state.binding.key = None
         self._task = None
         finish_store(state.task_store, state.now_ms)
+
+
+_STOCK_NOTED: set[str] = set()
+WORKER_CONF = "spark.python.worker.module=pyspark_fsstate.worker"
+
+
+def note_stock_loop(name: str) -> None:
+    """Say once per process that a tiered processor runs on PySpark's own per-key loop, with
+    the setting that gives it fsstate's (``tiered(fast_loop=False)`` chose so: then
+    nothing)."""
+    if name in _STOCK_NOTED:
+        return
+    _STOCK_NOTED.add(name)
+    import sys
+
+    print(
+        f"fsstate: tiered({name}) runs on PySpark's per-key loop; for fsstate's keyed loop "
+        f"set {WORKER_CONF} (spark-defaults.conf, spark-submit --conf, "
+        "SparkSession.builder.config before the session starts, or a Spark Connect server's "
+        "conf) with fsstate installed in the executors' Python",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def tiered(

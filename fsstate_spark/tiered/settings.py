@@ -24,6 +24,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from fsstate.config import parse_flag
 from fsstate.errors import ConfigError
 from fsstate_spark.settings import (
     ENGINE_FIELDS,
@@ -39,7 +40,7 @@ from fsstate_spark.state.map_order import ENCODINGS, UNSAFEROW
 
 TIERED = Product("tiered()", "tiered(state_uri=...)")
 ENCODING_CONF = "spark.sql.streaming.stateStore.encodingFormat"
-TIERED_FIELDS = STORE_FIELDS | ENGINE_FIELDS | SHARED_FIELDS | {"name"}
+TIERED_FIELDS = STORE_FIELDS | ENGINE_FIELDS | SHARED_FIELDS | {"name", "fast_loop"}
 _NAME_RE = re.compile(r"^[A-Za-z0-9._=-]+$")
 
 
@@ -50,6 +51,9 @@ class TieredConfig(StateSettings):
 
     Attributes:
         name: store name; the stores of a query live under ``<state_uri>/<query id>/<name>``.
+        fast_loop: run the processor with fsstate's keyed loop where the executors' Python
+            worker is fsstate's (:mod:`fsstate_spark.tiered.worker`; ``spark.fsstate.fastLoop``);
+            False: PySpark's own per-key loop.
         name_given: whether ``name`` was given (``name=`` or ``spark.fsstate.name``); else it
             is the processor's class name, and a query whose state is under one other tiered
             operator continues that one (:func:`fsstate_spark.tiered.lifecycle.operator_name`).
@@ -61,6 +65,7 @@ class TieredConfig(StateSettings):
     name: str = "tiered"
     state_encoding: str = UNSAFEROW
     name_given: bool = False
+    fast_loop: bool = True
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -109,6 +114,12 @@ def resolve_config(
             merged[key] = value
     given = "name" in merged
     op_name = str(merged.pop("name", processor_name))
+    fast = merged.pop("fast_loop", True)
+    fast_loop = parse_flag(fast, "tiered(fast_loop=...)") if isinstance(fast, str) else fast
+    if not isinstance(fast_loop, bool):
+        raise ConfigError(f"tiered(fast_loop={fast!r}): give True or False")
     TieredConfig(state_uri="", name=op_name, state_encoding=encoding)  # validate before I/O
     shared = resolve_state_settings(TIERED, merged, storage_conf, checkpoint)
-    return TieredConfig(name=op_name, state_encoding=encoding, name_given=given, **shared)
+    return TieredConfig(
+        name=op_name, state_encoding=encoding, name_given=given, fast_loop=fast_loop, **shared
+    )

@@ -106,6 +106,8 @@ class JobDirs:
             "spark.ui.showConsoleProgress=false",
             "--conf",
             f"spark.sql.shuffle.partitions={PARTITIONS}",
+            "--conf",  # fsstate's keyed loop for tiered() (installed in this interpreter)
+            "spark.python.worker.module=pyspark_fsstate.worker",
             "--conf",  # scratch space of the run (a killed JVM cannot clean it up)
             f"spark.local.dir={self.root / 'spark-local'}",
             "--py-files",

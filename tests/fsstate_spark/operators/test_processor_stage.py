@@ -248,7 +248,7 @@ def test_row_output_equals_spark_conversion() -> None:
     Spark converts it."""
     import datetime as dt
 
-    from fsstate_spark.operators.keyed import RowOutput
+    from fsstate_spark.state.keyed import RowOutput
 
     schema = pa.schema(
         [
@@ -328,7 +328,7 @@ TS_VALUES = [
 def test_row_timestamps_as_pyarrow_converts_them(tz: str | None, values: list[Any]) -> None:
     """Row values of a ``timestamp[us]`` column, converted in bulk, are ``to_pylist``'s: same
     values, wall times, folds and tzinfo objects, and the same error where it raises."""
-    from fsstate_spark.operators.keyed import _py_values
+    from fsstate_spark.state.keyed import _py_values
 
     col = pa.chunked_array(
         [pa.array(values[:3], pa.timestamp("us", tz)), pa.array(values[3:], pa.timestamp("us", tz))]

@@ -13,7 +13,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from fsstate import read_table
-from fsstate_spark import tiered
+from tests.fsstate_spark.conftest import Tiered
 from tests.support.migration_processors import (
     INIT_SCHEMA,
     INPUT_SCHEMA,
@@ -74,7 +74,7 @@ def initial_state(spark: SparkSession, checkpoint: str, batch_id: int) -> DataFr
 
 
 def test_switching_to_tiered_keeps_the_outputs_of_spark_handles(
-    spark: SparkSession, runner: StreamRunner, tmp_path: Path
+    tiered_loop: Tiered, spark: SparkSession, runner: StreamRunner, tmp_path: Path
 ) -> None:
     batches = _batches(SEED)
     run = lambda proc, rows, **kw: runner.run(  # noqa: E731
@@ -91,7 +91,7 @@ def test_switching_to_tiered_keeps_the_outputs_of_spark_handles(
     assert rows_per_key is not None and rows_per_key[0] > 2, f"seed={SEED}"
     state = str(tmp_path / "fsstate")
     migrated = run(
-        tiered(Basket(), state_uri=state),
+        tiered_loop(Basket(), state_uri=state),
         batches[BEFORE:],
         name="migrated",
         initial_state=init.groupBy("k"),
@@ -99,7 +99,7 @@ def test_switching_to_tiered_keeps_the_outputs_of_spark_handles(
     shifted = sorted((bid + BEFORE, *rest) for bid, *rest in migrated)
     assert len(native_after) >= 2 * AFTER and shifted == native_after, f"seed={SEED}"
     # the initial state is what makes them equal: a fresh start differs
-    fresh = run(tiered(Basket(), state_uri=str(tmp_path / "fresh")), batches[BEFORE:])
+    fresh = run(tiered_loop(Basket(), state_uri=str(tmp_path / "fresh")), batches[BEFORE:])
     assert sorted((bid + BEFORE, *rest) for bid, *rest in fresh) != native_after
     # and the state fsstate holds now reads back like Spark's (the last output per key)
     last = {r[1]: r for r in native_after}

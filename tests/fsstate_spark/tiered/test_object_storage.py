@@ -11,7 +11,7 @@ from devkit.s3_server import S3Info
 from fsstate import PartitionStore
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.location import Location
-from fsstate_spark import tiered
+from tests.fsstate_spark.conftest import Tiered
 from tests.support.plugin import s3_options
 from tests.support.processors import (
     ORDER_BATCHES,
@@ -33,6 +33,7 @@ def _queries(location: Location) -> set[str]:
 
 
 def test_value_list_map_on_s3_match_native_with_a_failed_attempt(
+    tiered_loop: Tiered,
     runner: StreamRunner,
     native_results: dict[str, list[tuple[Any, ...]]],
     s3_server: S3Info,
@@ -48,7 +49,7 @@ def test_value_list_map_on_s3_match_native_with_a_failed_attempt(
         output_schema=SINK_SCHEMA,
     )
     marker = tmp_path / "failure-injected"
-    processor = tiered(
+    processor = tiered_loop(
         KitchenSink(fail_key="b", marker=str(marker)),
         state_uri=s3_uri,
         storage_options=s3_options(s3_server),
@@ -66,7 +67,7 @@ def test_value_list_map_on_s3_match_native_with_a_failed_attempt(
 
 
 def test_ttl_timers_and_map_order_on_s3_match_native(
-    runner: StreamRunner, s3_server: S3Info, s3_uri: str
+    tiered_loop: Tiered, runner: StreamRunner, s3_server: S3Info, s3_uri: str
 ) -> None:
     batches = [
         [{"k": "a", "v": 1}, {"k": "b", "v": 2}],
@@ -77,7 +78,7 @@ def test_ttl_timers_and_map_order_on_s3_match_native(
     kwargs: dict[str, Any] = {"time_mode": "ProcessingTime"}
     native = runner.run(TtlTimers(), batches, TTL_SCHEMA, **kwargs)
     got = runner.run(
-        tiered(TtlTimers(), state_uri=f"{s3_uri}/ttl", storage_options=opts),
+        tiered_loop(TtlTimers(), state_uri=f"{s3_uri}/ttl", storage_options=opts),
         batches,
         TTL_SCHEMA,
         **kwargs,
@@ -90,6 +91,6 @@ def test_ttl_timers_and_map_order_on_s3_match_native(
     }
     native = runner.run(MapListOrder(), **order)
     got = runner.run(
-        tiered(MapListOrder(), state_uri=f"{s3_uri}/order", storage_options=opts), **order
+        tiered_loop(MapListOrder(), state_uri=f"{s3_uri}/order", storage_options=opts), **order
     )
     assert got == native

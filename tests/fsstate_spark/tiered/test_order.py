@@ -17,6 +17,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from fsstate_spark import tiered
+from tests.fsstate_spark.conftest import Tiered
 from tests.support.processors import (
     LONG_S,
     ORDER_BATCHES,
@@ -28,7 +29,9 @@ from tests.support.stream import StreamRunner
 
 
 @pytest.mark.parametrize("flavour", ["pandas", "row"])
-def test_streaming_order_matches_native(runner: StreamRunner, tmp_path: Path, flavour: str) -> None:
+def test_streaming_order_matches_native(
+    tiered_loop: Tiered, runner: StreamRunner, tmp_path: Path, flavour: str
+) -> None:
     """Unsorted map and list order equals Spark's handles after every micro-batch."""
     kwargs: dict[str, Any] = {
         "batches": ORDER_BATCHES,
@@ -38,7 +41,7 @@ def test_streaming_order_matches_native(runner: StreamRunner, tmp_path: Path, fl
     }
     native = runner.run(MapListOrder(flavour), **kwargs)
     state = str(tmp_path / "state")
-    got = runner.run(tiered(MapListOrder(flavour), state_uri=state), **kwargs)
+    got = runner.run(tiered_loop(MapListOrder(flavour), state_uri=state), **kwargs)
     assert got == native
     assert [r[0] for r in native] == [0, 0, 1, 1, 2, 2]
     # the order is neither insertion nor sorted order: 256 before 1, -1 last, '' after 'B'

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from fsstate import PartitionStore
-from fsstate_spark import tiered
+from tests.fsstate_spark.conftest import Tiered
 from tests.support.processors import (
     ROW_SCHEMA,
     SINK_BATCHES,
@@ -26,6 +26,7 @@ def _query_dirs(state_uri: Path) -> list[Path]:
 
 
 def test_value_list_map_match_native_with_a_failed_attempt(
+    tiered_loop: Tiered,
     spark: Any,
     runner: StreamRunner,
     native_results: dict[str, list[tuple[Any, ...]]],
@@ -43,7 +44,7 @@ def test_value_list_map_match_native_with_a_failed_attempt(
     state_uri = tmp_path / "state"
     marker = tmp_path / "failure-injected"
     processor = KitchenSink(fail_key="b", marker=str(marker))
-    got = runner.run(tiered(processor, state_uri=str(state_uri)), SINK_BATCHES, SINK_SCHEMA)
+    got = runner.run(tiered_loop(processor, state_uri=str(state_uri)), SINK_BATCHES, SINK_SCHEMA)
     assert marker.exists()
     assert got == native
     assert {r[0] for r in got} == {0, 1, 2}
@@ -55,6 +56,7 @@ def test_value_list_map_match_native_with_a_failed_attempt(
 
 
 def test_restart_restores_state_from_storage(
+    tiered_loop: Tiered,
     spark: Any,
     runner: StreamRunner,
     native_results: dict[str, list[tuple[Any, ...]]],
@@ -71,13 +73,13 @@ def test_restart_restores_state_from_storage(
     )
     state_uri = str(tmp_path / "state")
     first = runner.run(
-        tiered(KitchenSink(), state_uri=state_uri, max_cached_stores=0),
+        tiered_loop(KitchenSink(), state_uri=state_uri, max_cached_stores=0),
         SINK_BATCHES[:2],
         SINK_SCHEMA,
         name="restart",
     )
     second = runner.run(
-        tiered(KitchenSink(), state_uri=state_uri, max_cached_stores=0),
+        tiered_loop(KitchenSink(), state_uri=state_uri, max_cached_stores=0),
         SINK_BATCHES[2:],
         SINK_SCHEMA,
         name="restart",
@@ -87,7 +89,9 @@ def test_restart_restores_state_from_storage(
     assert {r[0] for r in first} == {0, 1} and {r[0] for r in second} == {2}  # every batch seen
 
 
-def test_ttl_and_timers_match_native(spark: Any, runner: StreamRunner, tmp_path: Path) -> None:
+def test_ttl_and_timers_match_native(
+    tiered_loop: Tiered, spark: Any, runner: StreamRunner, tmp_path: Path
+) -> None:
     """Short-TTL state written in one batch is never visible in the next; timers read state."""
     batches = [
         [{"k": "a", "v": 1}, {"k": "b", "v": 2}],
@@ -97,7 +101,7 @@ def test_ttl_and_timers_match_native(spark: Any, runner: StreamRunner, tmp_path:
     kwargs: dict[str, Any] = {"time_mode": "ProcessingTime"}
     native = runner.run(TtlTimers(), batches, TTL_SCHEMA, **kwargs)
     got = runner.run(
-        tiered(TtlTimers(), state_uri=str(tmp_path / "state")), batches, TTL_SCHEMA, **kwargs
+        tiered_loop(TtlTimers(), state_uri=str(tmp_path / "state")), batches, TTL_SCHEMA, **kwargs
     )
     assert got == native
     inputs = [r for r in got if r[2] == "input"]
@@ -108,7 +112,9 @@ def test_ttl_and_timers_match_native(spark: Any, runner: StreamRunner, tmp_path:
     assert ("a", 12) in {(r[1], r[3]) for r in inputs if r[0] == 2}
 
 
-def test_row_flavour_matches_native(spark: Any, runner: StreamRunner, tmp_path: Path) -> None:
+def test_row_flavour_matches_native(
+    tiered_loop: Tiered, spark: Any, runner: StreamRunner, tmp_path: Path
+) -> None:
     """transformWithState (Row in, Row out) with value, list and map state."""
     batches = [
         [{"k": "x", "v": 1}, {"k": "y", "v": 2}, {"k": "x", "v": 1}],
@@ -116,14 +122,17 @@ def test_row_flavour_matches_native(spark: Any, runner: StreamRunner, tmp_path: 
     ]
     native = runner.run(RowCounter(), batches, ROW_SCHEMA, pandas=False)
     got = runner.run(
-        tiered(RowCounter(), state_uri=str(tmp_path / "state")), batches, ROW_SCHEMA, pandas=False
+        tiered_loop(RowCounter(), state_uri=str(tmp_path / "state")),
+        batches,
+        ROW_SCHEMA,
+        pandas=False,
     )
     assert got == native
     assert (1, "x", 3, "1,1,3", "1:2;3:1") in got
 
 
 def test_session_tracker_example_matches_native(
-    spark: Any, runner: StreamRunner, tmp_path: Path
+    tiered_loop: Tiered, spark: Any, runner: StreamRunner, tmp_path: Path
 ) -> None:
     """The example processor (value + list + map state, all with TTL) in ProcessingTime mode."""
     from examples.session_tracker import INPUT_SCHEMA, OUTPUT_SCHEMA, SessionTracker
@@ -143,7 +152,7 @@ def test_session_tracker_example_matches_native(
     }
     native = runner.run(SessionTracker(), batches, OUTPUT_SCHEMA, **kwargs)
     got = runner.run(
-        tiered(SessionTracker(), state_uri=str(tmp_path / "state")),
+        tiered_loop(SessionTracker(), state_uri=str(tmp_path / "state")),
         batches,
         OUTPUT_SCHEMA,
         **kwargs,

@@ -1,19 +1,29 @@
-"""A partition's sorted batch as a StatefulProcessor's per-key arguments, and the rows it
-yields back as one Arrow table (the stage is :mod:`fsstate_spark.operators.processor_stage`).
+"""fsstate's keyed loop: Arrow batches grouped by key as a StatefulProcessor's per-key
+arguments, and the rows it yields back as one Arrow table. Its two callers: the flow driver's
+processor stage (:mod:`fsstate_spark.operators.processor_stage`, a partition's batch sorted by
+key) and fsstate's worker for Spark's transformWithState (:mod:`fsstate_spark.tiered.worker`,
+the key runs of the batches Spark's operator sends).
 
-* :class:`KeyedRows`: each key's rows of a table sorted by key, as Spark's Python worker hands
-  them to ``handleInputRows`` / ``handleInitialState``: pandas chunks of at most
-  ``maxRecordsPerBatch`` rows with a fresh ``RangeIndex`` (converted by Spark's own
-  Arrow-to-pandas code, once per batch) or ``Row`` objects; keys as Spark's (numpy scalars
-  in the pandas flavour, Python values in the Row flavour) and as the store's.
+* :class:`KeyedRows`: each key's rows of a table whose keys are contiguous runs (``bounds``),
+  as Spark's Python worker hands them to ``handleInputRows`` / ``handleInitialState``: pandas
+  chunks of at most ``maxRecordsPerBatch`` rows (and ``maxBytesPerBatch`` by Spark's
+  estimate) with a fresh ``RangeIndex`` (converted by Spark's own Arrow-to-pandas code, once
+  per batch) or ``Row`` objects; keys as Spark's (the values pandas' ``itertuples`` gives in
+  the pandas flavour, Python values in the Row flavour) and as the store's (the Arrow values:
+  the same in both flavours, a null as None).
+* :func:`run_keys`: the loop: per key, the initial state's chunks (``handleInitialState``),
+  then its rows (``handleInputRows``), the yielded items gathered; ``enter`` is called before
+  any user code runs for a key (the caller binds the key there).
 * :class:`PandasOutput` / :class:`RowOutput`: what the processor yields, gathered column by
   column and converted once (Spark's pandas-to-Arrow conversion; Rows as Spark's worker
   converts them, by name).
 
 Invariants: conversions are lazy (a processor that never reads its rows pays for none), and
 give exactly the values, types and column assignment Spark's worker gives (tested against
-it); a yielded object of the wrong kind, or a frame missing an output column, raises
-:class:`fsstate.errors.SchemaError` naming what was expected.
+it); keys group as the JVM groups them (nulls together, compared as Arrow values, not as
+pandas values: Spark's own pandas loop splits a null integer key into one group per row, as
+its null becomes NaN); a yielded object of the wrong kind, or a frame missing an output
+column, raises :class:`fsstate.errors.SchemaError` naming what was expected.
 """
 
 from __future__ import annotations
@@ -32,7 +42,6 @@ import pyarrow.compute as pc
 from pyspark.sql.types import Row, StructType
 
 from fsstate.errors import SchemaError
-from fsstate_spark.state.keys import store_key_column
 
 
 class RowFlavour(Protocol):
@@ -66,28 +75,34 @@ class KeyedRows:
         table: pa.Table,
         bounds: np.ndarray[Any, Any],
         flavour: RowFlavour,
-        keys: tuple[str, ...],
+        keys: tuple[str, ...] | list[pa.ChunkedArray],
     ) -> None:
         self.bounds: list[int] = bounds.tolist()
         self.flavour = flavour
         self.n = len(bounds) - 1
         names = table.column_names
-        key_idx = [names.index(k) for k in keys]
-        starts = bounds[:-1]
+        cols = [table.column(k) if isinstance(k, str) else k for k in keys]
+        take = pa.array(bounds[:-1], pa.int64())
+        key_values = pa.Table.from_arrays(
+            [c.take(take) for c in cols], names=[f"k{i}" for i in range(len(cols))]
+        )
+        self.store_keys: list[tuple[Any, ...]] = list(
+            zip(*(c.to_pylist() for c in key_values.columns))
+        )
         if flavour.pandas:
             limits = (flavour.max_records_per_batch, flavour.max_bytes_per_batch)
             self.step = chunk_rows(table, *limits)
-            self.frame = to_pandas(table, flavour.timezone)
-            key_cols = [self.frame.iloc[:, i].to_numpy()[starts] for i in key_idx]
-            self.keys: list[tuple[Any, ...]] = list(zip(*key_cols))
-            self.store_keys: list[tuple[Any, ...]] = list(zip(*map(store_key_column, key_cols)))
+            int_ext = getattr(flavour, "prefer_int_ext_dtype", False)
+            self.frame = to_pandas(table, flavour.timezone, int_ext)
+            frame = to_pandas(key_values, flavour.timezone, int_ext)
+            self.keys: list[tuple[Any, ...]] = list(
+                zip(*(list(frame.iloc[:, i]) for i in range(frame.shape[1])))
+            )
         else:
             self.table = table
             self.row_type = Row(*names)
             self._rows: list[Any] | None = None
-            take = pa.array(starts)
-            self.keys = list(zip(*(table.column(i).take(take).to_pylist() for i in key_idx)))
-            self.store_keys = self.keys
+            self.keys = self.store_keys
 
     def chunks(self, g: int) -> Iterator[Any]:
         """A lazy iterator over group ``g``'s rows (pandas chunks, or Rows)."""
@@ -179,12 +194,14 @@ def _py_values(col: pa.ChunkedArray) -> list[Any]:
     return [None if d is None else d.replace(tzinfo=utc).astimezone(tz) for d in naive]
 
 
-def to_pandas(table: pa.Table, timezone: str) -> Any:
+def to_pandas(table: pa.Table, timezone: str, prefer_int_ext_dtype: bool = False) -> Any:
     """The table as one pandas DataFrame, converted as Spark's Python worker converts."""
     import pandas as pd
     from pyspark.sql.conversion import ArrowBatchTransformer
 
-    series = ArrowBatchTransformer.to_pandas(table, timezone=timezone)
+    series = ArrowBatchTransformer.to_pandas(
+        table, timezone=timezone, prefer_int_ext_dtype=prefer_int_ext_dtype
+    )
     if not series:
         return pd.DataFrame(index=pd.RangeIndex(table.num_rows))
     frame = pd.concat(series, axis=1)
@@ -212,6 +229,33 @@ def merge_keys(
             yield key, sk, None, j
 
 
+def run_keys(
+    processor: Any,
+    data: KeyedRows | None,
+    init: KeyedRows | None,
+    values: Any,
+    out: Output,
+    enter: Callable[[tuple[Any, ...], tuple[Any, ...]], None],
+) -> None:
+    """Run ``processor`` over every key of ``data`` and ``init`` (see the module docstring):
+    ``enter(key, store key)`` before each call into the processor and each step of the
+    iterator it returns (a lazy generator may interleave), the yielded items into ``out``."""
+    for key, k, i, j in merge_keys(data, init):
+        if j is not None:
+            assert init is not None
+            for chunk in init.chunks(j):
+                enter(key, k)
+                processor.handleInitialState(key, chunk, values)
+        if i is not None:
+            assert data is not None
+            enter(key, k)
+            result = processor.handleInputRows(key, data.chunks(i), values)
+            if result is not None:
+                for item in result:
+                    enter(key, k)
+                    out.add(item)
+
+
 class Output(abc.ABC):
     """What a processor's handler yields, gathered into one Arrow table of the output schema."""
 
@@ -235,8 +279,9 @@ class RowOutput(Output):
     when it is yielded, as Spark's worker does; the batch is then built with ``from_pylist``.
     """
 
-    def __init__(self, schema: pa.Schema) -> None:
+    def __init__(self, schema: pa.Schema, *, wrapped: bool = False) -> None:
         self.schema = schema
+        self.wrapped = wrapped  # the table as Spark's worker hands it back: one struct ``_0``
         self.rows: list[Any] = []  # Rows with the output's fields, or dicts of other Rows
         names = list(schema.names)
         unique = len(set(names)) == len(names)
@@ -274,6 +319,10 @@ class RowOutput(Output):
         else:
             dicts = [r if isinstance(r, dict) else r.asDict(True) for r in rows]
             batch = pa.RecordBatch.from_pylist(dicts, schema=self.schema)
+        if self.wrapped:
+            from pyspark.sql.conversion import ArrowBatchTransformer
+
+            batch = ArrowBatchTransformer.wrap_struct(batch)
         return pa.Table.from_batches([batch])
 
 
@@ -288,11 +337,21 @@ class PandasOutput(Output):
     """Frames yielded by a pandas-flavour processor, gathered by column and converted once."""
 
     def __init__(
-        self, output_type: StructType, *, safecheck: bool = False, int_to_decimal: bool = False
+        self,
+        output_type: StructType,
+        *,
+        safecheck: bool = False,
+        int_to_decimal: bool = False,
+        timezone: str = "UTC",
+        by_name: bool = True,
+        wrapped: bool = False,
     ) -> None:
         self.output_type = output_type
         self.safecheck = safecheck  # spark.sql.execution.pandas.convertToArrowArraySafely
         self.int_to_decimal = int_to_decimal  # ...pythonUDF.pandas.intToDecimalCoercionEnabled
+        self.timezone = timezone  # of pandas timestamps (the session's)
+        self.by_name = by_name  # ...legacy.execution.pandas.groupedMap.assignColumnsByName
+        self.wrapped = wrapped  # the table as Spark's worker hands it back: one struct ``_0``
         self.names = output_type.names
         self.parts: list[list[Any]] = [[] for _ in self.names]
 
@@ -312,7 +371,7 @@ class PandasOutput(Output):
                 f"transform_with_state: a yielded DataFrame has columns {cols}, the output "
                 f"schema {self.names}"
             )
-        if all(isinstance(c, str) for c in cols):
+        if self.by_name and all(isinstance(c, str) for c in cols):
             missing = [n for n in self.names if n not in cols]
             if missing:
                 raise SchemaError(
@@ -333,10 +392,17 @@ class PandasOutput(Output):
         for name, part in zip(self.names, self.parts, strict=True):
             cols[name] = _concat(part)
         frame = pd.DataFrame(cols)
+        if self.wrapped:  # as Spark's worker converts a key's frame, all keys' at once
+            from pyspark.sql.types import StructField
+
+            schema = StructType([StructField("_0", self.output_type)])
+            data: Any = [frame]
+        else:
+            schema, data = self.output_type, frame
         batch = PandasToArrowConversion.convert(
-            frame,
-            self.output_type,
-            timezone="UTC",
+            data,
+            schema,
+            timezone=self.timezone,
             safecheck=self.safecheck,
             arrow_cast=True,
             assign_cols_by_name=True,

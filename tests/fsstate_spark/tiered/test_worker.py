@@ -1,0 +1,125 @@
+"""fsstate's keyed loop as Spark's Python worker (:mod:`fsstate_spark.tiered.worker`): keys
+grouped as the JVM groups them, and PySpark's own loop, with the same rows, wherever fsstate's
+cannot run (another PySpark version, a failing import)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from devkit.repo import ROOT
+from devkit.spark_local import write_batches
+from tests.fsstate_spark.conftest import Tiered
+from tests.support.worker_job import OUTPUT, Totals, key_text
+
+BATCHES = [
+    [{"k": 1, "v": 1}, {"k": None, "v": 2}, {"k": 2, "v": 3}, {"k": None, "v": 4}],
+    [{"k": None, "v": 5}, {"k": 1, "v": 6}, {"k": 3, "v": 7}],
+]
+
+
+def _counts(rows: list[Any]) -> dict[str, int]:
+    return {key_text(r[0]): int(r[1]) for r in rows}
+
+
+@pytest.mark.parametrize("column", ["k", "d"])
+def test_null_and_nan_keys_group_as_the_jvm_groups_them(
+    spark: SparkSession, tiered_loop: Tiered, tmp_path: Path, column: str
+) -> None:
+    """A null integer key (which pandas makes NaN) and a NaN double key are one group each, as
+    in Spark's own aggregation; PySpark's own pandas loop splits them into a group per row."""
+    rows = [dict(r, v=i) for i, r in enumerate(BATCHES[0] * 3)]
+    write_batches(tmp_path / "input", [rows])
+    df = (
+        spark.readStream.schema("k BIGINT, v BIGINT")
+        .option("maxFilesPerTrigger", 1)
+        .json(str(tmp_path / "input"))
+        .withColumn("d", F.when(F.col("k").isNull(), F.lit(float("nan"))).otherwise(F.col("k")))
+        .select(F.col(column).alias("k"), "v")
+    )
+    out = df.groupBy("k").transformWithStateInPandas(
+        tiered_loop(Totals(), state_uri=str(tmp_path / "state")), OUTPUT, "Update", "None"
+    )
+    got: list[Any] = []
+    query = (
+        out.writeStream.foreachBatch(
+            lambda d, b: got.extend((r.k, r["count"]) for r in d.collect())
+        )
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(180)
+    assert query.exception() is None, query.exception()
+    batch = spark.read.schema("k BIGINT, v BIGINT").json(str(tmp_path / "input"))
+    batch = batch.withColumn(
+        "d", F.when(F.col("k").isNull(), F.lit(float("nan"))).otherwise(F.col("k"))
+    )
+    jvm = [(r[0], r[1]) for r in batch.groupBy(column).count().collect()]
+    fast = tiered_loop(Totals()).config.fast_loop
+    if fast:
+        assert sorted(got) == sorted((key_text(k), n) for k, n in jvm)
+    else:  # PySpark 4.3.0's own pandas loop: one group per null row (a stock defect)
+        assert len(got) > len(jvm)
+        assert _counts([(k, n) for k, n in got if k != "null"]) == _counts(
+            [(k, n) for k, n in jvm if key_text(k) != "null"]
+        )
+
+
+FALLBACKS = {
+    "pyspark_fsstate_other_version": (
+        "import pyspark\n"
+        "pyspark.__version__ = '9.9.9'  # a PySpark fsstate's keyed loop was not built for\n"
+        "from pyspark_fsstate.worker import main\n",
+        "was built for PySpark 4.3.0, this is 9.9.9",
+    ),
+    "pyspark_fsstate_broken": (
+        "import sys\n"
+        "sys.modules['fsstate_spark.tiered.worker'] = None  # importing fsstate's loop fails\n"
+        "from pyspark_fsstate.worker import main\n",
+        "fsstate's keyed loop is off in this worker (ModuleNotFoundError",
+    ),
+}
+
+
+def _job(module: str, inputs: Path, work: Path, modules: Path) -> tuple[list[Any], str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(modules), str(ROOT), env.get("PYTHONPATH", "")])
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.support.worker_job", "--module", module,
+         "--input", str(inputs), "--work", str(work)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=400,
+    )  # fmt: skip
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows: list[Any] = json.loads(lines[-1].removeprefix("RESULT "))["rows"]
+    return rows, proc.stderr
+
+
+def test_another_pyspark_or_a_failing_import_runs_pysparks_loop_with_the_same_rows(
+    tmp_path: Path,
+) -> None:
+    """The worker module never fails a task: on a PySpark version it was not built for, or when
+    fsstate's loop does not import, PySpark's own loop runs (said once in the worker log), and
+    the query's rows are those of fsstate's loop."""
+    modules = tmp_path / "modules"
+    modules.mkdir()
+    for name, (source, _) in FALLBACKS.items():
+        (modules / f"{name}.py").write_text(source)
+    inputs = tmp_path / "input"
+    write_batches(inputs, [[dict(r, k=r["k"] or 0) for r in b] for b in BATCHES])
+    fast, _ = _job("pyspark_fsstate.worker", inputs, tmp_path / "fast", modules)
+    assert len(fast) == 6
+    for name, (_, said) in FALLBACKS.items():
+        rows, log = _job(name, inputs, tmp_path / name, modules)
+        assert rows == fast, name
+        assert said in log, log[-2000:]
+        assert "runs on PySpark's per-key loop" in log, log[-2000:]
