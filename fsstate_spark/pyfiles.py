@@ -12,6 +12,13 @@ Invariants:
 * The archive is reproducible: entries are sorted and carry a fixed timestamp.
 * Third-party dependencies (pyarrow, numpy, pandas) are not bundled: executors need them
   installed, as pyspark's Arrow-based APIs do anyway.
+* fsstate's keyed loop (``spark.python.worker.module=pyspark_fsstate.worker``) cannot come from
+  this zip, and the zip does not carry it: Spark's daemon imports the worker module when it
+  forks a worker, before a task puts ``--py-files`` on the path, so the module must be
+  installed in the executors' Python (a wheel in their environment, ``spark.archives`` with a
+  packed environment, or ``spark.executorEnv.PYTHONPATH`` naming a directory that holds
+  fsstate). With the zip alone, leave that setting out: ``tiered()`` then runs on PySpark's
+  own per-key loop and says so once in the worker log.
 """
 
 from __future__ import annotations
