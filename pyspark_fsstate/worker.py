@@ -15,7 +15,7 @@ Invariants:
   environment already says otherwise), chosen before pyarrow loads: freed Arrow memory goes
   back to the operating system, so a worker's RSS follows fsstate's memory budget.
 * Every eval type but transformWithState's, and transformWithState tasks whose processor is not
-  ``tiered()``, run PySpark's own code (:mod:`fsstate_spark.tiered.worker`).
+  ``tiered()``, run PySpark's own code (:mod:`fsstate_spark.tiered.fast_loop`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import sys
 os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
 
 try:
-    from fsstate_spark.tiered.worker import install as _install
+    from fsstate_spark.tiered.fast_loop import install as _install
 
     _install()
 except Exception as _exc:  # never raise at import: PySpark's worker runs as it is

@@ -1,7 +1,7 @@
 """fsstate's keyed loop: Arrow batches grouped by key as a StatefulProcessor's per-key
 arguments, and the rows it yields back as one Arrow table. Its two callers: the flow driver's
 processor stage (:mod:`fsstate_spark.operators.processor_stage`, a partition's batch sorted by
-key) and fsstate's worker for Spark's transformWithState (:mod:`fsstate_spark.tiered.worker`,
+key) and fsstate's worker for Spark's transformWithState (:mod:`fsstate_spark.tiered.fast_loop`,
 the key runs of the batches Spark's operator sends).
 
 * :class:`KeyedRows`: each key's rows of a table whose keys are contiguous runs (``bounds``),

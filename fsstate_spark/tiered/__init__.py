@@ -7,7 +7,9 @@ Usage::
     df.groupBy("key").transformWithStateInPandas(
         tiered(MyProcessor()), output_schema, "Update", "ProcessingTime")
 
-Layers, top down: :mod:`~fsstate_spark.tiered.processor` (the proxy Spark runs),
+Layers, top down: :mod:`~fsstate_spark.tiered.fast_loop` (fsstate's keyed loop as Spark's
+Python worker for tiered() tasks, installed by :mod:`pyspark_fsstate.worker`),
+:mod:`~fsstate_spark.tiered.processor` (the proxy Spark runs),
 :mod:`~fsstate_spark.tiered.lifecycle` (which store a task opens and when it commits),
 :mod:`~fsstate_spark.tiered.transient` (in-memory state without micro-batches) and
 :mod:`~fsstate_spark.tiered.settings` (:class:`TieredConfig`); beside the proxy,

@@ -202,7 +202,7 @@ class TieredProcessor(StatefulProcessor):
         if self._task is not None:
             self._task.task_store.fail()
 
-    # -- fsstate's keyed loop (fsstate_spark.tiered.worker) -------------------------------------
+    # -- fsstate's keyed loop (fsstate_spark.tiered.fast_loop) -------------------------------------
     def begin_fast(self, handle: StatefulProcessorHandle) -> _TaskState:
         """``init`` for fsstate's keyed loop, which calls the user's processor itself (keys
         bound by it) and :meth:`close` at the end; returns the task's state."""
@@ -313,7 +313,9 @@ def tiered(
         name: operator name, unique within a query (default: the processor's class name).
         **options: store settings (``retain_versions``, ``compression``, ``row_group_rows``,
             ...), engine settings (``high_watermark``, ``background_compaction``, ...),
-            ``max_cached_stores`` and ``storage_options`` (object store settings such as
+            ``max_cached_stores``, ``fast_loop`` (default True: fsstate's keyed loop where
+            the executors run ``spark.python.worker.module=pyspark_fsstate.worker``; False:
+            PySpark's own per-key loop) and ``storage_options`` (object store settings such as
             ``endpoint``, ``region``, ``access_key_id``, ``secret_access_key``,
             ``allow_http``: they reach the workers with the processor; see
             :mod:`fsstate.storage.location`).

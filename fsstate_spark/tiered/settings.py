@@ -52,7 +52,7 @@ class TieredConfig(StateSettings):
     Attributes:
         name: store name; the stores of a query live under ``<state_uri>/<query id>/<name>``.
         fast_loop: run the processor with fsstate's keyed loop where the executors' Python
-            worker is fsstate's (:mod:`fsstate_spark.tiered.worker`; ``spark.fsstate.fastLoop``);
+            worker is fsstate's (:mod:`fsstate_spark.tiered.fast_loop`; ``spark.fsstate.fastLoop``);
             False: PySpark's own per-key loop.
         name_given: whether ``name`` was given (``name=`` or ``spark.fsstate.name``); else it
             is the processor's class name, and a query whose state is under one other tiered

@@ -1,4 +1,4 @@
-"""fsstate's keyed loop as Spark's Python worker (:mod:`fsstate_spark.tiered.worker`): keys
+"""fsstate's keyed loop as Spark's Python worker (:mod:`fsstate_spark.tiered.fast_loop`): keys
 grouped as the JVM groups them, and PySpark's own loop, with the same rows, wherever fsstate's
 cannot run (another PySpark version, a failing import)."""
 
@@ -83,7 +83,7 @@ FALLBACKS = {
     ),
     "pyspark_fsstate_broken": (
         "import sys\n"
-        "sys.modules['fsstate_spark.tiered.worker'] = None  # importing fsstate's loop fails\n"
+        "sys.modules['fsstate_spark.tiered.fast_loop'] = None  # importing fsstate's loop fails\n"
         "from pyspark_fsstate.worker import main\n",
         "fsstate's keyed loop is off in this worker (ModuleNotFoundError",
     ),
