@@ -363,6 +363,17 @@ class ChunkSizes(StatefulProcessor):
         pass
 
 
+def _stage_rows(
+    where: Path, processor: StatefulProcessor, out: StructType, table: pa.Table, **spec: Any
+) -> list[tuple[Any, ...]]:
+    """The sorted output rows of one pandas-flavour epoch of ``processor`` over ``table``
+    (grouped by ``k``), with ``spec``'s settings of its ProcessorSpec."""
+    options = {"output_mode": "update", "time_mode": "none", "pandas": True, **spec}
+    op = ProcessorStage("stage", processor, ProcessorSpec(keys=("k",), output_type=out, **options))
+    res = run_epoch(op, FileIO(Location.parse(str(where))), 0, 0, table, pool=StorePool())
+    return sorted(tuple(r.values()) for r in res.output.to_pylist())
+
+
 def test_pandas_chunks_follow_sparks_byte_limit_per_key(tmp_path: Path) -> None:
     """``spark.sql.execution.arrow.maxBytesPerBatch`` cuts a key's rows into several frames by
     the average Arrow row size, as Spark's worker does (the records limit applies too)."""
@@ -372,19 +383,15 @@ def test_pandas_chunks_follow_sparks_byte_limit_per_key(tmp_path: Path) -> None:
     average = row_bytes / table.num_rows
 
     def sizes(max_records: int, max_bytes: int) -> list[tuple[Any, ...]]:
-        spec = ProcessorSpec(
-            keys=("k",),
-            output_type=out,
-            output_mode="update",
-            time_mode="none",
-            pandas=True,
+        where = tmp_path / f"{max_records}-{max_bytes}"
+        return _stage_rows(
+            where,
+            ChunkSizes(),
+            out,
+            table,
             max_records_per_batch=max_records,
             max_bytes_per_batch=max_bytes,
         )
-        op = ProcessorStage("chunks", ChunkSizes(), spec)
-        fileio = FileIO(Location.parse(str(tmp_path / f"{max_records}-{max_bytes}")))
-        res = run_epoch(op, fileio, 0, 0, table, pool=StorePool())
-        return sorted(tuple(r.values()) for r in res.output.to_pylist())
 
     assert sizes(10_000, 2**31 - 1) == [("a", "5"), ("b", "3")]
     # a chunk ends once its rows times the average row size reach the limit: 2 rows here
@@ -418,18 +425,7 @@ def test_integer_output_is_coerced_into_a_decimal_field_when_spark_says_so(
     table = pa.table({"k": ["a", "a", "b"], "v": [1, 2, 5]})
 
     def run(coerce: bool) -> list[tuple[Any, ...]]:
-        spec = ProcessorSpec(
-            keys=("k",),
-            output_type=out,
-            output_mode="update",
-            time_mode="none",
-            pandas=True,
-            int_to_decimal=coerce,
-        )
-        op = ProcessorStage("dec", DecimalOut(), spec)
-        fileio = FileIO(Location.parse(str(tmp_path / str(coerce))))
-        res = run_epoch(op, fileio, 0, 0, table, pool=StorePool())
-        return sorted(tuple(r.values()) for r in res.output.to_pylist())
+        return _stage_rows(tmp_path / str(coerce), DecimalOut(), out, table, int_to_decimal=coerce)
 
     import decimal
 

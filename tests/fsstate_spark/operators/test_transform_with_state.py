@@ -46,6 +46,7 @@ from tests.support.processors import (
     SINK_SCHEMA,
     TTL_SCHEMA,
     KitchenSink,
+    KitchenSinkRenamed,
     MapListOrder,
     RowCounter,
     TtlTimers,
@@ -226,13 +227,16 @@ def test_join_and_max_with_retractions(runner: StreamRunner, no_data_batches_off
     assert (1, "veg", 10, 1) in rows and (2, "veg", None, 0) in rows
 
 
-def test_restart_half_way(runner: StreamRunner, no_data_batches_off: None) -> None:
-    """Three batches, a stopped query, three more on its checkpoint: as one native run."""
+@pytest.mark.parametrize("then", [KitchenSink, KitchenSinkRenamed])
+def test_restart_half_way(runner: StreamRunner, no_data_batches_off: None, then: type) -> None:
+    """Three batches, a stopped query, three more on its checkpoint: as one native run, also
+    when the restarted query's processor class has another name (state follows the query's
+    operator, not the processor's class, as Spark's)."""
     batches = [*SINK_BATCHES, *SINK_BATCHES]
     native = runner.run(KitchenSink(), batches, SINK_SCHEMA)
     first = runner.run(KitchenSink(), batches[:3], SINK_SCHEMA, driver=True, name="restarted")
     second = runner.run(
-        KitchenSink(), batches[3:], SINK_SCHEMA, driver=True, name="restarted", total_batches=6
+        then(), batches[3:], SINK_SCHEMA, driver=True, name="restarted", total_batches=6
     )
     assert first + second == native
 
@@ -262,22 +266,14 @@ def test_event_time_needs_a_watermark_and_flow_checks(spark: SparkSession, tmp_p
     assert flow.sources[0].time == "t" and flow.sources[0].delay_ms == 10_000
 
 
-def test_a_restart_with_a_renamed_processor_class_continues_the_state(
+def test_a_restart_of_tiered_with_a_renamed_processor_class_continues_the_state(
     runner: StreamRunner, no_data_batches_off: None
 ) -> None:
-    """State follows the query's operator, not the processor's class (as Spark's): a query
-    restarted with the processor under a new class name continues where it stopped, under the
-    flow driver and under ``tiered()``."""
+    """As :func:`test_restart_half_way` with a renamed class, under ``tiered()``."""
     from fsstate_spark import tiered
-    from tests.support.processors import KitchenSinkRenamed
 
     batches = [*SINK_BATCHES, *SINK_BATCHES]
     native = runner.run(KitchenSink(), batches, SINK_SCHEMA)
-    first = runner.run(KitchenSink(), batches[:3], SINK_SCHEMA, driver=True, name="renamed")
-    second = runner.run(
-        KitchenSinkRenamed(), batches[3:], SINK_SCHEMA, driver=True, name="renamed", total_batches=6
-    )
-    assert first + second == native
     state = str(runner.root / "tiered-state")
     first = runner.run(tiered(KitchenSink(), state_uri=state), batches[:3], SINK_SCHEMA, name="t")
     second = runner.run(
