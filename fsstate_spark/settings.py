@@ -49,6 +49,9 @@ MAX_CACHED_STORES_DEFAULT = 256
 STORE_FIELDS = frozenset(f.name for f in dataclasses.fields(StoreConfig))
 ENGINE_FIELDS = frozenset(f.name for f in dataclasses.fields(EngineConfig)) - {"memory_limit_bytes"}
 SHARED_FIELDS = frozenset({"state_uri", "memory_limit", "max_cached_stores", "storage_options"})
+# the settings one product takes and another does not: a spark.fsstate.* key of one product is
+# left alone by the other (both read the session's spark.fsstate.* settings)
+PRODUCT_FIELDS = frozenset({"name", "fast_loop", "combine"})
 _CAMEL = re.compile(r"(?<!^)(?=[A-Z])")
 
 
@@ -240,6 +243,8 @@ def merge_settings(
     for source, items in (("spark.fsstate", plain), (product.call, options)):
         for raw_key, value in items.items():
             key = snake_case(raw_key)
+            if key not in known and source == "spark.fsstate" and key in PRODUCT_FIELDS:
+                continue  # another product's setting
             if key not in known:
                 raise ConfigError(
                     f"unknown {source} setting {raw_key!r} for {product.call}; known settings: "

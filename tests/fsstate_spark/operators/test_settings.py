@@ -55,3 +55,25 @@ def test_bad_partition_count(tmp_path: Path, partitions: object) -> None:
     with pytest.raises(ConfigError, match=r"partitions=.*int >= 1"):
         resolve_flow_settings(str(tmp_path), partitions, None, None, {}, conf={})  # type: ignore[arg-type]
     assert not (tmp_path / "fsstate").exists()  # refused before anything was written
+
+
+def test_each_products_spark_settings_leave_the_other_alone(tmp_path: Path) -> None:
+    """One session's spark.fsstate.* settings reach both products: a setting only tiered()
+    takes (fastLoop, name) does not fail ops.write_stream(), one only the driver takes
+    (combine) does not fail tiered(); an unknown one fails both."""
+    from fsstate_spark.operators.settings import FLOW_FIELDS
+    from fsstate_spark.settings import PRODUCT_FIELDS
+    from fsstate_spark.tiered.settings import TIERED_FIELDS
+
+    assert TIERED_FIELDS ^ FLOW_FIELDS <= PRODUCT_FIELDS
+    conf = {"fastLoop": "false", "name": "op", "combine": "false"}
+    flow = resolve_flow_settings(str(tmp_path / "ckpt"), 2, None, None, {}, conf=conf)
+    assert flow.combine is False
+    tiered = resolve_config("P", str(tmp_path / "state"), None, None, {}, conf=conf)
+    assert tiered.fast_loop is False and tiered.name == "op"
+    for resolve in (
+        lambda: resolve_flow_settings(str(tmp_path), 2, None, None, {}, conf={"bogus": "1"}),
+        lambda: resolve_config("P", str(tmp_path), None, None, {}, conf={"bogus": "1"}),
+    ):
+        with pytest.raises(ConfigError, match=r"unknown spark\.fsstate setting 'bogus'"):
+            resolve()
