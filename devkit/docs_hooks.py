@@ -30,9 +30,7 @@ _CHART_LINK = re.compile(r"\]\((?:\.\./)+bench/results/(?P<name>[\w.-]+\.png)\)"
 def on_files(files: Files, config: Any) -> Files:
     """Add every chart of ``bench/results/`` to the site as ``assets/bench/<name>``."""
     for chart in sorted(CHARTS_DIR.glob("*.png")):
-        files.append(
-            File.generated(config, f"{SITE_DIR}/{chart.name}", abs_src_path=str(chart))
-        )
+        files.append(File.generated(config, f"{SITE_DIR}/{chart.name}", abs_src_path=str(chart)))
     return files
 
 

@@ -1,15 +1,15 @@
 """A running count per word whose state lives in fsstate: the README's and the Quickstart's example.
 
 Run it from a checkout after ``make demo`` (or ``make venv``): ``.venv/bin/python
-examples/running_count.py``. The processor is plain PySpark; ``tiered(...)`` is the one fsstate
+examples/running_count.py``; its input, checkpoint and state go to ``./running_count/``. The processor is plain PySpark; ``tiered(...)`` is the one fsstate
 line. tests/docs/test_readme.py runs this file as a script and checks what it prints.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -78,7 +78,9 @@ if __name__ == "__main__":
         .config("spark.python.worker.module", "pyspark_fsstate.worker")  # fsstate's keyed loop
         .getOrCreate()
     )
-    work = Path(tempfile.mkdtemp(prefix="running-count-"))
+    work = Path("running_count")  # input, checkpoint and state, made anew on every run
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir()
     run_batch(spark, work, ["spark", "state", "spark"])  # prints: 0 [('spark', 2), ('state', 1)]
     run_batch(spark, work, ["state", "arrow"])  # prints: 1 [('arrow', 1), ('state', 2)]
-    print("state kept in fsstate under", work / "state")
+    print("state in fsstate under", work / "state")  # python -m fsstate list running_count/state
