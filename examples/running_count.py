@@ -1,8 +1,8 @@
-"""A running count per word whose state lives in fsstate: the README's and the Quickstart's example.
+"""A running count per word, its state in fsstate: the README's and the Quickstart's example.
 
-Run it from a checkout after ``make demo`` (or ``make venv``): ``.venv/bin/python
-examples/running_count.py``; its input, checkpoint and state go to ``./running_count/``. The processor is plain PySpark; ``tiered(...)`` is the one fsstate
-line. tests/docs/test_readme.py runs this file as a script and checks what it prints.
+Run it from a checkout after ``make demo``: ``.venv/bin/python examples/running_count.py``.
+Input, checkpoint and state go to ``./running_count/``. The processor is plain PySpark;
+``tiered(...)`` is the one fsstate line. tests/docs/test_readme.py runs this file as a script.
 """
 
 from __future__ import annotations

@@ -56,7 +56,11 @@ COMPILE = {
     "rescale_query.py": "tests/fsstate_spark/tiered/test_rescale.py",
     "session_tracker_query.py": "tests/fsstate_spark/tiered/test_streaming.py",
 }
-DATA = ["settings_reference.md"]  # included text, checked by tests/docs/test_configuration.py
+# run by tests/docs/test_readme.py after the README's example, in its directory
+AFTER_README = ["quickstart_inspect.sh"]
+# included text: the reference checked by tests/docs/test_configuration.py, the example's output
+# checked by tests/docs/test_readme.py
+DATA = ["settings_reference.md", "running_count_output.txt"]
 
 _INCLUDE = re.compile(r'^\s*-{1,3}8<-{1,3}\s+"(?P<path>[^":]+)(?::(?P<section>[\w-]+))?"\s*$')
 _FENCE = re.compile(r"^(\s*)(```+|~~~+)")
@@ -85,7 +89,7 @@ def _code_blocks(text: str) -> list[list[str]]:
 
 def test_every_snippet_is_run_checked_or_compiled() -> None:
     files = sorted(p.name for p in SNIPPETS.iterdir() if p.is_file())
-    listed = [*ENGINE_RUN, *SPARK_RUN, *SHELL_RUN, *SHELL_CHECK, *COMPILE, *DATA]
+    listed = [*ENGINE_RUN, *SPARK_RUN, *SHELL_RUN, *SHELL_CHECK, *COMPILE, *AFTER_README, *DATA]
     assert sorted(listed) == files, "docs/snippets/ and the lists of this module differ"
 
 
