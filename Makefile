@@ -40,8 +40,8 @@ test-spark: $(STAMP)  ## Spark suites only
 LINT_PACKAGES := fsstate fsstate_spark pyspark_fsstate
 SIZE_PACKAGES := $(LINT_PACKAGES) bench devkit examples
 lint: $(STAMP)  ## ruff, ruff format, mypy, the import contracts, function size and dead code
-	$(PY) -m ruff check fsstate fsstate_spark pyspark_fsstate tests examples bench devkit lint
-	$(PY) -m ruff format --check fsstate fsstate_spark pyspark_fsstate tests examples bench devkit lint
+	$(PY) -m ruff check fsstate fsstate_spark pyspark_fsstate tests examples bench devkit lint docs/snippets
+	$(PY) -m ruff format --check fsstate fsstate_spark pyspark_fsstate tests examples bench devkit lint docs/snippets
 	$(PY) -m mypy
 	$(VENV)/bin/lint-imports
 	$(PY) -m lint.funcsize $(SIZE_PACKAGES)

@@ -27,7 +27,6 @@ import argparse
 import dataclasses
 import re
 import sys
-from pathlib import Path
 from typing import Any
 
 from devkit.repo import ROOT
@@ -205,7 +204,7 @@ def config_table(cls: type, skip: frozenset[str] | set[str] = frozenset()) -> li
         if f.name not in attrs:
             raise ValueError(f"{cls.__name__}.{f.name} has no line in its docstring's Attributes")
         name = f.name
-        default = f.default
+        default: Any = f.default
         shown = _bytes_text(default) if "bytes" in unit_of(name, default) else str(default)
         if isinstance(default, bool):
             shown = str(default).lower()

@@ -1,11 +1,10 @@
 """tiered() and the flows from a Spark Connect client (tests/fsstate_spark/test_connect.py and
 tests/fsstate_spark/operators/test_connect_flows.py run them against a local Connect server)."""
 
-from examples.running_count import RunningCount, show
-
 # --8<-- [start:connect]
 from pyspark.sql import SparkSession
 
+from examples.running_count import RunningCount, show
 from fsstate_spark import operators as ops
 from fsstate_spark import tiered
 

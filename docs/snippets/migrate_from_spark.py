@@ -15,6 +15,7 @@ old_checkpoint, last_batch = "/checkpoints/basket", 41
 new_input = spark.readStream.schema("k STRING, item STRING, v BIGINT").json("/data/basket")
 Basket, output_schema = ..., "k STRING, total BIGINT, recent STRING, counts STRING"
 
+
 # --8<-- [start:migrate]
 def read(var, flatten=True):
     return (

@@ -17,7 +17,9 @@ batches = [  # micro-batch 0 moves event time to 00:05:00; batch 1's watermark c
 for i, rows in enumerate(batches):
     path = work / "input" / f"{i}.json"
     path.write_text(
-        "".join(json.dumps({"page": p, "t": f"2026-01-01 {t}", "ms": ms}) + "\n" for p, t, ms in rows)
+        "".join(
+            json.dumps({"page": p, "t": f"2026-01-01 {t}", "ms": ms}) + "\n" for p, t, ms in rows
+        )
     )
     os.utime(path, (1_600_000_000 + i, 1_600_000_000 + i))
 events = (

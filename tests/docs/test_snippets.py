@@ -60,7 +60,7 @@ COMPILE = {
 AFTER_README = ["quickstart_inspect.sh"]
 # included text: the reference checked by tests/docs/test_configuration.py, the example's output
 # checked by tests/docs/test_readme.py
-DATA = ["settings_reference.md", "running_count_output.txt"]
+DATA = ["settings_reference.md", "running_count_output.txt", "layout.txt"]
 
 _INCLUDE = re.compile(r'^\s*-{1,3}8<-{1,3}\s+"(?P<path>[^":]+)(?::(?P<section>[\w-]+))?"\s*$')
 _FENCE = re.compile(r"^(\s*)(```+|~~~+)")
@@ -175,9 +175,13 @@ def test_compile_only_snippet_compiles_and_its_imports_exist(name: str) -> None:
     tree = ast.parse(source, name)
     compile(tree, name, "exec")
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            if node.module.split(".")[0] in ("fsstate", "fsstate_spark", "examples"):
-                module = importlib.import_module(node.module)
-                for alias in node.names:
-                    if not hasattr(module, alias.name):  # a submodule, imported by name
-                        importlib.import_module(f"{node.module}.{alias.name}")
+        if (
+            isinstance(node, ast.ImportFrom)
+            and node.module
+            and node.level == 0
+            and node.module.split(".")[0] in ("fsstate", "fsstate_spark", "examples")
+        ):
+            module = importlib.import_module(node.module)
+            for alias in node.names:
+                if not hasattr(module, alias.name):  # a submodule, imported by name
+                    importlib.import_module(f"{node.module}.{alias.name}")
