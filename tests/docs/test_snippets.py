@@ -7,8 +7,8 @@ so a page shows the file the test ran. A snippet that stops working fails here:
 * ``RUN`` snippets run in-process as ``__main__`` in a fresh working directory (the Spark ones
   with the suite's SparkSession, which their ``SparkSession.builder.getOrCreate()`` returns)
   and assert what they show;
-* ``SHELL_RUN`` snippets run with bash, line by line, after the Python snippet that makes the
-  state they read, in the same directory (``.venv/bin/`` read as this interpreter's scripts);
+* ``SHELL_RUN`` snippets (``fsstate`` command lines) run line by line through the command's
+  click group, after the Python snippet that makes the state they read, in its directory;
 * ``SHELL_CHECK`` snippets' ``make`` lines must name targets (``make -n``) and their other
   commands must exist;
 * ``COMPILE`` snippets compile, and every name they import from fsstate, fsstate_spark or the
@@ -26,6 +26,7 @@ import importlib
 import os
 import re
 import runpy
+import shlex
 import shutil
 import subprocess
 import sys
@@ -136,15 +137,21 @@ def _command(line: str) -> str:
 def test_shell_snippet_runs(
     name: str, maker: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Each line is an ``fsstate`` command, run in-process through its click group (the console
+    script's entry point) to keep the test quick."""
+    from click.testing import CliRunner
+
+    from fsstate.cli import cli
+
     monkeypatch.chdir(tmp_path)
     runpy.run_path(str(SNIPPETS / maker), run_name="__main__")
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
     for line in (SNIPPETS / name).read_text("utf-8").splitlines():
-        if line.strip() and not line.lstrip().startswith("#"):
-            done = subprocess.run(
-                ["bash", "-c", _command(line)], cwd=tmp_path, env=env, capture_output=True
-            )
-            assert done.returncode == 0, f"{line}\n{done.stderr.decode()}"
+        words = shlex.split(line, comments=True)
+        if not words:
+            continue
+        assert words[0] == "fsstate", f"{name}: {line}: only fsstate commands run here"
+        done = CliRunner().invoke(cli, words[1:], catch_exceptions=False)
+        assert done.exit_code == 0, f"{line}\n{done.output}"
 
 
 @pytest.mark.parametrize("name", SHELL_CHECK)
