@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
-.PHONY: help venv demo demo-s3 test test-engine test-spark lint bench bench-quick bench-report dist clean
+.PHONY: help venv demo demo-s3 test test-engine test-spark lint docs docs-serve docs-config bench bench-quick bench-report dist clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' Makefile | awk 'BEGIN {FS = ":.*## "}; {printf "  %-12s %s\n", $$1, $$2}'
@@ -26,7 +26,7 @@ demo: $(STAMP)  ## run the streaming demo with tiered state on local files
 demo-s3: $(STAMP)  ## the demo with its state on a local S3 server (started and stopped)
 	$(PY) -m examples.demo_s3
 
-test: $(STAMP)  ## run every test (engine and Spark suites)
+test: $(STAMP)  ## run every test (engine and Spark suites, the docs' snippets and their strict build)
 	$(PY) -m pytest -q tests
 
 test-engine: $(STAMP)  ## engine tests only, without the slow ones (subprocess jobs, large state)
@@ -40,12 +40,24 @@ test-spark: $(STAMP)  ## Spark suites only
 LINT_PACKAGES := fsstate fsstate_spark pyspark_fsstate
 SIZE_PACKAGES := $(LINT_PACKAGES) bench devkit examples
 lint: $(STAMP)  ## ruff, ruff format, mypy, the import contracts, function size and dead code
-	$(PY) -m ruff check fsstate fsstate_spark pyspark_fsstate tests examples bench devkit lint
-	$(PY) -m ruff format --check fsstate fsstate_spark pyspark_fsstate tests examples bench devkit lint
+	$(PY) -m ruff check fsstate fsstate_spark pyspark_fsstate tests examples bench devkit lint docs/snippets
+	$(PY) -m ruff format --check fsstate fsstate_spark pyspark_fsstate tests examples bench devkit lint docs/snippets
 	$(PY) -m mypy
 	$(VENV)/bin/lint-imports
 	$(PY) -m lint.funcsize $(SIZE_PACKAGES)
 	$(PY) -m vulture $(LINT_PACKAGES) lint/vulture_whitelist.py
+
+# The documentation site (mkdocs.yml): built strictly, offline; tests/docs/ builds it too.
+export NO_MKDOCS_2_WARNING := 1
+docs: $(STAMP)  ## build the documentation site strictly into build/site (a broken link fails)
+	$(PY) -m devkit.settings_reference --check
+	$(PY) -m mkdocs build --strict --clean
+
+docs-serve: $(STAMP)  ## serve the documentation site on http://127.0.0.1:8000, rebuilt on change
+	$(PY) -m mkdocs serve --strict --dev-addr 127.0.0.1:8000
+
+docs-config: $(STAMP)  ## regenerate docs/generated/settings.md from the settings in the code
+	$(PY) -m devkit.settings_reference
 
 bench: $(STAMP)  ## run the benchmarks, write bench/results/*.json, a chart and docs/benchmarks.md
 	$(PY) -m bench.run --full

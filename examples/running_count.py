@@ -1,71 +1,62 @@
-"""Running count per key: the smallest stateful processor, kept in fsstate with one line.
+"""A running count per word, its state in fsstate: the README's and the Quickstart's example.
 
-Run it (``python -m examples.running_count``, from the repository root) to stream three small
-micro-batches through it and print the counts. The processor itself is plain PySpark: the only
-fsstate line is ``tiered(RunningCount())``.
+Run it from a checkout after ``make demo``: ``.venv/bin/python examples/running_count.py``.
+Input, checkpoint and state go to ``./running_count/``. The processor is plain PySpark;
+``tiered(...)`` is the one fsstate line. tests/docs/test_readme.py runs this file as a script.
 """
 
 from __future__ import annotations
 
-import tempfile
+import os
+import shutil
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from pyspark.sql.streaming.stateful_processor import (
-    StatefulProcessor,
-    StatefulProcessorHandle,
-    TimerValues,
-)
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
 
-INPUT_SCHEMA = "word STRING"
-OUTPUT_SCHEMA = "word STRING, count BIGINT"
+from fsstate_spark import tiered
 
 
 class RunningCount(StatefulProcessor):
-    """Counts the rows of each key across micro-batches (one ValueState)."""
+    """Counts each word's rows across micro-batches, in one ValueState."""
 
     def init(self, handle: StatefulProcessorHandle) -> None:
-        """Declare the state."""
         self.count = handle.getValueState("count", "count BIGINT")
 
-    def handleInputRows(
-        self, key: Any, rows: Any, timerValues: TimerValues
-    ) -> Iterator[pd.DataFrame]:
-        """Add this batch's rows to the key's count and emit the new total."""
-        seen = sum(len(pdf) for pdf in rows)
-        old = self.count.get()
-        total = (old[0] if old else 0) + seen
+    def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Iterator[pd.DataFrame]:
+        total = (self.count.get() or (0,))[0] + sum(len(pdf) for pdf in rows)
         self.count.update((total,))
         yield pd.DataFrame({"word": [key[0]], "count": [total]})
 
     def close(self) -> None:
-        """Nothing to release."""
+        pass
 
 
-def main() -> None:
-    """Stream three micro-batches of words through the tiered processor."""
-    from devkit.spark_local import local_session, write_batches
-    from fsstate_spark import tiered
+def show(batch: Any, batch_id: int) -> None:
+    """Print a micro-batch's output rows."""
+    print(batch_id, sorted(map(tuple, batch.collect())))
 
-    spark = local_session("running-count")
-    work = Path(tempfile.mkdtemp(prefix="running-count-"))
-    words = [["spark", "state", "spark"], ["state", "arrow"], ["spark", "parquet", "arrow"]]
-    write_batches(work / "input", [[{"word": w} for w in batch] for batch in words])
-    stream = (
-        spark.readStream.schema(INPUT_SCHEMA)
-        .option("maxFilesPerTrigger", 1)
-        .json(str(work / "input"))
+
+def run_batch(spark: SparkSession, work: Path, words: list[str]) -> None:
+    """Add a file of words to the input and run the query over it: one micro-batch."""
+    inputs = work / "input"
+    inputs.mkdir(exist_ok=True)
+    (inputs / f"{len(list(inputs.iterdir()))}.txt").write_text("\n".join(words))
+    counts = (
+        spark.readStream.text(str(inputs))
+        .withColumnRenamed("value", "word")
+        .groupBy("word")
+        .transformWithStateInPandas(
+            tiered(RunningCount(), state_uri=str(work / "state")),  # the one fsstate line
+            outputStructType="word STRING, count BIGINT",
+            outputMode="Update",
+            timeMode="None",
+        )
     )
-    counts = stream.groupBy("word").transformWithStateInPandas(
-        tiered(RunningCount(), state_uri=str(work / "state")), OUTPUT_SCHEMA, "Update", "None"
-    )
-
-    def show(batch: Any, batch_id: int) -> None:
-        rows = sorted(tuple(r) for r in batch.collect())
-        print(f"batch {batch_id}: {rows}")
-
     query = (
         counts.writeStream.foreachBatch(show)
         .option("checkpointLocation", str(work / "checkpoint"))
@@ -73,9 +64,23 @@ def main() -> None:
         .start()
     )
     query.awaitTermination()
-    print(f"state and checkpoint under {work}")
-    spark.stop()
 
 
 if __name__ == "__main__":
-    main()
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Spark's Python runs this one
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config(  # Spark's own operator state (its timers) in RocksDB, as transformWithState needs
+            "spark.sql.streaming.stateStore.providerClass",
+            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+        )
+        .config("spark.python.worker.module", "pyspark_fsstate.worker")  # fsstate's keyed loop
+        .getOrCreate()
+    )
+    work = Path("running_count")  # input, checkpoint and state, made anew on every run
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir()
+    run_batch(spark, work, ["spark", "state", "spark"])  # prints: 0 [('spark', 2), ('state', 1)]
+    run_batch(spark, work, ["state", "arrow"])  # prints: 1 [('arrow', 1), ('state', 2)]
+    print("state in fsstate under", work / "state")  # python -m fsstate list running_count/state

@@ -3,8 +3,8 @@
 * :mod:`~bench.harness.common`: result records, the run context, timing and machine info;
 * :mod:`~bench.harness.runner` (the suite registry, ``python -m bench.run``),
   :mod:`~bench.harness.report` (suite JSON files and docs/benchmarks.md),
-  :mod:`~bench.harness.chart` (a suite's PNG) and :mod:`~bench.harness.readme_figures` (README
-  citations of published rows);
+  :mod:`~bench.harness.chart` (a suite's PNG) and :mod:`~bench.harness.readme_figures`
+  (citations of published rows in the README and the docs pages);
 * :mod:`~bench.harness.datagen`: deterministic keys, values and Arrow tables;
 * Spark: :mod:`~bench.harness.spark` (the session, handing in batch files, stopping queries),
   :mod:`~bench.harness.spark_procs` and :mod:`~bench.harness.spark_runner` (the

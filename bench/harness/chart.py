@@ -102,7 +102,7 @@ def write_chart(path: Path, suite: str, results: list[Result], subtitle: str) ->
     fig.suptitle(f"fsstate {suite} benchmarks — {subtitle}", fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")  # long row names and titles stay whole
     plt.close(fig)
     return path
 

@@ -1,4 +1,8 @@
-"""README figures cite the published benchmark rows they come from, and are checked against them.
+"""README and docs figures cite the published benchmark rows they come from, and are checked.
+
+The pages checked are README.md and every page of the documentation site
+(``docs/*.md`` but the generated ``docs/benchmarks.md``): :func:`figure_pages`; the performance
+page holds most figures, the README its headline one.
 
 A figure taken from a published run is followed, with nothing in between, by an HTML comment
 that names where it comes from (invisible once rendered, so the prose still says which rows it
@@ -32,9 +36,10 @@ unit (``×`` or ``x``, ``µs``, ``ms``, ``s``, ``MiB``, ``GiB``, ``KiB``, ``%``,
 * The README's unit agrees with the row's unit (``µs`` reads ``µs/call``; for ``note``, the
   text after ``{}`` in the pattern starts with it).
 * In a paragraph that cites the published benchmarks (it has a marker, says "published run",
-  links ``](docs/benchmarks.md)`` or names rows ``rows "..."``), every number with a unit above is
-  followed by a marker. Figures from elsewhere (a test job, a design choice) belong in
-  paragraphs that say where they come from in words, and are not checked.
+  links ``](docs/benchmarks.md)`` (``](benchmarks.md)`` from a docs page) or names rows
+  ``rows "..."``), every number with a unit above is followed by a marker. Figures from
+  elsewhere (a test job, a design choice) belong in paragraphs that say where they come from
+  in words, and are not checked.
 * Every row the prose names (``row "X"``, ``rows "X", "Y" and "Z"``) exists in some suite: by
   its full name, as the end of names (``"µs/call tiered all-in"``) or, ending in ``...``, as
   their start.
@@ -60,6 +65,7 @@ from bench.harness.common import REPO_ROOT, RESULTS_DIR
 from bench.harness.report import load_suite_files
 
 README_PATH = REPO_ROOT / "README.md"
+DOCS_DIR = REPO_ROOT / "docs"
 
 Rows = dict[str, dict[str, dict[str, Any]]]  # suite -> row name -> row (JSON record)
 
@@ -79,7 +85,7 @@ _BODY = re.compile(
     r'(?:/\s*(?P<field>value|goal|ci|baseline|ratio|note\s*"(?P<pattern>[^"]*)"))?\s*$'
 )
 _QUOTED = re.compile(r'"([^"\n]+(?:\n[^"\n]+)?)"')  # at most one line break inside
-_CITES_BENCH = re.compile(r'published run|\]\(docs/benchmarks\.md\)|\brows? "', re.I)
+_CITES_BENCH = re.compile(r'published run|\]\((?:docs/)?benchmarks\.md\)|\brows? "', re.I)
 _ROW_MENTION = re.compile(r'\brows? ("[^"]+"(?:(?:\s*,\s*|\s+and\s+|\s+or\s+)"[^"]+")*)')
 _PATTERN_NUM = r"(-?\d[\d,]*(?:\.\d+)?(?:[eE][+-]?\d+)?)"
 
@@ -351,18 +357,33 @@ def check_readme(text: str, rows: Rows, path: str = "README.md") -> list[str]:
     )
 
 
+def figure_pages(root: Path = REPO_ROOT) -> list[Path]:
+    """The pages whose figures are checked: README.md and the docs pages (not the generated
+    benchmarks page, whose tables are the rows themselves)."""
+    docs = sorted(p for p in (root / "docs").glob("*.md") if p.name != "benchmarks.md")
+    return [root / "README.md", *docs]
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``python -m bench.readme_figures``: print the README's figure problems; 1 if any."""
+    """``python -m bench.readme_figures``: print the pages' figure problems; 1 if any."""
     p = argparse.ArgumentParser(prog="python -m bench.readme_figures", description=__doc__)
-    p.add_argument("--readme", type=Path, default=README_PATH)
+    p.add_argument("pages", type=Path, nargs="*", help="default: README.md and docs/*.md")
     p.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
     args = p.parse_args(argv)
-    text = args.readme.read_text(encoding="utf-8")
-    problems = check_readme(text, load_rows(args.results_dir), args.readme.name)
+    rows = load_rows(args.results_dir)
+    problems: list[str] = []
+    cited = 0
+    for page in args.pages or figure_pages():
+        text = page.read_text(encoding="utf-8")
+        path = page.resolve()
+        name = (
+            path.relative_to(REPO_ROOT).as_posix() if path.is_relative_to(REPO_ROOT) else str(page)
+        )
+        problems += check_readme(text, rows, name)
+        cited += len(parse_citations(text, name)[0])
     for line in problems:
         print(line)
-    cites, _ = parse_citations(text)
-    print(f"{len(cites)} cited figures, {len(problems)} problems", file=sys.stderr)
+    print(f"{cited} cited figures, {len(problems)} problems", file=sys.stderr)
     return 1 if problems else 0
 
 

@@ -1,28 +1,37 @@
 # ruff: noqa: RUF001 (README figures use the multiplication sign and en-dash ranges)
-"""README.md's figures equal the published benchmark rows they cite.
+"""The figures of README.md and of the docs pages equal the published benchmark rows they cite.
 
 The checks are :mod:`bench.harness.readme_figures` (``python -m bench.readme_figures``).
 
-The first tests read the real README.md and bench/results/*.json: each fails with one line per
-problem, naming the README line and the cited row. The others run the same checks on small
-made-up READMEs to show what each check catches and what it leaves alone.
+The first tests read the real pages (README.md and docs/*.md but the generated benchmarks page)
+and bench/results/*.json: each fails with one line per problem, naming the page's line and the
+cited row. README.md keeps one headline figure; the performance page holds the others. The
+other tests run the same checks on small made-up READMEs to show what each check catches and
+what it leaves alone.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from bench.harness.readme_figures import (
+    DOCS_DIR,
     README_PATH,
     Rows,
     check_citations,
     check_row_mentions,
     check_uncited,
+    figure_pages,
     load_rows,
     parse_citations,
 )
+
+PAGES = figure_pages()
+# pages that must cite published figures (a marker syntax that stopped parsing shows here)
+CITING = [README_PATH, DOCS_DIR / "performance.md"]
 
 
 def _fail_on(problems: list[str]) -> None:
@@ -31,31 +40,34 @@ def _fail_on(problems: list[str]) -> None:
 
 
 @pytest.fixture(scope="module")
-def readme() -> str:
-    return README_PATH.read_text(encoding="utf-8")
-
-
-@pytest.fixture(scope="module")
 def published() -> Rows:
     return load_rows()
 
 
-def test_readme_cites_published_figures(readme: str) -> None:
-    cites, problems = parse_citations(readme)
+def _name(page: Path) -> str:
+    return page.relative_to(README_PATH.parent).as_posix()
+
+
+@pytest.mark.parametrize("page", CITING, ids=_name)
+def test_page_cites_published_figures(page: Path) -> None:
+    cites, problems = parse_citations(page.read_text("utf-8"), _name(page))
     _fail_on(problems)
-    assert cites, "README.md cites no published figure: is the marker syntax still parsed?"
+    assert cites, f"{_name(page)} cites no published figure: is the marker syntax still parsed?"
 
 
-def test_readme_figures_match_their_published_rows(readme: str, published: Rows) -> None:
-    _fail_on(check_citations(readme, published))
+@pytest.mark.parametrize("page", PAGES, ids=_name)
+def test_page_figures_match_their_published_rows(page: Path, published: Rows) -> None:
+    _fail_on(check_citations(page.read_text("utf-8"), published, _name(page)))
 
 
-def test_readme_figures_from_the_published_run_are_all_cited(readme: str) -> None:
-    _fail_on(check_uncited(readme))
+@pytest.mark.parametrize("page", PAGES, ids=_name)
+def test_page_figures_from_the_published_run_are_all_cited(page: Path) -> None:
+    _fail_on(check_uncited(page.read_text("utf-8"), _name(page)))
 
 
-def test_readme_row_names_exist(readme: str, published: Rows) -> None:
-    _fail_on(check_row_mentions(readme, published))
+@pytest.mark.parametrize("page", PAGES, ids=_name)
+def test_page_row_names_exist(page: Path, published: Rows) -> None:
+    _fail_on(check_row_mentions(page.read_text("utf-8"), published, _name(page)))
 
 
 # -- the checks on made-up READMEs -------------------------------------------------------------

@@ -4,8 +4,8 @@ engine holds no more than its budget between epochs.
 
 The process's peak RSS is printed, not asserted against the issue's goal (budget + 200 MiB =
 216 MiB): with the default allocator settings it is at that goal, not reliably under it
-(213.9-223.4 MiB over five runs, the README's allocator table). It is dominated by the
-process's baseline and per-epoch working memory, not by state. Measured from
+(213.9-223.4 MiB over five runs, the allocator table of docs/performance.md). It is dominated
+by the process's baseline and per-epoch working memory, not by state. Measured from
 ``/proc/self/status``: importing numpy, pyarrow (compute, parquet) and fsstate takes 75 MiB;
 the job's first ``pa.array`` of a numpy array makes pyarrow import pandas (+35 MiB, 23 of it
 anonymous) and the first compute calls add 6 MiB: about 118 MiB before the first epoch. The

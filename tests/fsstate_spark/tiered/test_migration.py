@@ -1,7 +1,7 @@
 """Migration from Spark's state to fsstate: a query that ran on Spark's handles (RocksDB) is read
 with ``spark.read.format("statestore")`` and fed as ``initialState`` to the same processor under
 ``tiered()``; its outputs from then on equal those of the query continuing on Spark's handles
-(the README's recipe, "Migrating from Spark's state")."""
+(the recipe of docs/evolution.md, "Moving a query from Spark's state to fsstate")."""
 
 from __future__ import annotations
 
