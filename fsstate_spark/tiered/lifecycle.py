@@ -1,6 +1,7 @@
 """Which store a task uses, and the per-process cache of committed stores.
 
-Measured on pyspark 4.3 (local mode), see the package README section "Lifecycle":
+Measured on pyspark 4.3 (local mode), with PySpark's own loop (fsstate's keyed loop,
+:mod:`fsstate_spark.tiered.fast_loop`, calls ``init`` and ``close`` the same way):
 
 * ``init`` and ``close`` run once per partition per micro-batch (partitions without rows too),
   in whichever Python worker gets the task; consecutive batches of one partition often land
