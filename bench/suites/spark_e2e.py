@@ -45,9 +45,20 @@ their median reported, with the spread (:func:`bench.harness.common.median_ci`).
 alternate in that order (pandas, row, pandas, ...), so every query follows one of the other
 flavour and a cost of switching weighs on all alike.
 
-Every query runs its processor inside :class:`Recorder`, which writes one stats line per task
-(time in the state calls, keys, and for tiered state the task's own time getting and committing
-its store, measured in the worker around the adapter's calls).
+Every query runs its processor inside a recorder (:func:`bench.harness.spark_procs.recorder`),
+which writes one stats line per task (time in the state calls, keys, and for tiered state the
+task's own time getting and committing its store, measured in the worker around the adapter's
+calls, and the keyed loop that ran the task).
+
+Keyed loops: the session is built from ``conf/spark-defaults.conf``
+(:func:`bench.harness.spark.session`), whose ``spark.python.worker.module`` is fsstate's worker
+(:mod:`pyspark_fsstate.worker`): the ``tiered(...)`` queries run fsstate's keyed loop
+(:mod:`fsstate_spark.tiered.worker`; their recorder is a ``TieredProcessor``,
+:class:`bench.harness.spark_procs.TieredRecorder`, as that loop requires), the native and
+``no_state`` queries PySpark's own. Checked: every measured tiered task's stats line must name
+fsstate's loop, or the size's figures are an error. Earlier runs measured ``tiered()`` on
+PySpark's loop (before fsstate's worker existed, and, after it, because the recorder around
+``tiered()`` was a plain processor, which that worker leaves to PySpark).
 
 Figures, per key-space size and flavour:
 
@@ -97,10 +108,11 @@ from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
 from bench.harness.common import BenchContext, Result, SuiteSkipped
 from bench.harness.spark import require_pyspark, session
-from bench.harness.spark_procs import KINDS, Recorder
+from bench.harness.spark_procs import KINDS, recorder
 from bench.harness.spark_runner import (
     Config,
     Variant,
+    check_loops,
     read_stats,
     run_once,
     variant_tag,
@@ -135,7 +147,7 @@ def _make_variants(cfg: Config, root: Path, stats_dir: Path, state_uri: Path) ->
                     name = kind if flavour == "pandas" else f"{kind}_{flavour}"
                     proc = tiered(bench, state_uri=str(state_uri), name=name)
                 cp = root / "checkpoints" / tag.replace("/", "-")
-                rec = Recorder(proc, bench)
+                rec = recorder(proc, bench)
                 out.append(Variant(kind, mode, rec, cp, cls.calls_per_key, flavour))
     mixed = itertools.zip_longest(*per_flavour)
     return [v for group in mixed for v in group if v is not None]
@@ -165,6 +177,7 @@ def _compare(ctx: BenchContext, spark: Any, cfg: Config, root: Path) -> list[Res
                 f"{ms / 1000 if ms else float('nan'):7.2f} s (query run {v.run_s[-1]:.1f} s)"
             )
     stats = read_stats(stats_dir)
+    check_loops(stats, variants)
     measured = list(range(1 + cfg.warm_batches, batches))
     out: list[Result] = []
     for flavour, kinds in cfg.flavours():
