@@ -82,7 +82,8 @@ def _draw_matrix(ax: Any, group: str, cells: dict[Cell, dict[str, Result]], ylab
                 spread = f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else ""
                 goal_txt = f" (goal {fmt_goal(r)})" if r.goal is not None else ""
                 lines.append(f"{what}{goal_txt}:\n{fmt_value(r.value, r.unit)}{spread}")
-            ax.text(j, i, "\n".join(lines), ha="center", va="center", fontsize=8)
+            size = 8 if len(lines) <= 3 else 7  # many figures in a cell: smaller text
+            ax.text(j, i, "\n".join(lines), ha="center", va="center", fontsize=size)
     ax.set_xticks(range(len(columns)), [label for _, label in columns])
     ax.set_yticks(range(len(parts)), [f"{n} partitions" for n in parts] if ylabels else [])
     ax.set_title(f"{group}: median per cell, [CI of the median]")

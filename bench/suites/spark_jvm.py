@@ -17,18 +17,20 @@ per cell in nine queries over the same Parquet micro-batches:
 
 Cells: {50k, 500k rows per batch} (over rows / 2 keys, ``spark_driver``'s input) x {4, 200
 shuffle partitions} (``spark.sql.shuffle.partitions`` when the cell's queries start, the
-driver's ``partitions``). Time, measured on this 2-core machine: a native pandas batch of 500k
-rows takes ~3 minutes (``spark_driver``), ``tiered()`` pandas on PySpark's loop about as long
-(~1 ms per key: the loop cost rows), and at 200 partitions every Python transformWithState
-query pays its 200 tasks' fixed costs, ~15 s per batch idle (35 s with a load of 9), whatever
-the rows. So the full run times 5 batches at 50k rows and 4 partitions, 3 at 50k and 200, 2
-in each 500k cell, and the 500k cells drop three sides, published as skipped rows with the
-reason: pandas on Spark's handles and on PySpark's loop (~3 minutes per batch each; the 50k
-cells and ``spark_driver`` measure them) and Row on Spark's handles (informative,
-``spark_driver`` measures it): about 40 minutes on an idle machine (~6 + 15 + 6 + 12 for the
-cells, 2 for the loop cost). ``--quick``: 5k and 20k rows at 4 and 20 partitions, 2 timed
-batches each, the same drops in the 20k cells: a few minutes. ``--only`` narrows by a cell's
-label (``50k rows/batch, 200 partitions``); ``loop cost`` runs only the in-process rows.
+driver's ``partitions``). Time, on this 2-core machine: a native pandas batch of 500k rows
+takes ~3 minutes (``spark_driver``), ``tiered()`` pandas on PySpark's loop about as long (~1 ms
+per key: the loop cost rows), and at 200 partitions every Python transformWithState query pays
+its 200 tasks' fixed costs whatever the rows (~35 s per batch, ~175 ms per task, measured with
+a load average of 9; the Java query ~20 s). So the full run times 5 batches at 50k rows and 4
+partitions, 3 at 50k and 200, 2 in each 500k cell, and the 500k cells drop three sides,
+published as skipped rows with the reason: pandas on Spark's handles and on PySpark's loop
+(~3 minutes per batch each; the 50k cells and ``spark_driver`` measure them) and Row on
+Spark's handles (informative; ``spark_driver`` measures it). Estimated from those figures:
+about 40 minutes on an idle machine (~6 + 14 + 6 + 9 minutes for the cells in order, 3 for
+the loop cost), more under load. ``--quick``: 5k and 20k rows at 4 and 20 partitions, 2 timed
+batches each, the same drops in the 20k cells (7 minutes with a load average of 5 to 8).
+``--only`` narrows by a cell's label (``50k rows/batch, 200 partitions``); ``loop cost`` runs
+only the in-process rows.
 
 Per cell its queries (nine, fewer where sides are dropped) run at once, each on its own copy
 (hard links) of the input, with a processing-time trigger and ``noDataMicroBatches`` off; round
