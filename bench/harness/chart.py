@@ -2,12 +2,13 @@
 
 Up to two panels side by side, each row's value relative to its goal (log scale, the CI of the
 median as an error bar) and, for rows with a baseline, the engine relative to it; below them,
-when the rows form a matrix of cells (``<group>, <N> partitions, <R> rows/key: <what>``), a
-grid per group.
+when the rows form a matrix of cells (``<group>, <N> partitions, <R> rows/key: <what>`` or
+``<group>, <N> partitions, <R>k rows/batch: <what>``), a grid per group.
 
 Invariants: a suite with no goal and no baseline gets no chart (:func:`write_chart` returns
 None); a chart is a pure function of the rows, the suite name and the subtitle; rows whose
-notes start with ``ERROR`` are left out of the grids.
+notes start with ``ERROR`` are left out of the grids, skipped rows (no value) out of every
+panel.
 """
 
 from __future__ import annotations
@@ -28,41 +29,52 @@ def _factor(r: Result, x: float) -> float | None:
 
 
 MATRIX_ROW = re.compile(
-    r"^(?P<group>[^:,]+), (?P<partitions>\d+) partitions, (?P<per_key>\d+) rows/key: (?P<what>.+)$"
+    r"^(?P<group>[^:,]+), (?P<partitions>\d+) partitions, "
+    r"(?P<column>(?P<count>\d+)(?P<k>k?) rows/(?:key|batch)): (?P<what>.+)$"
 )
 
-Matrix = dict[str, dict[tuple[int, int], dict[str, Result]]]  # group -> (N, rows/key) -> rows
+Cell = tuple[int, int, str]  # (partitions, column's rows, column label e.g. "20 rows/key")
+Matrix = dict[str, dict[Cell, dict[str, Result]]]  # group -> cell -> what -> row
 
 
 def matrix_cells(results: list[Result]) -> Matrix:
-    """Rows named ``<group>, <N> partitions, <R> rows/key: <what>`` (a matrix of cells, e.g.
-    :mod:`bench.suites.spark_matrix`), by group and cell; empty when there are none."""
+    """Rows named ``<group>, <N> partitions, <R> rows/key: <what>`` or ``<group>, <N>
+    partitions, <R>k rows/batch: <what>`` (a matrix of cells, e.g.
+    :mod:`bench.suites.spark_matrix`, :mod:`bench.suites.spark_jvm`), by group and cell; empty
+    when there are none. Rows that failed or were skipped are left out."""
     out: Matrix = {}
     for r in results:
         m = MATRIX_ROW.match(r.name)
-        if m is None or r.notes.startswith("ERROR"):
+        if m is None or r.notes.startswith("ERROR") or r.skipped:
             continue
-        cell = (int(m["partitions"]), int(m["per_key"]))
+        rows = int(m["count"]) * (1000 if m["k"] else 1)
+        cell = (int(m["partitions"]), rows, m["column"])
         out.setdefault(m["group"], {}).setdefault(cell, {})[m["what"]] = r
     return out
 
 
-def _draw_matrix(
-    ax: Any, group: str, cells: dict[tuple[int, int], dict[str, Result]], ylabels: bool
-) -> None:
-    """One group's cells as a grid: partitions down, rows per key across; each cell colored
-    by its goal row (green: pass, red: miss, grey: no goal) and listing its rows' values."""
+def _cell_color(rows: dict[str, Result]) -> str:
+    """Green when every goal row of the cell passes, red when one misses, grey without goals."""
+    goals = [r for r in rows.values() if r.goal is not None]
+    if not goals:
+        return "#eeeeee"
+    return "#c8e6c9" if all(r.passed for r in goals) else "#ffcdd2"
+
+
+def _draw_matrix(ax: Any, group: str, cells: dict[Cell, dict[str, Result]], ylabels: bool) -> None:
+    """One group's cells as a grid: partitions down, the column (rows per key or per batch)
+    across; each cell colored by its goal rows (:func:`_cell_color`) and listing its rows'
+    values."""
     from matplotlib.patches import Rectangle
 
-    parts = sorted({n for n, _ in cells})
-    per_key = sorted({r for _, r in cells})
-    ax.set_xlim(-0.5, len(per_key) - 0.5)
+    parts = sorted({c[0] for c in cells})
+    columns = sorted({(c[1], c[2]) for c in cells})
+    ax.set_xlim(-0.5, len(columns) - 0.5)
     ax.set_ylim(len(parts) - 0.5, -0.5)
     for i, n in enumerate(parts):
-        for j, rk in enumerate(per_key):
-            rows = cells.get((n, rk), {})
-            goal = next((r for r in rows.values() if r.goal is not None), None)
-            color = "#eeeeee" if goal is None else ("#c8e6c9" if goal.passed else "#ffcdd2")
+        for j, (count, label) in enumerate(columns):
+            rows = cells.get((n, count, label), {})
+            color = _cell_color(rows)
             ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, facecolor=color, edgecolor="white"))
             lines = []
             for what, r in sorted(rows.items(), key=lambda kv: kv[1].goal is None):
@@ -70,8 +82,9 @@ def _draw_matrix(
                 spread = f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else ""
                 goal_txt = f" (goal {fmt_goal(r)})" if r.goal is not None else ""
                 lines.append(f"{what}{goal_txt}:\n{fmt_value(r.value, r.unit)}{spread}")
-            ax.text(j, i, "\n".join(lines), ha="center", va="center", fontsize=8)
-    ax.set_xticks(range(len(per_key)), [f"{r} rows/key" for r in per_key])
+            size = 8 if len(lines) <= 3 else 7  # many figures in a cell: smaller text
+            ax.text(j, i, "\n".join(lines), ha="center", va="center", fontsize=size)
+    ax.set_xticks(range(len(columns)), [label for _, label in columns])
     ax.set_yticks(range(len(parts)), [f"{n} partitions" for n in parts] if ylabels else [])
     ax.set_title(f"{group}: median per cell, [CI of the median]")
 
@@ -112,7 +125,9 @@ def _figure(plt: Any, panels: list[list[Result]], matrix: Matrix) -> tuple[Any, 
     here); returns the figure and the panels' axes."""
     height = max(3.0, 0.42 * max(len(p) for p in panels) + 1.6)
     width = 7.0 * max(len(panels), len(matrix))
-    grid_height = 1.0 + 1.5 * max((len({n for n, _ in c}) for c in matrix.values()), default=0)
+    lines = max((2 * len(r) for c in matrix.values() for r in c.values()), default=0)
+    per_row = max(1.5, 0.17 * lines)  # inches per row of cells: two text lines per figure
+    grid_height = 1.0 + per_row * max((len({k[0] for k in c}) for c in matrix.values()), default=0)
     fig = plt.figure(figsize=(width, height + grid_height))
     outer = fig.add_gridspec(
         2 if matrix else 1, 1, height_ratios=[height, grid_height] if matrix else None

@@ -14,6 +14,8 @@ Measurement rules used by every helper here:
   allocator state, and neither always runs right after the other's garbage.
 * A row's ``value`` is the median of its ``samples`` (unless its ``stat`` says otherwise), its
   status is decided on that median, and :func:`median_ci` gives the spread shown beside it.
+* A row that could not be measured here is published as such (:func:`skipped_result`: no
+  value, status ``skipped``, the reason in its notes), never left out silently.
 """
 
 from __future__ import annotations
@@ -40,6 +42,9 @@ GoalOp = Literal[">=", "<="]
 
 REPO_ROOT = ROOT  # the checkout holding bench/
 RESULTS_DIR = REPO_ROOT / "bench" / "results"
+
+
+SKIPPED = "SKIPPED"  # the notes of a row not measured start with it (see skipped_result)
 
 
 class SuiteSkipped(Exception):
@@ -83,22 +88,29 @@ class Result:
     def __post_init__(self) -> None:
         if self.ratio is None and self.baseline_value:
             self.ratio = self.value / self.baseline_value
-        if self.passed is None and self.goal is not None:
+        if self.passed is None and self.goal is not None and not self.skipped:
             if self.goal_op == ">=":
                 self.passed = self.value >= self.goal
             else:
                 self.passed = self.value <= self.goal
 
     @property
+    def skipped(self) -> bool:
+        """Whether the row was not measured (:func:`skipped_result`)."""
+        return self.notes.startswith(SKIPPED)
+
+    @property
     def goal_factor(self) -> float | None:
         """How far the value is from the goal, > 1 meaning better than the goal."""
-        if self.goal is None or self.value <= 0 or self.goal <= 0:
+        if self.goal is None or self.skipped or not self.value > 0 or self.goal <= 0:
             return None
         return self.value / self.goal if self.goal_op == ">=" else self.goal / self.value
 
     @property
     def status(self) -> str:
-        """``pass``, ``miss`` or ``info``."""
+        """``pass``, ``miss``, ``info`` or ``skipped``."""
+        if self.skipped:
+            return "skipped"
         if self.passed is None:
             return "info"
         return "pass" if self.passed else "miss"
@@ -125,6 +137,22 @@ class Result:
         """Inverse of :meth:`to_json`."""
         names = {f for f in Result.__dataclass_fields__}
         return Result(**{k: v for k, v in obj.items() if k in names})
+
+
+def skipped_result(
+    suite: str, name: str, unit: str, reason: str, goal: float | None = None, goal_op: GoalOp = ">="
+) -> Result:
+    """A row that was not measured in this run: no value (NaN), status ``skipped``, the goal it
+    would have had, and ``SKIPPED: <reason>`` as its notes."""
+    return Result(
+        suite=suite,
+        name=name,
+        value=math.nan,
+        unit=unit,
+        goal=goal,
+        goal_op=goal_op,
+        notes=f"{SKIPPED}: {reason}",
+    )
 
 
 @dataclass

@@ -1,10 +1,11 @@
 """The two queries of the operator suites: a windowed count and a keyed running aggregate.
 
-Used by ``spark_operators``, ``spark_matrix``, ``spark_floor``, ``spark_breakdown`` and
-``spark_driver``: the input (:data:`INPUT_SCHEMA`, :func:`batch_table`), fsstate's flow of each
-query (:func:`fsstate_flow`), Spark's built-in operator for it (:func:`builtin_query`) and the
-running aggregate as a pandas StatefulProcessor (:class:`RunningAgg`; Spark's Python workers
-import it from here).
+Used by ``spark_operators``, ``spark_matrix``, ``spark_floor``, ``spark_breakdown``,
+``spark_driver`` and ``spark_jvm``: the input (:data:`INPUT_SCHEMA`, :func:`batch_table`),
+fsstate's flow of each query (:func:`fsstate_flow`), Spark's built-in operator for it
+(:func:`builtin_query`) and the running aggregate as a StatefulProcessor, pandas
+(:class:`RunningAgg`) and Row (:class:`RunningAggRow`; Spark's Python workers import both from
+here).
 
 * **windowed count** (``window``): ``withWatermark("t", DELAY)`` then a count per
   (``WINDOW_MS`` window, key), append output;
@@ -25,6 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+from pyspark.sql import Row
 from pyspark.sql.streaming.stateful_processor import (
     StatefulProcessor,
     StatefulProcessorHandle,
@@ -58,6 +60,32 @@ class RunningAgg(StatefulProcessor):
             n, s = n + int(old[0]), s + int(old[1])
         self.agg.update((n, s))
         yield pd.DataFrame({"k": [key[0]], "n": [n], "s": [s]})
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+class RunningAggRow(StatefulProcessor):
+    """:class:`RunningAgg` in the Row flavour (``transformWithState``): count and sum(v) per key
+    in a ValueState; one output ``Row(k, n, s)`` per key and batch."""
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        """One value state."""
+        self.agg = handle.getValueState("agg", "n BIGINT, s BIGINT")
+
+    def handleInputRows(
+        self, key: Any, rows: Iterator[Row], timerValues: TimerValues
+    ) -> Iterator[Row]:
+        """Add the key's rows to its count and sum."""
+        n = s = 0
+        for row in rows:
+            n += 1
+            s += int(row.v)
+        old = self.agg.get()
+        if old is not None:
+            n, s = n + int(old[0]), s + int(old[1])
+        self.agg.update((n, s))
+        yield Row(k=key[0], n=n, s=s)
 
     def close(self) -> None:
         """Nothing to release."""

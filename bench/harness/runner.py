@@ -180,6 +180,16 @@ register(
 )
 register(
     Suite(
+        "spark_jvm",
+        "bench.suites.spark_jvm",
+        engine=False,
+        description="the running aggregate through tiered() (fsstate's loop and PySpark's), "
+        "Spark's handles and the flow driver against the same processor in Java on "
+        "transformWithState, {50k, 500k rows} x {4, 200 partitions}; the loop's cost per key",
+    )
+)
+register(
+    Suite(
         "spark_e2e",
         "bench.suites.spark_e2e",
         engine=False,

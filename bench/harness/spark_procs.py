@@ -1,8 +1,9 @@
 """The processors of the Spark benchmarks (Spark's Python workers import them from here).
 
 Every processor emits one row ``(k, n)`` per key; :class:`BenchProcessor` subclasses differ in
-the state calls of :meth:`BenchProcessor.touch`. :class:`Recorder` wraps a variant's processor
-(native, or ``tiered(...)``) and appends one JSON line of figures per task.
+the state calls of :meth:`BenchProcessor.touch`. :func:`recorder` wraps a variant's processor
+(:class:`Recorder` for native state, :class:`TieredRecorder` for ``tiered(...)``) and appends
+one JSON line of figures per task.
 
 Invariants:
 
@@ -10,6 +11,10 @@ Invariants:
   the worker that ran the task and written to ``<stats_dir>/<pid>.jsonl``.
 * The processors' state calls are the same in both API flavours (pandas, Row); only reading
   the input and building the output row differ.
+* A ``tiered()`` variant's processor, as Spark sees it, is a ``TieredProcessor``
+  (:class:`TieredRecorder`), so fsstate's keyed loop runs it wherever Spark's Python worker is
+  fsstate's (``spark.python.worker.module``, in ``conf/spark-defaults.conf``), as it runs any
+  ``tiered()`` processor; each stats line names the loop that ran the task.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import json
 import os
 import resource
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pandas as pd
@@ -29,6 +34,8 @@ from pyspark.sql.streaming.stateful_processor import (
     StatefulProcessorHandle,
     TimerValues,
 )
+
+from fsstate_spark.tiered import TieredProcessor
 
 FLAVOURS = ("pandas", "row")
 API = {"pandas": "transformWithStateInPandas", "row": "transformWithState (Row)"}
@@ -98,62 +105,41 @@ class BenchProcessor(StatefulProcessor):
         """Nothing: :class:`Recorder` writes the task's stats after the whole close."""
 
 
-class Recorder(StatefulProcessor):
-    """What Spark runs: a variant's processor (``inner``: a :class:`BenchProcessor`, or
-    ``tiered(bench)``) and, after the task's close, one JSON stats line per task appended to
-    ``<stats_dir>/<pid>.jsonl``.
+class TaskRecord:
+    """One task's stats line (see :class:`Recorder`), measured around the calls of whichever
+    processor Spark runs: :meth:`begin` / :meth:`initialized` around its ``init``,
+    :meth:`close` around its ``close``."""
 
-    The line holds the task's own figures, measured in the worker around the inner calls:
-    ``state_s`` (time in :meth:`BenchProcessor.touch`), ``keys``, ``acquire_s`` and
-    ``finish_s`` (this task's share of the adapter's cumulative per-process counters: getting
-    the tiered store in ``init`` and TTL cleanup + commit + hand-back in ``close``; 0 for
-    native state), ``init_s`` / ``close_s`` (wall time of the inner ``init`` / ``close``),
-    ``store`` (``hit``, ``caught_up`` or ``restored``; ``""`` for native state), ``requests``
-    and ``requests_by_kind`` (the storage requests the process made from ``init`` to the end of
-    ``close``: get, put, head, list, delete) and the process's peak RSS after the commit. A
-    task runs in one process from ``init`` to ``close``, so the counter deltas are its own
-    whichever process it runs in. Driver-side calls, without a TaskContext, record nothing.
-    """
-
-    def __init__(self, inner: StatefulProcessor, bench: BenchProcessor) -> None:
-        self.inner = inner
+    def __init__(self, bench: BenchProcessor) -> None:
         self.bench = bench
         self._t0 = self._init_s = self._acquire_s = 0.0
+        self._acq0 = 0.0
         self._requests0: dict[str, int] = {}
 
-    def init(self, handle: StatefulProcessorHandle) -> None:
-        """Run the inner init, timing it and the store acquisition inside it."""
-        acq0, _ = _store_times()
+    def begin(self) -> None:
+        """Before the processor's ``init``."""
+        self._acq0, _ = _store_times()
         self._requests0 = _storage_requests()
         self._t0 = time.perf_counter()
-        self.inner.init(handle)
+
+    def initialized(self) -> None:
+        """After the processor's ``init``."""
         self._init_s = time.perf_counter() - self._t0
-        self._acquire_s = _store_times()[0] - acq0
+        self._acquire_s = _store_times()[0] - self._acq0
 
-    def handleInputRows(self, key: Any, rows: Any, timerValues: TimerValues) -> Any:
-        """The inner processor's output, as is."""
-        return self.inner.handleInputRows(key, rows, timerValues)
-
-    def handleExpiredTimer(self, key: Any, timerValues: TimerValues, expiredTimerInfo: Any) -> Any:
-        """The inner processor's output, as is."""
-        return self.inner.handleExpiredTimer(key, timerValues, expiredTimerInfo)
-
-    def handleInitialState(self, key: Any, initialState: Any, timerValues: TimerValues) -> None:
-        """Delegated."""
-        self.inner.handleInitialState(key, initialState, timerValues)
-
-    def close(self) -> None:
-        """Run the inner close (the tiered commit included), then append the stats line."""
+    def close(self, close: Callable[[], None], loop: Callable[[], str]) -> None:
+        """Run ``close`` (the tiered commit included), then append the stats line; ``loop``
+        says which keyed loop ran the task (``fsstate`` or ``pyspark``)."""
         _, fin0 = _store_times()
         t0 = time.perf_counter()
         try:
-            self.inner.close()
+            close()
         finally:
             close_s = time.perf_counter() - t0
             fin1 = _store_times()[1]
-            self._write(close_s, fin1 - fin0)
+            self._write(close_s, fin1 - fin0, loop())
 
-    def _write(self, close_s: float, finish_s: float) -> None:
+    def _write(self, close_s: float, finish_s: float, loop: str) -> None:
         b = self.bench
         tc = TaskContext.get()
         if b.stats_dir is None or tc is None:
@@ -173,9 +159,89 @@ class Recorder(StatefulProcessor):
             "maxrss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
             "pid": os.getpid(),
             "store": b._store,
+            "loop": loop,
         }
         with open(os.path.join(b.stats_dir, f"{os.getpid()}.jsonl"), "a") as f:
             f.write(json.dumps(line) + "\n")
+
+
+class Recorder(StatefulProcessor):
+    """What Spark runs for a variant without tiered state: its processor (``inner``, a
+    :class:`BenchProcessor`) and, after the task's close, one JSON stats line per task appended
+    to ``<stats_dir>/<pid>.jsonl`` (:func:`recorder` picks :class:`TieredRecorder` for
+    ``tiered()``).
+
+    The line holds the task's own figures, measured in the worker around the inner calls:
+    ``state_s`` (time in :meth:`BenchProcessor.touch`), ``keys``, ``acquire_s`` and
+    ``finish_s`` (this task's share of the adapter's cumulative per-process counters: getting
+    the tiered store in ``init`` and TTL cleanup + commit + hand-back in ``close``; 0 for
+    native state), ``init_s`` / ``close_s`` (wall time of the inner ``init`` / ``close``),
+    ``store`` (``hit``, ``caught_up`` or ``restored``; ``""`` for native state), ``requests``
+    and ``requests_by_kind`` (the storage requests the process made from ``init`` to the end of
+    ``close``: get, put, head, list, delete), the process's peak RSS after the commit and
+    ``loop``, the keyed loop that ran the task (``fsstate``: fsstate's worker; ``pyspark``:
+    PySpark's own). A task runs in one process from ``init`` to ``close``, so the counter
+    deltas are its own whichever process it runs in. Driver-side calls, without a
+    TaskContext, record nothing.
+    """
+
+    def __init__(self, inner: StatefulProcessor, bench: BenchProcessor) -> None:
+        self.inner = inner
+        self.bench = bench
+        self.record = TaskRecord(bench)
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        """Run the inner init, timing it and the store acquisition inside it."""
+        self.record.begin()
+        self.inner.init(handle)
+        self.record.initialized()
+
+    def handleInputRows(self, key: Any, rows: Any, timerValues: TimerValues) -> Any:
+        """The inner processor's output, as is."""
+        return self.inner.handleInputRows(key, rows, timerValues)
+
+    def handleExpiredTimer(self, key: Any, timerValues: TimerValues, expiredTimerInfo: Any) -> Any:
+        """The inner processor's output, as is."""
+        return self.inner.handleExpiredTimer(key, timerValues, expiredTimerInfo)
+
+    def handleInitialState(self, key: Any, initialState: Any, timerValues: TimerValues) -> None:
+        """Delegated."""
+        self.inner.handleInitialState(key, initialState, timerValues)
+
+    def close(self) -> None:
+        """Run the inner close, then append the stats line."""
+        self.record.close(self.inner.close, lambda: "pyspark")
+
+
+class TieredRecorder(TieredProcessor):
+    """:class:`Recorder` for ``tiered(bench)``: a :class:`TieredProcessor` itself (the same
+    processor and settings), so that fsstate's worker, which runs its keyed loop for
+    ``tiered()`` processors only, runs it here as for any ``tiered()`` query; ``init`` (the
+    store's acquisition included) and ``close`` (the commit included) are timed as
+    :class:`Recorder` times them."""
+
+    def __init__(self, inner: TieredProcessor, bench: BenchProcessor) -> None:
+        super().__init__(inner.processor, inner.config)
+        self.bench = bench
+        self.record = TaskRecord(bench)
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        """The tiered init (opens the store, then the processor's init), timed."""
+        self.record.begin()
+        super().init(handle)
+        self.record.initialized()
+
+    def close(self) -> None:
+        """The tiered close (the processor's close, then the commit), then the stats line."""
+        self.record.close(super().close, lambda: "fsstate" if self._fast else "pyspark")
+
+
+def recorder(proc: StatefulProcessor, bench: BenchProcessor) -> StatefulProcessor:
+    """What Spark runs for a variant: :class:`TieredRecorder` for ``tiered()``, else
+    :class:`Recorder`."""
+    if isinstance(proc, TieredProcessor):
+        return TieredRecorder(proc, bench)
+    return Recorder(proc, bench)
 
 
 def _store_outcome(handle: StatefulProcessorHandle) -> str:

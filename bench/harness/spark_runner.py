@@ -145,11 +145,29 @@ def _tree_cpu_s() -> float:
 
 
 def read_stats(stats_dir: Path) -> list[dict[str, Any]]:
-    """Stats lines of every worker (one per task, see :class:`Recorder`)."""
+    """Stats lines of every worker (one per task, see
+    :class:`bench.harness.spark_procs.Recorder`)."""
     lines: list[dict[str, Any]] = []
     for p in stats_dir.glob("*.jsonl"):
         lines += [json.loads(x) for x in p.read_text().splitlines() if x.strip()]
     return lines
+
+
+def check_loops(stats: list[dict[str, Any]], variants: list[Variant]) -> None:
+    """Every task of a ``tiered`` variant ran fsstate's keyed loop (its stats lines say
+    ``"loop": "fsstate"``).
+
+    Raises:
+        RuntimeError: naming the variants with tasks on PySpark's loop.
+    """
+    tiered = {v.tag for v in variants if v.mode == "tiered"}
+    stock = sorted({x["tag"] for x in stats if x["tag"] in tiered and x.get("loop") != "fsstate"})
+    if stock:
+        raise RuntimeError(
+            f"tiered() tasks of {stock} ran on PySpark's own keyed loop, not fsstate's: is "
+            "spark.python.worker.module=pyspark_fsstate.worker in conf/spark-defaults.conf? "
+            "(the worker log says why: bench/results/tmp/spark-jvm.log)"
+        )
 
 
 @dataclass

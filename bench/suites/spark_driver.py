@@ -3,7 +3,7 @@
 One keyed processor, the running aggregate of ``spark_operators`` (count and sum(v) per key in
 a value state, one output row per key and batch:
 :class:`bench.harness.operator_queries.RunningAgg`, and its Row twin
-:class:`bench.suites.spark_driver_cost.RunningAggRow`), in four queries over the same Parquet
+:class:`bench.harness.operator_queries.RunningAggRow`), in four queries over the same Parquet
 micro-batches (``spark_operators``' shape: ``rows`` rows per batch over ``rows / 2``
 keys), time mode ``None``, update output:
 
@@ -45,7 +45,6 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,15 +53,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from bench.harness.common import BenchContext, Result, median, spread_text
-from bench.harness.operator_queries import INPUT_SCHEMA, RunningAgg, batch_table
-from bench.harness.spark import require_pyspark, session
-from bench.suites.spark_driver_cost import (
+from bench.harness.operator_queries import INPUT_SCHEMA, RunningAgg, RunningAggRow, batch_table
+from bench.harness.processor_queries import (
     OUTPUT_DDL,
     Checksum,
-    RunningAggRow,
+    ChecksumSink,
     expected_checksum,
-    run_cost,
+    wait_batch,
 )
+from bench.harness.spark import require_pyspark, session
+from bench.suites.spark_driver_cost import run_cost
 
 SUITE = "spark_driver"
 GOALS = {"pandas": 10.0, "row": 30.0}
@@ -100,26 +100,6 @@ def shapes(ctx: BenchContext) -> list[Shape]:
     if ctx.mode == "full":
         return [Shape(50_000, 5), Shape(500_000, 2)]
     return [Shape(10_000, 3), Shape(40_000, 3)]
-
-
-class ChecksumSink:
-    """The ``foreachBatch`` function of every query: the batch's rows to Spark's ``noop``
-    format, or, for the checked batch ids, its checksum (kept in ``sums``)."""
-
-    def __init__(self, checked: set[int]) -> None:
-        self.checked = checked
-        self.sums: dict[int, Checksum] = {}
-
-    def __call__(self, df: Any, batch_id: int) -> None:
-        from pyspark.sql import functions as F
-
-        if batch_id not in self.checked:
-            df.write.format("noop").mode("overwrite").save()
-            return
-        row = df.agg(
-            F.count(F.lit(1)), F.sum("n"), F.sum("s"), F.sum(F.crc32(F.col("k")))
-        ).collect()[0]
-        self.sums[batch_id] = (int(row[0]), int(row[1] or 0), int(row[2] or 0), int(row[3] or 0))
 
 
 @dataclass
@@ -175,18 +155,7 @@ def _start(spark: Any, job: Job) -> None:
 
 
 def _wait(job: Job, batch: int, rows: int) -> None:
-    deadline = time.monotonic() + max(900.0, rows / 50)  # 50 rows/s: 10 times too slow
-    while True:
-        for p in job.query.recentProgress:
-            if int(p["batchId"]) == batch and int(p.get("numInputRows") or 0):
-                job.wall_ms[batch] = float(p["durationMs"]["triggerExecution"])
-                job.rows[batch] = int(p["numInputRows"])
-                return
-        if job.query.exception() is not None:
-            raise RuntimeError(f"{job.tag} failed: {job.query.exception()}")
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{job.tag}: batch {batch} did not finish")
-        time.sleep(0.05)
+    job.wall_ms[batch], job.rows[batch] = wait_batch(job.query, job.tag, batch, rows)
 
 
 def _run_shape(ctx: BenchContext, spark: Any, shape: Shape, scratch: Path) -> list[Job]:

@@ -8,13 +8,15 @@ batch of ``ROWS`` rows drawn over ``KEYS`` keys (the ``spark_operators`` shape: 
 key, so ~86 % of the key range appears in a batch); a figure is the epoch's wall time over the
 batch's distinct keys (the number of ``handleInputRows`` calls), in µs.
 
-Processors (also used by :mod:`bench.suites.spark_driver`, so importable by Spark's workers):
+Processors (:mod:`bench.harness.processor_queries`, :mod:`bench.harness.operator_queries`):
 
-* :class:`Idle`: ``handleInputRows`` returns an empty iterator and never touches its rows:
-  what remains is the driver's own cost (goal <= ``GOAL_US`` µs per key, both flavours);
-* :class:`bench.harness.operator_queries.RunningAgg` (pandas) and its Row twin
-  :class:`RunningAggRow`: count and sum per key in a value state, one output row per key
-  (informative: the share of user code, pandas frame building and state calls).
+* :class:`~bench.harness.processor_queries.Idle`: ``handleInputRows`` returns an empty
+  iterator and never touches its rows: what remains is the driver's own cost (goal <=
+  ``GOAL_US`` µs per key, both flavours);
+* :class:`~bench.harness.operator_queries.RunningAgg` (pandas) and its Row twin
+  :class:`~bench.harness.operator_queries.RunningAggRow`: count and sum per key in a value
+  state, one output row per key (informative: the share of user code, pandas frame building
+  and state calls).
 
 Invariants:
 
@@ -31,81 +33,24 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import Row
-from pyspark.sql.streaming.stateful_processor import (
-    StatefulProcessor,
-    StatefulProcessorHandle,
-    TimerValues,
-)
-from pyspark.sql.types import LongType, StringType, StructField, StructType
+from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
 from bench.harness.common import BenchContext, Result, median, spread_text, time_call
-from bench.harness.operator_queries import RunningAgg, batch_table
+from bench.harness.operator_queries import RunningAgg, RunningAggRow, batch_table
+from bench.harness.processor_queries import OUTPUT_TYPE, Idle, checksum, expected_checksum
 
 SUITE = "spark_driver"
 GOAL_US = 20.0
 ROWS = 50_000
 KEYS = 25_000
-OUTPUT_DDL = "k STRING, n BIGINT, s BIGINT"
-OUTPUT_TYPE = StructType(
-    [
-        StructField("k", StringType()),
-        StructField("n", LongType()),
-        StructField("s", LongType()),
-    ]
-)
 VARIANTS = ("idle", "running")
 FLAVOURS = ("pandas", "row")
-
-
-# -- processors (imported by Spark's Python workers as bench.suites.spark_driver_cost) ------------
-class Idle(StatefulProcessor):
-    """Does nothing: no state, never reads its rows, no output (either flavour)."""
-
-    def init(self, handle: StatefulProcessorHandle) -> None:
-        """Nothing to declare."""
-
-    def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: TimerValues) -> Any:
-        """An empty iterator; ``rows`` is left untouched."""
-        return iter(())
-
-    def close(self) -> None:
-        """Nothing to release."""
-
-
-class RunningAggRow(StatefulProcessor):
-    """:class:`bench.harness.operator_queries.RunningAgg` in the Row flavour
-    (``transformWithState``): count and sum(v) per key in a ValueState; one output
-    ``Row(k, n, s)`` per key and batch."""
-
-    def init(self, handle: StatefulProcessorHandle) -> None:
-        """One value state."""
-        self.agg = handle.getValueState("agg", "n BIGINT, s BIGINT")
-
-    def handleInputRows(
-        self, key: Any, rows: Iterator[Row], timerValues: TimerValues
-    ) -> Iterator[Row]:
-        """Add the key's rows to its count and sum."""
-        n = s = 0
-        for row in rows:
-            n += 1
-            s += int(row.v)
-        old = self.agg.get()
-        if old is not None:
-            n, s = n + int(old[0]), s + int(old[1])
-        self.agg.update((n, s))
-        yield Row(k=key[0], n=n, s=s)
-
-    def close(self) -> None:
-        """Nothing to release."""
 
 
 def processor(variant: str, flavour: str) -> StatefulProcessor:
@@ -169,34 +114,6 @@ def batches(n: int, rows: int = ROWS, keys: int = KEYS) -> list[pa.Table]:
 def distinct_keys(batch: pa.Table) -> int:
     """The batch's distinct keys (``handleInputRows`` calls)."""
     return int(pc.count_distinct(batch.column("k")).as_py())
-
-
-Checksum = tuple[int, int, int, int]
-
-
-def expected_checksum(inputs: list[pa.Table]) -> Checksum:
-    """(rows, sum n, sum s, sum crc32(k)) of the running aggregate's output for the last of
-    ``inputs`` (every batch so far, in order), computed with Arrow."""
-    last_keys = pc.unique(inputs[-1].column("k").combine_chunks())
-    seen = pa.concat_tables([t.select(["k", "v"]) for t in inputs])
-    totals = seen.filter(pc.is_in(seen.column("k"), value_set=last_keys))
-    agg = totals.group_by("k").aggregate([("v", "count"), ("v", "sum")])
-    return (
-        len(last_keys),
-        int(pc.sum(agg.column("v_count")).as_py() or 0),
-        int(pc.sum(agg.column("v_sum")).as_py() or 0),
-        sum(zlib.crc32(k.encode()) for k in last_keys.to_pylist()),
-    )
-
-
-def checksum(out: pa.Table) -> Checksum:
-    """The same figures of an output table (``k``, ``n``, ``s``)."""
-    return (
-        out.num_rows,
-        int(pc.sum(out.column("n")).as_py() or 0),
-        int(pc.sum(out.column("s")).as_py() or 0),
-        sum(zlib.crc32(k.encode()) for k in out.column("k").to_pylist()),
-    )
 
 
 def run_cost(ctx: BenchContext) -> list[Result]:

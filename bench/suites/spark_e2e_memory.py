@@ -19,7 +19,7 @@ from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
 from bench.harness.common import BenchContext, Result, median
 from bench.harness.spark import session
-from bench.harness.spark_procs import BenchProcessor, BigValue, NoState, Recorder
+from bench.harness.spark_procs import BenchProcessor, BigValue, NoState, recorder
 from bench.harness.spark_runner import Variant, read_stats, run_once, write_batch
 
 SUITE = "spark_e2e"
@@ -45,7 +45,7 @@ def _memory_query(
         d.mkdir(parents=True, exist_ok=True)
     mode = "none" if proc is bench else "tiered"
     kind = bench.tag.rpartition("/")[2]
-    variant = Variant(kind, mode, Recorder(proc, bench), root / "checkpoint", bench.calls_per_key)
+    variant = Variant(kind, mode, recorder(proc, bench), root / "checkpoint", bench.calls_per_key)
     per = keys // batches
     spark = session(ctx, f"fsstate-bench-{bench.tag.replace('/', '-')}")
     try:

@@ -342,8 +342,9 @@ def _throughput_rows(fl: Flavour, w: Workload) -> list[Result]:
             median(wall.vs_native),
             "x",
             goal=GOAL_VS_NATIVE if two_calls else None,
-            notes=f"throughput ratio per batch (paired), {w.desc}; ceiling (state at no "
-            f"cost: {fl.base_name} vs native, paired) {_fmt_x(wall.ceiling)}; CPU time per "
+            notes=f"throughput ratio per batch (paired), {w.desc}; state at no cost on "
+            f"PySpark's loop ({fl.base_name} vs native, paired) {_fmt_x(wall.ceiling)}, "
+            f"tiered runs fsstate's loop; CPU time per "
             f"batch of the process tree, native/tiered: {_fmt_x(w.cpu.vs_nat)}",
             samples=wall.vs_native,
         ),

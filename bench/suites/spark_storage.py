@@ -21,7 +21,7 @@ Invariants:
 * Beside it, per variant: the per-batch time, the time inside fsstate per batch (state calls,
   getting and committing the stores) and the storage requests per batch by kind (GET, PUT,
   HEAD, LIST, DELETE), each summed over the batch's tasks (each task's worker counts its own,
-  from the task's init to the end of its commit: :class:`bench.harness.spark_procs.Recorder`).
+  from the task's init to the end of its commit: :func:`bench.harness.spark_procs.recorder`).
   For the local disk, a "request" is a file opened, written, listed or removed.
 """
 
@@ -37,7 +37,7 @@ import numpy as np
 from bench.harness.common import BenchContext, Result, median, spread_text
 from bench.harness.s3 import s3_options, s3_server
 from bench.harness.spark import require_pyspark, session
-from bench.harness.spark_procs import Recorder, ValueCount
+from bench.harness.spark_procs import ValueCount, recorder
 from bench.harness.spark_runner import Variant, read_stats, run_once, write_batch
 
 SUITE = "spark_storage"
@@ -79,7 +79,7 @@ def run(ctx: BenchContext) -> list[Result]:
                 )
                 cp = scratch / "checkpoints" / f"{backend}-p{n}"
                 variants[(n, backend)] = Variant(
-                    "value_count", backend, Recorder(proc, bench), cp, 2
+                    "value_count", backend, recorder(proc, bench), cp, 2
                 )
         spark = session(ctx, "fsstate-bench-storage")
         rng = np.random.default_rng(KEYS)

@@ -123,10 +123,49 @@ def test_matrix_rows_are_drawn_as_a_grid(tmp_path: Path) -> None:
     rows.append(Result("m", "20k value_count per batch, 200 partitions, s3/local", 1.0, "x"))
     cells = matrix_cells(rows)
     assert sorted(cells) == ["running aggregate", "windowed count"]
-    assert sorted(cells["windowed count"]) == [(4, 2), (4, 20), (200, 2), (200, 20)]
-    cell = cells["windowed count"][(200, 20)]
+    assert sorted(cells["windowed count"]) == [
+        (4, 2, "2 rows/key"),
+        (4, 20, "20 rows/key"),
+        (200, 2, "2 rows/key"),
+        (200, 20, "20 rows/key"),
+    ]
+    cell = cells["windowed count"][(200, 20, "20 rows/key")]
     assert sorted(cell) == ["fsstate vs builtin", "fsync off"]
     assert cell["fsstate vs builtin"].passed is True
-    assert cells["running aggregate"][(4, 2)]["fsstate vs builtin"].passed is False
+    assert cells["running aggregate"][(4, 2, "2 rows/key")]["fsstate vs builtin"].passed is False
     path = write_chart(tmp_path / "m.png", "m", rows, "test")
     assert path is not None and path.stat().st_size > 0
+
+
+def test_rows_per_batch_cells_and_skipped_rows(tmp_path: Path) -> None:
+    """``<group>, <N> partitions, <R>k rows/batch: <what>`` rows form a matrix too, its columns
+    ordered by rows; a skipped row (not measured) has no value, status ``skipped``, no pass or
+    miss, and stays out of the chart, while the page lists it with its reason."""
+    from bench.harness.chart import matrix_cells, write_chart
+    from bench.harness.common import skipped_result
+
+    rows = [
+        Result("j", f"Row, {n} partitions, {r}k rows/batch: fast / Java", 0.8, "x", 1.0, "<=",
+               samples=[0.7, 0.8, 0.9])
+        for n in (4, 200)
+        for r in (500, 50)
+    ]  # fmt: skip
+    skipped = skipped_result("j", "Row, 4 partitions, 50k rows/batch: handles / Java", "x",
+                             "dropped for time", 1.0, "<=")  # fmt: skip
+    rows.append(skipped)
+    assert (skipped.status, skipped.passed, skipped.goal_factor) == ("skipped", None, None)
+    assert skipped.to_json()["status"] == "skipped"
+    cells = matrix_cells(rows)
+    assert sorted(cells["Row"]) == [
+        (4, 50_000, "50k rows/batch"),
+        (4, 500_000, "500k rows/batch"),
+        (200, 50_000, "50k rows/batch"),
+        (200, 500_000, "500k rows/batch"),
+    ]
+    assert sorted(cells["Row"][(4, 50_000, "50k rows/batch")]) == ["fast / Java"]
+    assert write_chart(tmp_path / "j.png", "j", rows, "test") is not None
+    write_suite_json(tmp_path, "j", rows, MACHINE, "quick", 1.0, commit=None, dirty=False,
+                     started_at="2026-11-25T04:00:00+00:00")  # fmt: skip
+    page = write_docs(tmp_path, tmp_path / "benchmarks.md").read_text("utf-8")
+    assert "| Row, 4 partitions, 50k rows/batch: handles / Java | — | ≤ 1.00 x | skipped |" in page
+    assert "4 of 4 goals met (1 more not measured in this run: skipped rows)." in page

@@ -1,0 +1,287 @@
+"""The running aggregate on every path fsstate offers, against the same processor in Java on
+Spark's own ``transformWithState`` (RocksDB), side by side.
+
+One keyed processor, the running aggregate of ``spark_driver`` (count and sum(v) per key in a
+value state, one output row ``(k, n, s)`` per key and batch, time mode None, update output),
+per cell in nine queries over the same Parquet micro-batches:
+
+* per flavour, pandas (:class:`~bench.harness.operator_queries.RunningAgg`,
+  ``transformWithStateInPandas``) and Row (:class:`~bench.harness.operator_queries.RunningAggRow`,
+  ``transformWithState``), four sides: ``tiered()`` on fsstate's keyed loop
+  (:mod:`fsstate_spark.tiered.worker`, the session's ``spark.python.worker.module``), ``tiered()``
+  on PySpark's own per-key loop (``fast_loop=False``), Spark's handles (the processor alone),
+  and the flow driver (``ops.transform_with_state(_in_pandas)`` + ``ops.write_stream``);
+* the same processor in Java (``bench/java/RunningAgg.java``, :mod:`bench.suites.spark_jvm_java`:
+  compiled by the suite with ``javac`` against PySpark's jars; where no JDK compiler exists its
+  side is skipped, said in the log, its rows published as skipped).
+
+Cells: {50k, 500k rows per batch} (over rows / 2 keys, ``spark_driver``'s input) x {4, 200
+shuffle partitions} (``spark.sql.shuffle.partitions`` when the cell's queries start, the
+driver's ``partitions``). Time, on this 2-core machine: a native pandas batch of 500k rows
+takes ~3 minutes (``spark_driver``), ``tiered()`` pandas on PySpark's loop about as long (~1 ms
+per key: the loop cost rows), and at 200 partitions every Python transformWithState query pays
+its 200 tasks' fixed costs whatever the rows (~35 s per batch, ~175 ms per task, measured with
+a load average of 9; the Java query ~20 s). So the full run times 5 batches at 50k rows and 4
+partitions, 3 at 50k and 200, 2 in each 500k cell, and the 500k cells drop three sides,
+published as skipped rows with the reason: pandas on Spark's handles and on PySpark's loop
+(~3 minutes per batch each; the 50k cells and ``spark_driver`` measure them) and Row on
+Spark's handles (informative; ``spark_driver`` measures it). Estimated from those figures:
+about 40 minutes on an idle machine (~6 + 14 + 6 + 9 minutes for the cells in order, 3 for
+the loop cost), more under load. ``--quick``: 5k and 20k rows at 4 and 20 partitions, 2 timed
+batches each, the same drops in the 20k cells (7 minutes with a load average of 5 to 8).
+``--only`` narrows by a cell's label (``50k rows/batch, 200 partitions``); ``loop cost`` runs
+only the in-process rows.
+
+Per cell its queries (nine, fewer where sides are dropped) run at once, each on its own copy
+(hard links) of the input, with a processing-time trigger and ``noDataMicroBatches`` off; round
+by round a batch file is given to one query at a time (the order rotating) and the round waits
+for it. A query's batch time is Spark's ``triggerExecution``; batch 0 warms up. Per timed
+batch, a side's batch time over the Java query's is a sample of its ratio; stock over fast is
+a sample of the loop's speed-up. A row's value is the median of its samples, with the
+interval of the median, its status decided on that median. Goals, every cell: the Row
+flavour <= 1.0x the Java processor's batch time and the pandas flavour <= 2.0x, for
+``tiered()`` on fsstate's loop and for the driver; fsstate's loop >= 4x PySpark's under
+``tiered()``. The suite also holds the keyed loop's own cost per key without Spark
+(:mod:`bench.suites.spark_jvm_loop`, goal <= 10 µs).
+
+Invariants:
+
+* Every query does the same work: the same processor logic, input files, output rows and sink
+  (``foreachBatch`` writing the batch to Spark's ``noop`` format; the Java query's function
+  is Java). ``tiered()`` and driver stores stay cached in the workers (``max_cached_stores``
+  fits every store of the run).
+* Nothing fast but wrong passes: on batch 0 and on one extra small batch after the timed ones,
+  every query's sink computes (rows, sum n, sum s, sum crc32(k)) of its output instead; all
+  must equal the figures computed from the input files with Arrow, or the suite fails.
+* The ``tiered()`` fast-loop queries ran fsstate's loop: a worker note that one of them ran
+  PySpark's loop (or that fsstate's loop is off) in the JVM log fails the suite.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from bench.harness.common import BenchContext, Result
+from bench.harness.operator_queries import INPUT_SCHEMA, RunningAgg, RunningAggRow, batch_table
+from bench.harness.processor_queries import (
+    OUTPUT_DDL,
+    Checksum,
+    ChecksumSink,
+    expected_checksum,
+    wait_batch,
+)
+from bench.harness.spark import hand_in, require_pyspark, session
+from bench.suites.spark_jvm_cells import SIDES, SUITE, Cell, Job, cell_results
+from bench.suites.spark_jvm_java import build_jar, java_checksum, start_java
+from bench.suites.spark_jvm_loop import run_loop_cost
+
+TRIGGER = "500 milliseconds"
+CHECK_ROWS = 2_000  # rows of the extra, checked batch after the timed ones
+MAX_CACHED_STORES = 4096  # every fsstate store of the run fits in each worker's pool
+JVM_LOG = "spark-jvm.log"
+# the worker notes (stderr, in the JVM log) that a tiered() query ran PySpark's loop
+STOCK_QUERY = re.compile(r"^fsstate: tiered\((?P<name>[^)]*)\) runs on PySpark's per-key loop")
+STOCK_NOTES = (
+    "keyed loop is off",
+    "runs on PySpark's own loop",
+    "PySpark's loop runs",
+    "the stock worker runs",
+)
+
+
+def cells(ctx: BenchContext) -> list[Cell]:
+    """The cells of this mode (see the module docstring for the time they take)."""
+    drop = (("pandas", "handles"), ("pandas", "stock"), ("row", "handles"))
+    if ctx.mode == "full":
+        return [
+            Cell(50_000, 4, 5),
+            Cell(50_000, 200, 3),
+            Cell(500_000, 4, 2, drop),
+            Cell(500_000, 200, 2, drop),
+        ]
+    return [
+        Cell(5_000, 4, 2),
+        Cell(5_000, 20, 2),
+        Cell(20_000, 4, 2, drop),
+        Cell(20_000, 20, 2, drop),
+    ]
+
+
+def _jobs(cell: Cell, scratch: Path, java: bool) -> list[Job]:
+    """The cell's queries (the dropped sides and, without Java, the Java one left out)."""
+    checked = {0, cell.steady + 1}
+    kinds = [(f, s) for f in ("pandas", "row") for s in SIDES if (f, s) not in cell.drop]
+    if java:
+        kinds.append(("java", "java"))
+    out = []
+    for f, s in kinds:
+        name = f"jvm_{cell.tag}_{f}_{s}" if s != "java" else f"jvm_{cell.tag}_java"
+        out.append(Job(f, s, scratch / name, name, ChecksumSink(checked)))
+    return out
+
+
+def _start(spark: Any, job: Job, cell: Cell) -> None:
+    from fsstate_spark import operators as ops
+    from fsstate_spark import tiered
+
+    df = (
+        spark.readStream.schema(INPUT_SCHEMA)
+        .option("maxFilesPerTrigger", 1)
+        .parquet(str(job.input_dir))
+    )
+    if job.side == "java":
+        checkpoint = job.root / "checkpoint"
+        job.query = start_java(spark, df, checkpoint, job.name, TRIGGER, job.sink.checked)
+        return
+    pandas = job.flavour == "pandas"
+    proc: Any = RunningAgg() if pandas else RunningAggRow()
+    grouped = df.groupBy("k")
+    if job.side == "driver":
+        call = ops.transform_with_state_in_pandas if pandas else ops.transform_with_state
+        writer = ops.write_stream(
+            call(grouped, proc, OUTPUT_DDL, "Update", "None"),
+            checkpoint_location=str(job.root / "checkpoint"),
+            sink=job.sink,
+            partitions=cell.partitions,
+            max_cached_stores=MAX_CACHED_STORES,
+        )
+    else:
+        if job.side in ("fast", "stock"):
+            proc = tiered(
+                proc,
+                state_uri=str(job.root / "state"),
+                name=job.name,
+                fast_loop=job.side == "fast",
+                max_cached_stores=MAX_CACHED_STORES,
+            )
+        tws = grouped.transformWithStateInPandas if pandas else grouped.transformWithState
+        writer = (
+            tws(proc, OUTPUT_DDL, "Update", "None")
+            .writeStream.outputMode("update")
+            .foreachBatch(job.sink)
+            .option("checkpointLocation", str(job.root / "checkpoint"))
+        )
+    job.query = writer.queryName(job.name).trigger(processingTime=TRIGGER).start()
+
+
+def _feed(ctx: BenchContext, cell: Cell, jobs: list[Job], source: Path) -> dict[int, Checksum]:
+    """Hand every batch to every query, one query at a time (the order rotating), waiting for
+    each; returns the expected checksums of the checked batches."""
+    check_batch = cell.steady + 1
+    inputs: list[pa.Table] = []
+    want: dict[int, Checksum] = {}
+    for b in range(check_batch + 1):
+        rows = CHECK_ROWS if b == check_batch else cell.rows
+        table = batch_table(b, rows, cell.keys)
+        inputs.append(table)
+        if b in (0, check_batch):
+            want[b] = expected_checksum(inputs)
+        path = source / f"batch-{b:05d}.parquet"
+        pq.write_table(table, path)
+        order = jobs[b % len(jobs) :] + jobs[: b % len(jobs)]
+        for job in order:
+            hand_in(path, job.input_dir / path.name, 1_600_000_000 + 10 * b)
+            job.wall_ms[b], job.rows[b] = wait_batch(job.query, job.tag, b, rows)
+            if job.rows[b] != rows:
+                raise RuntimeError(f"{job.name}: batch {b} read {job.rows[b]} rows, not {rows}")
+            ctx.log(f"  {cell.label} batch {b} {job.tag:<15} {job.wall_ms[b] / 1000:8.2f} s")
+    return want
+
+
+def _check(spark: Any, cell: Cell, jobs: list[Job], want: dict[int, Checksum]) -> None:
+    """Every query's checked outputs equal the input's figures."""
+    for b, w in want.items():
+        got = {
+            job.tag: java_checksum(spark, job.name, b)
+            if job.side == "java"
+            else job.sink.sums.get(b)
+            for job in jobs
+        }
+        if any(g != w for g in got.values()):
+            raise AssertionError(
+                f"{cell.label}, batch {b}: output checksums (rows, sum n, sum s, sum crc32 k) "
+                f"{got} differ from the input's {w}"
+            )
+
+
+def _check_loops(log: Path, start: int, jobs: list[Job]) -> None:
+    """No worker note since byte ``start`` of the JVM log says that a fast-loop query ran
+    PySpark's loop, or that fsstate's loop is off in a worker
+    (:mod:`fsstate_spark.tiered.worker`, :mod:`pyspark_fsstate.worker`)."""
+    if not log.exists():
+        return
+    with open(log, "rb") as f:
+        f.seek(start)
+        text = f.read().decode("utf-8", "replace")
+    fast = {j.name for j in jobs if j.side == "fast"}
+    bad = []
+    for line in text.splitlines():
+        if not line.startswith("fsstate: "):
+            continue
+        m = STOCK_QUERY.match(line)
+        if (m is not None and m["name"] in fast) or any(n in line for n in STOCK_NOTES):
+            bad.append(line)
+    if bad:
+        raise RuntimeError(f"tiered() fast-loop queries ran PySpark's loop: {bad[:3]}")
+
+
+def _run_cell(ctx: BenchContext, spark: Any, cell: Cell, scratch: Path, java: bool) -> list[Job]:
+    """Run the cell's queries side by side; check their outputs and loops."""
+    jobs = _jobs(cell, scratch, java)
+    source = scratch / "batches"
+    source.mkdir(parents=True)
+    log = ctx.tmp_dir / JVM_LOG
+    log_at = log.stat().st_size if log.exists() else 0
+    spark.conf.set("spark.sql.shuffle.partitions", str(cell.partitions))  # read at start
+    try:
+        for job in jobs:
+            job.input_dir.mkdir(parents=True)
+            _start(spark, job, cell)
+        want = _feed(ctx, cell, jobs, source)
+    finally:
+        for job in jobs:
+            if job.query is not None:
+                job.query.stop()
+    _check(spark, cell, jobs, want)
+    _check_loops(log, log_at, jobs)
+    ctx.log(f"  {cell.label}: outputs of batches {sorted(want)} agree with the input")
+    return jobs
+
+
+def run(ctx: BenchContext) -> list[Result]:
+    """The loop's cost per key, then each cell's queries side by side."""
+    require_pyspark()
+    out: list[Result] = []
+    if ctx.wants("loop cost"):
+        out += run_loop_cost(ctx)
+    todo = [c for c in cells(ctx) if ctx.wants(c.label)]
+    if not todo:
+        return out
+    ctx.tmp_dir.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=f"{SUITE}-", dir=ctx.tmp_dir))
+    try:
+        jar = build_jar(scratch / "java")
+        if isinstance(jar, str):
+            ctx.log(f"spark_jvm: the Java side is skipped: {jar}")
+        jars = {} if isinstance(jar, str) else {"spark.jars": str(jar)}
+        spark = session(
+            ctx,
+            "fsstate-bench-jvm",
+            **{"spark.sql.streaming.noDataMicroBatches.enabled": "false", **jars},
+        )
+        try:
+            for cell in todo:
+                jobs = _run_cell(ctx, spark, cell, scratch / cell.tag, not isinstance(jar, str))
+                out += cell_results(cell, jobs, jar if isinstance(jar, str) else None)
+        finally:
+            spark.stop()
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return out

@@ -1,0 +1,214 @@
+"""The cells of ``spark_jvm``, their queries' records and their result rows (part of the
+``spark_jvm`` suite; :mod:`bench.suites.spark_jvm` runs the queries and describes the figures).
+
+Rows per cell (``<flavour>, <N> partitions, <R>k rows/batch: <what>``, the matrix form
+:mod:`bench.harness.chart` draws as a grid per flavour): each side's batch time over the Java
+query's (``tiered() fast loop / Java`` and ``flow driver / Java`` with the flavour's goal,
+``tiered() stock loop / Java`` and ``Spark's handles / Java`` informative) and ``stock loop /
+fast loop`` (goal >= 4x); then every query's batch time (``<R>k rows/batch, <N> partitions:
+<query> batch time``, informative).
+
+Invariants:
+
+* Rows are a pure function of the queries' per-batch times: nothing here runs Spark.
+* A ratio's samples pair the two queries' times of the same batch, steady batches only.
+* A side left out of a cell (dropped for time, or the Java side without a JDK compiler) gives
+  skipped rows (:func:`bench.harness.common.skipped_result`) with the reason, never none.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.harness.common import Result, median, skipped_result, spread_text
+from bench.harness.processor_queries import ChecksumSink
+
+SUITE = "spark_jvm"
+SIDES = ("fast", "stock", "handles", "driver")  # per flavour; the Java query is one per cell
+SIDE_NAMES = {
+    "fast": "tiered() fast loop",
+    "stock": "tiered() stock loop",
+    "handles": "Spark's handles",
+    "driver": "flow driver",
+}
+FLAVOUR_NAMES = {"pandas": "pandas", "row": "Row"}
+API = {"pandas": "transformWithStateInPandas", "row": "transformWithState"}
+GOAL_VS_JAVA = {"pandas": 2.0, "row": 1.0}  # batch time / the Java processor's, at most
+GOALED = ("fast", "driver")  # the sides the goal against Java applies to
+GOAL_FAST_VS_STOCK = 4.0  # tiered() on PySpark's loop / on fsstate's loop, at least
+DROP_REASONS = {
+    ("pandas", "handles"): "dropped for time: the pandas processor on Spark's handles costs "
+    "~700 µs per key in Spark's Python machinery, ~3 minutes per batch of 500k rows on 2 cores; "
+    "spark_driver measures it at 500k rows and 4 partitions",
+    ("pandas", "stock"): "dropped for time: PySpark's own pandas loop costs ~1 ms per key "
+    "(the loop cost rows), ~3 minutes per batch of 500k rows on 2 cores, as on Spark's "
+    "handles; the 50k cells measure it",
+    ("row", "handles"): "dropped for time (informative side, no goal): spark_driver measures "
+    "the Row processor on Spark's handles at 500k rows and 4 partitions",
+}
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One cell: rows per batch (over ``rows // 2`` keys) at a partition count, its timed
+    batches after the warm-up and the (flavour, side) queries left out of it
+    (:data:`DROP_REASONS`)."""
+
+    rows: int
+    partitions: int
+    steady: int
+    drop: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def keys(self) -> int:
+        """Keys the rows are drawn over (~2 rows per key, as ``spark_driver``)."""
+        return self.rows // 2
+
+    @property
+    def column(self) -> str:
+        """``50k rows/batch``."""
+        return f"{self.rows // 1000}k rows/batch"
+
+    @property
+    def label(self) -> str:
+        """``50k rows/batch, 4 partitions`` (logs, ``--only``)."""
+        return f"{self.column}, {self.partitions} partitions"
+
+    @property
+    def tag(self) -> str:
+        """``p4_50k`` (directories, query names)."""
+        return f"p{self.partitions}_{self.rows // 1000}k"
+
+    @property
+    def batches(self) -> list[int]:
+        """The timed batches (batch 0 warms up)."""
+        return list(range(1, self.steady + 1))
+
+
+@dataclass
+class Job:
+    """One running query of a cell and its per-batch times."""
+
+    flavour: str  # "pandas", "row", or "java"
+    side: str  # one of SIDES, or "java"
+    root: Path
+    name: str
+    sink: ChecksumSink
+    query: Any = None
+    wall_ms: dict[int, float] = field(default_factory=dict)
+    rows: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def tag(self) -> str:
+        """``flavour/side`` (``java``)."""
+        return "java" if self.side == "java" else f"{self.flavour}/{self.side}"
+
+    @property
+    def input_dir(self) -> Path:
+        """Where the query's batch files are handed in."""
+        return self.root / "input"
+
+
+def _work(cell: Cell) -> str:
+    s = cell.batches
+    return (
+        f"{cell.rows:,} rows per batch over {cell.keys:,} keys, running count + sum "
+        f"per key in a value state, one output row per key, time mode None, local[2], "
+        f"{cell.partitions} shuffle partitions, foreachBatch to noop, batches {s[0]}-{s[-1]} "
+        "(batch 0 warms up)"
+    )
+
+
+def cell_results(cell: Cell, jobs: list[Job], java_skip: str | None) -> list[Result]:
+    """The cell's rows (module docstring); ``java_skip``: why there is no Java query."""
+    by = {(j.flavour, j.side): j for j in jobs}
+    out: list[Result] = []
+    for flavour, fname in FLAVOUR_NAMES.items():
+        prefix = f"{fname}, {cell.partitions} partitions, {cell.column}"
+        for side in ("fast", "driver", "stock", "handles"):
+            out.append(_vs_java(cell, flavour, side, prefix, by, java_skip))
+        out.append(_fast_vs_stock(cell, flavour, prefix, by))
+    out += _batch_times(cell, by, java_skip)
+    return out
+
+
+def _vs_java(
+    cell: Cell,
+    flavour: str,
+    side: str,
+    prefix: str,
+    by: dict[tuple[str, str], Job],
+    java_skip: str | None,
+) -> Result:
+    name = f"{prefix}: {SIDE_NAMES[side]} / Java"
+    goal = GOAL_VS_JAVA[flavour] if side in GOALED else None
+    job, java = by.get((flavour, side)), by.get(("java", "java"))
+    if job is None:
+        return skipped_result(SUITE, name, "x", DROP_REASONS[(flavour, side)], goal, "<=")
+    if java is None:
+        return skipped_result(SUITE, name, "x", f"no Java query: {java_skip}", goal, "<=")
+    ratios = [job.wall_ms[b] / java.wall_ms[b] for b in cell.batches]
+    return Result(
+        suite=SUITE,
+        name=name,
+        value=median(ratios),
+        unit="x",
+        goal=goal,
+        goal_op="<=",
+        notes=f"{SIDE_NAMES[side]} ({API[flavour]}) batch time / the Java processor's "
+        f"(transformWithState, RocksDB), same batch, paired ({spread_text(ratios)}); "
+        f"{_work(cell)}",
+        samples=ratios,
+    )
+
+
+def _fast_vs_stock(cell: Cell, flavour: str, prefix: str, by: dict[tuple[str, str], Job]) -> Result:
+    name = f"{prefix}: stock loop / fast loop"
+    fast, stock = by.get((flavour, "fast")), by.get((flavour, "stock"))
+    if fast is None or stock is None:
+        reason = DROP_REASONS[(flavour, "stock" if stock is None else "fast")]
+        return skipped_result(SUITE, name, "x", reason, GOAL_FAST_VS_STOCK)
+    ratios = [stock.wall_ms[b] / fast.wall_ms[b] for b in cell.batches]
+    return Result(
+        suite=SUITE,
+        name=name,
+        value=median(ratios),
+        unit="x",
+        goal=GOAL_FAST_VS_STOCK,
+        notes=f"tiered() on PySpark's own per-key loop (fast_loop=False) / tiered() on "
+        f"fsstate's keyed loop ({API[flavour]}), batch times, same batch, paired "
+        f"({spread_text(ratios)}); {_work(cell)}",
+        samples=ratios,
+    )
+
+
+def _batch_times(cell: Cell, by: dict[tuple[str, str], Job], java_skip: str | None) -> list[Result]:
+    kinds = [(f, s) for f in FLAVOUR_NAMES for s in SIDES] + [("java", "java")]
+    out = []
+    for flavour, side in kinds:
+        if side == "java":
+            query = "Java transformWithState"
+        else:
+            query = f"{FLAVOUR_NAMES[flavour]} {SIDE_NAMES[side]}"
+        name = f"{cell.column}, {cell.partitions} partitions: {query} batch time"
+        job = by.get((flavour, side))
+        if job is None:
+            reason = (
+                DROP_REASONS[(flavour, side)] if side != "java" else f"no Java query: {java_skip}"
+            )
+            out.append(skipped_result(SUITE, name, "ms", reason))
+            continue
+        ms = [job.wall_ms[b] for b in cell.batches]
+        out.append(
+            Result(
+                suite=SUITE,
+                name=name,
+                value=median(ms),
+                unit="ms",
+                notes=f"Spark's triggerExecution per batch ({spread_text(ms)}); {_work(cell)}",
+                samples=ms,
+            )
+        )
+    return out

@@ -1,0 +1,136 @@
+"""The Java side of ``spark_jvm``: the running aggregate as a Java ``StatefulProcessor`` on
+Spark's own ``transformWithState`` (part of the ``spark_jvm`` suite).
+
+The source is ``bench/java/RunningAgg.java`` (class :data:`JAVA_CLASS`): the processor (count
+and sum(v) per key in a ``ValueState``, one output row ``(k, n, s)`` per key and batch, time
+mode None, update output) and a static ``start`` that runs it over a streaming ``Dataset<Row>``
+with a ``foreachBatch`` sink writing to Spark's ``noop`` format, as the Python queries' sink
+does. :func:`build_jar` compiles it at run time with ``javac`` against the jars of PySpark's
+``jars/`` directory (the Spark the suite runs) into a jar in a scratch directory; the suite's
+session gets it through ``spark.jars``. :func:`start_java` starts a query through py4j and
+wraps the Java ``StreamingQuery`` in PySpark's, whose ``recentProgress`` and ``stop`` the
+suite uses as for every other query; :func:`java_checksum` reads a checked batch's output
+checksum, which the Java sink computes instead of writing that batch.
+
+Invariants:
+
+* No JDK compiler (``javac`` neither in ``$JAVA_HOME/bin`` nor on ``PATH``): :func:`build_jar`
+  returns the reason and the Java side is skipped, said in the log and in the published
+  (skipped) rows; a compiler that fails on the source is an error, not a skip.
+* The classes target Java 17 (``--release 17``, Spark 4's minimum), whichever JDK compiles
+  them, so the JVM that runs Spark loads them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import zipfile
+from pathlib import Path
+from typing import Any
+
+from bench.harness.common import REPO_ROOT
+from bench.harness.processor_queries import Checksum
+
+JAVA_SOURCE = REPO_ROOT / "bench" / "java" / "RunningAgg.java"
+JAVA_CLASS = "fsstate.bench.RunningAgg"
+JAR_NAME = "fsstate-bench-jvm.jar"
+
+
+def javac() -> str | None:
+    """The JDK compiler: ``$JAVA_HOME/bin/javac`` if present, else ``javac`` on ``PATH``."""
+    home = os.environ.get("JAVA_HOME")
+    if home and os.access(Path(home) / "bin" / "javac", os.X_OK):
+        return str(Path(home) / "bin" / "javac")
+    return shutil.which("javac")
+
+
+def pyspark_jars() -> Path:
+    """The ``jars/`` directory of the installed PySpark (the Spark the suite runs)."""
+    import pyspark
+
+    return Path(pyspark.__file__).resolve().parent / "jars"
+
+
+def build_jar(scratch: Path) -> Path | str:
+    """Compile :data:`JAVA_SOURCE` into ``<scratch>/fsstate-bench-jvm.jar``.
+
+    Returns:
+        The jar's path, or why there is none (no JDK compiler here).
+
+    Raises:
+        RuntimeError: ``javac`` failed (the message has its output).
+    """
+    compiler = javac()
+    if compiler is None:
+        return (
+            "no JDK compiler (javac is neither in $JAVA_HOME/bin nor on PATH; a JRE alone "
+            "runs Spark but cannot build the Java processor)"
+        )
+    classes = scratch / "classes"
+    classes.mkdir(parents=True, exist_ok=True)
+    cmd = [
+        compiler,
+        "--release",
+        "17",
+        "-nowarn",
+        "-d",
+        str(classes),
+        "-cp",
+        str(pyspark_jars() / "*"),
+        str(JAVA_SOURCE),
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        raise RuntimeError(
+            f"javac failed on {JAVA_SOURCE.name} ({proc.returncode}): "
+            f"{(proc.stdout + proc.stderr)[-3000:]}"
+        )
+    jar = scratch / JAR_NAME
+    with zipfile.ZipFile(jar, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\r\n\r\n")
+        for path in sorted(classes.rglob("*.class")):
+            z.write(path, path.relative_to(classes).as_posix())
+    return jar
+
+
+def _java_class(spark: Any) -> Any:
+    """The py4j view of :data:`JAVA_CLASS` in ``spark``'s JVM."""
+    view = spark.sparkContext._jvm
+    for part in JAVA_CLASS.split("."):
+        view = getattr(view, part)
+    return view
+
+
+def start_java(
+    spark: Any, df: Any, checkpoint: Path, name: str, trigger: str, checked: set[int]
+) -> Any:
+    """Start the Java running aggregate over the streaming DataFrame ``df``.
+
+    Args:
+        spark: the session (its ``spark.jars`` holds :func:`build_jar`'s jar).
+        df: the input (columns ``k`` STRING and ``v`` BIGINT at least).
+        checkpoint: the query's checkpoint location.
+        name: the query's name (also the key of its checksums).
+        trigger: the processing-time trigger's interval (``"500 milliseconds"``).
+        checked: batch ids whose output checksum is kept instead of written.
+
+    Returns:
+        The started query, as PySpark's ``StreamingQuery``.
+    """
+    from pyspark.sql.streaming.query import StreamingQuery
+
+    ids = ",".join(str(b) for b in sorted(checked))
+    jq = _java_class(spark).start(df._jdf, str(checkpoint), name, trigger, ids)
+    return StreamingQuery(jq)
+
+
+def java_checksum(spark: Any, name: str, batch: int) -> Checksum | None:
+    """(rows, sum n, sum s, sum crc32(k)) of checked batch ``batch`` of the Java query
+    ``name``, or None when the sink did not see it."""
+    text = _java_class(spark).checksum(name, batch)
+    if text is None:
+        return None
+    a, b, c, d = (int(x) for x in str(text).split(","))
+    return a, b, c, d
