@@ -53,7 +53,7 @@ calls, and the keyed loop that ran the task).
 Keyed loops: the session is built from ``conf/spark-defaults.conf``
 (:func:`bench.harness.spark.session`), whose ``spark.python.worker.module`` is fsstate's worker
 (:mod:`pyspark_fsstate.worker`): the ``tiered(...)`` queries run fsstate's keyed loop
-(:mod:`fsstate_spark.tiered.worker`; their recorder is a ``TieredProcessor``,
+(:mod:`fsstate_spark.tiered.fast_loop`; their recorder is a ``TieredProcessor``,
 :class:`bench.harness.spark_procs.TieredRecorder`, as that loop requires), the native and
 ``no_state`` queries PySpark's own. Checked: every measured tiered task's stats line must name
 fsstate's loop, or the size's figures are an error. Earlier runs measured ``tiered()`` on

@@ -8,7 +8,7 @@ per cell in nine queries over the same Parquet micro-batches:
 * per flavour, pandas (:class:`~bench.harness.operator_queries.RunningAgg`,
   ``transformWithStateInPandas``) and Row (:class:`~bench.harness.operator_queries.RunningAggRow`,
   ``transformWithState``), four sides: ``tiered()`` on fsstate's keyed loop
-  (:mod:`fsstate_spark.tiered.worker`, the session's ``spark.python.worker.module``), ``tiered()``
+  (:mod:`fsstate_spark.tiered.fast_loop`, the session's ``spark.python.worker.module``), ``tiered()``
   on PySpark's own per-key loop (``fast_loop=False``), Spark's handles (the processor alone),
   and the flow driver (``ops.transform_with_state(_in_pandas)`` + ``ops.write_stream``);
 * the same processor in Java (``bench/java/RunningAgg.java``, :mod:`bench.suites.spark_jvm_java`:
@@ -214,7 +214,7 @@ def _check(spark: Any, cell: Cell, jobs: list[Job], want: dict[int, Checksum]) -
 def _check_loops(log: Path, start: int, jobs: list[Job]) -> None:
     """No worker note since byte ``start`` of the JVM log says that a fast-loop query ran
     PySpark's loop, or that fsstate's loop is off in a worker
-    (:mod:`fsstate_spark.tiered.worker`, :mod:`pyspark_fsstate.worker`)."""
+    (:mod:`fsstate_spark.tiered.fast_loop`, :mod:`pyspark_fsstate.worker`)."""
     if not log.exists():
         return
     with open(log, "rb") as f:

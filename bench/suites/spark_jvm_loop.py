@@ -8,7 +8,7 @@ rows per batch, a key's rows possibly continuing in the next batch. ``ROWS`` row
 ``KEYS`` keys: one task's share of the 50k-rows, 4-partitions cell of the suite (~2.3 rows
 per distinct key). A figure is the task's wall time over its distinct keys, in µs.
 
-* fsstate's loop: :class:`fsstate_spark.tiered.worker.FastTask` ``.run``, as fsstate's worker
+* fsstate's loop: :class:`fsstate_spark.tiered.fast_loop.FastTask` ``.run``, as fsstate's worker
   runs a ``tiered()`` task (key runs across batches, :class:`~fsstate_spark.state.keyed.KeyedRows`,
   :func:`~fsstate_spark.state.keyed.run_keys`, the output gathered and converted per batch and
   wrapped in Spark's struct column), with a stand-in for the ``tiered()`` proxy (no store: its
@@ -158,7 +158,7 @@ def _runner_conf() -> Any:
 
 def fsstate_task(proc: StatefulProcessor, pandas: bool) -> Callable[[list[pa.RecordBatch]], Any]:
     """fsstate's loop over a task's batches (``FastTask.run``), as a function of them."""
-    from fsstate_spark.tiered.worker import FastTask, Flavour, parse_offsets
+    from fsstate_spark.tiered.fast_loop import FastTask, Flavour, parse_offsets
 
     conf = _runner_conf()
     flavour = Flavour(
