@@ -8,9 +8,10 @@ per cell in nine queries over the same Parquet micro-batches:
 * per flavour, pandas (:class:`~bench.harness.operator_queries.RunningAgg`,
   ``transformWithStateInPandas``) and Row (:class:`~bench.harness.operator_queries.RunningAggRow`,
   ``transformWithState``), four sides: ``tiered()`` on fsstate's keyed loop
-  (:mod:`fsstate_spark.tiered.fast_loop`, the session's ``spark.python.worker.module``), ``tiered()``
-  on PySpark's own per-key loop (``fast_loop=False``), Spark's handles (the processor alone),
-  and the flow driver (``ops.transform_with_state(_in_pandas)`` + ``ops.write_stream``);
+  (:mod:`fsstate_spark.tiered.fast_loop`, the session's ``spark.python.worker.module``),
+  ``tiered()`` on PySpark's own per-key loop (``fast_loop=False``), Spark's handles (the
+  processor alone), and the flow driver (``ops.transform_with_state(_in_pandas)`` +
+  ``ops.write_stream``);
 * the same processor in Java (``bench/java/RunningAgg.java``, :mod:`bench.suites.spark_jvm_java`:
   compiled by the suite with ``javac`` against PySpark's jars; where no JDK compiler exists its
   side is skipped, said in the log, its rows published as skipped).
