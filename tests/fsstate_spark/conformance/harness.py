@@ -31,6 +31,7 @@ Invariants:
 from __future__ import annotations
 
 import math
+import re
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -341,11 +342,13 @@ def _check_reference(scenario: Scenario, flavour: str, ref: Outcome) -> None:
     where = f"{scenario.name} [spark's handles, {flavour}]"
     for i, (st, s) in enumerate(zip(scenario.steps, ref.steps)):
         if st.spark_error is None:
-            assert s.error is None, f"{where} step {i}: fails where Spark's test passes: {s.error}"
+            assert s.error is None, (
+                f"{where} step {i}: fails where Spark's test passes: {cause(s.error or '')}"
+            )
         else:
             assert s.error is not None and st.spark_error in s.error, (
                 f"{where} step {i}: Spark's test expects an error with {st.spark_error!r}, "
-                f"got {s.error or 'none'}"
+                f"got {cause(s.error) if s.error else 'none'}"
             )
     if scenario.check is not None:
         scenario.check(ref.batches, where)
@@ -374,12 +377,12 @@ def compare(scenario: Scenario, way: str, flavour: str, ref: Outcome, got: Outco
     for i, (r, g) in enumerate(zip(ref.steps, got.steps)):
         if r.error is not None:
             assert g.error is not None, (
-                f"{where} step {i}: Spark's handles fail ({_show(r.error)}) but {way} succeeds "
+                f"{where} step {i}: Spark's handles fail ({cause(r.error)}) but {way} succeeds "
                 f"with {_show(g.batches)}"
             )
             continue
         assert g.error is None, (
-            f"{where} step {i}: {way} fails where Spark's handles succeed: {g.error}"
+            f"{where} step {i}: {way} fails where Spark's handles succeed: {cause(g.error)}"
         )
     if scenario.check is not None:
         scenario.check(got.batches, where)
@@ -416,8 +419,26 @@ class _Sink:
             time.sleep(self.gap_s)
 
 
+WRAPPERS = ("PythonException", "StreamingQueryException", "Py4JJavaError", "SparkException")
+_EXC_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception))(?::\s.*)?$")
+
+
 def _error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
+
+
+def cause(error: str) -> str:
+    """An error's root cause for a message: the innermost Python exception line of the
+    worker's or the driver's traceback, then the error's first line."""
+    causes = [
+        line.strip()
+        for line in error.splitlines()
+        if (m := _EXC_LINE.match(line.strip()))
+        and not m.group(1).endswith(WRAPPERS)
+        and not line.strip().startswith(("java.", "org.", "scala."))
+    ]
+    head = error.splitlines()[0][:300] if error else ""
+    return f"{causes[-1]} (in: {head})" if causes else error[:2000]
 
 
 def _await(query: Any, sink: _Sink, first: int, count: int) -> StepOutcome:
