@@ -125,6 +125,11 @@ CLASS_IDENTITY = Difference(
     "state identity follows the processor's class name: restarting a checkpoint with another "
     "processor class does not carry the state across (Spark carries it)",
 )
+NULLABLE_STATE = Difference(
+    7,
+    "a state schema with non-nullable fields under Avro state encoding: Spark refuses the "
+    "query (TRANSFORM_WITH_STATE_SCHEMA_MUST_BE_NULLABLE), fsstate accepts and runs it",
+)
 REMOVED_FIELD = Difference(
     6,
     "removing a field of a state's value schema: fsstate refuses it (SchemaEvolutionError), "
@@ -302,7 +307,7 @@ class Conformance:
         self.spark = spark
         self.root = root
         self.runs = 0
-        self._references: dict[tuple[str, str], Outcome] = {}
+        self._outcomes: dict[Entry, Outcome] = {}
 
     def new_dir(self, label: str) -> Path:
         self.runs += 1
@@ -323,19 +328,31 @@ class Conformance:
     def reference(self, scenario: Scenario, flavour: str) -> Outcome:
         """Spark's handles on ``scenario`` (run once per session), checked against the values
         Spark's own test asserts."""
-        key = (scenario.name, flavour)
-        if key not in self._references:
-            outcome = run_spark(self, scenario, flavour, "spark", lambda p, d: p)
-            self._references[key] = outcome
-        outcome = self._references[key]
+        outcome = self.outcome(SPARK, scenario, flavour)
         _check_reference(scenario, flavour, outcome)
         return outcome
 
     def check(self, scenario: Scenario, way: str, flavour: str) -> None:
         """Run ``scenario`` ``way`` and compare it, batch by batch, with Spark's handles."""
-        got = WAYS[way](self, scenario, flavour)
+        if way in SPARK_OPERATOR_WAYS:
+            got = self.outcome(way, scenario, flavour)
+        else:
+            got = WAYS[way](self, scenario, flavour)
         ref = self.reference(scenario, flavour)
         compare(scenario, way, flavour, ref, got)
+
+    def outcome(self, label: str, scenario: Scenario, flavour: str) -> Outcome:
+        """``scenario`` in Spark's operator with Spark's handles (``label`` ``"spark"``) or a
+        way of :data:`SPARK_OPERATOR_WAYS`, run once per session."""
+        entry = (label, scenario.name, flavour)
+        if entry not in self._outcomes:
+            wrap = SPARK_WRAPS[label]
+            self._outcomes[entry] = run_spark(self, scenario, flavour, label, wrap)
+        return self._outcomes[entry]
+
+
+Entry = tuple[str, str, str]  # (label, scenario name, flavour)
+SPARK = "spark"
 
 
 def _check_reference(scenario: Scenario, flavour: str, ref: Outcome) -> None:
@@ -441,21 +458,19 @@ def cause(error: str) -> str:
     return f"{causes[-1]} (in: {head})" if causes else error[:2000]
 
 
-def _await(query: Any, sink: _Sink, first: int, count: int) -> StepOutcome:
-    """Wait for an availableNow query; its data batches ``first .. first+count-1`` must all
-    have reached the sink."""
+def _await(query: Any, seen: Mapping[int, Any], first: int, count: int) -> str | None:
+    """Wait for an availableNow query; None once its data batches ``first .. first+count-1``
+    have all reached the sink (``seen``), else what went wrong."""
     try:
         finished = query.awaitTermination(RUN_TIMEOUT_S)
     except Exception as exc:  # the query failed: StreamingQueryException
         query.stop()
-        return StepOutcome(dict(sink.batches), _error(exc))
+        return _error(exc)
     if not finished:
         query.stop()
-        return StepOutcome(dict(sink.batches), f"the query did not finish in {RUN_TIMEOUT_S} s")
-    missing = sorted(set(range(first, first + count)) - set(sink.batches))
-    if missing:
-        return StepOutcome(dict(sink.batches), f"micro-batches {missing} never reached the sink")
-    return StepOutcome(dict(sink.batches))
+        return f"the query did not finish in {RUN_TIMEOUT_S} s"
+    missing = sorted(set(range(first, first + count)) - set(seen))
+    return f"micro-batches {missing} never reached the sink" if missing else None
 
 
 def _frame(conf: Conformance, scenario: Scenario, input_dir: Path) -> DataFrame:
@@ -530,7 +545,8 @@ def run_spark(
             except Exception as exc:
                 outcomes.append(StepOutcome(error=_error(exc)))
                 break
-            outcome = _await(query, sink, first, len(st.batches))
+            error = _await(query, sink.batches, first, len(st.batches))
+            outcome = StepOutcome(dict(sink.batches), error)
             outcomes.append(outcome)
             first += len(st.batches)
             if outcome.error is not None:
@@ -555,11 +571,14 @@ def _batch_query(
         return StepOutcome(error=_error(exc))
 
 
+def _tiered(processor: StatefulProcessor, run_dir: Path) -> StatefulProcessor:
+    """``tiered(processor)`` with its state under the run's directory."""
+    return tiered(processor, state_uri=str(run_dir / "state"))
+
+
 def run_tiered(conf: Conformance, scenario: Scenario, flavour: str) -> Outcome:
     """``tiered(processor)`` in Spark's operator, its state under the run's directory."""
-    return run_spark(
-        conf, scenario, flavour, "tiered", lambda p, d: tiered(p, state_uri=str(d / "state"))
-    )
+    return conf.outcome("tiered", scenario, flavour)
 
 
 def run_driver(conf: Conformance, scenario: Scenario, flavour: str) -> Outcome:
@@ -595,7 +614,8 @@ def run_driver(conf: Conformance, scenario: Scenario, flavour: str) -> Outcome:
             except Exception as exc:
                 outcomes.append(StepOutcome(error=_error(exc)))
                 break
-            outcome = _await(query, sink, first, len(st.batches))
+            error = _await(query, sink.batches, first, len(st.batches))
+            outcome = StepOutcome(dict(sink.batches), error)
             outcomes.append(outcome)
             first += len(st.batches)
             if outcome.error is not None:
@@ -603,6 +623,12 @@ def run_driver(conf: Conformance, scenario: Scenario, flavour: str) -> Outcome:
     return Outcome(outcomes, checkpoint)
 
 
+# The ways that run the processor in Spark's own operator, as a wrapper of the processor;
+# "spark" (the plain processor, Spark's handles) is the reference.
+SPARK_OPERATOR_WAYS: dict[str, Wrap] = {"tiered": _tiered}
+SPARK_WRAPS: dict[str, Wrap] = {SPARK: lambda processor, run_dir: processor, **SPARK_OPERATOR_WAYS}
+
+# Every way a scenario is compared in, by name (the test parameter).
 WAYS: dict[str, Callable[[Conformance, Scenario, str], Outcome]] = {
     "tiered": run_tiered,
     "driver": run_driver,

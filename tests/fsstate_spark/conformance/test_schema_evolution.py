@@ -14,6 +14,7 @@ from pyspark.sql.types import StructType
 from tests.fsstate_spark.conformance import processors as p
 from tests.fsstate_spark.conformance.harness import (
     CLASS_IDENTITY,
+    NULLABLE_STATE,
     Batch,
     Conformance,
     Factory,
@@ -74,6 +75,7 @@ SCENARIOS = [
             ),
         ),
         conf=AVRO,
+        differences=(NULLABLE_STATE,),
     ),
 ]
 
