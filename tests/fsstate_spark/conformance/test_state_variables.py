@@ -110,7 +110,7 @@ SCENARIOS = [
         expected=TWO_EACH,
         expected_columns=COLUMNS,
     ),
-    Scenario(
+    Scenario(  # also test_transform_with_map_state_metadata: the very same query
         "test_transform_with_state_map_state_large_ttl",
         (step(MAP_TTL, COUNT_OUT, RESOURCE1),),
         time_mode="ProcessingTime",
@@ -145,13 +145,6 @@ SCENARIOS = [
         gap_s=GAP_S,
         expected=_ttl_expiry_expected(),
         expected_columns=("id", "count"),
-    ),
-    Scenario(
-        "test_transform_with_map_state_metadata",
-        (step(MAP_TTL, COUNT_OUT, RESOURCE1),),
-        time_mode="ProcessingTime",
-        expected=TWO_EACH,
-        expected_columns=COLUMNS,
     ),
     Scenario(
         "test_transform_with_map_state_metadata_with_init_state",
