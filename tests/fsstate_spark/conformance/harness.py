@@ -163,6 +163,7 @@ class Scenario:
         expected: Spark's own expected rows per batch id, on ``expected_columns``.
         not_for: way (or ``"*"``) -> why the scenario cannot apply to it.
         differences: known differences (strict xfail).
+        slow: marked ``slow`` (a variant another scenario covers, kept out of the budget).
     """
 
     name: str
@@ -186,6 +187,7 @@ class Scenario:
     expected_columns: tuple[str, ...] = ()
     not_for: Mapping[str, str] = field(default_factory=dict)
     differences: tuple[Difference, ...] = ()
+    slow: bool = False
 
     @property
     def flavours(self) -> tuple[str, ...]:
@@ -230,7 +232,7 @@ def cases(scenarios: Sequence[Scenario]) -> list[Any]:
     for scenario in scenarios:
         for flavour in scenario.flavours:
             for way in WAYS:
-                marks: list[Any] = []
+                marks: list[Any] = [pytest.mark.slow] if scenario.slow else []
                 reason = scenario.skip_reason(way)
                 diff = scenario.difference(way, flavour)
                 if reason is not None:

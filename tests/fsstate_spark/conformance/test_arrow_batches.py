@@ -63,6 +63,7 @@ def _chunks(
             expected=expected,
             expected_columns=("id", "chunkCount"),
             differences=differences,
+            slow=init is not None,
         )
         for name, processors, init in (
             (label, plain, None),

@@ -46,7 +46,7 @@ def _blank_expiry(batch: int, row: dict[str, Any]) -> dict[str, Any]:
     return {**row, "value": None} if row["id"].endswith("-expired") else row
 
 
-def _with_timers(name: str, partitions: int) -> Scenario:
+def _with_timers(name: str, partitions: int, slow: bool = False) -> Scenario:
     return Scenario(
         name,
         (
@@ -60,6 +60,7 @@ def _with_timers(name: str, partitions: int) -> Scenario:
         time_mode="ProcessingTime",
         initial_state=_init,
         partitions=partitions,
+        slow=slow,
         normalize=_blank_expiry,
         expected={
             0: [("0-expired", None), ("3-expired", None), *INIT_EXPECTED[0]],
@@ -69,7 +70,9 @@ def _with_timers(name: str, partitions: int) -> Scenario:
     )
 
 
-def _multiple_rows(name: str, partitions: int) -> tuple[Scenario, Scenario, Scenario]:
+def _multiple_rows(
+    name: str, partitions: int, slow: bool = False
+) -> tuple[Scenario, Scenario, Scenario]:
     """Spark's test in three parts: a first query (list state), a second one whose initial
     state is the first one's list state read with Spark's state data source (several rows per
     key), and the second one's list state read back the same way (cannot apply)."""
@@ -83,6 +86,7 @@ def _multiple_rows(name: str, partitions: int) -> tuple[Scenario, Scenario, Scen
             ),
         ),
         partitions=partitions,
+        slow=slow,
         expected={0: [("0", "2"), ("1", "2")]},
         expected_columns=("id", "countAsString"),
     )
@@ -103,6 +107,7 @@ def _multiple_rows(name: str, partitions: int) -> tuple[Scenario, Scenario, Scen
         (step(listed, OUT, RESOURCE1, INIT_TEST2),),
         initial_state=from_state_source,
         partitions=partitions,
+        slow=slow,
         expected={
             0: [("0", str(123 + 46)), ("1", str(146 + 346))],
             1: [("0", str(123 + 46 + 67)), ("3", "12")],
@@ -142,8 +147,8 @@ SCENARIOS = [
     ),
     _with_timers("test_transform_with_state_init_state_with_timers", 2),
     *_multiple_rows("test_transform_with_state_restart_with_multiple_rows_init_state", 2),
-    _with_timers(f"{SINGLE}: init state with timers", 1),
-    *_multiple_rows(f"{SINGLE}: restart with multiple rows init state", 1)[:2],
+    _with_timers(f"{SINGLE}: init state with timers", 1, slow=True),
+    *_multiple_rows(f"{SINGLE}: restart with multiple rows init state", 1, slow=True)[:2],
 ]
 
 

@@ -149,6 +149,7 @@ SCENARIOS = [
     Scenario(
         "test_transform_with_map_state_metadata_with_init_state",
         (step(MAP_TTL, COUNT_OUT, RESOURCE1),),
+        slow=True,
         time_mode="ProcessingTime",
         initial_state=_metadata_init,
         expected=TWO_EACH,
@@ -157,6 +158,7 @@ SCENARIOS = [
     Scenario(
         "test_transform_with_list_state_metadata",
         (step(LIST_STATE, COUNT_OUT, RESOURCE1, RESOURCE2),),
+        slow=True,
         time_mode="ProcessingTime",
         expected=COUNTS,
         expected_columns=COLUMNS,
@@ -166,6 +168,7 @@ SCENARIOS = [
         (step(flavours(p.PandasViolations, p.RowViolations), COUNT_OUT, RESOURCE1, RESOURCE2),),
         time_mode="ProcessingTime",
         conf={"spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true"},
+        slow=True,
         expected=COUNTS,
         expected_columns=COLUMNS,
         differences=(DELETED_STATE,),

@@ -67,7 +67,7 @@ def _timer_before_batch_time(batches: Mapping[int, list[dict[str, Any]]], who: s
     )
 
 
-def _proc_timer(name: str, partitions: int) -> Scenario:
+def _proc_timer(name: str, partitions: int, slow: bool = False) -> Scenario:
     return Scenario(
         name,
         (
@@ -81,6 +81,7 @@ def _proc_timer(name: str, partitions: int) -> Scenario:
         ),
         time_mode="ProcessingTime",
         partitions=partitions,
+        slow=slow,
         gap_s=0.01,
         normalize=_blank_time,
         check=_timer_before_batch_time,
@@ -93,13 +94,14 @@ def _proc_timer(name: str, partitions: int) -> Scenario:
     )
 
 
-def _event_timer(name: str, partitions: int) -> Scenario:
+def _event_timer(name: str, partitions: int, slow: bool = False) -> Scenario:
     return Scenario(
         name,
         (step(flavours(p.PandasMaxEventTime, p.RowMaxEventTime), EVENT_OUT, *EVENT_BATCHES),),
         time_mode="EventTime",
         prepare=_event_time("10 seconds"),
         partitions=partitions,
+        slow=slow,
         expected={
             0: [("a", "20"), ("a-expired", "0")],
             1: [("a", "4"), ("a-expired", "10000")],
@@ -109,18 +111,19 @@ def _event_timer(name: str, partitions: int) -> Scenario:
     )
 
 
-def _min_event_time(time_mode: str) -> Scenario:
+def _min_event_time(time_mode: str, slow: bool = False) -> Scenario:
     return Scenario(
         f"test_transform_with_state_with_wmark_and_non_event_time: {time_mode}",
         (step(flavours(p.PandasMinEventTime, p.RowMinEventTime), EVENT_OUT, *EVENT_BATCHES),),
         time_mode=time_mode,
         prepare=_event_time("10 seconds"),
+        slow=slow,
         expected={0: [("a", "20")], 1: [("a", "4")], 2: [("a", "2")]},
         expected_columns=("id", "timestamp"),
     )
 
 
-def _chaining(grouping: tuple[str, ...]) -> Scenario:
+def _chaining(grouping: tuple[str, ...], slow: bool = False) -> Scenario:
     return Scenario(
         f"test_transform_with_state_chaining_ops: by {', '.join(grouping)}",
         (
@@ -137,6 +140,7 @@ def _chaining(grouping: tuple[str, ...]) -> Scenario:
         sink_mode="append",
         event_time_column="outputTimestamp",
         prepare=_event_time("5 seconds"),
+        slow=slow,
         downstream=lambda df: df.groupBy(*grouping).count(),
         expected={0: [], 1: [(10, 1)], 2: [(11, 1), (15, 1)]},
         expected_columns=("seconds", "count"),
@@ -150,11 +154,11 @@ SCENARIOS = [
     _proc_timer("test_transform_with_state_proc_timer", 2),
     _event_timer("test_transform_with_state_event_time", 2),
     _min_event_time("None"),
-    _min_event_time("ProcessingTime"),
+    _min_event_time("ProcessingTime", slow=True),
     _chaining(("outputTimestamp",)),
-    _chaining(("outputTimestamp", "id")),
-    _event_timer(f"{SINGLE}: event time", 1),
-    _proc_timer(f"{SINGLE}: proc timer", 1),
+    _chaining(("outputTimestamp", "id"), slow=True),
+    _event_timer(f"{SINGLE}: event time", 1, slow=True),
+    _proc_timer(f"{SINGLE}: proc timer", 1, slow=True),
 ]
 
 

@@ -48,6 +48,7 @@ SCENARIOS = [
         ),
         input_schema="key STRING, value STRING",
         keys=("key",),
+        slow=True,
     ),
     Scenario(
         "test_fuzz_topk",
@@ -60,6 +61,7 @@ SCENARIOS = [
         ),
         input_schema="key STRING, score DOUBLE",
         keys=("key",),
+        slow=True,
     ),
     Scenario(
         "test_fuzz_word_frequency",
@@ -72,6 +74,7 @@ SCENARIOS = [
         ),
         input_schema="key STRING, word STRING",
         keys=("key",),
+        slow=True,
     ),
 ]
 
