@@ -19,8 +19,9 @@ Invariants:
   back; every run gets fresh input, checkpoint and state directories.
 * The reference runs once per scenario and flavour in a test session (:class:`Conformance`
   memoizes it) and is shared by every way. It must reproduce the values Spark's own test
-  asserts (``Scenario.expected``), or every test of that scenario fails: a port that does
-  not reproduce Spark's test proves nothing.
+  asserts (``Scenario.expected``, its expected errors), or every test of that scenario fails:
+  a port that does not reproduce Spark's test proves nothing. A way that fails where Spark's
+  test passes (or passes where it expects an error) fails without running the reference.
 * Outputs are compared batch by batch as multisets of rows (order within a micro-batch is
   not defined); maps compare as sets of entries. A step where Spark's handles fail must fail
   in the way too, and the other way round.
@@ -340,6 +341,7 @@ class Conformance:
             got = self.outcome(way, scenario, flavour)
         else:
             got = WAYS[way](self, scenario, flavour)
+        against_sparks_test(scenario, way, flavour, got)  # no reference needed to fail
         ref = self.reference(scenario, flavour)
         compare(scenario, way, flavour, ref, got)
 
@@ -387,6 +389,22 @@ def _normalized(scenario: Scenario, outcome: Outcome) -> dict[int, list[dict[str
     return {
         b: [fix(b, dict(r)) if fix else r for r in batch] for b, batch in outcome.batches.items()
     }
+
+
+def against_sparks_test(scenario: Scenario, way: str, flavour: str, got: Outcome) -> None:
+    """Fail if a step of ``got`` fails where Spark's test expects it to pass, or passes where
+    Spark's test expects an error: known without running the reference."""
+    where = f"{scenario.name} [{way}, {flavour}]"
+    for i, (st, g) in enumerate(zip(scenario.steps, got.steps)):
+        if st.spark_error is None:
+            assert g.error is None, (
+                f"{where} step {i}: {way} fails where Spark's test passes: {cause(g.error)}"
+            )
+        else:
+            assert g.error is not None, (
+                f"{where} step {i}: {way} succeeds where Spark's test expects an error with "
+                f"{st.spark_error!r}; rows: {_show(g.batches)}"
+            )
 
 
 def compare(scenario: Scenario, way: str, flavour: str, ref: Outcome, got: Outcome) -> None:
