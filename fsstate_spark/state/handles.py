@@ -47,7 +47,7 @@ from fsstate.interfaces import (
     KeyedValueTable,
 )
 from fsstate_spark.state.keys import KeyBinding
-from fsstate_spark.state.map_order import UNSAFEROW, user_key_order
+from fsstate_spark.state.map_order import AVRO, UNSAFEROW, user_key_order
 from fsstate_spark.state.schemas import SparkSchema, to_arrow
 from fsstate_spark.state.timers import Timers, check_state_name
 
@@ -404,7 +404,7 @@ class TieredHandle(StatefulProcessorHandle):
     ) -> ValueState:
         """Declare (or get) a value state variable; see Spark's StatefulProcessorHandle."""
         check_state_name(stateName)
-        value_schema = to_arrow(stateName, schema, self._ddl_fallback)
+        value_schema = self._schema(stateName, schema)
         table = self._store.value_table(stateName, value_schema, self._key_schema, ttlDurationMs)
         names = ("get", "update")
         state = _with_accessors(TieredValueState, names, self._binding, table, stateName)
@@ -415,7 +415,7 @@ class TieredHandle(StatefulProcessorHandle):
     ) -> ListState:
         """Declare (or get) a list state variable; see Spark's StatefulProcessorHandle."""
         check_state_name(stateName)
-        value_schema = to_arrow(stateName, schema, self._ddl_fallback)
+        value_schema = self._schema(stateName, schema)
         table = self._store.list_table(stateName, value_schema, self._key_schema, ttlDurationMs)
         state = _with_accessors(TieredListState, ("appendValue",), self._binding, table, stateName)
         return self._handed_out(stateName, state)
@@ -429,8 +429,8 @@ class TieredHandle(StatefulProcessorHandle):
     ) -> MapState:
         """Declare (or get) a map state variable; see Spark's StatefulProcessorHandle."""
         check_state_name(stateName)
-        user_key_schema = to_arrow(stateName, userKeySchema, self._ddl_fallback)
-        value_schema = to_arrow(stateName, valueSchema, self._ddl_fallback)
+        user_key_schema = self._schema(stateName, userKeySchema)
+        value_schema = self._schema(stateName, valueSchema)
         order = user_key_order(user_key_schema, self._encoding)  # Spark's MapState order
         table = self._store.map_table(
             stateName, user_key_schema, value_schema, self._key_schema, ttlDurationMs, order
@@ -457,6 +457,24 @@ class TieredHandle(StatefulProcessorHandle):
                 self._declared.setdefault(name, []).append(old)
         self._declared.setdefault(name, []).append(state)
         return state
+
+    def _schema(self, name: str, schema: SparkSchema) -> pa.Schema:
+        """A declared schema as Arrow; under Spark's Avro state encoding every field must be
+        nullable, as Spark requires of a transformWithState state schema.
+
+        Raises:
+            SchemaError: the schema does not parse, or has a non-nullable field under Avro.
+        """
+        arrow = to_arrow(name, schema, self._ddl_fallback)
+        if self._encoding == AVRO:
+            strict = [f.name for f in arrow if not f.nullable]
+            if strict:
+                raise SchemaError(
+                    "[TRANSFORM_WITH_STATE_SCHEMA_MUST_BE_NULLABLE] If Avro encoding is "
+                    f"enabled, all the fields in the schema for column family {name} must be "
+                    f"nullable: {strict} are not (declare them nullable, as Spark requires)"
+                )
+        return arrow
 
     def _timer_key(self, call: str) -> tuple[Timers, Key]:
         if not self._timers_allowed:

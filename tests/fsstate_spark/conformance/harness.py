@@ -3,8 +3,10 @@
 A :class:`Scenario` is one of Spark's Python transformWithState tests (or one variant of it):
 its micro-batches, its processor per flavour, its query. It runs three ways on the same
 input: with Spark's handles (the plain processor in ``transformWithStateInPandas`` /
-``transformWithState``, the reference), and with each way of :data:`WAYS`: ``"tiered"``
-(``tiered(processor)`` in the same Spark operator) and ``"driver"`` (fsstate's flow driver,
+``transformWithState``, the reference), and with each way of :data:`WAYS`: ``"tiered-fast"``
+(``tiered(processor)`` in the same Spark operator, run by fsstate's keyed loop, the session's
+Python worker), ``"tiered-stock"`` (the same on PySpark's own per-key loop,
+``fast_loop=False``) and ``"driver"`` (fsstate's flow driver,
 ``ops.transform_with_state[_in_pandas]`` and ``ops.write_stream``). A way is a runner looked
 up in :data:`WAYS`, so a new way is one entry there.
 
@@ -45,9 +47,9 @@ import pytest
 from pyspark.sql import DataFrame, GroupedData, Row, SparkSession
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
+from devkit.spark_local import session_conf, write_batches
 from fsstate_spark import operators as ops
 from fsstate_spark import tiered
-from tests.support.spark_local import session_conf, write_batches
 
 FLAVOURS = ("pandas", "row")
 ID_TEMPERATURE = "id STRING, temperature INT"
@@ -591,14 +593,23 @@ def _batch_query(
         return StepOutcome(error=_error(exc))
 
 
-def _tiered(processor: StatefulProcessor, run_dir: Path) -> StatefulProcessor:
-    """``tiered(processor)`` with its state under the run's directory."""
-    return tiered(processor, state_uri=str(run_dir / "state"))
+def _tiered(fast: bool) -> Wrap:
+    """``tiered(processor)`` with its state under the run's directory, on fsstate's keyed loop
+    (``fast``) or PySpark's own."""
+
+    def wrap(processor: StatefulProcessor, run_dir: Path) -> StatefulProcessor:
+        return tiered(processor, state_uri=str(run_dir / "state"), fast_loop=fast)
+
+    return wrap
 
 
-def run_tiered(conf: Conformance, scenario: Scenario, flavour: str) -> Outcome:
-    """``tiered(processor)`` in Spark's operator, its state under the run's directory."""
-    return conf.outcome("tiered", scenario, flavour)
+def _in_spark_operator(label: str) -> Callable[[Conformance, Scenario, str], Outcome]:
+    """The runner of a way of :data:`SPARK_OPERATOR_WAYS`."""
+
+    def run(conf: Conformance, scenario: Scenario, flavour: str) -> Outcome:
+        return conf.outcome(label, scenario, flavour)
+
+    return run
 
 
 def run_driver(conf: Conformance, scenario: Scenario, flavour: str) -> Outcome:
@@ -645,11 +656,14 @@ def run_driver(conf: Conformance, scenario: Scenario, flavour: str) -> Outcome:
 
 # The ways that run the processor in Spark's own operator, as a wrapper of the processor;
 # "spark" (the plain processor, Spark's handles) is the reference.
-SPARK_OPERATOR_WAYS: dict[str, Wrap] = {"tiered": _tiered}
+SPARK_OPERATOR_WAYS: dict[str, Wrap] = {
+    "tiered-fast": _tiered(fast=True),
+    "tiered-stock": _tiered(fast=False),
+}
 SPARK_WRAPS: dict[str, Wrap] = {SPARK: lambda processor, run_dir: processor, **SPARK_OPERATOR_WAYS}
 
 # Every way a scenario is compared in, by name (the test parameter).
 WAYS: dict[str, Callable[[Conformance, Scenario, str], Outcome]] = {
-    "tiered": run_tiered,
+    **{label: _in_spark_operator(label) for label in SPARK_OPERATOR_WAYS},
     "driver": run_driver,
 }
