@@ -62,6 +62,11 @@ def run_demo_query(
     spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "false")
     processor = tiered(SessionTracker(), state_uri=state_uri, name="sessions")
     print(f"state_uri={state_uri} memory_limit={processor.config.memory_limit_bytes} bytes")
+    worker = spark.sparkContext.getConf().get("spark.python.worker.module", "pyspark.worker")
+    loop = (
+        "fsstate's keyed loop" if worker == "pyspark_fsstate.worker" else "PySpark's per-key loop"
+    )
+    print(f"python worker: {worker} ({loop} runs tiered() in Spark's transformWithState)")
     clicks = (
         spark.readStream.schema(INPUT_SCHEMA)
         .option("maxFilesPerTrigger", 1)

@@ -305,15 +305,38 @@ def _to_decimal(v: Any) -> decimal.Decimal:
 
 
 def _generic_normalizer(t: pa.DataType) -> Normalizer:
-    """Whatever Arrow converts to type ``t`` (nested and other types), as Arrow reads it back."""
+    """Whatever Arrow converts to type ``t`` (nested and other types), as Arrow reads it back;
+    a struct may also be given as a tuple of its fields in order (a namedtuple, a Spark
+    ``Row``), as Spark's state API takes it."""
 
     def generic(v: Any) -> Any:
         try:
             return pa.scalar(v, type=t).as_py()
         except (pa.ArrowException, TypeError, ValueError) as exc:
-            raise ValueError(str(exc)) from exc
+            try:
+                return pa.scalar(_structs_as_dicts(v, t), type=t).as_py()
+            except (pa.ArrowException, TypeError, ValueError):
+                raise ValueError(str(exc)) from exc
 
     return generic
+
+
+def _structs_as_dicts(v: Any, t: pa.DataType) -> Any:
+    """``v`` of type ``t`` with every struct given as a tuple turned into a dict by field."""
+    if v is None:
+        return None
+    if pa.types.is_struct(t):
+        fields = list(t)
+        if isinstance(v, dict):
+            return {f.name: _structs_as_dicts(v.get(f.name), f.type) for f in fields}
+        if isinstance(v, (tuple, list)) and len(v) == len(fields):
+            return {f.name: _structs_as_dicts(x, f.type) for f, x in zip(fields, v)}
+        return v
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return [_structs_as_dicts(x, t.value_type) for x in v] if isinstance(v, list) else v
+    if pa.types.is_map(t) and isinstance(v, dict):
+        return {k: _structs_as_dicts(x, t.item_type) for k, x in v.items()}
+    return v
 
 
 def _typed_normalizer(t: pa.DataType, key: bool) -> tuple[type | None, Normalizer]:

@@ -48,7 +48,7 @@ from fsstate.interfaces import (
 )
 from fsstate_spark.state.keys import KeyBinding
 from fsstate_spark.state.map_order import AVRO, UNSAFEROW, user_key_order
-from fsstate_spark.state.schemas import SparkSchema, to_arrow
+from fsstate_spark.state.schemas import Converter, SparkSchema, spark_values, to_arrow
 from fsstate_spark.state.timers import Timers, check_state_name
 
 
@@ -81,6 +81,9 @@ class _BoundState:
     """A state variable bound to the current grouping key of its handle."""
 
     _table: KeyedTable
+    # values read as Spark's handle returns them (nested structs as Rows, maps as dicts;
+    # :func:`fsstate_spark.state.schemas.spark_values`): None when stored values already are
+    _to_spark: Converter | None = None
 
     def __init__(self, binding: KeyBinding, table: KeyedTable, state_name: str) -> None:
         self._binding = binding
@@ -118,7 +121,8 @@ class TieredValueState(_BoundState, ValueState):
         if key is None:
             raise _no_key(self._stateName)
         value: tuple[Any, ...] | None = self._table.get(key)
-        return value
+        conv = self._to_spark
+        return value if conv is None else conv(value)
 
     def update(self, newValue: tuple[Any, ...]) -> None:
         """Set the value for the current key (resets its TTL)."""
@@ -150,7 +154,9 @@ class TieredListState(_BoundState, ListState):
 
     def get(self) -> Iterator[tuple[Any, ...]]:
         """An iterator over the current key's list, in append order."""
-        return iter(self._table.get(self._key()))
+        values = iter(self._table.get(self._key()))
+        conv = self._to_spark
+        return values if conv is None else map(conv, values)
 
     def _non_empty(self, values: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
         values = list(values)
@@ -211,7 +217,8 @@ class TieredMapState(_BoundState, MapState):
     def getValue(self, key: tuple[Any, ...]) -> tuple[Any, ...] | None:
         """The value under a user key, or None."""
         value: tuple[Any, ...] | None = self._table.get(self._key(), self._user_key(key))
-        return value
+        conv = self._to_spark
+        return value if conv is None else conv(value)
 
     def containsKey(self, key: tuple[Any, ...]) -> bool:
         """Whether the user key holds a live value."""
@@ -223,7 +230,9 @@ class TieredMapState(_BoundState, MapState):
 
     def iterator(self) -> Iterator[tuple[tuple[Any, ...], tuple[Any, ...]]]:
         """(user key, value) pairs of the current key."""
-        return iter(self._table.items(self._key()))
+        items = iter(self._table.items(self._key()))
+        conv = self._to_spark
+        return items if conv is None else ((k, conv(v)) for k, v in items)
 
     def keys(self) -> Iterator[tuple[Any, ...]]:
         """User keys of the current key."""
@@ -231,7 +240,9 @@ class TieredMapState(_BoundState, MapState):
 
     def values(self) -> Iterator[tuple[Any, ...]]:
         """Values of the current key."""
-        return iter(self._table.values(self._key()))
+        values = iter(self._table.values(self._key()))
+        conv = self._to_spark
+        return values if conv is None else map(conv, values)
 
     def removeKey(self, key: tuple[Any, ...]) -> None:
         """Remove a user key."""
@@ -310,7 +321,12 @@ _S = TypeVar("_S", bound=_BoundState)
 
 
 def _with_accessors(
-    cls: type[_S], names: tuple[str, ...], binding: KeyBinding, table: KeyedTable, state_name: str
+    cls: type[_S],
+    names: tuple[str, ...],
+    binding: KeyBinding,
+    table: KeyedTable,
+    state_name: str,
+    keep: tuple[str, ...] | None = None,
 ) -> _S:
     """A ``cls`` state object whose methods ``names`` are the table's key-cursor accessors.
 
@@ -319,6 +335,8 @@ def _with_accessors(
     class is what CPython's attribute-lookup caches specialize, so ``state.get()`` costs one
     cached lookup and one frame. ``cls``'s own methods are the accessors' fallbacks, so
     results and errors stay theirs. Without accessors (in-memory stores) ``cls`` is used as is.
+    ``keep`` names the accessors installed (default: all of ``names``, the table's accessors in
+    its order); the others stay ``cls``'s methods.
     """
     cursor_ops = getattr(table, "cursor_ops", None)
     if cursor_ops is None:
@@ -327,6 +345,8 @@ def _with_accessors(
     ops = ops if isinstance(ops, tuple) else (ops,)
     methods: dict[str, Any] = {"__module__": cls.__module__, "__qualname__": cls.__qualname__}
     for name, op in zip(names, ops, strict=True):
+        if keep is not None and name not in keep:
+            continue
         op.__doc__ = getattr(cls, name).__doc__
         op.__qualname__ = f"{cls.__qualname__}.{name}"
         methods[name] = op
@@ -406,8 +426,11 @@ class TieredHandle(StatefulProcessorHandle):
         check_state_name(stateName)
         value_schema = self._schema(stateName, schema)
         table = self._store.value_table(stateName, value_schema, self._key_schema, ttlDurationMs)
+        conv = spark_values(value_schema)
+        keep = None if conv is None else ("update",)  # reads convert: the method's get
         names = ("get", "update")
-        state = _with_accessors(TieredValueState, names, self._binding, table, stateName)
+        state = _with_accessors(TieredValueState, names, self._binding, table, stateName, keep)
+        state._to_spark = conv
         return self._handed_out(stateName, state)
 
     def getListState(
@@ -418,6 +441,7 @@ class TieredHandle(StatefulProcessorHandle):
         value_schema = self._schema(stateName, schema)
         table = self._store.list_table(stateName, value_schema, self._key_schema, ttlDurationMs)
         state = _with_accessors(TieredListState, ("appendValue",), self._binding, table, stateName)
+        state._to_spark = spark_values(value_schema)
         return self._handed_out(stateName, state)
 
     def getMapState(
@@ -435,13 +459,11 @@ class TieredHandle(StatefulProcessorHandle):
         table = self._store.map_table(
             stateName, user_key_schema, value_schema, self._key_schema, ttlDurationMs, order
         )
-        state = _with_accessors(
-            TieredMapState,
-            ("getValue", "containsKey", "updateValue"),
-            self._binding,
-            table,
-            stateName,
-        )
+        conv = spark_values(value_schema)
+        keep = None if conv is None else ("containsKey", "updateValue")
+        names = ("getValue", "containsKey", "updateValue")
+        state = _with_accessors(TieredMapState, names, self._binding, table, stateName, keep)
+        state._to_spark = conv
         state._user_key_fields = tuple(user_key_schema.names)
         return self._handed_out(stateName, state)
 

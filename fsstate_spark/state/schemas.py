@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.pandas.types import to_arrow_schema
@@ -33,6 +34,7 @@ from pyspark.sql.types import (
     IntegerType,
     LongType,
     MapType,
+    Row,
     ShortType,
     StringType,
     StructField,
@@ -238,3 +240,57 @@ def _parse_with(state: str, ddl: str, fallback: DdlParser | None) -> StructType:
             return fallback(ddl)
         except Exception as exc:  # whatever Spark raises, report it typed
             raise SchemaError(f"state {state!r}: cannot parse the schema {ddl!r}: {exc}") from exc
+
+
+Converter = Callable[[Any], Any]
+
+
+def spark_values(schema: pa.Schema) -> Converter | None:
+    """How a value of ``schema`` read from state becomes what Spark's handle returns: nested
+    structs as ``Row`` objects (of the struct's field names, whatever was written: a dict, a
+    tuple, a namedtuple or a Row), maps as dicts (whatever was written: a dict or key-value
+    pairs), through arrays and maps; the top level stays a tuple. None: nothing to convert (no
+    struct or map in the schema), the value is returned as stored."""
+    convs = [_converter(f.type) for f in schema]
+    if all(c is None for c in convs):
+        return None
+
+    def value(v: Any) -> Any:
+        if v is None:
+            return None
+        return tuple(x if c is None or x is None else c(x) for c, x in zip(convs, v))
+
+    return value
+
+
+def _converter(t: pa.DataType) -> Converter | None:
+    """The conversion of one stored value of type ``t`` (None: none needed)."""
+    if pa.types.is_struct(t):
+        names = [f.name for f in t]
+        subs = [_converter(f.type) for f in t]
+        make = Row(*names)
+
+        def struct(v: Any) -> Any:
+            vals = [v.get(n) for n in names] if isinstance(v, dict) else list(v)
+            return make(*(x if c is None or x is None else c(x) for c, x in zip(subs, vals)))
+
+        return struct
+    if pa.types.is_map(t):
+        conv_key, conv_item = _converter(t.key_type), _converter(t.item_type)
+
+        def mapping(v: Any) -> Any:
+            pairs = v.items() if isinstance(v, dict) else v
+            return {
+                (a if conv_key is None or a is None else conv_key(a)): (
+                    b if conv_item is None or b is None else conv_item(b)
+                )
+                for a, b in pairs
+            }
+
+        return mapping
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        sub = _converter(t.value_type)
+        if sub is None:
+            return None
+        return lambda v: [None if x is None else sub(x) for x in v]
+    return None

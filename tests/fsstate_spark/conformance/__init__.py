@@ -62,12 +62,13 @@ Cannot apply (skipped, with the reason in the test):
   test_transform_with_map_state_metadata sit in a branch Spark never reaches (its query has one
   micro-batch) and are not ported.
 
-Known differences (strict xfail, ``harness.DELETED_STATE`` ... ``harness.NULLABLE_STATE``):
-1 deleteIfExists then exists() (basic, query restarts, value state TTL basic, value state
-metadata), 2 a bare string as a map state's user key (composite type), 3 maxBytesPerBatch under
-the driver, 4 int-to-decimal coercion under the driver, 5 state identity by class name (schema
-evolution scenarios and fails), 6 a removed state field (reached only once 5 is fixed),
-7 a non-nullable state schema under Avro encoding, which Spark refuses (not nullable fails).
+Known differences: none. Issue 38's (strict xfail until fixed, each case now passing): 1
+deleteIfExists then exists() (basic, query restarts, value state TTL basic, value state
+metadata), 2 a bare string as a map state's user key and nested structs read back as Rows
+(composite type), 3 maxBytesPerBatch under the driver, 4 int-to-decimal coercion under the
+driver, 5 state identity by class name (schema evolution scenarios and fails), 6 a removed
+state field, 7 a non-nullable state schema under Avro encoding, which Spark refuses (not
+nullable fails).
 
 Marked ``slow`` (variants of a behaviour another scenario covers, kept out of the suite's
 five-minute budget): the single-partition reruns (test_transform_with_state_with_timers_single_

@@ -100,44 +100,10 @@ class Difference:
 
 ALL_WAYS = "*"
 
-# The known differences of issue 38 (strict xfail where they apply; unmark once fixed).
-DELETED_STATE = Difference(
-    1,
-    "after handle.deleteIfExists(name), Spark's old state handle raises PySparkRuntimeError "
-    "on exists(); fsstate's handle returns normally",
-)
-BARE_USER_KEY = Difference(
-    2,
-    "containsKey/updateValue/getValue of a map state with a bare string as its one-field user "
-    "key: fsstate raises SchemaError 'the user key must be a tuple' (Spark accepts it)",
-)
-BYTES_LIMIT = Difference(
-    3,
-    "spark.sql.execution.arrow.maxBytesPerBatch: the flow driver hands a key's rows as one "
-    "frame whatever the bytes limit (Spark splits them)",
-    ways=("driver",),
-)
-INT_TO_DECIMAL = Difference(
-    4,
-    "spark.sql.execution.pythonUDF.pandas.intToDecimalCoercionEnabled: the flow driver fails "
-    "converting an int output to a decimal field (Spark coerces it)",
-    ways=("driver",),
-)
-CLASS_IDENTITY = Difference(
-    5,
-    "state identity follows the processor's class name: restarting a checkpoint with another "
-    "processor class does not carry the state across (Spark carries it)",
-)
-NULLABLE_STATE = Difference(
-    7,
-    "a state schema with non-nullable fields under Avro state encoding: Spark refuses the "
-    "query (TRANSFORM_WITH_STATE_SCHEMA_MUST_BE_NULLABLE), fsstate accepts and runs it",
-)
-REMOVED_FIELD = Difference(
-    6,
-    "removing a field of a state's value schema: fsstate refuses it (SchemaEvolutionError), "
-    "Spark (Avro encoding) accepts it",
-)
+# Known differences are Difference objects a scenario lists (strict xfail where they apply):
+# there are none; issue 38's seven (deleteIfExists then use, a bare map user key, the driver's
+# Arrow batch limits and decimal coercion, state identity by class name, a removed value
+# field, a non-nullable state schema under Avro) were fixed, and their cases pass.
 
 
 @dataclass(frozen=True)

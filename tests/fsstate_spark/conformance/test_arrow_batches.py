@@ -21,8 +21,6 @@ from pyspark.sql import DataFrame
 
 from tests.fsstate_spark.conformance import processors as p
 from tests.fsstate_spark.conformance.harness import (
-    BYTES_LIMIT,
-    INT_TO_DECIMAL,
     Conformance,
     Difference,
     Scenario,
@@ -78,7 +76,7 @@ DECIMAL_INPUT = rows(("id", "value"), ("1", "a"), ("1", "b"), ("2", "c"))
 DECIMAL_OUT = "id string, decimal_result decimal(10,2)"
 
 SCENARIOS = [
-    *_chunks("test_transform_with_state_with_bytes_limit", BYTES, "2", SPLIT, (BYTES_LIMIT,)),
+    *_chunks("test_transform_with_state_with_bytes_limit", BYTES, "2", SPLIT, ()),
     *_chunks("test_transform_with_state_with_bytes_limit", BYTES, "100000", WHOLE, ()),
     *_chunks("test_transform_with_state_with_records_limit", RECORDS, "1", SPLIT, ()),
     *_chunks("test_transform_with_state_with_records_limit", RECORDS, "-1", WHOLE, ()),
@@ -89,7 +87,6 @@ SCENARIOS = [
         conf={COERCION: "true"},
         expected={0: [("1", Decimal("12345.00")), ("2", Decimal("12345.00"))]},
         expected_columns=("id", "decimal_result"),
-        differences=(INT_TO_DECIMAL,),
     ),
     Scenario(
         "test_transform_with_state_int_to_decimal_coercion: disabled",

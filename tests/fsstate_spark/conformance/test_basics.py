@@ -16,8 +16,6 @@ import pytest
 
 from tests.fsstate_spark.conformance import processors as p
 from tests.fsstate_spark.conformance.harness import (
-    BARE_USER_KEY,
-    DELETED_STATE,
     Conformance,
     Scenario,
     cases,
@@ -86,14 +84,12 @@ SCENARIOS = [
         (step(VIOLATIONS, COUNT_OUT, RESOURCE1, RESOURCE2),),
         expected=COUNTS,
         expected_columns=("id", "countAsString"),
-        differences=(DELETED_STATE,),
     ),
     Scenario(
         "test_transform_with_state_query_restarts",
         (step(VIOLATIONS, COUNT_OUT, RESOURCE1), step(VIOLATIONS, COUNT_OUT, RESOURCE2)),
         expected=COUNTS,
         expected_columns=("id", "countAsString"),
-        differences=(DELETED_STATE,),
     ),
     Scenario(
         "test_transform_with_state_non_contiguous_grouping_cols",
@@ -163,7 +159,6 @@ SCENARIOS = [
             "map_state_arr",
             "nested_map_state_arr",
         ),
-        differences=(BARE_USER_KEY,),
     ),
     Scenario(
         "test_composite_output_schema",

@@ -13,8 +13,6 @@ from pyspark.sql.types import StructType
 
 from tests.fsstate_spark.conformance import processors as p
 from tests.fsstate_spark.conformance.harness import (
-    CLASS_IDENTITY,
-    NULLABLE_STATE,
     Batch,
     Conformance,
     Factory,
@@ -53,7 +51,6 @@ SCENARIOS = [
             _evolve(UPCAST, RESOURCE3),
         ),
         conf=AVRO,
-        differences=(CLASS_IDENTITY,),
     ),
     Scenario(
         "test_schema_evolution_fails",
@@ -63,7 +60,6 @@ SCENARIOS = [
             _evolve(BASIC, RESOURCE3, spark_error="STATE_STORE_INVALID_VALUE_SCHEMA_EVOLUTION"),
         ),
         conf=AVRO,
-        differences=(CLASS_IDENTITY,),
     ),
     Scenario(
         "test_not_nullable_fails",
@@ -75,7 +71,6 @@ SCENARIOS = [
             ),
         ),
         conf=AVRO,
-        differences=(NULLABLE_STATE,),
     ),
 ]
 

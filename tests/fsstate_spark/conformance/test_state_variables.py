@@ -18,7 +18,6 @@ from pyspark.sql import DataFrame
 from tests.fsstate_spark.conformance import processors as p
 from tests.fsstate_spark.conformance.harness import (
     ALL_WAYS,
-    DELETED_STATE,
     Conformance,
     Factory,
     Scenario,
@@ -130,7 +129,6 @@ SCENARIOS = [
         time_mode="ProcessingTime",
         expected=COUNTS,
         expected_columns=COLUMNS,
-        differences=(DELETED_STATE,),
     ),
     Scenario(
         "test_value_state_ttl_expiration",
@@ -171,7 +169,6 @@ SCENARIOS = [
         slow=True,
         expected=COUNTS,
         expected_columns=COLUMNS,
-        differences=(DELETED_STATE,),
     ),
     _state_source("test_transform_with_list_state_metadata: state sources", LIST_STATE),
     _state_source(

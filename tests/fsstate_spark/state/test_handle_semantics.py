@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -94,3 +95,53 @@ def test_a_bare_value_is_a_one_field_user_key(store: KeyedStore) -> None:
     pair = handle.getMapState("pair", "a STRING, b INT", "value INT")
     with pytest.raises(SchemaError, match=r"2 fields \['a', 'b'\]"):
         pair.updateValue("x", (1,))
+
+
+def test_nested_values_read_as_sparks_handles_return_them(
+    store: KeyedStore, tmp_path: Path
+) -> None:
+    """Structs nested in a value come back as Rows and maps as dicts, whatever was written (a
+    dict, a tuple, a Row; a dict or pairs), before and after the store committed: what Spark's
+    client gives a processor."""
+    from pyspark.sql import Row
+
+    schema = (
+        "tags ARRAY<STRING>, meta ARRAY<STRUCT<key: STRING, value: STRING>>, "
+        "addr STRUCT<num: INT, city: STRING>, attrs MAP<STRING, ARRAY<INT>>"
+    )
+    written = (
+        ["a"],
+        [{"key": "env", "value": "prod"}, ("region", "us")],
+        Row(num=1, city="SF"),
+        {"k1": [1, 2]},
+    )
+    want = (
+        ["a"],
+        [Row(key="env", value="prod"), Row(key="region", value="us")],
+        Row(num=1, city="SF"),
+        {"k1": [1, 2]},
+    )
+    handle = _handle(store)
+    value = handle.getValueState("v", schema)
+    listed = handle.getListState("l", schema)
+    mapped = handle.getMapState("m", "name STRING", schema)
+    value.update(written)
+    listed.appendValue(written)
+    mapped.updateValue(("x",), written)
+
+    def reads(h: TieredHandle) -> list[Any]:
+        v = h.getValueState("v", schema)
+        lst = h.getListState("l", schema)
+        m = h.getMapState("m", "name STRING", schema)
+        return [v.get(), *lst.get(), m.getValue(("x",)), *m.values(), *(x for _, x in m.iterator())]
+
+    for got in reads(handle):
+        assert got == want and type(got[1][0]) is Row and type(got[2]) is Row, got
+    if isinstance(store, PartitionStore):  # read back from the committed files
+        store.commit(0)
+        again = PartitionStore.open(str(tmp_path), "op", 0, 0)
+        try:
+            for got in reads(_handle(again)):
+                assert got == want and type(got[1][0]) is Row and type(got[2]) is Row, got
+        finally:
+            again.close()
