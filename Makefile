@@ -26,8 +26,11 @@ demo: $(STAMP)  ## run the streaming demo with tiered state on local files
 demo-s3: $(STAMP)  ## the demo with its state on a local S3 server (started and stopped)
 	$(PY) -m examples.demo_s3
 
+# Two pytest workers (pytest-xdist) by default, a test file per worker (session-scoped Spark and
+# S3 fixtures start once per worker); TEST_WORKERS=0 runs them in this process.
+TEST_WORKERS ?= 2
 test: $(STAMP)  ## run every test (engine and Spark suites, the docs' snippets and their strict build)
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q tests -n $(TEST_WORKERS) --dist loadfile --durations=25
 
 test-engine: $(STAMP)  ## engine tests only, without the slow ones (subprocess jobs, large state)
 	$(PY) -m pytest -q tests -m "not spark and not slow"

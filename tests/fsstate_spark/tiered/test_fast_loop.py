@@ -123,3 +123,43 @@ def test_another_pyspark_or_a_failing_import_runs_pysparks_loop_with_the_same_ro
         assert rows == fast, name
         assert said in log, log[-2000:]
         assert "runs on PySpark's per-key loop" in log, log[-2000:]
+
+
+HOOK_PROBE = """
+import json, sys
+import pyspark.worker as w
+from pyspark.util import PythonEvalType
+
+calls = []
+w.read_udfs = lambda *args: calls.append(args[2]) or "stock"
+import pyspark_fsstate.worker  # noqa: F401
+seen = {"after_import": sorted(m for m in sys.modules if m.startswith("fsstate"))}
+seen["other"] = w.read_udfs(None, None, PythonEvalType.SQL_SCALAR_PANDAS_UDF, {}, {})
+seen["still_no_fsstate"] = not any(m.startswith("fsstate") for m in sys.modules)
+tws = PythonEvalType.SQL_TRANSFORM_WITH_STATE_PANDAS_UDF
+seen["tws"] = w.read_udfs(None, None, tws, {}, {})
+from fsstate_spark.tiered import fast_loop
+seen["installed"] = fast_loop.installed()
+seen["calls"] = calls
+print("PROBE " + json.dumps(seen))
+"""
+
+
+def test_the_worker_module_loads_fsstate_at_the_first_transform_with_state_task() -> None:
+    """Importing the worker module (as Spark's daemon does, before a task's ``--py-files`` are on
+    the path) imports no fsstate; another eval type runs PySpark's own function and still imports
+    none; the first transformWithState task installs fsstate's loop, which hands a task it cannot
+    plan to PySpark's function."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.run(
+        [sys.executable, "-c", HOOK_PROBE], cwd=ROOT, env=env, capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("PROBE ")]
+    assert proc.returncode == 0 and lines, proc.stdout[-2000:] + proc.stderr[-2000:]
+    seen = json.loads(lines[-1].removeprefix("PROBE "))
+    assert seen["after_import"] == [] and seen["still_no_fsstate"], seen
+    assert seen["other"] == "stock" and seen["tws"] == "stock", seen
+    assert seen["installed"] is True, seen
+    assert len(seen["calls"]) == 2, seen
+    assert "a task's set-up failed" in proc.stderr, proc.stderr[-2000:]
