@@ -7,7 +7,8 @@ settings type and messages; what they share is resolved here:
   ``<checkpoint>/fsstate`` (:func:`state_dir_of`, the only place that builds it);
 * the engine settings of the Python workers (``memory_limit``, :class:`fsstate.StoreConfig` and
   :class:`fsstate.controller.EngineConfig` fields, ``max_cached_stores``);
-* the ``spark.fsstate.*`` Spark conf (:func:`spark_settings`).
+* the ``spark.fsstate.*`` Spark conf (:func:`spark_settings`), read from the active
+  SparkSession, which fsstate's own calls leave as they found it (:func:`keeping_active_session`).
 
 Precedence, highest first: the product call's arguments, then ``spark.fsstate.*`` settings of
 the active SparkSession (read on the driver), then defaults. Names are accepted in snake_case
@@ -31,6 +32,7 @@ import dataclasses
 import os
 import re
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -141,6 +143,32 @@ def spark_settings(extra: dict[str, str] | None = None) -> dict[str, str]:
         elif key in wanted and value:
             found[wanted[key]] = value
     return found
+
+
+@contextlib.contextmanager
+def keeping_active_session() -> Iterator[None]:
+    """Run a block that may make another SparkSession the active one; put the caller's back.
+
+    PySpark's ``createDataFrame`` makes its session the process's active one (a class attribute,
+    not per thread). Called by fsstate on a micro-batch's session inside ``foreachBatch``, it
+    would leave the stream's clone active for the whole application, and a later
+    ``SparkSession.getActiveSession()`` (so :func:`spark_settings`, ``tiered()``'s
+    ``spark.fsstate.*``) would read the clone's settings instead of the user's session's.
+    """
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError:  # pragma: no cover - pyspark is a dependency of this package
+        yield
+        return
+    before = getattr(SparkSession, "_activeSession", None)
+    try:
+        yield
+    finally:
+        if before is not None and getattr(SparkSession, "_activeSession", None) is not before:
+            SparkSession._activeSession = before
+            with contextlib.suppress(Exception):  # the JVM's, for this thread, as PySpark sets it
+                jclass = SparkSession._get_j_spark_session_class(before._jvm)
+                jclass.setActiveSession(before._jsparkSession)
 
 
 def state_dir_of(checkpoint_location: str) -> str:

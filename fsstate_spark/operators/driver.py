@@ -92,6 +92,7 @@ from fsstate_spark.operators.settings import (
 from fsstate_spark.operators.stage_rescale import rescale_stage
 from fsstate_spark.operators.tasks import PARTITION_COL, StageSettings, combine_task, stage_task
 from fsstate_spark.runtime import fileio_for
+from fsstate_spark.settings import keeping_active_session
 from fsstate_spark.state.keys import ints_hashed_to, partition_column
 
 if TYPE_CHECKING:  # Spark Connect's writer (not a subclass of the classic one)
@@ -136,7 +137,8 @@ class _StagePlanner:
             if can_combine:
                 spec.op.combined_schema(arrow_in)
             out_type = from_arrow_schema(arrow_out, prefer_timestamp_ntz=False)
-            return df.sparkSession.createDataFrame([], out_type)
+            with keeping_active_session():
+                return df.sparkSession.createDataFrame([], out_type)
         combine, skip_until = self.plan.combine(spec.op.name) if can_combine else (False, 0)
         return self._shuffled(spec, df, arrow_in, arrow_out, combine, skip_until)
 

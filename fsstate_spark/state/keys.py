@@ -31,6 +31,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from fsstate.interfaces import Key
+from fsstate_spark.settings import keeping_active_session
 
 __all__ = [
     "KeyBinding",
@@ -132,7 +133,8 @@ def spark_partitioner(
         if not n:
             return np.zeros(0, dtype=np.int64)
         indexed = key_table.append_column(_INDEX, pa.array(np.arange(n, dtype=np.int64)))
-        df = spark.createDataFrame(indexed)
+        with keeping_active_session():
+            df = spark.createDataFrame(indexed)
         cols = [F.col(k).cast(types[k]) if k in types else F.col(k) for k in keys]
         where = partition_column(cols, partitions).cast("long")
         got = df.select(F.col(_INDEX), where.alias("p")).toArrow()
