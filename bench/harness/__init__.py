@@ -10,8 +10,8 @@
   :mod:`~bench.harness.spark_procs` and :mod:`~bench.harness.spark_runner` (the
   transformWithState queries of ``spark_e2e`` and ``spark_storage``),
   :mod:`~bench.harness.operator_queries` (the windowed count and running aggregate of the
-  operator suites), :mod:`~bench.harness.processor_queries` (the running aggregate's
-  checksums, sink and batch wait for ``spark_driver`` and ``spark_jvm``),
+  operator suites), :mod:`~bench.harness.processor_queries` (the cells' shape, the running
+  aggregate's checksums, sink and batch wait for ``spark_driver`` and ``spark_jvm``),
   :mod:`~bench.harness.matrix` (the shapes and running queries of
   ``spark_matrix`` and the suites measured on its cells);
 * :mod:`~bench.harness.s3`: the S3 server of the storage suites.

@@ -14,6 +14,8 @@ Measurement rules used by every helper here:
   allocator state, and neither always runs right after the other's garbage.
 * A row's ``value`` is the median of its ``samples`` (unless its ``stat`` says otherwise), its
   status is decided on that median, and :func:`median_ci` gives the spread shown beside it.
+* A ratio row (:func:`ratio_result`) pairs its samples (the same batch or round on both
+  sides): each sample is one pair's ratio, never a ratio of two medians.
 * A row that could not be measured here is published as such (:func:`skipped_result`: no
   value, status ``skipped``, the reason in its notes), never left out silently.
 """
@@ -152,6 +154,41 @@ def skipped_result(
         goal=goal,
         goal_op=goal_op,
         notes=f"{SKIPPED}: {reason}",
+    )
+
+
+def ratio_result(
+    suite: str,
+    name: str,
+    ratios: list[float],
+    what: str,
+    context: str,
+    goal: float | None = None,
+    goal_op: GoalOp = ">=",
+) -> Result:
+    """A ratio row (unit ``x``) from paired samples.
+
+    Args:
+        suite: the suite's name.
+        name: the row's name.
+        ratios: one ratio per pair of samples (the row's samples; its value is their median).
+        what: what the ratio is, the start of the notes.
+        context: the rest of the notes (the workload), after the samples' spread.
+        goal: the target ratio, or None for an informative row.
+        goal_op: ``>=`` or ``<=``, as :class:`Result`.
+
+    Returns:
+        The row, its notes ``<what> (<spread_text(ratios)>); <context>``.
+    """
+    return Result(
+        suite=suite,
+        name=name,
+        value=median(ratios),
+        unit="x",
+        goal=goal,
+        goal_op=goal_op,
+        notes=f"{what} ({spread_text(ratios)}); {context}",
+        samples=ratios,
     )
 
 

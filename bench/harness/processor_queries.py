@@ -3,6 +3,8 @@ the output schema of the running aggregate, its checksums, the sink and waiting 
 
 * :data:`OUTPUT_DDL` / :data:`OUTPUT_TYPE`: the running aggregate's output ``(k, n, s)``
   (:class:`bench.harness.operator_queries.RunningAgg` and ``RunningAggRow``);
+* :class:`RowsCell`: what a cell's rows per batch and timed batches give (its keys, its
+  column in the row names, its timed batch ids and the workload text of its notes);
 * :class:`Idle`: a processor that does nothing (the per-key cost rows: Spark's Python workers
   and the in-process measurements import it from here);
 * :func:`expected_checksum` / :func:`checksum`: (rows, sum n, sum s, sum crc32(k)) of the
@@ -10,7 +12,8 @@ the output schema of the running aggregate, its checksums, the sink and waiting 
 * :class:`ChecksumSink`: the ``foreachBatch`` function of every Python-side query;
 * :func:`wait_batch`: a query's ``triggerExecution`` of one batch, once its input rows are in.
 
-Invariants: a checksum is a pure function of the rows (order-free); :class:`ChecksumSink`
+Invariants: a checksum is a pure function of the rows (order-free); a :class:`RowsCell`'s
+figures are pure functions of its ``rows`` and ``steady``; :class:`ChecksumSink`
 writes every batch it does not check to Spark's ``noop`` format, so a checked batch is never
 a timed one; :func:`wait_batch` returns a batch only once its input rows are known.
 """
@@ -41,6 +44,39 @@ OUTPUT_TYPE = StructType(
 )
 
 Checksum = tuple[int, int, int, int]
+
+
+class RowsCell:
+    """Rows per batch over ``rows // 2`` keys (~2 rows per key, as ``spark_operators``) and
+    ``steady`` timed batches after the warm-up: mixed into the frozen dataclasses of a cell of
+    ``spark_driver`` (its shapes) and of ``spark_jvm``, which hold the two fields."""
+
+    rows: int
+    steady: int
+
+    @property
+    def keys(self) -> int:
+        """Keys the rows are drawn over."""
+        return self.rows // 2
+
+    @property
+    def column(self) -> str:
+        """``50k rows/batch``."""
+        return f"{self.rows // 1000}k rows/batch"
+
+    @property
+    def batches(self) -> list[int]:
+        """The timed batches (batch 0 warms up)."""
+        return list(range(1, self.steady + 1))
+
+    def work(self, partitions: str) -> str:
+        """The workload text of the notes, ``partitions`` (e.g. ``4 partitions``) as given."""
+        s = self.batches
+        return (
+            f"{self.rows:,} rows per batch over {self.keys:,} keys, running count + sum per "
+            f"key in a value state, one output row per key, time mode None, local[2], "
+            f"{partitions}, foreachBatch to noop, batches {s[0]}-{s[-1]} (batch 0 warms up)"
+        )
 
 
 class Idle(StatefulProcessor):

@@ -52,12 +52,13 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from bench.harness.common import BenchContext, Result, median, spread_text
+from bench.harness.common import BenchContext, Result, median, ratio_result, spread_text
 from bench.harness.operator_queries import INPUT_SCHEMA, RunningAgg, RunningAggRow, batch_table
 from bench.harness.processor_queries import (
     OUTPUT_DDL,
     Checksum,
     ChecksumSink,
+    RowsCell,
     expected_checksum,
     wait_batch,
 )
@@ -75,21 +76,16 @@ KINDS = (("pandas", "native"), ("pandas", "driver"), ("row", "native"), ("row", 
 
 
 @dataclass(frozen=True)
-class Shape:
+class Shape(RowsCell):
     """Rows per batch (over ``rows // 2`` keys) and timed batches after the warm-up."""
 
     rows: int
     steady: int
 
     @property
-    def keys(self) -> int:
-        """Keys the rows are drawn over (~2 rows per key, as ``spark_operators``)."""
-        return self.rows // 2
-
-    @property
     def label(self) -> str:
-        """``50k rows/batch``."""
-        return f"{self.rows // 1000}k rows/batch"
+        """``50k rows/batch`` (its rows' names, logs, ``--only``)."""
+        return self.column
 
 
 def shapes(ctx: BenchContext) -> list[Shape]:
@@ -241,27 +237,22 @@ def run(ctx: BenchContext) -> list[Result]:
 
 
 def _results(jobs: list[Job], shape: Shape) -> list[Result]:
-    steady = list(range(1, shape.steady + 1))
+    steady = shape.batches
     by = {(j.flavour, j.impl): j for j in jobs}
-    work = (
-        f"{shape.rows:,} rows per batch over {shape.keys:,} keys, running count + sum per key "
-        f"in a value state, one output row per key, time mode None, local[2], {PARTITIONS} "
-        f"partitions, foreachBatch to noop, batches {steady[0]}-{steady[-1]} (batch 0 warms up)"
-    )
+    work = shape.work(f"{PARTITIONS} partitions")
     out: list[Result] = []
     for flavour in ("pandas", "row"):
         native, driver = by[(flavour, "native")], by[(flavour, "driver")]
         ratios = [native.wall_ms[b] / driver.wall_ms[b] for b in steady]
         out.append(
-            Result(
-                suite=SUITE,
-                name=f"{shape.label}: {FLAVOUR_NAMES[flavour]}: driver vs {NATIVE[flavour]}",
-                value=median(ratios),
-                unit="x",
-                goal=GOALS[flavour],
-                notes=f"{NATIVE[flavour]} (Spark's handles) batch time / the same processor "
-                f"through the flow driver, same batch, paired ({spread_text(ratios)}); {work}",
-                samples=ratios,
+            ratio_result(
+                SUITE,
+                f"{shape.label}: {FLAVOUR_NAMES[flavour]}: driver vs {NATIVE[flavour]}",
+                ratios,
+                f"{NATIVE[flavour]} (Spark's handles) batch time / the same processor "
+                "through the flow driver, same batch, paired",
+                work,
+                GOALS[flavour],
             )
         )
         for job in (native, driver):

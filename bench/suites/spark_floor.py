@@ -37,7 +37,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from bench.harness.common import BenchContext, Result, median, spread_text
+from bench.harness.common import BenchContext, Result, median, ratio_result, spread_text
 from bench.harness.matrix import GROUPS, PER_KEY, TRIGGER, matrix_table, shapes
 from bench.harness.operator_queries import INPUT_SCHEMA, WINDOW_MS, builtin_query, fsstate_flow
 from bench.harness.spark import hand_in, require_pyspark, session, stop_queries
@@ -190,15 +190,13 @@ def run(ctx: BenchContext) -> list[Result]:
         for side in SIDES[1:]:
             ratios = [a / c for a, c in zip(times["builtin"], times[side])]
             out.append(
-                Result(
-                    suite=SUITE,
-                    name=f"{GROUPS[group]}, {PARTITIONS} partitions, {per_key} rows/key: "
+                ratio_result(
+                    SUITE,
+                    f"{GROUPS[group]}, {PARTITIONS} partitions, {per_key} rows/key: "
                     f"{LABEL[side]} vs builtin",
-                    value=median(ratios),
-                    unit="x",
-                    notes=f"builtin batch time / {LABEL[side]} batch time, paired by batch "
-                    f"({spread_text(ratios)}); {secs}; {work}",
-                    samples=ratios,
+                    ratios,
+                    f"builtin batch time / {LABEL[side]} batch time, paired by batch",
+                    f"{secs}; {work}",
                 )
             )
     return out

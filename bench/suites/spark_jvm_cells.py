@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.harness.common import Result, median, skipped_result, spread_text
-from bench.harness.processor_queries import ChecksumSink
+from bench.harness.common import Result, median, ratio_result, skipped_result, spread_text
+from bench.harness.processor_queries import ChecksumSink, RowsCell
 
 SUITE = "spark_jvm"
 SIDES = ("fast", "stock", "handles", "driver")  # per flavour; the Java query is one per cell
@@ -51,7 +51,7 @@ DROP_REASONS = {
 
 
 @dataclass(frozen=True)
-class Cell:
+class Cell(RowsCell):
     """One cell: rows per batch (over ``rows // 2`` keys) at a partition count, its timed
     batches after the warm-up and the (flavour, side) queries left out of it
     (:data:`DROP_REASONS`)."""
@@ -62,16 +62,6 @@ class Cell:
     drop: tuple[tuple[str, str], ...] = ()
 
     @property
-    def keys(self) -> int:
-        """Keys the rows are drawn over (~2 rows per key, as ``spark_driver``)."""
-        return self.rows // 2
-
-    @property
-    def column(self) -> str:
-        """``50k rows/batch``."""
-        return f"{self.rows // 1000}k rows/batch"
-
-    @property
     def label(self) -> str:
         """``50k rows/batch, 4 partitions`` (logs, ``--only``)."""
         return f"{self.column}, {self.partitions} partitions"
@@ -80,11 +70,6 @@ class Cell:
     def tag(self) -> str:
         """``p4_50k`` (directories, query names)."""
         return f"p{self.partitions}_{self.rows // 1000}k"
-
-    @property
-    def batches(self) -> list[int]:
-        """The timed batches (batch 0 warms up)."""
-        return list(range(1, self.steady + 1))
 
 
 @dataclass
@@ -112,13 +97,7 @@ class Job:
 
 
 def _work(cell: Cell) -> str:
-    s = cell.batches
-    return (
-        f"{cell.rows:,} rows per batch over {cell.keys:,} keys, running count + sum "
-        f"per key in a value state, one output row per key, time mode None, local[2], "
-        f"{cell.partitions} shuffle partitions, foreachBatch to noop, batches {s[0]}-{s[-1]} "
-        "(batch 0 warms up)"
-    )
+    return cell.work(f"{cell.partitions} shuffle partitions")
 
 
 def cell_results(cell: Cell, jobs: list[Job], java_skip: str | None) -> list[Result]:
@@ -150,18 +129,11 @@ def _vs_java(
     if java is None:
         return skipped_result(SUITE, name, "x", f"no Java query: {java_skip}", goal, "<=")
     ratios = [job.wall_ms[b] / java.wall_ms[b] for b in cell.batches]
-    return Result(
-        suite=SUITE,
-        name=name,
-        value=median(ratios),
-        unit="x",
-        goal=goal,
-        goal_op="<=",
-        notes=f"{SIDE_NAMES[side]} ({API[flavour]}) batch time / the Java processor's "
-        f"(transformWithState, RocksDB), same batch, paired ({spread_text(ratios)}); "
-        f"{_work(cell)}",
-        samples=ratios,
+    what = (
+        f"{SIDE_NAMES[side]} ({API[flavour]}) batch time / the Java processor's "
+        "(transformWithState, RocksDB), same batch, paired"
     )
+    return ratio_result(SUITE, name, ratios, what, _work(cell), goal, "<=")
 
 
 def _fast_vs_stock(cell: Cell, flavour: str, prefix: str, by: dict[tuple[str, str], Job]) -> Result:
@@ -171,17 +143,11 @@ def _fast_vs_stock(cell: Cell, flavour: str, prefix: str, by: dict[tuple[str, st
         reason = DROP_REASONS[(flavour, "stock" if stock is None else "fast")]
         return skipped_result(SUITE, name, "x", reason, GOAL_FAST_VS_STOCK)
     ratios = [stock.wall_ms[b] / fast.wall_ms[b] for b in cell.batches]
-    return Result(
-        suite=SUITE,
-        name=name,
-        value=median(ratios),
-        unit="x",
-        goal=GOAL_FAST_VS_STOCK,
-        notes=f"tiered() on PySpark's own per-key loop (fast_loop=False) / tiered() on "
-        f"fsstate's keyed loop ({API[flavour]}), batch times, same batch, paired "
-        f"({spread_text(ratios)}); {_work(cell)}",
-        samples=ratios,
+    what = (
+        "tiered() on PySpark's own per-key loop (fast_loop=False) / tiered() on "
+        f"fsstate's keyed loop ({API[flavour]}), batch times, same batch, paired"
     )
+    return ratio_result(SUITE, name, ratios, what, _work(cell), GOAL_FAST_VS_STOCK)
 
 
 def _batch_times(cell: Cell, by: dict[tuple[str, str], Job], java_skip: str | None) -> list[Result]:

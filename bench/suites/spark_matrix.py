@@ -59,7 +59,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from bench.harness.common import BenchContext, Result, median, spread_text
+from bench.harness.common import BenchContext, Result, median, ratio_result, spread_text
 from bench.harness.matrix import (
     EPOCH_LOG_ENV,
     GROUPS,
@@ -208,24 +208,22 @@ def _results(
                 if side == "fsstate"
                 else "fsstate with fsync=False, like Spark's unsynced checkpoint files"
             )
-            extra = ""
+            context = f"{secs}; {work}; {stores}"
             if side == "fsstate_nofsync":
                 cost = [a / c for a, c in zip(times["fsstate"], times["fsstate_nofsync"])]
-                extra = (
-                    f"; durability cost, fsstate batch time with fsync over without: "
-                    f"{median(cost):.2f}x ({spread_text(cost)})"
+                context = (
+                    f"durability cost, fsstate batch time with fsync over without: "
+                    f"{median(cost):.2f}x ({spread_text(cost)}); {context}"
                 )
             out.append(
-                Result(
-                    suite=SUITE,
-                    name=f"{cell.title}: {SIDE_LABEL[side]} vs builtin",
-                    value=median(ratios),
-                    unit="x",
-                    goal=goal,
-                    notes=f"builtin batch time / {what} batch time (> 1: fsstate faster), "
-                    f"triggerExecution paired by batch ({spread_text(ratios)}){extra}; "
-                    f"{secs}; {work}; {stores}",
-                    samples=ratios,
+                ratio_result(
+                    SUITE,
+                    f"{cell.title}: {SIDE_LABEL[side]} vs builtin",
+                    ratios,
+                    f"builtin batch time / {what} batch time (> 1: fsstate faster), "
+                    "triggerExecution paired by batch",
+                    context,
+                    goal,
                 )
             )
     return out

@@ -44,7 +44,7 @@ from pyspark.sql.streaming.stateful_processor import (
     TimerValues,
 )
 
-from bench.harness.common import BenchContext, Result, median, spread_text
+from bench.harness.common import BenchContext, Result, median, ratio_result, spread_text
 from bench.harness.operator_queries import (
     DELAY,
     INPUT_SCHEMA,
@@ -265,30 +265,12 @@ def _results(jobs: list[Job], rows: int, keys: int, batches: int) -> list[Result
         for kind, goal in (("builtin", GOAL_BUILTIN), ("tws_native", GOAL_TWS)):
             other = by[(group, kind)]
             ratios = [other.wall_ms[b] / ours.wall_ms[b] for b in steady]
-            out.append(
-                Result(
-                    suite=SUITE,
-                    name=f"{title}: fsstate vs {kind}",
-                    value=median(ratios),
-                    unit="x",
-                    goal=goal,
-                    notes=f"{kind} batch time / fsstate batch time, same batch, paired "
-                    f"({spread_text(ratios)}); {work}",
-                    samples=ratios,
-                )
-            )
+            what = f"{kind} batch time / fsstate batch time, same batch, paired"
+            out.append(ratio_result(SUITE, f"{title}: fsstate vs {kind}", ratios, what, work, goal))
         tiered = by[(group, "tws_tiered")]
         ratios = [tiered.wall_ms[b] / ours.wall_ms[b] for b in steady]
+        what = "transformWithStateInPandas under tiered() / fsstate operators"
         out.append(
-            Result(
-                suite=SUITE,
-                name=f"{title}: fsstate vs tws_tiered",
-                value=median(ratios),
-                unit="x",
-                goal=GOAL_TWS,
-                notes=f"transformWithStateInPandas under tiered() / fsstate operators "
-                f"({spread_text(ratios)}); {work}",
-                samples=ratios,
-            )
+            ratio_result(SUITE, f"{title}: fsstate vs tws_tiered", ratios, what, work, GOAL_TWS)
         )
     return out

@@ -495,6 +495,34 @@ def _tws(
     )
 
 
+def _run_steps(
+    scenario: Scenario,
+    input_dir: Path,
+    downstream: bool,
+    start: Callable[[Step, _Sink], Any],
+) -> list[StepOutcome]:
+    """Each step of ``scenario`` in turn: its batches written to ``input_dir``, its query
+    started by ``start(step, sink)`` (a fresh :class:`_Sink`, ``downstream`` as there) and
+    awaited (:func:`_await`); stops after the first step that fails, to start or to run."""
+    outcomes: list[StepOutcome] = []
+    first = 0
+    for st in scenario.steps:
+        write_batches(input_dir, st.batches)
+        sink = _Sink(scenario, downstream=downstream)
+        try:
+            query = start(st, sink)
+        except Exception as exc:
+            outcomes.append(StepOutcome(error=_error(exc)))
+            break
+        error = _await(query, sink.batches, first, len(st.batches))
+        outcome = StepOutcome(dict(sink.batches), error)
+        outcomes.append(outcome)
+        first += len(st.batches)
+        if outcome.error is not None:
+            break
+    return outcomes
+
+
 def run_spark(
     conf: Conformance, scenario: Scenario, flavour: str, label: str, wrap: Wrap
 ) -> Outcome:
@@ -502,44 +530,27 @@ def run_spark(
     run directory)`` (identity: Spark's handles; ``tiered``)."""
     root = conf.new_dir(f"{label}-{flavour}")
     checkpoint, input_dir = root / "checkpoint", root / "input"
-    outcomes: list[StepOutcome] = []
+
+    def start(st: Step, sink: _Sink) -> Any:
+        grouped = _frame(conf, scenario, input_dir).groupBy(*scenario.keys)
+        processor = wrap(st.processors[flavour](), root)
+        out = _tws(
+            grouped, processor, scenario, st.output, flavour, _initial(conf, scenario, flavour)
+        )
+        if scenario.downstream is not None:  # in the streaming plan (stateful ones too)
+            out = scenario.downstream(out)
+        return (
+            out.writeStream.foreachBatch(sink)
+            .outputMode(scenario.sink_mode)
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True)
+            .start()
+        )
+
     with conf.settings(scenario):
         if scenario.batch_query:
             return Outcome([_batch_query(conf, scenario, flavour, root, wrap)], checkpoint)
-        first = 0
-        for st in scenario.steps:
-            write_batches(input_dir, st.batches)
-            sink = _Sink(scenario, downstream=False)
-            try:
-                grouped = _frame(conf, scenario, input_dir).groupBy(*scenario.keys)
-                processor = wrap(st.processors[flavour](), root)
-                out = _tws(
-                    grouped,
-                    processor,
-                    scenario,
-                    st.output,
-                    flavour,
-                    _initial(conf, scenario, flavour),
-                )
-                if scenario.downstream is not None:  # in the streaming plan (stateful ones too)
-                    out = scenario.downstream(out)
-                query = (
-                    out.writeStream.foreachBatch(sink)
-                    .outputMode(scenario.sink_mode)
-                    .option("checkpointLocation", str(checkpoint))
-                    .trigger(availableNow=True)
-                    .start()
-                )
-            except Exception as exc:
-                outcomes.append(StepOutcome(error=_error(exc)))
-                break
-            error = _await(query, sink.batches, first, len(st.batches))
-            outcome = StepOutcome(dict(sink.batches), error)
-            outcomes.append(outcome)
-            first += len(st.batches)
-            if outcome.error is not None:
-                break
-    return Outcome(outcomes, checkpoint)
+        return Outcome(_run_steps(scenario, input_dir, False, start), checkpoint)
 
 
 def _batch_query(
@@ -584,40 +595,25 @@ def run_driver(conf: Conformance, scenario: Scenario, flavour: str) -> Outcome:
     root = conf.new_dir(f"driver-{flavour}")
     checkpoint, input_dir = root / "checkpoint", root / "input"
     call = ops.transform_with_state_in_pandas if flavour == "pandas" else ops.transform_with_state
-    outcomes: list[StepOutcome] = []
+
+    def start(st: Step, sink: _Sink) -> Any:
+        grouped = _frame(conf, scenario, input_dir).groupBy(*scenario.keys)
+        flow = call(
+            grouped,
+            st.processors[flavour](),
+            st.output,
+            scenario.output_mode,
+            scenario.time_mode,
+            _initial(conf, scenario, flavour),
+            scenario.event_time_column,
+        )
+        writer = ops.write_stream(
+            flow, checkpoint_location=str(checkpoint), sink=sink, partitions=scenario.partitions
+        )
+        return writer.trigger(availableNow=True).start()
+
     with conf.settings(scenario):
-        first = 0
-        for st in scenario.steps:
-            write_batches(input_dir, st.batches)
-            sink = _Sink(scenario, downstream=True)
-            try:
-                grouped = _frame(conf, scenario, input_dir).groupBy(*scenario.keys)
-                flow = call(
-                    grouped,
-                    st.processors[flavour](),
-                    st.output,
-                    scenario.output_mode,
-                    scenario.time_mode,
-                    _initial(conf, scenario, flavour),
-                    scenario.event_time_column,
-                )
-                writer = ops.write_stream(
-                    flow,
-                    checkpoint_location=str(checkpoint),
-                    sink=sink,
-                    partitions=scenario.partitions,
-                )
-                query = writer.trigger(availableNow=True).start()
-            except Exception as exc:
-                outcomes.append(StepOutcome(error=_error(exc)))
-                break
-            error = _await(query, sink.batches, first, len(st.batches))
-            outcome = StepOutcome(dict(sink.batches), error)
-            outcomes.append(outcome)
-            first += len(st.batches)
-            if outcome.error is not None:
-                break
-    return Outcome(outcomes, checkpoint)
+        return Outcome(_run_steps(scenario, input_dir, True, start), checkpoint)
 
 
 # The ways that run the processor in Spark's own operator, as a wrapper of the processor;
