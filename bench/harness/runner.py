@@ -190,6 +190,16 @@ register(
 )
 register(
     Suite(
+        "spark_python_floor",
+        "bench.suites.spark_python_floor",
+        engine=False,
+        description="the floor of Spark's Python transformWithState operator: an idle Python "
+        "processor, on Spark's loop and under tiered(), against the Java running aggregate, "
+        "at 4 and 200 partitions",
+    )
+)
+register(
+    Suite(
         "spark_e2e",
         "bench.suites.spark_e2e",
         engine=False,

@@ -12,7 +12,7 @@ per cell in nine queries over the same Parquet micro-batches:
   ``tiered()`` on PySpark's own per-key loop (``fast_loop=False``), Spark's handles (the
   processor alone), and the flow driver (``ops.transform_with_state(_in_pandas)`` +
   ``ops.write_stream``);
-* the same processor in Java (``bench/java/RunningAgg.java``, :mod:`bench.suites.spark_jvm_java`:
+* the same processor in Java (``bench/java/RunningAgg.java``, :mod:`bench.harness.java_processor`:
   compiled by the suite with ``javac`` against PySpark's jars; where no JDK compiler exists its
   side is skipped, said in the log, its rows published as skipped).
 
@@ -70,6 +70,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from bench.harness.common import BenchContext, Result
+from bench.harness.java_processor import build_jar, java_checksum, start_java
 from bench.harness.operator_queries import INPUT_SCHEMA, RunningAgg, RunningAggRow, batch_table
 from bench.harness.processor_queries import (
     OUTPUT_DDL,
@@ -80,7 +81,6 @@ from bench.harness.processor_queries import (
 )
 from bench.harness.spark import hand_in, require_pyspark, session
 from bench.suites.spark_jvm_cells import SIDES, SUITE, Cell, Job, cell_results
-from bench.suites.spark_jvm_java import build_jar, java_checksum, start_java
 from bench.suites.spark_jvm_loop import run_loop_cost
 
 TRIGGER = "500 milliseconds"

@@ -1,5 +1,5 @@
-"""The Java side of ``spark_jvm``: the running aggregate as a Java ``StatefulProcessor`` on
-Spark's own ``transformWithState`` (part of the ``spark_jvm`` suite).
+"""The Java reference of ``spark_jvm`` and ``spark_python_floor``: the running aggregate as a
+Java ``StatefulProcessor`` on Spark's own ``transformWithState``.
 
 The source is ``bench/java/RunningAgg.java`` (class :data:`JAVA_CLASS`): the processor (count
 and sum(v) per key in a ``ValueState``, one output row ``(k, n, s)`` per key and batch, time
