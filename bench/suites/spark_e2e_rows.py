@@ -382,7 +382,10 @@ def _per_call_rows(fl: Flavour, w: Workload) -> list[Result]:
             f"{lab} {w.kind} µs/call tiered",
             ct,
             "µs",
-            notes=f"(tiered - {base_name} wall per batch) / state calls, per batch; "
+            notes=f"(tiered - {base_name} wall per batch) / state calls, per batch (the "
+            f"{base_name} query runs on PySpark's per-key loop, tiered() on fsstate's when the "
+            "session sets pyspark_fsstate.worker: the difference then holds the loops' gap "
+            "too, and is negative when the tiered query is the faster one); "
             f"in-worker {_fmt_us(_median_or_none(iw.tie_us))}/call (median per batch over "
             f"all its tasks, time around the state calls only; pooled over the tasks "
             f"whose store was cached or caught up: "
