@@ -200,7 +200,8 @@ HOW_TO_READ = """\
   throughput ratios and wall-based *µs/call* rows are one sample per measured batch, paired by
   batch when they compare variants. The tiered queries run fsstate's keyed loop and the
   baselines PySpark's, so wall-based comparisons hold the loops' gap too (a negative
-  wall-based *µs/call tiered*: the tiered query was the faster). **No-state baseline** is the median rows/s of the same
+  wall-based *µs/call tiered*: the tiered query was the faster).
+  **No-state baseline** is the median rows/s of the same
   query without state and **Variant/no-state** the variant's median over it.
   * *per-call native/tiered* (the per-call goal): per measured batch, native's in-worker µs per
     state call divided by tiered's. In-worker is the time measured in the Python worker around
