@@ -19,6 +19,8 @@ Invariants:
   (skipped) rows; a compiler that fails on the source is an error, not a skip.
 * The classes target Java 17 (``--release 17``, Spark 4's minimum), whichever JDK compiles
   them, so the JVM that runs Spark loads them.
+* :func:`java_session` stops its SparkSession and removes its scratch directory on exit,
+  whatever happened inside.
 """
 
 from __future__ import annotations
@@ -26,12 +28,17 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tempfile
 import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.harness.common import REPO_ROOT
+from bench.harness.common import REPO_ROOT, BenchContext
 from bench.harness.processor_queries import Checksum
+from bench.harness.spark import session
 
 JAVA_SOURCE = REPO_ROOT / "bench" / "java" / "RunningAgg.java"
 JAVA_CLASS = "fsstate.bench.RunningAgg"
@@ -134,3 +141,48 @@ def java_checksum(spark: Any, name: str, batch: int) -> Checksum | None:
         return None
     a, b, c, d = (int(x) for x in str(text).split(","))
     return a, b, c, d
+
+
+@dataclass
+class JavaSession:
+    """What :func:`java_session` yields: the session, a scratch directory for the suite's
+    queries, and why there is no Java query (None when the jar was built)."""
+
+    spark: Any
+    scratch: Path
+    java_skip: str | None
+
+    @property
+    def java(self) -> bool:
+        """Whether the Java query can run (the jar is on the session's ``spark.jars``)."""
+        return self.java_skip is None
+
+
+@contextmanager
+def java_session(ctx: BenchContext, suite: str, app: str) -> Iterator[JavaSession]:
+    """A local SparkSession with :func:`build_jar`'s jar (when a JDK compiler exists: else the
+    reason is logged and yielded), ``noDataMicroBatches`` off, and a scratch directory under
+    the run's ``tmp_dir``; the session is stopped and the scratch removed on exit.
+
+    Args:
+        ctx: the run's context.
+        suite: the suite's name (the scratch directory's prefix, the log line's).
+        app: the Spark application's name.
+    """
+    ctx.tmp_dir.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=f"{suite}-", dir=ctx.tmp_dir))
+    try:
+        jar = build_jar(scratch / "java")
+        skip = jar if isinstance(jar, str) else None
+        if skip is not None:
+            ctx.log(f"{suite}: the Java side is skipped: {skip}")
+        jars = {} if isinstance(jar, str) else {"spark.jars": str(jar)}
+        spark = session(
+            ctx, app, **{"spark.sql.streaming.noDataMicroBatches.enabled": "false", **jars}
+        )
+        try:
+            yield JavaSession(spark, scratch, skip)
+        finally:
+            spark.stop()
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)

@@ -61,8 +61,6 @@ Invariants:
 from __future__ import annotations
 
 import re
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +68,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from bench.harness.common import BenchContext, Result
-from bench.harness.java_processor import build_jar, java_checksum, start_java
+from bench.harness.java_processor import java_checksum, java_session, start_java
 from bench.harness.operator_queries import INPUT_SCHEMA, RunningAgg, RunningAggRow, batch_table
 from bench.harness.processor_queries import (
     OUTPUT_DDL,
@@ -79,7 +77,7 @@ from bench.harness.processor_queries import (
     expected_checksum,
     wait_batch,
 )
-from bench.harness.spark import hand_in, require_pyspark, session
+from bench.harness.spark import hand_in, require_pyspark
 from bench.suites.spark_jvm_cells import SIDES, SUITE, Cell, Job, cell_results
 from bench.suites.spark_jvm_loop import run_loop_cost
 
@@ -265,24 +263,8 @@ def run(ctx: BenchContext) -> list[Result]:
     todo = [c for c in cells(ctx) if ctx.wants(c.label)]
     if not todo:
         return out
-    ctx.tmp_dir.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix=f"{SUITE}-", dir=ctx.tmp_dir))
-    try:
-        jar = build_jar(scratch / "java")
-        if isinstance(jar, str):
-            ctx.log(f"spark_jvm: the Java side is skipped: {jar}")
-        jars = {} if isinstance(jar, str) else {"spark.jars": str(jar)}
-        spark = session(
-            ctx,
-            "fsstate-bench-jvm",
-            **{"spark.sql.streaming.noDataMicroBatches.enabled": "false", **jars},
-        )
-        try:
-            for cell in todo:
-                jobs = _run_cell(ctx, spark, cell, scratch / cell.tag, not isinstance(jar, str))
-                out += cell_results(cell, jobs, jar if isinstance(jar, str) else None)
-        finally:
-            spark.stop()
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    with java_session(ctx, SUITE, "fsstate-bench-jvm") as js:
+        for cell in todo:
+            jobs = _run_cell(ctx, js.spark, cell, js.scratch / cell.tag, js.java)
+            out += cell_results(cell, jobs, js.java_skip)
     return out

@@ -33,8 +33,6 @@ up and is not measured; the Java side is skipped with the reason where no JDK co
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,10 +40,10 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from bench.harness.common import BenchContext, Result, median, ratio_result, skipped_result
-from bench.harness.java_processor import build_jar, start_java
+from bench.harness.java_processor import java_session, start_java
 from bench.harness.operator_queries import INPUT_SCHEMA, RunningAggRow, batch_table
 from bench.harness.processor_queries import OUTPUT_DDL, ChecksumSink, Idle, wait_batch
-from bench.harness.spark import hand_in, require_pyspark, session
+from bench.harness.spark import hand_in, require_pyspark
 
 SUITE = "spark_python_floor"
 TRIGGER = "500 milliseconds"
@@ -231,25 +229,8 @@ def run(ctx: BenchContext) -> list[Result]:
     out: list[Result] = []
     if not todo:
         return out
-    ctx.tmp_dir.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix=f"{SUITE}-", dir=ctx.tmp_dir))
-    try:
-        jar = build_jar(scratch / "java")
-        if isinstance(jar, str):
-            ctx.log(f"{SUITE}: the Java side is skipped: {jar}")
-        jars = {} if isinstance(jar, str) else {"spark.jars": str(jar)}
-        spark = session(
-            ctx,
-            "fsstate-bench-python-floor",
-            **{"spark.sql.streaming.noDataMicroBatches.enabled": "false", **jars},
-        )
-        try:
-            for cell in todo:
-                java = not isinstance(jar, str)
-                jobs = _run_cell(ctx, spark, cell, scratch / f"p{cell.partitions}", java)
-                out += cell_results(cell, jobs, jar if isinstance(jar, str) else None)
-        finally:
-            spark.stop()
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    with java_session(ctx, SUITE, "fsstate-bench-python-floor") as js:
+        for cell in todo:
+            jobs = _run_cell(ctx, js.spark, cell, js.scratch / f"p{cell.partitions}", js.java)
+            out += cell_results(cell, jobs, js.java_skip)
     return out
