@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import faulthandler
 import json
 import os
 import random
@@ -53,6 +54,8 @@ EVENTS = "k string, t bigint, v bigint, id string"
 BATCHES = 3  # of the event streams
 PARTITIONS = 2
 AGGS = [ops.Agg("count"), ops.Agg("sum", "v"), ops.Agg("min", "v"), ops.Agg("avg", "v")]
+STUCK = "stuck"  # a file under the client's work directory: a flow runs for more than STUCK_S
+STUCK_S = 60
 
 
 def _events(seed: int) -> list[list[dict[str, Any]]]:
@@ -118,6 +121,9 @@ class FileSink:
         self.directory = directory
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
+        # the flow's process prints its threads' stacks if it is still in this batch, or has not
+        # reached the next batch's sink, after STUCK_S (each call sets the alarm again)
+        faulthandler.dump_traceback_later(STUCK_S, exit=False)
         rows = sorted(r[0] for r in df.select(F.to_json(F.struct(*df.columns))).collect())
         self.directory.mkdir(parents=True, exist_ok=True)
         tmp = self.directory / f".{batch_id}.tmp"
@@ -216,6 +222,7 @@ def run_flows(
             print(f"{name}: {time.monotonic() - t0:.1f} s", flush=True)
     for name, query in started:
         _finish(name, query, work, out)
+    faulthandler.cancel_dump_traceback_later()  # the sinks' alarm, where they ran here
     print(f"flows took {time.monotonic() - t0:.1f} s", flush=True)
     return out
 
@@ -236,8 +243,22 @@ def _start(writer: Any, name: str, attempts: int = 6) -> Any:
     raise AssertionError("unreachable")
 
 
-def _finish(name: str, query: Any, work: Path, out: dict[str, list[list[str]]]) -> None:
-    query.awaitTermination(300)
+def _finish(
+    name: str, query: Any, work: Path, out: dict[str, list[list[str]]], timeout_s: float = 300
+) -> None:
+    """Wait for ``query`` to end, then read its batches' files. A query still running after
+    ``STUCK_S`` is said (the test then prints the JVM's threads), one still running after
+    ``timeout_s`` is stopped and named (a batch once hung, and the next flows ran meanwhile)."""
+    t0 = time.monotonic()
+    while not query.awaitTermination(10):
+        waited = time.monotonic() - t0
+        if waited > STUCK_S and not (work / STUCK).exists():  # the test dumps the JVM's threads
+            print(f"flow {name!r} running for {waited:.0f} s: {query.status}", flush=True)
+            (work / STUCK).touch()
+        if waited > timeout_s:
+            status = query.status
+            query.stop()
+            raise AssertionError(f"flow {name!r} still running after {timeout_s} s: {status}")
     if query.exception() is not None:
         raise RuntimeError(f"flow {name!r} failed: {query.exception()}")
     files = sorted((work / "out" / name).glob("*.json"))
@@ -290,6 +311,18 @@ def connect_server(spark: SparkSession) -> Iterator[str]:
         service.stop(none, none)
         for key in settings:
             sc.conf().remove(key)
+
+
+def jvm_threads(spark: SparkSession, *names: str) -> str:
+    """The stack of every thread of ``spark``'s JVM whose name contains one of ``names``."""
+    jvm: Any = spark._jvm
+    out = []
+    for entry in jvm.java.lang.Thread.getAllStackTraces().entrySet().toArray():
+        thread = entry.getKey()
+        if any(n in thread.getName() for n in names):
+            frames = [f"    at {frame.toString()}" for frame in list(entry.getValue())[:40]]
+            out.append(f"{thread.getName()} ({thread.getState().toString()})\n" + "\n".join(frames))
+    return "\n".join(out)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,16 +19,36 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
 
-from tests.support.connect_flows import connect_server, run_flows, write_inputs
+from tests.support.connect_flows import (
+    STUCK,
+    connect_server,
+    jvm_threads,
+    run_flows,
+    write_inputs,
+)
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
 ROOT = Path(__file__).resolve().parents[3]
+# the JVM threads a stuck flow waits in: its stream, its foreachBatch runner, tasks, Connect
+STUCK_THREADS = ("stream execution", "Executor task launch", "python", "foreach", "grpc")
+
+
+def _wait(client: subprocess.Popen[bytes], stuck: Path, spark: SparkSession) -> str:
+    """Wait for the client; if it says a flow is stuck, the JVM's threads then (else "")."""
+    deadline, dump = time.monotonic() + 600, ""
+    while client.poll() is None and time.monotonic() < deadline:
+        if stuck.exists() and not dump:
+            dump = "\nJVM threads when a flow was stuck:\n" + jvm_threads(spark, *STUCK_THREADS)
+            print(dump, flush=True)
+        time.sleep(1)
+    return dump
 
 
 def test_every_operator_kind_from_a_connect_client_equals_the_classic_session(
@@ -45,11 +65,13 @@ def test_every_operator_kind_from_a_connect_client_equals_the_classic_session(
         try:  # the client prepares its flows while the classic ones run, then runs them alone
             classic = run_flows(spark, inputs, tmp_path / "classic", together=True)
             go.touch()
-            client.wait(timeout=600)
+            stuck = _wait(client, tmp_path / "connect" / STUCK, spark)
         finally:
             client.kill()
     lines = [ln for ln in out.read_text().splitlines() if ln.startswith("RESULT ")]
-    assert client.returncode == 0 and lines, out.read_text()[-2000:] + err.read_text()[-4000:]
+    assert client.returncode == 0 and lines, (
+        out.read_text()[-2000:] + err.read_text()[-4000:] + stuck
+    )
     result: dict[str, Any] = json.loads(lines[-1].removeprefix("RESULT "))
     assert result["session"] == "pyspark.sql.connect.session"
     connect = result["flows"]
@@ -57,10 +79,8 @@ def test_every_operator_kind_from_a_connect_client_equals_the_classic_session(
     for name, batches in classic.items():
         assert len(batches) >= 3, f"{name}: {len(batches)} micro-batches ran"
         assert any(batches), f"{name}: no output at all proves nothing"
-        for b, rows in enumerate(batches):
-            assert connect[name][b] == rows, (
-                f"{name}, batch {b}:\n classic {rows}\n connect {connect[name][b]}"
-            )
-        assert len(connect[name]) == len(batches), name
+        assert len(connect[name]) == len(batches), (name, len(connect[name]), len(batches))
+        for b, (rows, got) in enumerate(zip(batches, connect[name])):
+            assert got == rows, f"{name}, batch {b}:\n classic {rows}\n connect {got}"
     for case, outcome in result["refusals"].items():
         assert outcome.startswith("ConfigError: "), f"{case}: {outcome}"
