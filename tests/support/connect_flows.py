@@ -54,8 +54,9 @@ EVENTS = "k string, t bigint, v bigint, id string"
 BATCHES = 3  # of the event streams
 PARTITIONS = 2
 AGGS = [ops.Agg("count"), ops.Agg("sum", "v"), ops.Agg("min", "v"), ops.Agg("avg", "v")]
-STUCK = "stuck"  # a file under the client's work directory: a flow runs for more than STUCK_S
-STUCK_S = 60
+STUCK = "stuck"  # ``<work>/stuck-<flow>``: the flow has run for more than STUCK_S
+STUCK_S = 90
+SINK_ALARM_S = 60  # a flow's process not back in its sink after this prints its threads
 
 
 def _events(seed: int) -> list[list[dict[str, Any]]]:
@@ -122,8 +123,8 @@ class FileSink:
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         # the flow's process prints its threads' stacks if it is still in this batch, or has not
-        # reached the next batch's sink, after STUCK_S (each call sets the alarm again)
-        faulthandler.dump_traceback_later(STUCK_S, exit=False)
+        # reached the next batch's sink, after SINK_ALARM_S (each call sets the alarm again)
+        faulthandler.dump_traceback_later(SINK_ALARM_S, exit=False)
         rows = sorted(r[0] for r in df.select(F.to_json(F.struct(*df.columns))).collect())
         self.directory.mkdir(parents=True, exist_ok=True)
         tmp = self.directory / f".{batch_id}.tmp"
@@ -218,7 +219,7 @@ def run_flows(
     for name, writer in writers.items():
         started.append((name, _start(writer, name)))
         if not together:
-            _finish(*started.pop(), work, out)
+            _finish(*started.pop(), work, out, writer)
             print(f"{name}: {time.monotonic() - t0:.1f} s", flush=True)
     for name, query in started:
         _finish(name, query, work, out)
@@ -244,17 +245,35 @@ def _start(writer: Any, name: str, attempts: int = 6) -> Any:
 
 
 def _finish(
-    name: str, query: Any, work: Path, out: dict[str, list[list[str]]], timeout_s: float = 300
+    name: str,
+    query: Any,
+    work: Path,
+    out: dict[str, list[list[str]]],
+    writer: Any = None,
+    timeout_s: float = 300,
 ) -> None:
-    """Wait for ``query`` to end, then read its batches' files. A query still running after
-    ``STUCK_S`` is said (the test then prints the JVM's threads), one still running after
-    ``timeout_s`` is stopped and named (a batch once hung, and the next flows ran meanwhile)."""
-    t0 = time.monotonic()
-    while not query.awaitTermination(10):
+    """Wait for ``query`` to end, then read its batches' files.
+
+    A query still running after ``STUCK_S`` (a flow takes a few seconds) is stuck: it writes
+    ``<work>/stuck-<name>``, waits for the test to save the JVM's threads
+    (``<work>/<name>.dumped``), and, given its ``writer``, is stopped and started again from
+    its checkpoint, once (a batch of one flow hung now and then in the full suite, cause not
+    found: the re-run must give the same rows, and the test reports the restart with the
+    threads). A query still running after ``timeout_s`` is stopped and named.
+    """
+    t0, restarted = time.monotonic(), False
+    while not query.awaitTermination(5):
         waited = time.monotonic() - t0
-        if waited > STUCK_S and not (work / STUCK).exists():  # the test dumps the JVM's threads
+        if waited > STUCK_S and not (work / f"{STUCK}-{name}").exists():
             print(f"flow {name!r} running for {waited:.0f} s: {query.status}", flush=True)
-            (work / STUCK).touch()
+            (work / f"{STUCK}-{name}").touch()
+            for _ in range(60):
+                if (work / f"{name}.dumped").exists():
+                    break
+                time.sleep(0.5)
+            if writer is not None and not restarted:
+                query.stop()
+                query, restarted = _start(writer, name), True
         if waited > timeout_s:
             status = query.status
             query.stop()
@@ -334,6 +353,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     go = Path(args.go) if args.go else None
     spark = SparkSession.builder.remote(os.environ["SPARK_REMOTE"]).getOrCreate()
+    spark.conf.set("spark.sql.streaming.stopTimeout", "60s")  # a stuck query's stop: an error
     result = {
         "session": type(spark).__module__,
         "refusals": refusals(spark, Path(args.input)),

@@ -74,7 +74,7 @@ def spark() -> Iterator[SparkSession]:
 
     # a Python task that runs for minutes is stuck: its stack is printed (into the test's stderr)
     session = local_session(
-        "fsstate-spark-tests", **{"spark.python.worker.tracebackDumpIntervalSeconds": "120"}
+        "fsstate-spark-tests", **{"spark.python.worker.tracebackDumpIntervalSeconds": "60"}
     )
     yield session
     session.stop()
