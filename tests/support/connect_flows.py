@@ -261,7 +261,7 @@ def _finish(
     found: the re-run must give the same rows, and the test reports the restart with the
     threads). A query still running after ``timeout_s`` is stopped and named.
     """
-    t0, restarted = time.monotonic(), False
+    t0 = time.monotonic()
     while not query.awaitTermination(5):
         waited = time.monotonic() - t0
         if waited > STUCK_S and not (work / f"{STUCK}-{name}").exists():
@@ -271,9 +271,9 @@ def _finish(
                 if (work / f"{name}.dumped").exists():
                     break
                 time.sleep(0.5)
-            if writer is not None and not restarted:
+            if writer is not None:  # once: the stuck file now exists
                 query.stop()
-                query, restarted = _start(writer, name), True
+                query = _start(writer, name)
         if waited > timeout_s:
             status = query.status
             query.stop()

@@ -72,7 +72,7 @@ def spark() -> Iterator[SparkSession]:
     """The suite's SparkSession (settings from conf/spark-defaults.conf)."""
     from devkit.spark_local import local_session
 
-    # a Python task that runs for minutes is stuck: its stack is printed (into the test's stderr)
+    # a Python task running for a minute is stuck: its stack is printed (into the test's stderr)
     session = local_session(
         "fsstate-spark-tests", **{"spark.python.worker.tracebackDumpIntervalSeconds": "60"}
     )
