@@ -8,7 +8,9 @@ for every boolean setting of fsstate and its Spark adapter (one set of words eve
 Invariants:
 
 * Every config object is immutable and validated in ``__post_init__``; an invalid value raises
-  :class:`fsstate.errors.ConfigError` naming the setting and the accepted range.
+  :class:`fsstate.errors.ConfigError` naming the setting and the accepted range. A number
+  setting takes a number of its kind only (:func:`check_whole`, :func:`check_number`): a bool
+  (``True`` is an int in Python) or a string is refused, never read as 1.
 * Units are the last part of every name (``memory_limit_bytes``, ``orphan_grace_ms``).
 * Every background loop and queue has an explicit bound here.
 """
@@ -68,6 +70,28 @@ def parse_flag(value: str | bool, name: str) -> bool:
         if word in _FALSE_WORDS:
             return False
     raise ConfigError(f"{name}={value!r} is not a flag: it must be {FLAG_WORDS}")
+
+
+def check_whole(name: str, value: object, minimum: int, hint: str = "") -> int:
+    """A whole-number setting: an ``int`` (not a bool) of at least ``minimum``.
+
+    Raises:
+        ConfigError: anything else, naming the setting (``hint`` adds how to give it).
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"{name}={value!r} must be an integer >= {minimum}{hint}")
+    return value
+
+
+def check_number(name: str, value: object) -> float:
+    """A real-number setting: an ``int`` or ``float`` (not a bool); its range is the caller's.
+
+    Raises:
+        ConfigError: anything else, naming the setting.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{name}={value!r} must be a number")
+    return float(value)
 
 
 def parse_bytes(value: int | str, setting: str = "memory_limit") -> int:
@@ -137,24 +161,15 @@ class StoreConfig:
     fsync: bool = True
 
     def __post_init__(self) -> None:
-        if not isinstance(self.retain_versions, int) or self.retain_versions < 1:
-            raise ConfigError(f"retain_versions={self.retain_versions!r} must be an integer >= 1")
-        if not isinstance(self.row_group_rows, int) or self.row_group_rows < 1:
-            raise ConfigError(f"row_group_rows={self.row_group_rows!r} must be an integer >= 1")
-        if not isinstance(self.row_group_bytes, int) or self.row_group_bytes < 1024:
-            raise ConfigError(f"row_group_bytes={self.row_group_bytes!r} must be >= 1024")
+        check_whole("retain_versions", self.retain_versions, 1)
+        check_whole("row_group_rows", self.row_group_rows, 1)
+        check_whole("row_group_bytes", self.row_group_bytes, 1024)
         if self.compression not in ("zstd", "snappy", "lz4", "gzip", "none"):
             raise ConfigError(
                 f"compression={self.compression!r}: use one of zstd, snappy, lz4, gzip, none"
             )
-        if not isinstance(self.orphan_grace_ms, int) or self.orphan_grace_ms < 0:
-            raise ConfigError(f"orphan_grace_ms={self.orphan_grace_ms!r} must be >= 0")
-        if not isinstance(self.orphan_scan_every_commits, int) or (
-            self.orphan_scan_every_commits < 1
-        ):
-            raise ConfigError(
-                f"orphan_scan_every_commits={self.orphan_scan_every_commits!r} must be >= 1"
-            )
+        check_whole("orphan_grace_ms", self.orphan_grace_ms, 0)
+        check_whole("orphan_scan_every_commits", self.orphan_scan_every_commits, 1)
         if not isinstance(self.fsync, bool):
             raise ConfigError(f"fsync={self.fsync!r} must be True or False")
 
@@ -192,10 +207,9 @@ class EngineConfig:
     background_compaction: bool = True
 
     def __post_init__(self) -> None:
-        if not isinstance(self.memory_limit_bytes, int) or self.memory_limit_bytes < 1024 * 1024:
-            raise ConfigError(
-                f"memory_limit={self.memory_limit_bytes!r} must be at least 1 MiB (e.g. '256MiB')"
-            )
+        check_whole("memory_limit", self.memory_limit_bytes, 1024 * 1024, " (at least 1 MiB)")
+        for name in ("high_watermark", "low_watermark", "block_cache_fraction"):
+            check_number(name, getattr(self, name))
         if not 0 < self.low_watermark < self.high_watermark <= 1:
             raise ConfigError(
                 f"watermarks must satisfy 0 < low ({self.low_watermark}) < high "
@@ -204,10 +218,13 @@ class EngineConfig:
         if not 0 <= self.block_cache_fraction < 1:
             raise ConfigError(f"block_cache_fraction={self.block_cache_fraction} must be in [0, 1)")
         for name in ("check_every_growth", "compaction_max_runs", "compaction_queue_max"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ConfigError(f"{name}={value!r} must be an integer >= 1")
+            check_whole(name, getattr(self, name), 1)
         if self.compaction_max_runs < 2:
             raise ConfigError("compaction_max_runs must be >= 2")
-        if self.compaction_bytes_per_round < 1024 * 1024:
-            raise ConfigError("compaction_bytes_per_round must be at least 1 MiB")
+        check_whole(
+            "compaction_bytes_per_round", self.compaction_bytes_per_round, 1024 * 1024, " (1 MiB)"
+        )
+        if not isinstance(self.background_compaction, bool):
+            raise ConfigError(
+                f"background_compaction={self.background_compaction!r} must be True or False"
+            )

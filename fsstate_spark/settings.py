@@ -21,7 +21,14 @@ Invariants:
   resolve call with a :class:`fsstate.errors.ConfigError` that names the setting and the
   product's call (:class:`Product`), never in a worker.
 * A state location is checked by writing and deleting a probe file (and, on object stores,
-  that conditional writes are honoured) before a query starts.
+  that conditional writes are honoured) before a query starts. Refused before any I/O: an empty
+  ``state_uri`` (never replaced by the default), a process-local store (``memory://``: each
+  Python worker would have a store of its own), and object store settings
+  (``storage_options``, ``spark.fsstate.storage.*``) with a local path, where they cannot apply.
+* A number setting takes a number (:func:`fsstate.config.check_whole`): ``True`` is refused,
+  not read as 1.
+* An unknown setting is named as the user wrote it (``spark.fsstate.memoryLimt``, or the call's
+  keyword), with the nearest known setting when one is close (:func:`merge_settings`).
 * No message or ``repr`` shows a key or a secret.
 """
 
@@ -29,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import difflib
 import os
 import re
 import uuid
@@ -36,7 +44,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from fsstate.config import EngineConfig, StoreConfig, parse_bytes, parse_flag
+from fsstate.config import EngineConfig, StoreConfig, check_whole, parse_bytes, parse_flag
 from fsstate.errors import ConfigError, FsStateError
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.location import Location, redact
@@ -94,11 +102,13 @@ class StateSettings:
     location: Location | None = None
 
     def __post_init__(self) -> None:
-        if self.memory_limit_bytes is not None and self.memory_limit_bytes <= 0:
-            raise ConfigError(f"memory_limit={self.memory_limit_bytes} bytes must be > 0")
-        mcs = self.max_cached_stores
-        if isinstance(mcs, bool) or not isinstance(mcs, int) or mcs < 0:
-            raise ConfigError(f"max_cached_stores={mcs!r} must be an integer >= 0")
+        if self.memory_limit_bytes is not None:
+            check_whole("memory_limit", self.memory_limit_bytes, 1, " (bytes)")
+        check_whole("max_cached_stores", self.max_cached_stores, 0)
+        if self.location is not None:
+            check_shared_location(self.location)
+        elif self.state_uri:
+            check_shared_location(Location.parse(self.state_uri))
 
     @property
     def root(self) -> Location:
@@ -111,6 +121,37 @@ def snake_case(name: str) -> str:
     return _CAMEL.sub("_", name).lower()
 
 
+class SparkConf(dict[str, str]):
+    """``spark.fsstate.*`` settings by snake_case name (:func:`spark_settings`); ``written``
+    maps each name to the Spark key as the user wrote it (``spark.fsstate.memoryLimt``), for
+    messages."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.written: dict[str, str] = {}
+
+
+def copy_conf(conf: dict[str, str]) -> SparkConf:
+    """A copy of ``conf`` as a :class:`SparkConf` (the keys as written kept, if it has them)."""
+    out = SparkConf(conf)
+    out.written.update(getattr(conf, "written", {}))
+    return out
+
+
+def check_shared_location(location: Location) -> None:
+    """Refuse a location a Spark product cannot share between its processes.
+
+    Raises:
+        ConfigError: a process-local store (``memory://``).
+    """
+    if location.scheme == "memory":
+        raise ConfigError(
+            f"state_uri={location.uri()!r} is a process-local store: each Spark Python worker "
+            "would have its own, and the next batch would find no state. Give a local path (one "
+            "machine) or a URI every executor can reach (s3://..., gs://..., az://...)"
+        )
+
+
 def spark_settings(extra: dict[str, str] | None = None) -> dict[str, str]:
     """The ``spark.fsstate.*`` settings of the active SparkSession (empty without one).
 
@@ -120,7 +161,8 @@ def spark_settings(extra: dict[str, str] | None = None) -> dict[str, str]:
 
     Returns:
         Setting names in snake_case without the prefix, mapped to their string values;
-        ``spark.sql.streaming.checkpointLocation`` as ``_checkpoint_location``, and ``extra``.
+        ``spark.sql.streaming.checkpointLocation`` as ``_checkpoint_location``, and ``extra``
+        (a :class:`SparkConf`: the keys as written are in ``written``).
     """
     try:
         from pyspark.sql import SparkSession
@@ -128,9 +170,9 @@ def spark_settings(extra: dict[str, str] | None = None) -> dict[str, str]:
         return {}
     spark = SparkSession.getActiveSession()
     if spark is None:
-        return {}
+        return SparkConf()
     wanted = {CHECKPOINT_CONF: "_checkpoint_location", **(extra or {})}
-    found: dict[str, str] = {}
+    found = SparkConf()
     pairs: list[tuple[str, str]] = []
     # Spark Connect has no SparkContext: the session conf suffices there
     with contextlib.suppress(Exception):
@@ -139,7 +181,9 @@ def spark_settings(extra: dict[str, str] | None = None) -> dict[str, str]:
         pairs.extend(spark.conf.getAll.items())
     for key, value in pairs:
         if key.startswith(CONF_PREFIX):
-            found[snake_case(key[len(CONF_PREFIX) :])] = value
+            name = snake_case(key[len(CONF_PREFIX) :])
+            found[name] = value
+            found.written[name] = key
         elif key in wanted and value:
             found[wanted[key]] = value
     return found
@@ -265,6 +309,7 @@ def merge_settings(
     storage_conf = {
         k[len(STORAGE_PREFIX) :]: v for k, v in conf.items() if k.startswith(STORAGE_PREFIX)
     }
+    written = conf.written if isinstance(conf, SparkConf) else {}
     # "_..." keys are other Spark settings spark_settings() was asked for: not the product's
     plain = {k: v for k, v in conf.items() if not k.startswith((STORAGE_PREFIX, "_"))}
     merged: dict[str, Any] = {}
@@ -274,12 +319,32 @@ def merge_settings(
             if key not in known and source == "spark.fsstate" and key in PRODUCT_FIELDS:
                 continue  # another product's setting
             if key not in known:
-                raise ConfigError(
-                    f"unknown {source} setting {raw_key!r} for {product.call}; known settings: "
-                    f"{sorted(known)}"
-                )
+                raise _unknown(product, known, source, raw_key, written.get(raw_key))
             merged[key] = value
     return merged, storage_conf
+
+
+def _unknown(
+    product: Product, known: frozenset[str], source: str, raw_key: str, spark_key: str | None
+) -> ConfigError:
+    """The error of an unknown setting: named as written, with the nearest known one."""
+    key = snake_case(raw_key)
+    near = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.6)
+    if source == "spark.fsstate":
+        shown = spark_key or CONF_PREFIX + raw_key
+        name = f"{raw_key!r} ({shown})"
+        hint = f"; did you mean {CONF_PREFIX}{_camel(near[0])}?" if near else ""
+    else:
+        name, hint = repr(raw_key), (f"; did you mean {near[0]}=...?" if near else "")
+    return ConfigError(
+        f"unknown {source} setting {name} for {product.call}{hint} Known settings: {sorted(known)}"
+    )
+
+
+def _camel(name: str) -> str:
+    """``memory_limit`` -> ``memoryLimit`` (how Spark conf keys are usually written)."""
+    head, *rest = name.split("_")
+    return head + "".join(part[:1].upper() + part[1:] for part in rest)
 
 
 def resolve_state_settings(
@@ -326,8 +391,25 @@ def resolve_state_settings(
     max_cached = coerce("max_cached_stores", merged.pop("max_cached_stores", None), 0)
     if max_cached is None:
         max_cached = MAX_CACHED_STORES_DEFAULT
-    uri = merged.pop("state_uri", None) or default_state_uri(checkpoint)
+    uri = merged.pop("state_uri", None)
+    if uri is not None and (not isinstance(uri, str) or not uri.strip()):
+        raise ConfigError(
+            f"state_uri={uri!r} of {product.call} is empty: give a directory or URI via "
+            f"{product.state_uri_hint} or spark.fsstate.stateUri, or leave it out for the default "
+            "(<checkpoint>/fsstate)"
+        )
+    uri = uri or default_state_uri(checkpoint)
     storage = {**storage_conf, **dict(merged.pop("storage_options", None) or {})}
+    target = Location.parse(str(uri))
+    check_shared_location(target)
+    if storage and target.is_local:
+        names = ", ".join(sorted(storage))
+        raise ConfigError(
+            f"object store settings ({names}; from storage_options of {product.call} or "
+            f"spark.fsstate.storage.*) were given, but state_uri={target.uri()!r} is a local "
+            "path where they cannot apply: remove them, or give an object store URI "
+            "(s3://bucket/prefix, ...)"
+        )
     location = check_state_uri(str(uri), storage, product)
     return {
         "state_uri": location.uri(),

@@ -30,6 +30,7 @@ from fsstate_spark.settings import (
     Product,
     StateSettings,
     coerce,
+    copy_conf,
     merge_settings,
     resolve_state_settings,
     spark_settings,
@@ -98,14 +99,14 @@ def resolve_flow_settings(
     FlowSettings(state_uri="", partitions=partitions, tasks=tasks)  # validate before any I/O
     if not isinstance(checkpoint_location, str) or not checkpoint_location:
         raise ConfigError("ops.write_stream() needs checkpoint_location (a directory or URI)")
-    conf = spark_settings() if conf is None else dict(conf)
+    conf = spark_settings() if conf is None else copy_conf(conf)
     conf.pop("_checkpoint_location", None)
     merged, storage_conf = merge_settings(FLOWS, FLOW_FIELDS, options, conf)
     if memory_limit is not None:
         merged["memory_limit"] = memory_limit
     # a flow's stores sit right under its state URI (no query id level), so a shared
     # spark.fsstate.stateUri would mix queries: the default is the query's checkpoint
-    merged["state_uri"] = state_uri or state_dir_of(checkpoint_location)
+    merged["state_uri"] = state_uri if state_uri is not None else state_dir_of(checkpoint_location)
     combine = coerce("combine", merged.pop("combine", True), True)
     shared = resolve_state_settings(FLOWS, merged, storage_conf, checkpoint_location)
     return FlowSettings(partitions=partitions, combine=combine, tasks=tasks, **shared)

@@ -32,6 +32,7 @@ from fsstate_spark.settings import (
     STORE_FIELDS,
     Product,
     StateSettings,
+    copy_conf,
     merge_settings,
     resolve_state_settings,
     spark_settings,
@@ -105,7 +106,7 @@ def resolve_config(
     Raises:
         ConfigError: any setting is unknown or invalid, or the state URI is unusable.
     """
-    conf = spark_settings({ENCODING_CONF: "_state_encoding"}) if conf is None else dict(conf)
+    conf = spark_settings({ENCODING_CONF: "_state_encoding"}) if conf is None else copy_conf(conf)
     checkpoint = conf.pop("_checkpoint_location", None)
     encoding = conf.pop("_state_encoding", UNSAFEROW).strip().lower()
     merged, storage_conf = merge_settings(TIERED, TIERED_FIELDS, options, conf)

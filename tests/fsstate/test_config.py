@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from fsstate.config import FLAG_WORDS, parse_flag
+from fsstate.config import FLAG_WORDS, EngineConfig, StoreConfig, parse_flag
 from fsstate.errors import ConfigError, FsStateError
 from fsstate.storage.location import Location
 
@@ -46,3 +46,46 @@ def test_storage_settings_take_the_same_words(value: str, expected: str) -> None
     loc = Location.parse("s3://bucket/prefix", {"single_writer": value})
     assert loc.option_map["single_writer"] == expected
     assert loc.single_writer is (expected == "true")
+
+
+STORE_NUMBERS = [
+    "retain_versions",
+    "row_group_rows",
+    "row_group_bytes",
+    "orphan_grace_ms",
+    "orphan_scan_every_commits",
+]
+ENGINE_NUMBERS = [
+    "memory_limit_bytes",
+    "high_watermark",
+    "low_watermark",
+    "block_cache_fraction",
+    "check_every_growth",
+    "compaction_max_runs",
+    "compaction_bytes_per_round",
+    "compaction_queue_max",
+]
+
+
+@pytest.mark.parametrize("value", [True, False, "3", None])
+@pytest.mark.parametrize("name", STORE_NUMBERS)
+def test_a_store_number_setting_refuses_a_bool_or_text(name: str, value: Any) -> None:
+    """``retain_versions=True`` was read as 1: every number setting takes a number only."""
+    with pytest.raises(ConfigError, match=rf"^{name}={value!r} must be an integer"):
+        StoreConfig(**{name: value})
+
+
+@pytest.mark.parametrize("value", [True, False, "3", None])
+@pytest.mark.parametrize("name", ENGINE_NUMBERS)
+def test_an_engine_number_setting_refuses_a_bool_or_text(name: str, value: Any) -> None:
+    shown = "memory_limit" if name == "memory_limit_bytes" else name
+    with pytest.raises(ConfigError, match=rf"^{shown}={value!r} must be an? (integer|number)"):
+        EngineConfig(**{name: value})
+
+
+def test_numbers_of_the_right_kind_are_accepted() -> None:
+    assert StoreConfig(retain_versions=1, orphan_grace_ms=0).retain_versions == 1
+    engine = EngineConfig(high_watermark=1, low_watermark=0.5, block_cache_fraction=0)
+    assert engine.high_watermark == 1
+    with pytest.raises(ConfigError, match="background_compaction=1 must be True or False"):
+        EngineConfig(background_compaction=1)  # type: ignore[arg-type]
