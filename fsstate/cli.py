@@ -10,6 +10,11 @@ Invariants:
 
 * ``list``, ``stats``, ``show``, ``diff`` and ``verify`` never write. ``show`` and ``diff`` read
   exactly what the engine's reads return (:mod:`fsstate.inspect`).
+* An operator's partitions that disagree on their latest version (:func:`fsstate.inspect.skews`)
+  are never hidden: ``list`` shows each partition behind or ahead (and says so on stderr),
+  ``verify`` names them and exits 1, and ``show`` and ``diff`` never mix versions: without
+  ``--version`` they refuse skewed partitions, and a version some selected partition lacks is
+  refused before anything is read; both refusals name the partitions and the version to pass.
 * ``gc`` deletes only what no retained manifest references and is older than the grace time
   (:mod:`fsstate.store.retention`); ``--retain`` also drops versions older than the window.
   Then, per operator, the stores of layout generations a rescale superseded once no retained
@@ -18,7 +23,8 @@ Invariants:
   query or the operators' runner record one in the manifest): their version numbers are
   batch ids, and a version published beside them would be adopted by the next batch. Those
   stores compact in their writer's own tasks.
-* Exit codes: 0 done; 1 ``verify`` found a damaged or missing file (each named on stderr);
+* Exit codes: 0 done; 1 ``verify`` found a damaged or missing file, or skewed partitions (each
+  named on stderr);
   2 bad usage (click's usage message) or any error (one line on stderr naming the object and
   what to do; also for an error fsstate did not type, which is reported as a bug). ``--debug``
   (before the command) logs the storage client's full reports and tracebacks to stderr.
@@ -52,12 +58,12 @@ from fsstate.console import (
     option_pairs,
     rich_table,
 )
-from fsstate.errors import ConfigError
+from fsstate.errors import ConfigError, VersionNotFoundError
 from fsstate.format.schema import KIND_LIST
 from fsstate.inspect.catalog import StoreRef, read_store_manifest
 from fsstate.inspect.changes import diff_tables
 from fsstate.inspect.snapshot import Snapshot
-from fsstate.inspect.verify import verify_stores
+from fsstate.inspect.verify import latest_text, mixed_versions, skews, verify_stores
 from fsstate.storage.fileio import FileIO
 from fsstate.store import PartitionStore
 from fsstate.store.generations import collect_generations
@@ -115,9 +121,11 @@ def list_cmd(env: CommandEnv, root: str, query: str | None, operator: str | None
     groups: dict[tuple[str, str], list[StoreRef]] = {}
     for s in stores:
         groups.setdefault((s.prefix, s.operator), []).append(s)
+    skewed = {(k.prefix, k.operator): k for k in skews(stores)}
     doc: list[dict[str, Any]] = []
     for (prefix, op), members in groups.items():
         versions = sorted({v for s in members for v in s.versions})
+        skew = skewed.get((prefix, op))
         doc.append(
             {
                 "query": prefix,
@@ -127,6 +135,10 @@ def list_cmd(env: CommandEnv, root: str, query: str | None, operator: str | None
                 "max_version": versions[-1],
                 "retained_versions": len(versions),
                 "latest_by_partition": {s.partition: s.latest for s in members},
+                "latest_version": skew.latest if skew else members[0].latest,
+                "partitions_agree": skew is None,
+                "behind": dict(skew.behind) if skew else {},
+                "ahead": dict(skew.ahead) if skew else {},
             }
         )
     rows = [
@@ -137,11 +149,24 @@ def list_cmd(env: CommandEnv, root: str, query: str | None, operator: str | None
             d["min_version"],
             d["max_version"],
             d["retained_versions"],
+            latest_text(d["latest_version"], d["behind"], d["ahead"]),
         ]
         for d in doc
     ]
-    cols = ["query", "operator", "partitions", "min version", "max version", "retained"]
+    cols = ["query", "operator", "partitions", "min version", "max version", "retained", "latest"]
     env.emit(doc, rich_table(f"state under {root}", cols, rows))
+    if not env.as_json:
+        for skew in skewed.values():
+            click.echo(f"PARTITIONS DISAGREE: {skew.describe()} (see fsstate verify)", err=True)
+
+
+def _same_version(operator: str, stores: list[StoreRef], version: int | None) -> None:
+    """Refuse to read partitions of ``operator`` at versions that differ (one line)."""
+    refusal = mixed_versions(operator, stores, version)
+    if refusal is not None and version is not None:
+        raise VersionNotFoundError(refusal)  # one line, named by its type
+    if refusal is not None:
+        raise Failed(refusal)
 
 
 @cli.command()
@@ -309,6 +334,7 @@ def show(
     """Rows of STATE of OPERATOR at a version, across its partitions."""
     fileio = env.fileio(root)
     stores = _one_query(env.stores(fileio, query, operator, partition))
+    _same_version(operator, stores, version)
     seen: set[int] = set()
     table = _read_all(
         env,
@@ -347,6 +373,8 @@ def diff(
     """Changes of STATE between FROM_VERSION and TO_VERSION (change_type update / delete)."""
     fileio = env.fileio(root)
     stores = _one_query(env.stores(fileio, query, operator, partition))
+    _same_version(operator, stores, from_version)
+    _same_version(operator, stores, to_version)
 
     def changes(snap: Snapshot, p: int) -> pa.Table:
         spec = snap.spec(state)
@@ -380,7 +408,8 @@ def _one_query(stores: list[StoreRef]) -> list[StoreRef]:
 def verify(
     env: CommandEnv, root: str, query: str | None, operator: str | None, latest_only: bool
 ) -> None:
-    """Check every file the retained versions reference: checksums, sizes, row counts."""
+    """Check every file the retained versions reference (checksums, sizes, row counts) and that
+    each operator's partitions agree on their latest version."""
     fileio = env.fileio(root)
     stores = env.stores(fileio, query, operator)
     bar: dict[str, Any] = {}
@@ -413,17 +442,19 @@ def verify(
             {"path": p.path, "versions": list(p.versions), "error": p.error}
             for p in report.problems
         ],
+        "skews": [k.to_doc() for k in report.skews],
     }
     if env.as_json:
         env.emit(doc, None)
     else:
         env.out.print(
             f"checked {report.stores} stores, {report.versions} versions, {report.files} files "
-            f"({report.bytes} bytes): "
-            + ("all intact" if report.ok else f"{len(report.problems)} damaged or missing")
+            f"({report.bytes} bytes): {report.verdict}"
         )
         for p in report.problems:
             click.echo(f"DAMAGED {p.path} (versions {_span(p.versions)}): {p.error}", err=True)
+        for k in report.skews:
+            click.echo(f"SKEWED {k.describe()}", err=True)
     if not report.ok:
         sys.exit(1)
 

@@ -14,10 +14,11 @@ from __future__ import annotations
 from fsstate.inspect.catalog import StoreRef, find_stores
 from fsstate.inspect.changes import diff_tables, read_changes
 from fsstate.inspect.snapshot import Snapshot, read_table
-from fsstate.inspect.verify import Problem, VerifyReport, verify_stores
+from fsstate.inspect.verify import Problem, Skew, VerifyReport, skews, verify_stores
 
 __all__ = [
     "Problem",
+    "Skew",
     "Snapshot",
     "StoreRef",
     "VerifyReport",
@@ -25,5 +26,6 @@ __all__ = [
     "find_stores",
     "read_changes",
     "read_table",
+    "skews",
     "verify_stores",
 ]

@@ -1,4 +1,5 @@
-"""Verifying stored state: every file a retained version references is present and intact.
+"""Verifying stored state: every file a retained version references is present and intact,
+and the partitions of each operator agree on their latest version.
 
 For each store and each retained version (or only the newest), the manifest is read and
 checked (its SHA-256 checksum, format version), then every file it references (data runs and
@@ -6,17 +7,29 @@ TTL index runs, each once however many versions share it) is read whole and chec
 the manifest's record: size, CRC-32, that it decodes as Parquet, and its row count
 (:func:`fsstate.storage.runs.read_table_file`, the same checks a restore makes).
 
+The partitions of one operator (one query's, one layout generation's) commit one version per
+batch each, so once a query stopped they all have the same latest version. :func:`skews` finds
+the operators whose partitions do not (from the listing alone, no read): the operator's latest
+version is the one most of its partitions have (of several as common, the newest); a partition
+with an older latest version is *behind* (its newest manifest deleted or lost, or a batch that
+did not reach it), one with a newer *ahead* (a batch that reached only some partitions: a
+failed or running one). Either is reported; while a query runs, a batch in flight shows as such
+a skew, so verify a stopped query.
+
 Invariants:
 
-* Read-only; a damaged file is reported, never repaired or deleted.
-* Every problem names the file (its full location) and the versions that need it.
+* Read-only; a damaged file or a skew is reported, never repaired or deleted.
+* Every problem names the file (its full location) and the versions that need it; every skew
+  the operator, its latest version, and each partition behind or ahead with its own latest.
 * Memory: one file at a time.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from fsstate.errors import CorruptFileError, VersionNotFoundError
 from fsstate.format.refs import FileRef
@@ -40,6 +53,107 @@ class Problem:
     error: str
 
 
+@dataclass(frozen=True)
+class Skew:
+    """The partitions of one operator that disagree on their latest version.
+
+    Attributes:
+        prefix: the operator's prefix (a tiered query's id; '' for the operators' runner).
+        operator: the operator (store) name.
+        latest: the latest version most of its partitions have (of several, the newest).
+        behind: (partition, its latest version) of each partition with an older one.
+        ahead: (partition, its latest version) of each partition with a newer one.
+        common: the newest version every partition has (None: none).
+    """
+
+    prefix: str
+    operator: str
+    latest: int
+    behind: tuple[tuple[int, int], ...]
+    ahead: tuple[tuple[int, int], ...]
+    common: int | None
+
+    def describe(self) -> str:
+        """One line naming the operator and each partition behind or ahead."""
+        where = f"operator {self.operator!r}" + (f" of query {self.prefix}" if self.prefix else "")
+        parts = [f"partition {p} is behind at {v}" for p, v in self.behind]
+        parts += [f"partition {p} is ahead at {v}" for p, v in self.ahead]
+        return f"{where}: most partitions are at version {self.latest}; " + ", ".join(parts)
+
+    def to_doc(self) -> dict[str, Any]:
+        """The skew as a JSON document."""
+        return {
+            "query": self.prefix,
+            "operator": self.operator,
+            "latest_version": self.latest,
+            "behind": dict(self.behind),
+            "ahead": dict(self.ahead),
+            "common_version": self.common,
+        }
+
+
+def skews(stores: list[StoreRef]) -> list[Skew]:
+    """The operators among ``stores`` whose partitions disagree on their latest version (see
+    the module docstring), in the order of ``stores``; nothing is read."""
+    groups: dict[tuple[str, str], list[StoreRef]] = {}
+    for store in stores:
+        groups.setdefault((store.prefix, store.operator), []).append(store)
+    out: list[Skew] = []
+    for (prefix, operator), members in groups.items():
+        latest = Counter(s.latest for s in members)
+        if len(latest) == 1:
+            continue
+        top = max(latest.values())
+        usual = max(v for v, n in latest.items() if n == top)
+        behind = tuple((s.partition, s.latest) for s in members if s.latest < usual)
+        ahead = tuple((s.partition, s.latest) for s in members if s.latest > usual)
+        shared = set.intersection(*(set(s.versions) for s in members))
+        out.append(Skew(prefix, operator, usual, behind, ahead, max(shared, default=None)))
+    return out
+
+
+def latest_text(latest: int, behind: dict[int, int], ahead: dict[int, int]) -> str:
+    """An operator's latest version with the partitions off it (``3 (p5 behind at 2)``)."""
+    off = [f"p{p} behind at {v}" for p, v in behind.items()]
+    off += [f"p{p} ahead at {v}" for p, v in ahead.items()]
+    return str(latest) + (f" ({', '.join(off)})" if off else "")
+
+
+def mixed_versions(operator: str, stores: list[StoreRef], version: int | None) -> str | None:
+    """Why reading the partitions ``stores`` of ``operator`` would mix versions, in one line
+    naming the partitions and the version to pass (None: it would not): without ``version``
+    (each partition's newest) if they disagree on their latest, else if one lacks ``version``."""
+    if version is None:
+        for skew in skews(stores):
+            return (
+                f"the partitions of {skew.describe()}: their newest versions would mix, nothing "
+                f"was read. {_pass_common(skew.common)}, or see fsstate verify"
+            )
+        return None
+    lacking = [s for s in stores if version not in s.versions]
+    if not lacking:
+        return None
+    have = "; ".join(f"partition {s.partition} has {_span(s.versions)}" for s in lacking)
+    shared = set.intersection(*(set(s.versions) for s in stores))
+    return (
+        f"version {version} of operator {operator!r} is missing in {len(lacking)} of "
+        f"{len(stores)} partitions ({have}); nothing was read. "
+        f"{_pass_common(max(shared, default=None))}, or pick partitions with --partition"
+    )
+
+
+def _pass_common(common: int | None) -> str:
+    if common is None:
+        return "No version is retained by every partition"
+    return f"Pass --version {common} (the newest version every partition has)"
+
+
+def _span(versions: tuple[int, ...]) -> str:
+    return (
+        f"versions {versions[0]}..{versions[-1]}" if len(versions) > 1 else f"version {versions[0]}"
+    )
+
+
 @dataclass
 class VerifyReport:
     """The outcome of :func:`verify_stores`.
@@ -50,6 +164,7 @@ class VerifyReport:
         files: data and index files checked.
         bytes: their total size.
         problems: what is wrong (empty when everything is intact).
+        skews: operators whose partitions disagree on their latest version (:func:`skews`).
     """
 
     stores: int = 0
@@ -57,11 +172,22 @@ class VerifyReport:
     files: int = 0
     bytes: int = 0
     problems: list[Problem] = field(default_factory=list)
+    skews: list[Skew] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        """Whether every file is intact."""
-        return not self.problems
+        """Whether every file is intact and every operator's partitions agree."""
+        return not self.problems and not self.skews
+
+    @property
+    def verdict(self) -> str:
+        """The outcome in a few words (``all intact``, or what was found)."""
+        if self.ok:
+            return "all intact"
+        said = [f"{len(self.problems)} damaged or missing"] if self.problems else []
+        if self.skews:
+            said.append(f"{len(self.skews)} operator(s) with partitions at different versions")
+        return ", ".join(said)
 
 
 def plan_files(
@@ -96,7 +222,8 @@ def verify_stores(
     on_file: Callable[[int], None] | None = None,
     on_plan: Callable[[int], None] | None = None,
 ) -> VerifyReport:
-    """Check every file the retained versions of ``stores`` reference.
+    """Check every file the retained versions of ``stores`` reference, and that each operator's
+    partitions agree on their latest version.
 
     Args:
         fileio: the root the stores were found under.
@@ -105,7 +232,7 @@ def verify_stores(
         on_file: called with a file's size after each file is checked (progress).
         on_plan: called once with the number of files to check, before checking them.
     """
-    report = VerifyReport()
+    report = VerifyReport(skews=skews(stores))
     plans: list[tuple[StoreRef, dict[str, tuple[FileRef, list[int]]]]] = []
     for store in stores:
         report.stores += 1

@@ -168,6 +168,69 @@ def test_verify_names_each_damaged_file_and_manifest(root: tuple[str, list[str]]
     assert fileio.describe(manifest) in {p["path"] for p in latest["problems"]}
 
 
+def test_a_partition_behind_is_seen_by_verify_list_and_show(root: tuple[str, list[str]]) -> None:
+    """One partition's newest manifest deleted: verify names the partition and exits 1, list
+    shows the disagreement, show and diff never mix versions (one line naming the partition
+    and the version to pass); at that version every command reads one version again."""
+    uri, opts = root
+    fileio = _fileio(uri, opts)
+    _history(fileio, partitions=3)
+    assert _json(["verify", uri], opts)["ok"]
+    fileio.delete(f"{store_dir_for('agg', 1)}/manifests/{3:020d}.json")
+
+    res = _run(["verify", uri], opts, code=1)
+    assert (
+        "SKEWED operator 'agg': most partitions are at version 3; partition 1 is behind at 2"
+        in (res.stderr)
+    )
+    assert "all intact" not in res.stdout
+    report = json.loads(_run(["--json", "verify", uri], opts, code=1).stdout)
+    assert not report["ok"] and report["problems"] == []  # every file is intact
+    [skew] = report["skews"]
+    assert (skew["operator"], skew["latest_version"], skew["common_version"]) == ("agg", 3, 2)
+    assert skew["behind"] == {"1": 2} and skew["ahead"] == {}
+
+    [op] = _json(["list", uri], opts)
+    assert not op["partitions_agree"] and op["behind"] == {"1": 2}
+    assert op["latest_version"] == 3 and op["latest_by_partition"] == {"0": 3, "1": 2, "2": 3}
+    listed = _run(["list", uri], opts)
+    assert "3 (p1 behind at 2)" in listed.stdout
+    assert "PARTITIONS DISAGREE" in listed.stderr and "partition 1 is behind at 2" in listed.stderr
+
+    for args in (["show", uri, "agg", "total"], ["show", uri, "agg", "total", "-v", "3"]):
+        res = _run(args, opts, code=2)
+        assert res.stdout == "" and len(res.stderr.strip().splitlines()) == 1, res.stderr
+        assert "partition 1" in res.stderr and "--version 2" in res.stderr
+    res = _run(["diff", uri, "agg", "total", "2", "3"], opts, code=2)
+    assert "version 3 of operator 'agg' is missing in 1 of 3 partitions" in res.stderr
+    # at the version every partition has, show reads that version only
+    got = _json(["show", uri, "agg", "total", "-v", "2", "-n", "-1"], opts)
+    want = [
+        {**r, "partition_id": p}
+        for p in range(3)
+        for r in read_table(fileio, "agg", p, "total", 2).to_pylist()
+    ]
+    assert got["shown"] == want
+    # the partition shown alone is no mix
+    assert _json(["show", uri, "agg", "total", "-p", "0", "-n", "-1"], opts)["rows"] == 6
+
+
+def test_a_partition_ahead_is_named_too(tmp_path: Path) -> None:
+    """A batch that reached one partition only (a failed or running batch) shows as a
+    partition ahead of the others."""
+    uri = str(tmp_path / "state")
+    fileio = _fileio(uri, [])
+    _history(fileio, partitions=3)
+    s = PartitionStore.open(fileio, "agg", 2)  # the newest: 3
+    s.value_table("total", VAL, KEY).update(("late",), (1,))
+    s.commit(4)
+    s.close()
+    res = _run(["verify", uri], [], code=1)
+    assert "most partitions are at version 3; partition 2 is ahead at 4" in res.stderr
+    res = _run(["show", uri, "agg", "total"], [], code=2)
+    assert "partition 2 is ahead at 4" in res.stderr and "--version 3" in res.stderr
+
+
 def test_gc_deletes_old_orphans_only_and_retain_drops_versions(tmp_path: Path) -> None:
     uri = str(tmp_path / "state")
     fileio = FileIO(uri)
@@ -203,7 +266,9 @@ def test_compact_keeps_every_row_and_refuses_a_streaming_writers_store(tmp_path:
     assert PartitionStore.committed_versions(uri, "agg", 1)[-1] == 3
     for (p, t), want in before.items():
         assert read_table(fileio, "agg", p, t).to_pylist() == want, (p, t)
-    assert _json(["verify", uri], [])["ok"]
+    report = json.loads(_run(["--json", "verify", uri], [], code=1).stdout)
+    assert report["problems"] == []  # every file intact; only partition 0 has a version 4:
+    assert [k["behind"] for k in report["skews"]] == [{"1": 3}]  # the partitions disagree
 
     owned = str(tmp_path / "owned")
     _history(FileIO(owned), partitions=1, meta={WRITER_META: {"run": "r1", "instance": "i"}})
