@@ -26,6 +26,12 @@ Invariants:
   row-group key bounds prune a point lookup to at most the row groups that can hold the key),
   with Parquet page checksums verified.
 * Every decode failure is a :class:`fsstate.errors.DataFileCorruptError` naming the file.
+* Decoding runs on the calling thread (``use_threads=False``, and no dataset scan): no Arrow
+  pool thread ever holds a reference to a buffer or file Python owns (the bytes of a file read
+  whole, an object store's file object). Releasing one takes the GIL; a pool thread that asks
+  for it while the interpreter exits is ended by ``pthread_exit``, which aborts the process
+  (``terminate called without an active exception``, exit 134, seen after a CLI error right
+  after reads: issue 45). In a Spark worker the other cores run other tasks anyway.
 * Write-through: a file written in one part and small enough to be read whole enters this
   process's block cache as the segment it was written from (the rows the file decodes to), so
   the next epoch's reads of what the last one wrote do not read it back.
@@ -123,7 +129,7 @@ def read_table_file(fileio: FileIO, store_dir: str, ref: FileRef) -> pa.Table:
     if ref.crc32 is not None and zlib.crc32(data) != ref.crc32:
         raise _corrupt(where, "fails its checksum (corrupted on storage)")
     try:
-        table = pq.read_table(pa.BufferReader(data))
+        table = pq.ParquetFile(pa.BufferReader(data)).read(use_threads=False)
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise _corrupt(where, f"cannot be decoded ({exc})") from exc
     if table.num_rows != ref.rows:
@@ -273,7 +279,7 @@ class DiskRun:
         try:
             pf = ctx.fileio.open_parquet(self.path, self.size, self.metadata)
             self.metadata = pf.metadata
-            table = pf.read_row_group(i)
+            table = pf.read_row_group(i, use_threads=False)
         except MissingObject as exc:
             raise _corrupt(self.where, "is missing") from exc
         except StorageError:
