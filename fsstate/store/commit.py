@@ -26,10 +26,27 @@ Invariants:
   (``chain_from``). A version number older than the base gets no lineage: nothing ever catches
   up across it.
 * A version is published once and never changes. An attempt that finds it published by another
-  (a task retry, a speculative or zombie task, a re-run after a restart) compares parents: on
-  the same parent it adopts that version (its own files are left to the garbage collection
-  after the grace time); on another parent :func:`check_adoptable` raises
-  :class:`fsstate.errors.CommitConflictError` and nothing changes.
+  adopts that version (its own files are left to the garbage collection after the grace time)
+  only if both are attempts of the same epoch (:func:`check_adoptable`): built on the same
+  parent (version and checksum) by writers that are not different ones. The writer is the epoch
+  record's (``writer`` in the manifest's meta, :class:`fsstate.store.record.Writer`, written by
+  :mod:`fsstate.store.epoch`):
+
+  - neither manifest records one: two attempts through the engine API (each opened the parent
+    and commits the next version: a retried task, a speculative or zombie one);
+  - both record one of the same query run and operator instance: a task retry, speculative or
+    zombie task of that run; or of different runs: a re-run of the batch after a restart
+    (the run id is per start of a query);
+  - anything else is another writer: one records a writer and the other none (a query's
+    version met by a tool or engine-API commit, or the reverse).
+
+  Another operator instance of the same run (two operators sharing a store,
+  :meth:`fsstate.store.record.Writer.is_foreign_to`) is adopted here and refused right after by
+  :mod:`fsstate.store.epoch` with a :class:`fsstate.errors.ConfigError` naming the remedy (the
+  epoch's store is discarded: nothing of it is applied). Another parent or another writer
+  raises :class:`fsstate.errors.CommitConflictError`: nothing is published and the caller's
+  writes are not dropped silently. (Telling a copied checkpoint's re-run of a batch from its
+  original's is the lineage's job, not the writer's: both are runs of one query id.)
 """
 
 from __future__ import annotations
@@ -44,6 +61,7 @@ from fsstate.format.schema import TableSpec
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.manifest import Manifest, TableEntry
 from fsstate.storage.runs import file_metadata, new_data_path, write_table_file
+from fsstate.store.identity import WRITER_META
 from fsstate.tables import TableBase
 from fsstate.tables.ttl_index import encode_changes, needs_snapshot
 
@@ -164,10 +182,12 @@ def link_to_base(manifest: Manifest, base: Manifest | None) -> Manifest:
 
 def check_adoptable(published: Manifest, ours: Manifest, where: str) -> None:
     """Whether this attempt may adopt the ``published`` manifest of the version it built as
-    ``ours``: only if both were built on the same parent (the same batch from the same state).
+    ``ours``: only if both are attempts of the same epoch (see the module docstring): built on
+    the same parent (the same batch from the same state) by writers that are not different.
 
     Raises:
-        CommitConflictError: the version was published on another parent.
+        CommitConflictError: the version was published on another parent, or by another
+            writer.
     """
     same_parent = (published.parent_version, published.parent_checksum) == (
         ours.parent_version,
@@ -181,3 +201,21 @@ def check_adoptable(published: Manifest, ours: Manifest, where: str) -> None:
             f"{ours.version} (or the version you meant to continue from) and commit a new "
             "version"
         )
+    theirs, mine = published.meta.get(WRITER_META), ours.meta.get(WRITER_META)
+    if (theirs is None) != (mine is None):
+        raise CommitConflictError(
+            f"version {ours.version} of store {where} was already published by another writer "
+            f"({_who(theirs)}; this commit is by {_who(mine)}), not by an attempt of the same "
+            "epoch; nothing was published and this store's changes were not applied. Open the "
+            f"store at version {ours.version} to read what was published, or commit to a store "
+            "of your own (another operator name or state location)"
+        )
+
+
+def _who(writer: Any) -> str:
+    """A writer meta value as a message says it."""
+    if writer is None:
+        return "no recorded writer: the engine API or a tool"
+    if isinstance(writer, dict):
+        return f"query run {writer.get('run')}, operator instance {writer.get('instance')}"
+    return f"writer {writer!r}"

@@ -19,9 +19,12 @@ which resolve the generation here). An epoch ``e`` of the store of
 3. **Process**: the caller's work on :attr:`EpochRun.store`.
 4. **Commit** (:meth:`EpochRun.commit`): the epoch's :class:`fsstate.store.record.EpochRecord`,
    with the writer's identity, replaces the record keys of the store's meta, and version ``e``
-   is published (put-if-absent). If another attempt published ``e`` on the same parent the
-   store *adopts* it; an adopted version whose writer is another instance of the same query run
-   means two operators share the store: :class:`fsstate.errors.ConfigError`.
+   is published (put-if-absent). If another attempt of the same epoch published ``e`` (the same
+   parent, and a writer recorded as this one's is: :func:`fsstate.store.commit.check_adoptable`)
+   the store *adopts* it; a version published on another parent or by a writer recorded
+   differently (none against one) is a :class:`fsstate.errors.CommitConflictError`; an
+   adopted version whose writer is another instance of the same query run means two operators
+   share the store: :class:`fsstate.errors.ConfigError`.
 5. **Release** (on success): the store goes back to the pool, clean at ``e``, for the next epoch.
 
 The failure rule, the same for every caller: an exception at any step from acquire on (the
@@ -182,7 +185,8 @@ class EpochRun:
 
         Raises:
             CommitError: storage failed; the previous version is intact, retry is safe.
-            CommitConflictError: the version was published on another parent.
+            CommitConflictError: the version was published on another parent, or by another
+                writer (one recorded against none).
             ConfigError: the version was published by another instance of the same run.
         """
         self._finish()
@@ -208,7 +212,7 @@ class EpochRun:
         store.meta.update(record.to_meta())
         info = store.commit(self.epoch)
         if info.adopted and self.writer is not None:
-            published = EpochRecord.from_meta(store.meta).writer
+            published = Writer.from_meta(store.committed_writer)
             if published is not None and published.is_foreign_to(self.writer):
                 raise ConfigError(
                     "two stateful operators of one query store their state under the same "

@@ -11,12 +11,16 @@ rescale: :mod:`fsstate.store.layout`.)
 Invariants:
 
 * Opening reads one manifest and nothing else: no data file is read until a key needs it, so
-  opening costs the same for any state size.
+  opening costs the same for any state size. :meth:`PartitionStore.open` without ``version=``
+  opens the newest committed version (one listing of the store's manifests first), never an
+  empty store beside committed versions; an empty store is asked for with ``version=None``.
 * ``commit(v)`` writes only what is not on storage yet, then publishes the manifest of ``v``
   once (put-if-absent); until then nothing of ``v`` is visible, and a failed commit leaves the
-  previous version intact and can be retried. Another attempt's ``v`` built on the same parent
-  is adopted (the store becomes that version), on another parent refused: the protocol and its
-  invariants are :mod:`fsstate.store.commit`'s.
+  previous version intact and can be retried. Another attempt's ``v`` is adopted (the store
+  becomes that version) only if it is the same epoch's retry (the same parent, and a writer that
+  is not another one: :func:`fsstate.store.commit.check_adoptable`), else refused with a typed
+  error and nothing published: the protocol and its invariants are
+  :mod:`fsstate.store.commit`'s.
 * After each commit the store drops the version that leaves the retained window, with the
   files only it referenced, without listing storage; every ``orphan_scan_every_commits``-th
   version it lists storage for leftovers and orphans older than ``orphan_grace_ms``
@@ -26,9 +30,10 @@ Invariants:
 Requests on an object store (measured by ``FileIO.stats``, asserted against the S3 server in
 ``tests/fsstate/storage/test_object_store.py``), none of them a listing on the per-batch path:
 
-* ``open``: 1 GET (the manifest). Reading a key later: 1 GET per small run file it needs (read
-  whole), or its footer and row group for larger ones; 0 for files this process read before
-  (the block cache holds decoded files and footers, which never change).
+* ``open``: 1 GET (the manifest); without ``version=``, 1 LIST of the manifests before it.
+  Reading a key later: 1 GET per small run file it needs (read whole), or its footer and row
+  group for larger ones; 0 for files this process read before (the block cache holds decoded
+  files and footers, which never change).
 * ``refresh`` across ``k`` versions: ``k`` GETs of manifests, plus the new data files of the
   tables that hold views.
 * ``commit``: 1 PUT per changed table (its run; and one per TTL index change) and 1
@@ -45,9 +50,10 @@ Requests on an object store (measured by ``FileIO.stats``, asserted against the 
 from __future__ import annotations
 
 import dataclasses
+import enum
 import logging
 import time
-from typing import Any
+from typing import Any, Final
 
 import pyarrow as pa
 
@@ -92,6 +98,7 @@ from fsstate.store.retention import Retention
 from fsstate.tables import ListTable, MapTable, TableBase, ValueTable
 
 __all__ = [
+    "NEWEST",
     "WRITER_META",
     "CommitInfo",
     "PartitionStore",
@@ -101,6 +108,15 @@ __all__ = [
 ]
 
 log = logging.getLogger("fsstate.store")
+
+
+class Newest(enum.Enum):
+    """The type of :data:`NEWEST`."""
+
+    NEWEST = "newest"
+
+
+NEWEST: Final = Newest.NEWEST  # PartitionStore.open's default: the newest committed version
 
 
 class PartitionStore(interfaces.KeyedStore):
@@ -129,8 +145,10 @@ class PartitionStore(interfaces.KeyedStore):
         self.next_seq: int = manifest.next_seq if manifest else 0
         self.now_ms: int = int(time.time() * 1000)
         self._manifest = manifest
-        # small JSON values kept with each version (see Manifest.meta), carried forward
-        self.meta: dict[str, Any] = dict(manifest.meta) if manifest else {}
+        # small JSON values kept with each version (see Manifest.meta), carried forward but
+        # for the writer of a version read from storage: a store writes as whoever sets it
+        # (fsstate.store.epoch, or its caller; absent: none recorded)
+        self.meta: dict[str, Any] = _carried(manifest)
         self._entries: dict[str, TableEntry] = dict(manifest.tables) if manifest else {}
         self._tables: dict[str, TableBase] = {}
         self._dropped = False
@@ -151,7 +169,7 @@ class PartitionStore(interfaces.KeyedStore):
         uri: str | Location | FileIO,
         operator: str,
         partition: int,
-        version: int | None = None,
+        version: int | Newest | None = NEWEST,
         config: StoreConfig | None = None,
         layout: str = "",
     ) -> PartitionStore:
@@ -162,7 +180,10 @@ class PartitionStore(interfaces.KeyedStore):
                 with object store settings) or a FileIO.
             operator: operator (or query/operator) name.
             partition: partition id.
-            version: committed version to open; None starts an empty store (version -1).
+            version: committed version to open; :data:`NEWEST` (the default) the newest one
+                (one listing of the store's manifests; an empty store if it has none); None
+                starts an empty store (version -1) whatever is committed, as epoch 0 does (its
+                commit then meets the versions on storage: :meth:`commit`).
             config: store settings.
             layout: the directory of the layout generation holding the version (``""``:
                 generation 0; see :mod:`fsstate.store.layout`, which resolves it).
@@ -173,9 +194,18 @@ class PartitionStore(interfaces.KeyedStore):
         """
         config = config or StoreConfig()
         fileio = uri if isinstance(uri, FileIO) else FileIO(uri, fsync=config.fsync)
+        store_dir = store_dir_for(operator, partition, layout)
+        if version is NEWEST:
+            versions = list_versions(fileio, store_dir)
+            version = versions[-1] if versions else None
+        if version is not None and (isinstance(version, bool) or not isinstance(version, int)):
+            raise ConfigError(
+                f"version={version!r} of store {fileio.describe(store_dir)}: give a committed "
+                "version (an int), None for an empty store, or leave it out for the newest"
+            )
         manifest = None
         if version is not None:
-            manifest = read_manifest(fileio, store_dir_for(operator, partition, layout), version)
+            manifest = read_manifest(fileio, store_dir, version)
         return cls(fileio, operator, partition, manifest, config, layout=layout)
 
     def refresh(self, version: int) -> bool:
@@ -212,7 +242,7 @@ class PartitionStore(interfaces.KeyedStore):
             apply_plan(plan)
         self._reset_tables(target, resets)
         self._manifest = target
-        self.meta = dict(target.meta)
+        self.meta = _carried(target)
         self.version = target.version
         self.next_seq = max(self.next_seq, target.next_seq)
         self._dropped = False
@@ -392,25 +422,34 @@ class PartitionStore(interfaces.KeyedStore):
 
     # -- commit --------------------------------------------------------------------------------
     @property
+    def committed_writer(self) -> Any:
+        """The ``writer`` meta value of the version the store is at (None: none recorded, or
+        no version): who committed it (:class:`fsstate.store.record.Writer`)."""
+        return None if self._manifest is None else self._manifest.meta.get(WRITER_META)
+
+    @property
     def dirty(self) -> bool:
         """Whether anything changed since the store was opened or last committed."""
         if self._dropped:
             return True
-        if self.meta != (self._manifest.meta if self._manifest is not None else {}):
-            return True
+        if {k: v for k, v in self.meta.items() if k != WRITER_META} != _carried(self._manifest):
+            return True  # (a writer alone changes nothing)
         return any(t.dirty or (t.ttl_loaded and t.ttl_index().dirty) for t in self._tables.values())
 
     def commit(self, version: int) -> CommitInfo:
         """Publish the current state as ``version`` (see the module docstring).
 
-        A version is published once: if another attempt (a retried, speculative or zombie task,
-        or this store earlier) already published ``version`` on the same parent version, this
-        store adopts that version (its own changes since its parent are dropped, its files are
-        left to the garbage collection) and the result says ``adopted``.
+        A version is published once: if another attempt of the same epoch (a retried,
+        speculative or zombie task, or this store earlier: the same parent version, and a writer
+        that is not another one, see :func:`fsstate.store.commit.check_adoptable`) already
+        published ``version``, this store adopts that version (its own changes since its parent
+        are dropped, its files are left to the garbage collection) and the result says
+        ``adopted``.
 
         Raises:
             CommitError: storage failed; the previous version is intact, retry is safe.
-            CommitConflictError: ``version`` was published on another parent; nothing changed.
+            CommitConflictError: ``version`` was published on another parent, or by another
+                writer; nothing was published and the store is unchanged.
         """
         self.check_open()
         if isinstance(version, bool) or not isinstance(version, int) or version < 0:
@@ -448,7 +487,7 @@ class PartitionStore(interfaces.KeyedStore):
         """The store is now at the ``manifest`` it published: forget the dropped tables, count
         the commit, drop what leaves the retained window, and ask for the compactions due."""
         self._dropped = False
-        self._manifest = manifest
+        self._manifest = manifest  # its meta stays: a writer goes on as the writer it was
         self.version = manifest.version
         return_memory_to_os()
         self._commits += 1
@@ -468,7 +507,7 @@ class PartitionStore(interfaces.KeyedStore):
         check_adoptable(published, ours, where)
         self._reset_tables(published, list(self._tables))
         self._manifest = published
-        self.meta = dict(published.meta)
+        self.meta = _carried(published)
         self.version = published.version
         self.next_seq = max(self.next_seq, published.next_seq)
         self._dropped = False
@@ -600,3 +639,11 @@ class PartitionStore(interfaces.KeyedStore):
     def closed(self) -> bool:
         """Whether :meth:`close` was called."""
         return self._closed
+
+
+def _carried(manifest: Manifest | None) -> dict[str, Any]:
+    """The meta a store at ``manifest`` starts from: the version's, without its writer (a
+    writer is each commit's own: a commit nobody recorded a writer for records none)."""
+    if manifest is None:
+        return {}
+    return {k: v for k, v in manifest.meta.items() if k != WRITER_META}
