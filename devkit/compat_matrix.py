@@ -1,12 +1,15 @@
 """The compatibility matrix: fsstate's suites on every supported PySpark minor and Python.
 
 ``make test`` runs the whole suite on the default PySpark (pyproject's ``dev`` extra) and Python.
-``make test-compat`` (``python -m devkit.compat_matrix``) runs, for each other :data:`MATRIX`
-entry, in a virtualenv of its own (``.venv-compat/<name>``, made and filled by this module from
-the package registry: ``pyspark[connect]==<version>`` beside fsstate's ``spark``, ``cli`` and
-``test`` extras), the suites of :data:`SUITES`: Spark's own transformWithState scenarios (the
-conformance suite), ``tiered()`` equivalence on both loops, the flow driver, the state sources,
-the command lines, rescaling, Spark Connect and the UDF-safety test.
+``make test-compat`` (``python -m devkit.compat_matrix``) runs each other :data:`MATRIX` entry
+in a virtualenv of its own (``.venv-compat/<name>``, made and filled by this module from the
+package registry: ``pyspark[connect]==<version>`` beside fsstate's ``spark``, ``cli`` and
+``test`` extras): on another minor, :data:`SUITES` (the UDF-safety test, ``tiered()``
+equivalence on both loops, the flow driver, the state sources) and the conformance suite's
+protocol scenarios (:data:`CONFORMANCE_FILES`) on that minor's ``tiered()`` way; on another
+Python, :data:`OTHER_PYTHON_SUITES`. ``--full`` (``make test-compat-full``, not in CI: about 20
+minutes a minor) runs every entry on the whole conformance suite, every way, with rescaling,
+the whole-batch operators, the demo, Spark Connect and the command lines (:data:`FULL_EXTRA`).
 
 Invariants:
 
@@ -14,8 +17,8 @@ Invariants:
   :mod:`fsstate_spark.tiered.adapters`; the docs' support table is generated from both
   (:func:`support_table`) and a test holds the page to it.
 * Each entry's virtualenv is its own (nothing shared with ``.venv``), rebuilt when its pins or
-  pyproject.toml change (a stamp holds their hash); the run fails if any entry fails, and says
-  which, after running every entry.
+  the project's dependencies change (a stamp holds their hash); the run fails if any entry
+  fails, and says which, after running every entry.
 * An entry whose Python is not on this machine fails the run (CI must test what the table
   says), unless ``--allow-missing`` is given.
 """
@@ -75,26 +78,30 @@ SUITES = (
     "tests/fsstate_spark/tiered/test_streaming.py",
     "tests/fsstate_spark/operators/test_transform_with_state.py",
     "tests/fsstate_spark/sources/test_state_source.py",
-    "tests/fsstate/test_cli.py",
 )
-"""The suites every entry runs: the UDF-safety test, ``tiered()`` equivalence on both loops
-(against Spark's handles), the flow driver's (against Spark's operator), the state sources and
-the engine's command line."""
+"""The suites every other minor runs: the UDF-safety test, ``tiered()`` equivalence on both
+loops (against Spark's handles), the flow driver's (against Spark's operator) and the state
+sources."""
 
-CONFORMANCE_FILES = ("test_basics.py", "test_state_variables.py", "test_timers.py",
-                     "test_initial_state.py")  # fmt: skip
+OTHER_PYTHON_SUITES = SUITES[:3]
+"""What the default PySpark runs on the other Pythons (the same release's protocol as ``make
+test``'s: the worker module, both loops and the UDFs)."""
+
+CONFORMANCE_FILES = ("test_basics.py", "test_timers.py", "test_initial_state.py")
 """Spark's transformWithState scenarios every other minor runs in CI, on the way that minor's
-``tiered()`` takes with the worker module (fsstate's loop where the minor has an adapter);
-``--full`` runs the whole conformance suite, every way."""
+``tiered()`` takes with the worker module (fsstate's loop where the minor has an adapter):
+the ones that cross the task's protocol (input batches, timers, initial state). ``--full``
+runs the whole conformance suite, every way."""
 
 FULL_EXTRA = (
+    "tests/fsstate/test_cli.py",
     "tests/fsstate_spark/tiered/test_rescale.py",
     "tests/fsstate_spark/operators/test_operators_spark.py",
     "tests/fsstate_spark/test_cli_demo.py",
     "tests/fsstate_spark/test_connect.py",
 )
 """What ``--full`` adds: rescaling, the whole-batch operators, the demo and its CLI, Spark
-Connect."""
+Connect, the engine's command line."""
 
 
 def selection(entry: Entry, full: bool) -> tuple[list[str], dict[str, str]]:
@@ -105,7 +112,7 @@ def selection(entry: Entry, full: bool) -> tuple[list[str], dict[str, str]]:
     if full:
         return [*args, *FULL_EXTRA, CONFORMANCE], {}
     if entry.minor == DEFAULT.minor:
-        return args, {}
+        return list(OTHER_PYTHON_SUITES), {}
     from fsstate_spark.tiered.adapters import ADAPTERS
 
     fast = tuple(map(int, entry.minor.split("."))) in ADAPTERS
