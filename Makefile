@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
-.PHONY: help venv demo demo-s3 test test-engine test-spark lint docs docs-serve docs-config bench bench-quick bench-report dist clean
+.PHONY: help venv demo demo-s3 test test-compat test-compat-full test-engine test-spark lint docs docs-serve docs-config bench bench-quick bench-report dist clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' Makefile | awk 'BEGIN {FS = ":.*## "}; {printf "  %-12s %s\n", $$1, $$2}'
@@ -31,6 +31,14 @@ demo-s3: $(STAMP)  ## the demo with its state on a local S3 server (started and 
 TEST_WORKERS ?= 2
 test: $(STAMP)  ## run every test (engine and Spark suites, the docs' snippets and their strict build)
 	$(PY) -m pytest -q tests -n $(TEST_WORKERS) --dist loadfile --durations=25
+
+# Every other supported PySpark minor, and the default PySpark on the other Pythons, each in a
+# virtualenv of its own under .venv-compat/ (devkit/compat_matrix.py: the entries and suites).
+test-compat: $(STAMP)  ## the compatibility matrix: the Spark suites on PySpark 4.0-4.2 and on Python 3.12/3.13
+	$(PY) -m devkit.compat_matrix
+
+test-compat-full: $(STAMP)  ## the matrix on every suite and the whole conformance suite (not in CI: ~20 min a minor)
+	$(PY) -m devkit.compat_matrix --full
 
 test-engine: $(STAMP)  ## engine tests only, without the slow ones (subprocess jobs, large state)
 	$(PY) -m pytest -q tests -m "not spark and not slow"
@@ -75,5 +83,5 @@ dist: $(STAMP)  ## build dist/fsstate-pyfiles.zip for spark-submit --py-files
 	$(PY) -m fsstate_spark.pyfiles dist/fsstate-pyfiles.zip
 
 clean:  ## remove the venv, caches and local state
-	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache demo_state
+	rm -rf $(VENV) .venv-compat build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache demo_state
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

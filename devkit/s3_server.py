@@ -222,7 +222,7 @@ def sigv4_request(
 ) -> tuple[int, bytes]:
     """One path-style S3 request signed with SigV4; returns (status, body). No query strings."""
     u = urllib.parse.urlsplit(url)
-    now = _dt.datetime.now(_dt.timezone.utc)
+    now = _dt.datetime.now(_dt.UTC)
     amz_date, day = now.strftime("%Y%m%dT%H%M%SZ"), now.strftime("%Y%m%d")
     payload_hash = hashlib.sha256(body).hexdigest()
     host = u.netloc

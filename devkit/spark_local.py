@@ -12,6 +12,11 @@ Invariants:
 * :func:`session_conf` puts back exactly the settings a block found (an unset key stays unset).
 * ``write_batches`` gives each file a distinct, increasing modification time, so a file source
   read with ``maxFilesPerTrigger=1`` sees exactly one file per micro-batch, in order.
+
+Environment: ``FSSTATE_TEST_NO_WORKER_MODULE=1`` drops ``spark.python.worker.module`` from the
+conf file's settings (executors then run PySpark's own worker for every UDF, and ``tiered()``
+runs its processor through PySpark's transformWithState loop), e.g. to test on a PySpark whose
+fsstate worker is not ready.
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ from pyspark.sql import SparkSession
 from devkit.repo import ROOT, worker_paths
 
 CONF_FILE = ROOT / "conf" / "spark-defaults.conf"
+NO_WORKER_MODULE_ENV = "FSSTATE_TEST_NO_WORKER_MODULE"
+"""Set to ``1`` (or ``true``): sessions leave ``spark.python.worker.module`` unset."""
 
 
 def read_conf(path: Path = CONF_FILE) -> dict[str, str]:
@@ -43,9 +50,12 @@ def read_conf(path: Path = CONF_FILE) -> dict[str, str]:
 
 
 def local_session(app_name: str, **overrides: str) -> SparkSession:
-    """A SparkSession from ``conf/spark-defaults.conf`` with ``overrides`` applied."""
+    """A SparkSession from ``conf/spark-defaults.conf`` with ``overrides`` applied (without
+    ``spark.python.worker.module`` if :data:`NO_WORKER_MODULE_ENV` is set)."""
     worker_paths()
     conf = read_conf()
+    if os.environ.get(NO_WORKER_MODULE_ENV, "").strip().lower() in ("1", "true", "yes"):
+        conf.pop("spark.python.worker.module", None)
     conf.update(overrides)
     builder = SparkSession.builder.appName(app_name)
     for key, value in conf.items():

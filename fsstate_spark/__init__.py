@@ -26,6 +26,14 @@ name (``from fsstate_spark.tiered.settings import TieredConfig``), not as attrib
 
 from __future__ import annotations
 
+import pyspark as _pyspark
+
+if not _pyspark.__version__.startswith("4."):  # before anything imports PySpark 4's modules
+    raise ImportError(
+        f"fsstate_spark runs on PySpark 4.0 to 4.3 (pyspark>=4.0,<4.4); this is PySpark "
+        f"{_pyspark.__version__}: install a supported PySpark (docs/compatibility.md)"
+    )
+
 from fsstate_spark.sources import StateSummary, register_sources, state_summary
 from fsstate_spark.state.handles import (
     EmptyListError,

@@ -32,13 +32,14 @@ from fsstate.store.epoch import EpochRun
 from fsstate.store.partition import PartitionStore
 from fsstate.store.pool import StorePool
 from fsstate.tables.ttl_index import TtlIndex
-from fsstate_spark import runtime
+from fsstate_spark import compat, runtime
 from fsstate_spark.operators.driver import Driver, _Receipts
 from fsstate_spark.operators.flows import Flow
 from fsstate_spark.sources.source import FsStatePushdownReader
 from fsstate_spark.sources.summary import StateSummary
 from fsstate_spark.state.handles import TieredHandle, TieredListState, TieredMapState
 from fsstate_spark.tiered import lifecycle
+from fsstate_spark.tiered.fast_loop import ArrowStreamIn, ArrowStreamOut
 from fsstate_spark.tiered.lifecycle import StoreCache
 
 _: Any = None  # an instance: ``cast(C, _).a`` is attribute ``a`` of a C (checked by mypy)
@@ -113,3 +114,8 @@ runtime.storage_request_counts
 lifecycle.store_cache
 cast(StoreCache, _).acquire_s
 cast(StoreCache, _).finish_s
+# PySpark's worker calls a task's deserializer and serializer (fsstate's keyed loop)
+ArrowStreamIn.load_stream
+ArrowStreamOut.dump_stream
+# what the running PySpark has, for callers and the tests (the conformance suite)
+compat.ROW_TRANSFORM_WITH_STATE

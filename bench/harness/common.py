@@ -397,7 +397,7 @@ def git_state() -> GitState:
 
 def utc_now() -> str:
     """The current UTC time, ISO 8601 to the second (``2026-11-25T03:18:44+00:00``)."""
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 
 
 def _cpu_model() -> str:

@@ -11,6 +11,8 @@ the output schema of the running aggregate, its checksums, the sink and waiting 
   running aggregate's output, from the input files with Arrow or from an output table;
 * :class:`ChecksumSink`: the ``foreachBatch`` function of every Python-side query;
 * :func:`wait_batch`: a query's ``triggerExecution`` of one batch, once its input rows are in.
+* :data:`JVM_SIDES_ENV`: the environment variable that narrows ``spark_jvm``'s sides (set by
+  ``spark_minors`` for its runs of ``spark_jvm`` on each PySpark minor).
 
 Invariants: a checksum is a pure function of the rows (order-free); a :class:`RowsCell`'s
 figures are pure functions of its ``rows`` and ``steady``; :class:`ChecksumSink`
@@ -44,6 +46,11 @@ OUTPUT_TYPE = StructType(
 )
 
 Checksum = tuple[int, int, int, int]
+
+JVM_SIDES_ENV = "FSSTATE_BENCH_JVM_SIDES"
+"""``fast,stock`` (a comma-separated subset of ``spark_jvm``'s sides per flavour: ``fast``,
+``stock``, ``handles``, ``driver``): the only sides ``spark_jvm`` runs, the others published
+as skipped rows; unset or empty: every side. The Java query always runs."""
 
 
 class RowsCell:

@@ -59,9 +59,11 @@ def write_suite_json(
     commit: str | None,
     dirty: bool,
     started_at: str,
+    path: Path | None = None,
 ) -> Path:
-    """Write ``<results_dir>/<suite>.json`` (fields: module docstring); returns its path."""
-    path = results_dir / f"{suite}.json"
+    """Write ``<results_dir>/<suite>.json`` (fields: module docstring), or ``path`` in that
+    format when given; returns its path."""
+    path = path or results_dir / f"{suite}.json"
     write_json(
         path,
         {
@@ -269,7 +271,7 @@ def _utc(stamp: object) -> str:
     except ValueError:
         return str(stamp)
     if t.tzinfo is not None:
-        t = t.astimezone(_dt.timezone.utc)
+        t = t.astimezone(_dt.UTC)
     return t.strftime("%Y-%m-%d %H:%M UTC")
 
 

@@ -1,4 +1,5 @@
-"""Benchmark runner: ``python -m bench.run --quick|--full [--engine-only] [--only NAME ...]``.
+"""Benchmark runner: ``python -m bench.run --quick|--full [--engine-only] [--only NAME ...]``
+``[--rows-to FILE]``.
 
 Suites live in a registry. A suite is a module of :mod:`bench.suites` with a function
 ``run(ctx: BenchContext) -> list[Result]`` (:mod:`bench.harness.common`); it is imported only
@@ -19,9 +20,14 @@ Outputs, for every suite that ran:
 * ``docs/benchmarks.md``: rebuilt from every ``bench/results/*.json`` present
   (``python -m bench.report`` rebuilds it without running anything).
 
+``--rows-to FILE`` (one suite): the suite's JSON goes to ``FILE`` instead, ``--only`` or not,
+and nothing else is written (no chart, no page): how a suite hands the rows of another suite's
+run, made in another interpreter, to its own (``spark_minors``).
+
 Invariants: suites run in registration order, each imported only when it runs; a suite's
 files are written only by a run of the whole suite (``--only`` prints its rows and writes
-nothing); a skipped or crashed suite leaves its previous files as they were.
+nothing, ``--rows-to`` writes them only to the file given); a skipped or crashed suite leaves
+its previous files as they were (and writes no ``--rows-to`` file).
 
 Exit status: 0 when every suite ran (missed goals are figures, not failures), 1 when a suite
 crashed or a benchmark raised.
@@ -200,6 +206,16 @@ register(
 )
 register(
     Suite(
+        "spark_minors",
+        "bench.suites.spark_minors",
+        engine=False,
+        description="spark_jvm's 50k-rows, 4-partitions cell (tiered() on fsstate's loop and "
+        "on PySpark's, pandas and Row, against the Java processor) on each PySpark minor, "
+        "4.0 to 4.3, each in its own virtualenv: what fsstate's loop gains on each release",
+    )
+)
+register(
+    Suite(
         "spark_e2e",
         "bench.suites.spark_e2e",
         engine=False,
@@ -229,6 +245,12 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         help="run only benchmark groups whose name contains TEXT (e.g. hot, batch, open)",
     )
     p.add_argument("--results-dir", type=Path, default=RESULTS_DIR, help="where results go")
+    p.add_argument(
+        "--rows-to",
+        type=Path,
+        metavar="FILE",
+        help="one suite: write its JSON to FILE (--only or not) and no chart nor docs page",
+    )
     p.add_argument("--no-docs", action="store_true", help=f"do not rewrite {DOCS_PATH.name}")
     p.add_argument("--list", action="store_true", help="list the suites and exit")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
@@ -271,13 +293,16 @@ def main(argv: list[str] | None = None) -> int:
         for s in SUITES.values()
         if (not args.suite or s.name in args.suite) and (s.engine or not args.engine_only)
     ]
+    if args.rows_to is not None and len(selected) != 1:
+        print(f"--rows-to takes one suite, not {[s.name for s in selected]}", file=sys.stderr)
+        return 2
     machine = machine_info()
     machine["mode"] = mode
     status = 0
     t_all = time.perf_counter()
     for suite in selected:
         status = max(status, _run_suite(suite, ctx, args, machine))
-    if not args.no_docs and not args.only:
+    if not args.no_docs and not args.only and args.rows_to is None:
         ctx.log(f"wrote {write_docs(results_dir)}")
     ctx.log(f"all done in {time.perf_counter() - t_all:.0f} s")
     return status
@@ -286,7 +311,8 @@ def main(argv: list[str] | None = None) -> int:
 def _run_suite(
     suite: Suite, ctx: BenchContext, args: argparse.Namespace, machine: dict[str, Any]
 ) -> int:
-    """Run one suite and, unless ``--only`` narrowed it, write its JSON file and chart.
+    """Run one suite and, unless ``--only`` narrowed it, write its JSON file and chart (with
+    ``--rows-to``: its JSON file there, and no chart).
 
     Returns:
         1 when the suite crashed or a benchmark of it raised, else 0 (skipped included).
@@ -309,7 +335,7 @@ def _run_suite(
     duration = time.perf_counter() - t0
     git_after = git_state()
     status = 1 if any(r.notes.startswith("ERROR") for r in results) else 0
-    if args.only:
+    if args.only and args.rows_to is None:
         ctx.log("--only given: results not written (a partial run would replace the file)")
     else:
         path = write_suite_json(
@@ -323,14 +349,18 @@ def _run_suite(
             # the commit names the code only if the tree was clean and HEAD stayed put throughout
             dirty=git_before.dirty or git_after.dirty or git_before.commit != git_after.commit,
             started_at=started_at,
+            path=args.rows_to,
         )
-        chart = write_chart(
-            ctx.results_dir / f"{suite.name}.png",
-            suite.name,
-            results,
-            f"{ctx.mode} run, {machine['cpu_count']} cores, {machine['timestamp']}",
-        )
-        ctx.log(f"wrote {path}" + (f" and {chart}" if chart else ""))
+        if args.rows_to is not None:
+            ctx.log(f"wrote {path} (--rows-to: no chart, no docs page)")
+        else:
+            chart = write_chart(
+                ctx.results_dir / f"{suite.name}.png",
+                suite.name,
+                results,
+                f"{ctx.mode} run, {machine['cpu_count']} cores, {machine['timestamp']}",
+            )
+            ctx.log(f"wrote {path}" + (f" and {chart}" if chart else ""))
     print(f"\n{suite.name} ({ctx.mode}, {duration:.0f} s):")
     _print_table(results)
     return status

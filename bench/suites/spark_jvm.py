@@ -33,6 +33,14 @@ batches each, the same drops in the 20k cells (7 minutes with a load average of 
 ``--only`` narrows by a cell's label (``50k rows/batch, 200 partitions``); ``loop cost`` runs
 only the in-process rows.
 
+Sides left out of the whole run (:func:`left_out`), published as skipped rows with the reason:
+those this PySpark cannot run (no Row ``transformWithState`` in 4.0; on a minor whose tasks
+fsstate's loop does not read, 4.0, ``tiered()`` runs PySpark's loop whatever ``fast_loop``
+says, so the fast side is left out and the stock side measures it), and those the environment
+variable ``FSSTATE_BENCH_JVM_SIDES`` (:data:`~bench.harness.processor_queries.JVM_SIDES_ENV`,
+e.g. ``fast,stock``) does not name (``spark_minors`` runs the 50k-rows, 4-partitions cell so
+on each PySpark minor, in that minor's virtualenv).
+
 Per cell its queries (nine, fewer where sides are dropped) run at once, each on its own copy
 (hard links) of the input, with a processing-time trigger and ``noDataMicroBatches`` off; round
 by round a batch file is given to one query at a time (the order rotating) and the round waits
@@ -55,11 +63,13 @@ Invariants:
   every query's sink computes (rows, sum n, sum s, sum crc32(k)) of its output instead; all
   must equal the figures computed from the input files with Arrow, or the suite fails.
 * The ``tiered()`` fast-loop queries ran fsstate's loop: a worker note that one of them ran
-  PySpark's loop (or that fsstate's loop is off) in the JVM log fails the suite.
+  PySpark's loop (or that fsstate's loop is off) in the JVM log, while a cell with fast-loop
+  queries runs, fails the suite (a cell without any, e.g. on PySpark 4.0, checks nothing).
 """
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -71,6 +81,7 @@ from bench.harness.common import BenchContext, Result
 from bench.harness.java_processor import java_checksum, java_session, start_java
 from bench.harness.operator_queries import INPUT_SCHEMA, RunningAgg, RunningAggRow, batch_table
 from bench.harness.processor_queries import (
+    JVM_SIDES_ENV,
     OUTPUT_DDL,
     Checksum,
     ChecksumSink,
@@ -78,7 +89,15 @@ from bench.harness.processor_queries import (
     wait_batch,
 )
 from bench.harness.spark import hand_in, require_pyspark
-from bench.suites.spark_jvm_cells import SIDES, SUITE, Cell, Job, cell_results
+from bench.suites.spark_jvm_cells import (
+    FLAVOUR_NAMES,
+    SIDES,
+    SUITE,
+    Cell,
+    Job,
+    LeftOut,
+    cell_results,
+)
 from bench.suites.spark_jvm_loop import run_loop_cost
 
 TRIGGER = "500 milliseconds"
@@ -113,10 +132,56 @@ def cells(ctx: BenchContext) -> list[Cell]:
     ]
 
 
-def _jobs(cell: Cell, scratch: Path, java: bool) -> list[Job]:
-    """The cell's queries (the dropped sides and, without Java, the Java one left out)."""
+def left_out() -> dict[tuple[str, str], str]:
+    """The (flavour, side) queries left out of every cell of this run, and why (module
+    docstring): what this PySpark cannot run, then what :data:`JVM_SIDES_ENV` does not name.
+
+    Raises:
+        ValueError: :data:`JVM_SIDES_ENV` names a side that does not exist.
+    """
+    import pyspark
+    from pyspark.sql import GroupedData
+
+    from fsstate_spark.tiered.adapters import ADAPTERS, STOCK_ONLY, minor_of
+
+    version = pyspark.__version__
+    out: dict[tuple[str, str], str] = {}
+    if not hasattr(GroupedData, "transformWithState"):
+        for side in SIDES:
+            out[("row", side)] = (
+                f"PySpark {version} has no Row transformWithState (transformWithStateInPandas "
+                "only; the Row API arrived in 4.1)"
+            )
+    minor = minor_of(version)
+    if minor not in ADAPTERS:
+        why = STOCK_ONLY.get(minor) if minor is not None else None
+        why = why or f"fsstate's keyed loop does not read PySpark {version}'s tasks"
+        for flavour in FLAVOUR_NAMES:
+            out.setdefault(
+                (flavour, "fast"), f"{why}; tiered() on PySpark's loop is the stock loop side"
+            )
+    wanted = [s.strip() for s in os.environ.get(JVM_SIDES_ENV, "").split(",") if s.strip()]
+    unknown = sorted(set(wanted) - set(SIDES))
+    if unknown:
+        raise ValueError(f"{JVM_SIDES_ENV} names unknown sides {unknown}; sides: {SIDES}")
+    for flavour in FLAVOUR_NAMES:
+        for side in SIDES:
+            if wanted and side not in wanted:
+                why = f"left out of this run ({JVM_SIDES_ENV}={','.join(wanted)})"
+                out.setdefault((flavour, side), why)
+    return out
+
+
+def _jobs(cell: Cell, scratch: Path, java: bool, gone: LeftOut) -> list[Job]:
+    """The cell's queries (the dropped sides, those ``gone`` from the run and, without Java,
+    the Java one left out)."""
     checked = {0, cell.steady + 1}
-    kinds = [(f, s) for f in ("pandas", "row") for s in SIDES if (f, s) not in cell.drop]
+    kinds = [
+        (f, s)
+        for f in FLAVOUR_NAMES
+        for s in SIDES
+        if (f, s) not in cell.drop and (f, s) not in gone
+    ]
     if java:
         kinds.append(("java", "java"))
     out = []
@@ -220,6 +285,8 @@ def _check_loops(log: Path, start: int, jobs: list[Job]) -> None:
         f.seek(start)
         text = f.read().decode("utf-8", "replace")
     fast = {j.name for j in jobs if j.side == "fast"}
+    if not fast:
+        return
     bad = []
     for line in text.splitlines():
         if not line.startswith("fsstate: "):
@@ -231,9 +298,11 @@ def _check_loops(log: Path, start: int, jobs: list[Job]) -> None:
         raise RuntimeError(f"tiered() fast-loop queries ran PySpark's loop: {bad[:3]}")
 
 
-def _run_cell(ctx: BenchContext, spark: Any, cell: Cell, scratch: Path, java: bool) -> list[Job]:
+def _run_cell(
+    ctx: BenchContext, spark: Any, cell: Cell, scratch: Path, java: bool, gone: LeftOut
+) -> list[Job]:
     """Run the cell's queries side by side; check their outputs and loops."""
-    jobs = _jobs(cell, scratch, java)
+    jobs = _jobs(cell, scratch, java, gone)
     source = scratch / "batches"
     source.mkdir(parents=True)
     log = ctx.tmp_dir / JVM_LOG
@@ -263,8 +332,12 @@ def run(ctx: BenchContext) -> list[Result]:
     todo = [c for c in cells(ctx) if ctx.wants(c.label)]
     if not todo:
         return out
+    gone = left_out()
+    for why in dict.fromkeys(gone.values()):
+        which = ", ".join(f"{f}/{s}" for (f, s), w in gone.items() if w == why)
+        ctx.log(f"{SUITE}: {which} left out: {why}")
     with java_session(ctx, SUITE, "fsstate-bench-jvm") as js:
         for cell in todo:
-            jobs = _run_cell(ctx, js.spark, cell, js.scratch / cell.tag, js.java)
-            out += cell_results(cell, jobs, js.java_skip)
+            jobs = _run_cell(ctx, js.spark, cell, js.scratch / cell.tag, js.java, gone)
+            out += cell_results(cell, jobs, js.java_skip, gone)
     return out

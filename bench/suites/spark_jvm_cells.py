@@ -12,12 +12,14 @@ Invariants:
 
 * Rows are a pure function of the queries' per-batch times: nothing here runs Spark.
 * A ratio's samples pair the two queries' times of the same batch, steady batches only.
-* A side left out of a cell (dropped for time, or the Java side without a JDK compiler) gives
-  skipped rows (:func:`bench.harness.common.skipped_result`) with the reason, never none.
+* A side left out of a cell (dropped for time, left out of the run: not on this PySpark or
+  not asked for, or the Java side without a JDK compiler) gives skipped rows
+  (:func:`bench.harness.common.skipped_result`) with the reason, never none.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,6 +50,9 @@ DROP_REASONS = {
     ("row", "handles"): "dropped for time (informative side, no goal): spark_driver measures "
     "the Row processor on Spark's handles at 500k rows and 4 partitions",
 }
+
+
+LeftOut = Mapping[tuple[str, str], str]  # (flavour, side) left out of the whole run -> why
 
 
 @dataclass(frozen=True)
@@ -100,16 +105,20 @@ def _work(cell: Cell) -> str:
     return cell.work(f"{cell.partitions} shuffle partitions")
 
 
-def cell_results(cell: Cell, jobs: list[Job], java_skip: str | None) -> list[Result]:
-    """The cell's rows (module docstring); ``java_skip``: why there is no Java query."""
+def cell_results(
+    cell: Cell, jobs: list[Job], java_skip: str | None, left_out: LeftOut | None = None
+) -> list[Result]:
+    """The cell's rows (module docstring); ``java_skip``: why there is no Java query,
+    ``left_out``: the (flavour, side) queries left out of the whole run, and why."""
     by = {(j.flavour, j.side): j for j in jobs}
+    why = {**DROP_REASONS, **(left_out or {})}
     out: list[Result] = []
     for flavour, fname in FLAVOUR_NAMES.items():
         prefix = f"{fname}, {cell.partitions} partitions, {cell.column}"
         for side in ("fast", "driver", "stock", "handles"):
-            out.append(_vs_java(cell, flavour, side, prefix, by, java_skip))
-        out.append(_fast_vs_stock(cell, flavour, prefix, by))
-    out += _batch_times(cell, by, java_skip)
+            out.append(_vs_java(cell, flavour, side, prefix, by, java_skip, why))
+        out.append(_fast_vs_stock(cell, flavour, prefix, by, why))
+    out += _batch_times(cell, by, java_skip, why)
     return out
 
 
@@ -120,12 +129,13 @@ def _vs_java(
     prefix: str,
     by: dict[tuple[str, str], Job],
     java_skip: str | None,
+    why: LeftOut,
 ) -> Result:
     name = f"{prefix}: {SIDE_NAMES[side]} / Java"
     goal = GOAL_VS_JAVA[flavour] if side in GOALED else None
     job, java = by.get((flavour, side)), by.get(("java", "java"))
     if job is None:
-        return skipped_result(SUITE, name, "x", DROP_REASONS[(flavour, side)], goal, "<=")
+        return skipped_result(SUITE, name, "x", why[(flavour, side)], goal, "<=")
     if java is None:
         return skipped_result(SUITE, name, "x", f"no Java query: {java_skip}", goal, "<=")
     ratios = [job.wall_ms[b] / java.wall_ms[b] for b in cell.batches]
@@ -136,11 +146,13 @@ def _vs_java(
     return ratio_result(SUITE, name, ratios, what, _work(cell), goal, "<=")
 
 
-def _fast_vs_stock(cell: Cell, flavour: str, prefix: str, by: dict[tuple[str, str], Job]) -> Result:
+def _fast_vs_stock(
+    cell: Cell, flavour: str, prefix: str, by: dict[tuple[str, str], Job], why: LeftOut
+) -> Result:
     name = f"{prefix}: stock loop / fast loop"
     fast, stock = by.get((flavour, "fast")), by.get((flavour, "stock"))
     if fast is None or stock is None:
-        reason = DROP_REASONS[(flavour, "stock" if stock is None else "fast")]
+        reason = why[(flavour, "stock" if stock is None else "fast")]
         return skipped_result(SUITE, name, "x", reason, GOAL_FAST_VS_STOCK)
     ratios = [stock.wall_ms[b] / fast.wall_ms[b] for b in cell.batches]
     what = (
@@ -150,7 +162,9 @@ def _fast_vs_stock(cell: Cell, flavour: str, prefix: str, by: dict[tuple[str, st
     return ratio_result(SUITE, name, ratios, what, _work(cell), GOAL_FAST_VS_STOCK)
 
 
-def _batch_times(cell: Cell, by: dict[tuple[str, str], Job], java_skip: str | None) -> list[Result]:
+def _batch_times(
+    cell: Cell, by: dict[tuple[str, str], Job], java_skip: str | None, why: LeftOut
+) -> list[Result]:
     kinds = [(f, s) for f in FLAVOUR_NAMES for s in SIDES] + [("java", "java")]
     out = []
     for flavour, side in kinds:
@@ -161,9 +175,7 @@ def _batch_times(cell: Cell, by: dict[tuple[str, str], Job], java_skip: str | No
         name = f"{cell.column}, {cell.partitions} partitions: {query} batch time"
         job = by.get((flavour, side))
         if job is None:
-            reason = (
-                DROP_REASONS[(flavour, side)] if side != "java" else f"no Java query: {java_skip}"
-            )
+            reason = why[(flavour, side)] if side != "java" else f"no Java query: {java_skip}"
             out.append(skipped_result(SUITE, name, "ms", reason))
             continue
         ms = [job.wall_ms[b] for b in cell.batches]

@@ -50,7 +50,7 @@ _UNTRUSTED_VERSIONS = (1,)  # process-specific hashes of None and NaN (see the m
 _NONE_HASH = 0x3C6EF372FE94F82B
 _NAN_HASH = 0x1F83D9ABFB41BD6B
 _EPOCH = _dt.datetime(1970, 1, 1)
-_EPOCH_UTC = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+_EPOCH_UTC = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
 _MICRO = _dt.timedelta(microseconds=1)
 _FNV_OFFSET = 0xCBF29CE484222325
 _FNV_PRIME = 0x100000001B3

@@ -282,9 +282,9 @@ def _timestamp_normalizer(tz: str | None) -> Normalizer:
         if not isinstance(v, _dt.datetime):
             raise ValueError(f"expected a datetime, got {type(v).__name__}")
         if tz is not None and v.tzinfo is None:
-            return v.replace(tzinfo=_dt.timezone.utc)
+            return v.replace(tzinfo=_dt.UTC)
         if tz is None and v.tzinfo is not None:
-            return v.astimezone(_dt.timezone.utc).replace(tzinfo=None)
+            return v.astimezone(_dt.UTC).replace(tzinfo=None)
         return v
 
     return to_ts

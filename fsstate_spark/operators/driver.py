@@ -81,6 +81,7 @@ from fsstate.operators.runner import check_layout
 from fsstate.storage.fileio import FileIO
 from fsstate.store.layout import operators_of_kind, record_path
 from fsstate.store.record import Writer
+from fsstate_spark.compat import require_supported_pyspark
 from fsstate_spark.operators.flows import Flow, Source, StageSpec, arrow_schema_of, walk
 from fsstate_spark.operators.partials import SparkPartials, spark_partials
 from fsstate_spark.operators.processor_stage import ProcessorStage
@@ -515,6 +516,7 @@ def write_stream(
             that is no time, an aggregate over a type it does not take), found by building
             the flow's plan once for its schemas.
     """
+    require_supported_pyspark("write_stream()")
     config = resolve_flow_settings(
         checkpoint_location, partitions, state_uri, memory_limit, options, tasks=tasks
     )

@@ -138,9 +138,9 @@ class ProcessorSpec:
 
 def output_arrow_schema(output_type: StructType) -> pa.Schema:
     """The Arrow schema of a processor's output (timestamps ``timestamp[us, UTC]``)."""
-    from pyspark.sql.pandas.types import to_arrow_schema
+    from fsstate_spark.compat import to_arrow_schema
 
-    return to_arrow_schema(output_type, timezone="UTC")
+    return to_arrow_schema(output_type)
 
 
 class ProcessorStage(Operator):

@@ -50,7 +50,8 @@ Invariants:
   element keeps its value, which says which element went.
 * Filter pushdown (``partition_id`` equality / ``IN``, pruning stores) is offered only when
   the session enables Python filter pushdown (``spark.sql.python.filterPushdown.enabled``)
-  at registration: Spark refuses a reader that implements ``pushFilters`` otherwise.
+  at registration: Spark refuses a reader that implements ``pushFilters`` otherwise. PySpark
+  4.0 has no filter pushdown: there every read scans all stores (filters apply after).
 """
 
 from __future__ import annotations
@@ -63,14 +64,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import SparkSession
-from pyspark.sql.datasource import (
-    DataSource,
-    DataSourceReader,
-    EqualTo,
-    Filter,
-    In,
-    InputPartition,
-)
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
@@ -81,6 +75,7 @@ from fsstate.inspect.catalog import read_store_manifest
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.location import Location
 from fsstate.tables.resolve import first_of_group
+from fsstate_spark.compat import FILTERS_PUSHDOWN, EqualTo, Filter, In
 from fsstate_spark.settings import STORAGE_PREFIX, default_state_uri, spark_settings
 from fsstate_spark.sources.selection import EXPIRY_COL, SEQ_COL, Selection, query_root, select
 
@@ -426,13 +421,15 @@ def register_sources(spark: SparkSession) -> None:
     ``<spark.sql.streaming.checkpointLocation>/fsstate``, else ``./fsstate_state``: where
     ``tiered()`` puts state by default), so a checkpoint location is enough as ``path``.
     Filter pushdown is offered if the session has ``spark.sql.python.filterPushdown.enabled``
-    set when this is called (register again after changing it).
+    set when this is called (register again after changing it), and PySpark has it (4.1+).
     """
     conf = spark_settings()
     uri = conf.get("state_uri") or default_state_uri(conf.get("_checkpoint_location"))
     storage = {k[len(STORAGE_PREFIX) :]: v for k, v in conf.items() if k.startswith(STORAGE_PREFIX)}
     pushdown = "spark.sql.python.filterPushdown.enabled"
-    enabled = parse_flag(str(spark.conf.get(pushdown, "false")), f"Spark setting {pushdown}")
+    enabled = FILTERS_PUSHDOWN and parse_flag(
+        str(spark.conf.get(pushdown, "false")), f"Spark setting {pushdown}"
+    )
     base = FsStatePushdownDataSource if enabled else FsStateDataSource
     bound = {"session_state_uri": uri, "session_storage": storage}
     # defined here, not importable: cloudpickle ships these classes (and their settings) by value

@@ -42,6 +42,12 @@ import pyarrow.compute as pc
 from pyspark.sql.types import Row, StructType
 
 from fsstate.errors import SchemaError
+from fsstate_spark.compat import (
+    TWS_PANDAS_ARROW_CAST,
+    arrow_to_pandas,
+    pandas_to_arrow,
+    wrap_struct,
+)
 
 
 class RowFlavour(Protocol):
@@ -188,20 +194,17 @@ def _py_values(col: pa.ChunkedArray) -> list[Any]:
     if first.as_py().tzinfo is not tz:  # a new tzinfo per value (fixed offsets): keep that
         plain = col.to_pylist()
         return plain
-    if tz is dt.timezone.utc or getattr(tz, "key", None) == "UTC":
+    if tz is dt.UTC or getattr(tz, "key", None) == "UTC":
         return [None if d is None else d.replace(tzinfo=tz) for d in naive]
-    utc = dt.timezone.utc
+    utc = dt.UTC
     return [None if d is None else d.replace(tzinfo=utc).astimezone(tz) for d in naive]
 
 
 def to_pandas(table: pa.Table, timezone: str, prefer_int_ext_dtype: bool = False) -> Any:
     """The table as one pandas DataFrame, converted as Spark's Python worker converts."""
     import pandas as pd
-    from pyspark.sql.conversion import ArrowBatchTransformer
 
-    series = ArrowBatchTransformer.to_pandas(
-        table, timezone=timezone, prefer_int_ext_dtype=prefer_int_ext_dtype
-    )
+    series = arrow_to_pandas(table, timezone, prefer_int_ext_dtype)
     if not series:
         return pd.DataFrame(index=pd.RangeIndex(table.num_rows))
     frame = pd.concat(series, axis=1)
@@ -320,9 +323,7 @@ class RowOutput(Output):
             dicts = [r if isinstance(r, dict) else r.asDict(True) for r in rows]
             batch = pa.RecordBatch.from_pylist(dicts, schema=self.schema)
         if self.wrapped:
-            from pyspark.sql.conversion import ArrowBatchTransformer
-
-            batch = ArrowBatchTransformer.wrap_struct(batch)
+            batch = wrap_struct(batch)
         return pa.Table.from_batches([batch])
 
 
@@ -386,7 +387,6 @@ class PandasOutput(Output):
 
     def table(self) -> pa.Table:
         import pandas as pd
-        from pyspark.sql.conversion import PandasToArrowConversion
 
         cols = {}
         for name, part in zip(self.names, self.parts, strict=True):
@@ -399,12 +399,12 @@ class PandasOutput(Output):
             data: Any = [frame]
         else:
             schema, data = self.output_type, frame
-        batch = PandasToArrowConversion.convert(
+        batch = pandas_to_arrow(
             data,
             schema,
             timezone=self.timezone,
             safecheck=self.safecheck,
-            arrow_cast=True,
+            arrow_cast=TWS_PANDAS_ARROW_CAST,
             assign_cols_by_name=True,
             int_to_decimal_coercion_enabled=self.int_to_decimal,
         )

@@ -48,7 +48,7 @@ UNSAFEROW = "unsaferow"
 AVRO = "avro"
 ENCODINGS = (UNSAFEROW, AVRO)
 
-_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
 _EPOCH_DATE = _dt.date(1970, 1, 1)
 _MAX_LONG_DIGITS = 18  # Spark's Decimal.MAX_LONG_DIGITS: wider decimals are stored as bytes
 _INT = {8: "<b", 16: "<h", 32: "<i", 64: "<q"}
@@ -95,7 +95,7 @@ def _micros(v: Any) -> int:
     if hasattr(v, "to_pydatetime"):
         v = v.to_pydatetime()
     if v.tzinfo is None:
-        v = v.replace(tzinfo=_dt.timezone.utc)
+        v = v.replace(tzinfo=_dt.UTC)
     d: _dt.timedelta = v - _EPOCH
     return (d.days * 86400 + d.seconds) * 1_000_000 + d.microseconds
 

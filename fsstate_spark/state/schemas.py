@@ -20,7 +20,6 @@ from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -44,6 +43,7 @@ from pyspark.sql.types import (
 )
 
 from fsstate.errors import SchemaError
+from fsstate_spark.compat import to_arrow_schema
 
 SparkSchema = StructType | str
 DdlParser = Callable[[str], StructType]
@@ -219,7 +219,7 @@ def to_arrow(state: str, schema: SparkSchema, fallback: DdlParser | None = None)
     if not struct.fields:
         raise SchemaError(f"state {state!r}: the schema {schema!r} has no fields")
     try:
-        arrow = to_arrow_schema(struct, timezone="UTC")
+        arrow = to_arrow_schema(struct)
     except Exception as exc:  # pyspark raises several error types here
         raise SchemaError(f"state {state!r}: schema {schema!r} has no Arrow form: {exc}") from exc
     with _lock:

@@ -26,11 +26,16 @@ Set-up: ``spark.python.worker.module=pyspark_fsstate.worker`` (a static conf: sp
 
 Invariants:
 
-* Never worse than stock: :func:`install` patches nothing on a PySpark version it was not
-  built for (:data:`BUILT_FOR`) or that lacks a name it uses; a task whose set-up meets any
-  surprise runs PySpark's own loop. Each case says so once per process in the worker log
-  (:func:`note`). A processor that is not ``tiered()`` (or ``tiered(fast_loop=False)``) runs
-  PySpark's own loop, untouched.
+* Version-neutral: what moves between PySpark minors (how a task is set up, where its confs,
+  state server and UDF come from) is read by one adapter per minor
+  (:mod:`fsstate_spark.tiered.adapters`) into a :class:`~fsstate_spark.tiered.adapters.
+  TaskSetup`; this module runs that on every minor alike, with its own Arrow stream framing
+  (:class:`ArrowStreamIn`, :class:`ArrowStreamOut`) and Spark's state-server client.
+* Never worse than stock: :func:`install` patches nothing on a PySpark minor without an
+  adapter or that lacks a name it uses; a task whose set-up meets any surprise runs PySpark's
+  own loop, on the bytes it would have read (the adapter's replay). Each case says so once
+  per process in the worker log (:func:`note`). A processor that is not ``tiered()`` (or
+  ``tiered(fast_loop=False)``) runs PySpark's own loop, untouched.
 * Spark's protocol as PySpark's loop speaks it: the handle states (``INITIALIZED`` after
   ``init``, ``DATA_PROCESSED`` before the timers, ``TIMER_PROCESSED`` after them without
   initial state, ``CLOSED`` after ``close``), the implicit key set before any request that
@@ -52,6 +57,7 @@ import numpy as np
 import pyarrow as pa
 
 from fsstate.tables.resolve import first_of_group
+from fsstate_spark.compat import to_arrow_schema
 from fsstate_spark.state.keyed import (
     KeyedRows,
     Output,
@@ -60,12 +66,20 @@ from fsstate_spark.state.keyed import (
     run_keys,
 )
 from fsstate_spark.state.keys import normalize_key
+from fsstate_spark.tiered.adapters import (
+    ADAPTERS,
+    STOCK_ONLY,
+    TaskConf,
+    TaskSetup,
+    Unreadable,
+    adapter_for,
+    minor_of,
+)
 from fsstate_spark.tiered.processor import TieredProcessor
 
 log = logging.getLogger(__name__)
 
-BUILT_FOR = ("4.3.0",)  # the PySpark versions whose worker this one was built against
-NEEDED = ("read_udfs", "read_command", "ArrowStreamSerializer", "StatefulProcessorApiClient")
+NEEDED = ("read_udfs", "read_command")
 
 _noted: set[str] = set()
 
@@ -97,9 +111,14 @@ def install() -> bool:
     except Exception as exc:  # pragma: no cover - PySpark is what runs this module
         note(f"PySpark's worker did not import ({exc}); the stock worker runs")
         return False
-    if pyspark.__version__ not in BUILT_FOR:
+    minor = minor_of(pyspark.__version__)
+    adapter = adapter_for(minor)
+    if adapter is None:
+        why = STOCK_ONLY.get(minor) if minor is not None else None
+        reads = ", ".join(f"{a}.{b}" for a, b in ADAPTERS)
         note(
-            f"the keyed loop was built for PySpark {', '.join(BUILT_FOR)}, this is "
+            why
+            or f"the keyed loop reads the tasks of PySpark {reads}, this is "
             f"{pyspark.__version__}: tiered() runs on PySpark's own loop"
         )
         return False
@@ -115,18 +134,20 @@ def install() -> bool:
     FLAVOURS.update({getattr(PythonEvalType, n): f for n, f in EVAL_TYPES.items()})
     stock: Callable[..., Any] = w.read_udfs
 
-    def read_udfs(
-        pickle_ser: Any, udf_info_list: Any, eval_type: int, runner_conf: Any, eval_conf: Any
-    ) -> Any:
-        if eval_type in FLAVOURS:
+    def read_udfs(*args: Any) -> Any:
+        if len(args) > 2 and args[2] in FLAVOURS:
             try:
-                fast = plan(w, pickle_ser, udf_info_list, eval_type, runner_conf, eval_conf)
+                setup, args = adapter.read_task(w, args)
+                fast = plan(setup)
+            except Unreadable as exc:
+                note(f"a task's set-up failed ({exc}); PySpark's loop runs")
+                fast, args = None, exc.fallback
             except Exception as exc:
                 note(f"a task's set-up failed ({type(exc).__name__}: {exc}); PySpark's loop runs")
                 fast = None
             if fast is not None:
                 return fast
-        return stock(pickle_ser, udf_info_list, eval_type, runner_conf, eval_conf)
+        return stock(*args)
 
     read_udfs.__fsstate__ = True  # type: ignore[attr-defined]
     w.read_udfs = read_udfs
@@ -171,34 +192,54 @@ def parse_offsets(args: list[int]) -> list[tuple[list[int], list[int]]]:
     return out
 
 
-def plan(
-    w: Any, pickle_ser: Any, udf_info_list: Any, eval_type: int, runner_conf: Any, eval_conf: Any
-) -> tuple[Callable[..., Any], None, Any, Any] | None:
+def plan(setup: TaskSetup) -> tuple[Callable[..., Any], None, Any, Any] | None:
     """PySpark's ``(func, profiler, deserializer, serializer)`` of a task, run by fsstate's
     keyed loop, or None when the task is not for it (not ``tiered()``, profiled, ...)."""
-    if len(udf_info_list) != 1 or len(udf_info_list[0].udfs) != 1:
+    proc = setup.processor
+    if not isinstance(proc, TieredProcessor) or not proc.config.fast_loop or setup.profiled:
         return None
-    info = udf_info_list[0]
-    f, return_type = w.read_command(pickle_ser, info.udfs[0])
-    util = getattr(f, "__self__", None)
-    proc = getattr(util, "_stateful_processor", None)
-    if util is None or not isinstance(proc, TieredProcessor) or not proc.config.fast_loop:
-        return None
-    pandas, initial = FLAVOURS[eval_type]
-    records = runner_conf.arrow_max_records_per_batch
+    pandas, initial = FLAVOURS[setup.eval_type]
+    conf = setup.conf
+    records = conf.max_records_per_batch
     flavour = Flavour(
         pandas,
         initial,
-        runner_conf.timezone or "UTC",
+        conf.timezone,
         records if records > 0 else 2**31 - 1,
-        runner_conf.arrow_max_bytes_per_batch,
-        bool(getattr(runner_conf, "prefer_int_ext_dtype", False)),
+        conf.max_bytes_per_batch,
+        conf.prefer_int_ext_dtype,
     )
-    client = DeferredKeyClient(eval_conf.state_server_socket_port, eval_conf.grouping_key_schema)
-    offsets = parse_offsets(list(info.args))
-    task = FastTask(proc, str(util._time_mode), return_type, offsets, flavour, runner_conf, client)
-    ser = w.ArrowStreamSerializer(write_start_stream=True)
-    return task.run, None, ser, ser
+    client = DeferredKeyClient(setup.state_server, setup.key_schema)
+    offsets = parse_offsets(setup.offsets)
+    task = FastTask(proc, setup.time_mode, setup.return_type, offsets, flavour, conf, client)
+    return task.run, None, ArrowStreamIn(), ArrowStreamOut()
+
+
+class ArrowStreamIn:
+    """The task's input: Spark's plain Arrow stream of record batches."""
+
+    def load_stream(self, stream: Any) -> Iterator[pa.RecordBatch]:
+        yield from pa.ipc.open_stream(stream)
+
+
+class ArrowStreamOut:
+    """The task's output: Spark's ``START_ARROW_STREAM`` marker once the first batch is made
+    (an error before it reaches the JVM as PySpark's would), then an Arrow stream (nothing at
+    all when there is no batch), as every supported minor's transformWithState serializer."""
+
+    def dump_stream(self, iterator: Iterator[pa.RecordBatch], stream: Any) -> None:
+        from pyspark import serializers
+
+        write_int: Callable[[int, Any], None] = serializers.write_int
+        it = iter(iterator)
+        first = next(it, None)
+        if first is None:
+            return
+        write_int(serializers.SpecialLengths.START_ARROW_STREAM, stream)
+        with pa.ipc.new_stream(stream, first.schema) as writer:
+            writer.write_batch(first)
+            for batch in it:
+                writer.write_batch(batch)
 
 
 def _client_class() -> type:
@@ -248,15 +289,15 @@ class FastTask:
         return_type: Any,
         offsets: list[tuple[list[int], list[int]]],
         flavour: Flavour,
-        runner_conf: Any,
+        conf: TaskConf,
         client: DeferredKeyClient,
     ) -> None:
         self.proc = proc
-        self.time_mode = time_mode.lower()
+        self.time_mode = time_mode
         self.return_type = return_type
         self.offsets = offsets
         self.flavour = flavour
-        self.conf = runner_conf
+        self.conf = conf
         self.client = client
 
     # -- the task ----------------------------------------------------------------------------
@@ -274,10 +315,10 @@ class FastTask:
             now, watermark = client.get_timestamps(self.time_mode)
             task.set_clock(now)
             values = TimerValues(now, watermark)
-            binding = task.binding
+            bind = task.enter
 
             def enter(key: tuple[Any, ...], store_key: tuple[Any, ...]) -> None:
-                binding.key = store_key
+                bind(store_key)
                 client.set_implicit_key(key)
 
             out = self._output()
@@ -291,11 +332,10 @@ class FastTask:
             if not self.flavour.initial_state:
                 client.set_handle_state(S.TIMER_PROCESSED)
             client.remove_implicit_key()
-            binding.key = None
-            proc.close()
+            task.commit()
             client.set_handle_state(S.CLOSED)
         except BaseException:
-            proc.fail_task()
+            task.fail()
             raise
 
     def _timers(
@@ -362,9 +402,14 @@ class FastTask:
         out = []
         for side, name in ((0, "inputData"), (1, "initState")):
             col = batch.column(batch.schema.get_field_index(name))
-            if col.null_count == len(col):
+            if col.null_count == len(col):  # 4.2+: the absent side is a null struct
                 continue
-            struct = pa.Table.from_arrays(col.flatten(), names=[f.name for f in col.type])
+            # the struct's fields at their own lengths (4.1 pads the shorter side of a batch
+            # with rows whose fields have no values), as PySpark's own loop reads them
+            fields = [col.field(i) for i in range(col.type.num_fields)]
+            struct = pa.Table.from_arrays(fields, names=[f.name for f in col.type])
+            if not struct.num_rows:
+                continue
             keys = self.offsets[side][0]
             out.append((side, struct.select([*keys, *range(struct.num_columns)])))
         return out
@@ -387,18 +432,16 @@ class FastTask:
 
     # -- output --------------------------------------------------------------------------------
     def _output(self) -> Output:
-        from pyspark.sql.pandas.types import to_arrow_schema
-
         if self.flavour.pandas:
             return PandasOutput(
                 self.return_type,
-                safecheck=bool(self.conf.safecheck),
-                int_to_decimal=bool(self.conf.int_to_decimal_coercion_enabled),
+                safecheck=self.conf.safecheck,
+                int_to_decimal=self.conf.int_to_decimal,
                 timezone=self.flavour.timezone,
-                by_name=bool(self.conf.assign_cols_by_name),
+                by_name=self.conf.assign_cols_by_name,
                 wrapped=True,
             )
-        return RowOutput(to_arrow_schema(self.return_type, timezone="UTC"), wrapped=True)
+        return RowOutput(to_arrow_schema(self.return_type), wrapped=True)
 
     def _emit(self, out: Output) -> Iterator[pa.RecordBatch]:
         """The gathered output in batches of Spark's record limit (none if empty)."""

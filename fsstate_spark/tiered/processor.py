@@ -38,6 +38,7 @@ from pyspark.sql.streaming.stateful_processor import (
 
 from fsstate.errors import ConfigError, FsStateError
 from fsstate.interfaces import Key
+from fsstate_spark.compat import require_supported_pyspark
 from fsstate_spark.runtime import TaskInfo, TaskMode, current_task
 from fsstate_spark.state.handles import TieredHandle
 from fsstate_spark.state.keys import KeyBinding, normalize_key
@@ -135,6 +136,37 @@ class _BoundIterator:
             raise
 
 
+class KeyedTask:
+    """The seam fsstate's keyed loop (:mod:`fsstate_spark.tiered.fast_loop`) runs one task of a
+    :class:`TieredProcessor` through: it calls the user's processor itself, so it binds each
+    key (:meth:`enter`) before any user code runs for it, sets the batch's clock, and ends the
+    task's epoch with :meth:`commit` or :meth:`fail`."""
+
+    __slots__ = ("_binding", "_owner", "_state")
+
+    def __init__(self, owner: TieredProcessor, state: _TaskState) -> None:
+        self._owner = owner
+        self._state = state
+        self._binding = state.binding
+
+    def set_clock(self, now_ms: int) -> None:
+        """The batch's processing time (``-1``: none in this time mode)."""
+        self._state.set_clock(now_ms)
+
+    def enter(self, store_key: Key) -> None:
+        """Bind ``store_key`` (a normalized key) for the user code that runs next."""
+        self._binding.key = store_key
+
+    def commit(self) -> None:
+        """Unbind, close the user's processor and commit the task's epoch."""
+        self._binding.key = None
+        self._owner.close()
+
+    def fail(self) -> None:
+        """The task failed: its epoch fails (nothing committed, the store discarded)."""
+        self._owner.fail_task()
+
+
 class TieredProcessor(StatefulProcessor):
     """A StatefulProcessor that runs ``processor`` with its state in fsstate.
 
@@ -203,12 +235,12 @@ class TieredProcessor(StatefulProcessor):
             self._task.task_store.fail()
 
     # -- fsstate's keyed loop (fsstate_spark.tiered.fast_loop) -------------------------------------
-    def begin_fast(self, handle: StatefulProcessorHandle) -> _TaskState:
-        """``init`` for fsstate's keyed loop, which calls the user's processor itself (keys
-        bound by it) and :meth:`close` at the end; returns the task's state."""
+    def begin_fast(self, handle: StatefulProcessorHandle) -> KeyedTask:
+        """``init`` for fsstate's keyed loop, which calls the user's processor itself: the
+        task's :class:`KeyedTask`."""
         self._fast = True
         self.init(handle)
-        return self._current()
+        return KeyedTask(self, self._current())
 
     def fail_task(self) -> None:
         """fsstate's keyed loop failed: the task's epoch fails (nothing committed)."""
@@ -277,11 +309,16 @@ def note_stock_loop(name: str) -> None:
     _STOCK_NOTED.add(name)
     import sys
 
+    if "pyspark_fsstate.worker" in sys.modules:  # the module is set: the loop said why not
+        how = "fsstate's worker module runs here, but not its keyed loop (said above why)"
+    else:
+        how = (
+            f"for fsstate's keyed loop set {WORKER_CONF} (spark-defaults.conf, spark-submit "
+            "--conf, SparkSession.builder.config before the session starts, or a Spark Connect "
+            "server's conf) with fsstate installed in the executors' Python"
+        )
     print(
-        f"fsstate: tiered({name}) runs on PySpark's per-key loop; for fsstate's keyed loop "
-        f"set {WORKER_CONF} (spark-defaults.conf, spark-submit --conf, "
-        "SparkSession.builder.config before the session starts, or a Spark Connect server's "
-        "conf) with fsstate installed in the executors' Python",
+        f"fsstate: tiered({name}) runs on PySpark's per-key loop; {how}",
         file=sys.stderr,
         flush=True,
     )
@@ -326,6 +363,7 @@ def tiered(
     Raises:
         ConfigError: a setting is invalid or the state URI cannot be written.
     """
+    require_supported_pyspark("tiered()")
     if not isinstance(processor, StatefulProcessor):
         raise ConfigError(
             f"tiered() wraps a pyspark StatefulProcessor, got {type(processor).__name__}"

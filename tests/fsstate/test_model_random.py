@@ -80,7 +80,7 @@ COMP_KEYS: list[tuple[Any, ...]] = [(w, i) for w in "abcd" for i in range(5)]
 WINDOW_KEY_SCHEMA = pa.schema(
     [pa.field("start", pa.timestamp("us", tz="UTC")), pa.field("i", pa.int64())]
 )
-WINDOW_T0 = dt.datetime(2024, 5, 1, 12, 0, tzinfo=dt.timezone.utc)
+WINDOW_T0 = dt.datetime(2024, 5, 1, 12, 0, tzinfo=dt.UTC)
 WINDOW_STEP = dt.timedelta(seconds=10)
 WINDOW_KEYS: list[tuple[Any, ...]] = [
     (WINDOW_T0 + w * WINDOW_STEP, i) for w in range(4) for i in range(5)
@@ -1223,7 +1223,7 @@ KEY_TYPE_CASES = [
     pytest.param(pa.timestamp("us"), dt.datetime(2024, 5, 1, 12, 0, 1), id="timestamp-naive"),
     pytest.param(
         pa.timestamp("us", tz="UTC"),
-        dt.datetime(2024, 5, 1, 12, tzinfo=dt.timezone.utc),
+        dt.datetime(2024, 5, 1, 12, tzinfo=dt.UTC),
         id="timestamp-utc",
     ),
     pytest.param(

@@ -78,9 +78,7 @@ def _events(seed: int) -> list[list[dict[str, Any]]]:
 
 
 def _t(seconds: int) -> str:
-    return (
-        dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(seconds=seconds)
-    ).isoformat()
+    return (dt.datetime(2024, 1, 1, tzinfo=dt.UTC) + dt.timedelta(seconds=seconds)).isoformat()
 
 
 TIMED = [  # EventTimers' input: event-time timers, late rows, keys expiring together

@@ -58,7 +58,7 @@ def as_py(value: Any) -> Any:
     if isinstance(value, Row):
         return tuple(as_py(v) for v in value)
     if isinstance(value, dt.datetime):
-        return value.replace(tzinfo=dt.timezone.utc).timestamp()
+        return value.replace(tzinfo=dt.UTC).timestamp()
     if isinstance(value, float):
         return round(value, 9)
     return value

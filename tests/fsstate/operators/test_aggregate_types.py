@@ -45,7 +45,7 @@ from tests.support import spark_rules
 US = 1_000_000
 TS = pa.timestamp("us", tz="UTC")
 DEC = pa.decimal128(10, 2)
-UTC = dt.timezone.utc
+UTC = dt.UTC
 T0 = dt.datetime(2021, 3, 4, 5, 6, 7, 891011, tzinfo=UTC)
 D0 = dt.date(2021, 3, 4)
 NAN = float("nan")

@@ -21,7 +21,7 @@ KEY = pa.schema(
 )
 VAL = pa.schema([pa.field("n", pa.int64())])
 UKEY = pa.schema([pa.field("item", pa.string())])
-T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
 
 def _keys(rng: random.Random, n: int) -> list[tuple[object, ...]]:

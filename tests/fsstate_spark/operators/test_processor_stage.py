@@ -259,7 +259,7 @@ def test_row_output_equals_spark_conversion() -> None:
             ("inner", pa.struct([("x", pa.int64())])),
         ]
     )
-    t0 = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
+    t0 = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
     flat = [
         Row(k="a", n=1, t=t0, tags=None, inner=None),
         Row(k=None, n=None, t=None, tags=None, inner=None),

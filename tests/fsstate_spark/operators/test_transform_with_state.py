@@ -98,9 +98,7 @@ def test_ttl_and_processing_time_timers(runner: StreamRunner, no_data_batches_of
 
 
 def _t(seconds: int) -> str:
-    return (
-        dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(seconds=seconds)
-    ).isoformat()
+    return (dt.datetime(2024, 1, 1, tzinfo=dt.UTC) + dt.timedelta(seconds=seconds)).isoformat()
 
 
 EVENT_BATCHES = [
@@ -271,6 +269,13 @@ def test_a_restart_of_tiered_with_a_renamed_processor_class_continues_the_state(
 ) -> None:
     """As :func:`test_restart_half_way` with a renamed class, under ``tiered()``."""
     from fsstate_spark import tiered
+    from fsstate_spark.compat import PYSPARK_MINOR
+
+    if PYSPARK_MINOR < (4, 1):  # the takeover finds the operator by its layout record
+        pytest.skip(
+            "PySpark 4.0's tasks carry no spark.sql.streaming.internal.stateStore.partitions: "
+            "tiered() writes no layout record, so a renamed class cannot find its state"
+        )
 
     batches = [*SINK_BATCHES, *SINK_BATCHES]
     native = runner.run(KitchenSink(), batches, SINK_SCHEMA)

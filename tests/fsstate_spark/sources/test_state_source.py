@@ -27,6 +27,7 @@ from devkit.spark_local import session_conf
 from fsstate import PartitionStore, read_table
 from fsstate.inspect import find_stores
 from fsstate_spark import register_sources, tiered
+from fsstate_spark.compat import FILTERS_PUSHDOWN
 from fsstate_spark.settings import default_state_uri, spark_settings
 from tests.support.inspect_processors import LEDGER_SCHEMA, NOOP, Ledger
 from tests.support.stream import StreamRunner
@@ -250,7 +251,8 @@ def test_metadata_and_partition_pushdown(
             .load()
             .filter(f"partition_id = {target}")
         )
-        assert df.rdd.getNumPartitions() == 1  # the other stores were pruned
+        # the other stores were pruned (PySpark 4.0 has no pushdown: every store is read)
+        assert df.rdd.getNumPartitions() == (1 if FILTERS_PUSHDOWN else len(partitions))
         got = sorted((r.key.k, r.value.n) for r in df.collect())
         assert got == sorted((r.key.k, r.value.n) for r in everything if r.partition_id == target)
     register_sources(spark)
@@ -281,7 +283,7 @@ def test_typed_state_reads_back_exactly(spark: SparkSession, tmp_path: Path) -> 
             ("x", pa.float64()),
         ]
     )
-    t0 = dt.datetime(2026, 11, 24, 6, 0, tzinfo=dt.timezone.utc)
+    t0 = dt.datetime(2026, 11, 24, 6, 0, tzinfo=dt.UTC)
     rows = {
         (t0, 1): (
             dt.datetime(2026, 1, 2, 3, 4, 5, 6),
@@ -301,7 +303,7 @@ def test_typed_state_reads_back_exactly(spark: SparkSession, tmp_path: Path) -> 
     register_sources(spark)
     df = spark.read.format("fsstate").option("path", str(tmp_path)).load()
     assert [f.name for f in df.schema.fields] == ["key", "value", "partition_id"]
-    got = {(r.key.ts.astimezone(dt.timezone.utc), r.key.id): tuple(r.value) for r in df.collect()}
+    got = {(r.key.ts.astimezone(dt.UTC), r.key.id): tuple(r.value) for r in df.collect()}
     assert got == rows
 
 

@@ -1,0 +1,256 @@
+"""The compatibility matrix: fsstate's suites on every supported PySpark minor and Python.
+
+``make test`` runs the whole suite on the default PySpark (pyproject's ``dev`` extra) and Python.
+``make test-compat`` (``python -m devkit.compat_matrix``) runs each other :data:`MATRIX` entry
+in a virtualenv of its own (``.venv-compat/<name>``, made and filled by this module from the
+package registry: ``pyspark[connect]==<version>`` beside fsstate's ``spark``, ``cli`` and
+``test`` extras): on another minor, :data:`SUITES` (the UDF-safety test, ``tiered()``
+equivalence on both loops, the flow driver, the state sources) and the conformance suite's
+protocol scenarios (:data:`CONFORMANCE_FILES`) on that minor's ``tiered()`` way; on another
+Python, :data:`OTHER_PYTHON_SUITES`. ``--full`` (``make test-compat-full``, not in CI: about 20
+minutes a minor) runs every entry on the whole conformance suite, every way, with rescaling,
+the whole-batch operators, the demo, Spark Connect and the command lines (:data:`FULL_EXTRA`).
+
+Invariants:
+
+* One place says what is supported and tested: :data:`MATRIX` (here) and the adapters of
+  :mod:`fsstate_spark.tiered.adapters`; the docs' support table is generated from both
+  (:func:`support_table`) and a test holds the page to it.
+* Each entry's virtualenv is its own (nothing shared with ``.venv``), rebuilt when its pins or
+  the project's dependencies change (a stamp holds their hash); the run fails if any entry
+  fails, and says which, after running every entry.
+* An entry whose Python is not on this machine fails the run (CI must test what the table
+  says), unless ``--allow-missing`` is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from devkit.repo import ROOT
+
+VENVS = ROOT / ".venv-compat"
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One PySpark release on one Python."""
+
+    pyspark: str
+    python: str  # major.minor
+
+    @property
+    def minor(self) -> str:
+        return ".".join(self.pyspark.split(".")[:2])
+
+    @property
+    def name(self) -> str:
+        return f"pyspark{self.pyspark}-py{self.python}"
+
+
+DEFAULT = Entry("4.3.0", "3.11")
+"""What ``make test`` runs (the ``dev`` extra's PySpark, the project's Python)."""
+
+MATRIX = (
+    Entry("4.0.5", "3.11"),
+    Entry("4.1.4", "3.11"),
+    Entry("4.2.1", "3.11"),
+    Entry("4.3.0", "3.12"),
+    Entry("4.3.0", "3.13"),
+)
+"""The latest patch of every other supported minor, and the default PySpark on the other
+Pythons."""
+
+CONFORMANCE = "tests/fsstate_spark/conformance"
+CONFORMANCE_WAYS_ENV = "FSSTATE_CONFORMANCE_WAYS"  # tests.fsstate_spark.conformance.harness
+
+SUITES = (
+    "tests/fsstate_spark/test_udf_safety.py",
+    "tests/fsstate_spark/tiered/test_fast_loop.py",
+    "tests/fsstate_spark/tiered/test_streaming.py",
+    "tests/fsstate_spark/operators/test_transform_with_state.py",
+    "tests/fsstate_spark/sources/test_state_source.py",
+)
+"""The suites every other minor runs: the UDF-safety test, ``tiered()`` equivalence on both
+loops (against Spark's handles), the flow driver's (against Spark's operator) and the state
+sources."""
+
+OTHER_PYTHON_SUITES = SUITES[:3]
+"""What the default PySpark runs on the other Pythons (the same release's protocol as ``make
+test``'s: the worker module, both loops and the UDFs)."""
+
+CONFORMANCE_FILES = ("test_basics.py", "test_timers.py", "test_initial_state.py")
+"""Spark's transformWithState scenarios every other minor runs in CI, on the way that minor's
+``tiered()`` takes with the worker module (fsstate's loop where the minor has an adapter):
+the ones that cross the task's protocol (input batches, timers, initial state). ``--full``
+runs the whole conformance suite, every way."""
+
+FULL_EXTRA = (
+    "tests/fsstate/test_cli.py",
+    "tests/fsstate_spark/tiered/test_rescale.py",
+    "tests/fsstate_spark/operators/test_operators_spark.py",
+    "tests/fsstate_spark/test_cli_demo.py",
+    "tests/fsstate_spark/test_connect.py",
+)
+"""What ``--full`` adds: rescaling, the whole-batch operators, the demo and its CLI, Spark
+Connect, the engine's command line."""
+
+
+def selection(entry: Entry, full: bool) -> tuple[list[str], dict[str, str]]:
+    """The entry's pytest paths and environment: :data:`SUITES`, and the conformance suite
+    (whole with ``full``; else :data:`CONFORMANCE_FILES` on the minor's ``tiered()`` way, for a
+    minor other than :data:`DEFAULT`'s: the default's other Pythons run the suites only)."""
+    args = list(SUITES)
+    if full:
+        return [*args, *FULL_EXTRA, CONFORMANCE], {}
+    if entry.minor == DEFAULT.minor:
+        return list(OTHER_PYTHON_SUITES), {}
+    from fsstate_spark.tiered.adapters import ADAPTERS
+
+    fast = tuple(map(int, entry.minor.split("."))) in ADAPTERS
+    paths = [f"{CONFORMANCE}/{f}" for f in CONFORMANCE_FILES]
+    return [*args, *paths], {CONFORMANCE_WAYS_ENV: "tiered-fast" if fast else "tiered-stock"}
+
+
+def find_python(version: str) -> str | None:
+    """An interpreter of ``version`` (``3.12``) that runs: pyenv's installed one, else
+    ``python3.12`` on PATH (a pyenv shim of a version not selected fails, so each candidate is
+    tried)."""
+    root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
+    candidates = [
+        str(p / "bin" / "python") for p in sorted(root.glob(f"{version}.*"), reverse=True)
+    ]
+    found = shutil.which(f"python{version}")
+    if found:
+        candidates.append(found)
+    for exe in candidates:
+        try:
+            done = subprocess.run([exe, "-c", "import sys, venv; print(sys.version_info[:2])"],
+                                  capture_output=True, text=True, timeout=60)  # fmt: skip
+        except OSError:
+            continue
+        if done.returncode == 0 and done.stdout.strip() == str(tuple(map(int, version.split(".")))):
+            return exe
+    return None
+
+
+def _stamp(entry: Entry) -> str:
+    """What the entry's virtualenv was filled from: its name and the project's dependencies
+    (pyproject's ``[project]`` table; lint or test settings do not remake it)."""
+    import json
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))["project"]
+    req = (ROOT / "requirements" / "s3-server.txt").read_text("utf-8")
+    pins = json.dumps([entry.name, project, req], sort_keys=True).encode()
+    return hashlib.sha256(pins).hexdigest()
+
+
+def ensure_venv(entry: Entry, python: str) -> Path:
+    """The entry's virtualenv, made (or remade when pyproject.toml changed) and filled."""
+    venv = VENVS / entry.name
+    stamp = venv / ".installed"
+    if stamp.exists() and stamp.read_text() == _stamp(entry):
+        return venv / "bin" / "python"
+    shutil.rmtree(venv, ignore_errors=True)
+    subprocess.run([python, "-m", "venv", str(venv)], check=True)
+    py = str(venv / "bin" / "python")
+    pip = [py, "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+    subprocess.run([*pip, "--upgrade", "pip"], check=True)
+    subprocess.run([*pip, f"pyspark[connect]=={entry.pyspark}", "-e", ".[spark,cli,test]"],
+                   check=True, cwd=ROOT)  # fmt: skip
+    req = ROOT / "requirements" / "s3-server.txt"
+    subprocess.run([*pip, "--require-hashes", "--no-deps", "-r", str(req)], check=True)
+    stamp.write_text(_stamp(entry))
+    return Path(py)
+
+
+def run_entry(entry: Entry, allow_missing: bool, workers: int, full: bool) -> tuple[str, float]:
+    """Run the entry's :func:`selection` in its virtualenv: ``(outcome, seconds)``."""
+    start = time.monotonic()
+    python = find_python(entry.python)
+    if python is None:
+        return ("skipped: no Python " + entry.python if allow_missing else "no Python"), 0.0
+    py = ensure_venv(entry, python)
+    paths, extra = selection(entry, full)
+    env = dict(os.environ, PYSPARK_PYTHON=str(py), PYSPARK_DRIVER_PYTHON=str(py), **extra)
+    cmd = [str(py), "-m", "pytest", "-q", "-p", "no:cacheprovider", *paths]
+    if workers:
+        cmd += ["-n", str(workers), "--dist", "loadfile"]
+    said = " ".join(f"{k}={v}" for k, v in extra.items())
+    print(f"== {entry.name}: {said} {' '.join(cmd[1:])}", flush=True)
+    code = subprocess.run(cmd, cwd=ROOT, env=env).returncode
+    outcome = "passed" if code == 0 else f"failed (pytest exit {code})"
+    return outcome, time.monotonic() - start
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the matrix (``--only`` entries by name); exit 1 if any entry failed."""
+    parser = argparse.ArgumentParser(prog="python -m devkit.compat_matrix")
+    parser.add_argument("--only", nargs="*", help="entry names (default: all)")
+    parser.add_argument("--allow-missing", action="store_true")
+    parser.add_argument("--workers", type=int, default=2, help="pytest-xdist workers")
+    parser.add_argument("--full", action="store_true", help="every suite, the whole conformance")
+    args = parser.parse_args(argv)
+    entries = [e for e in MATRIX if not args.only or e.name in args.only]
+    results = [(e, *run_entry(e, args.allow_missing, args.workers, args.full)) for e in entries]
+    print("\ncompatibility matrix:")
+    for entry, outcome, seconds in results:
+        print(f"  {entry.name:<24} {outcome} ({seconds:.0f} s)")
+    failed = [e.name for e, outcome, _ in results if outcome.startswith(("failed", "no Python"))]
+    print(f"compat: {len(results) - len(failed)} passed, {len(failed)} failed")
+    if failed:
+        print(f"failed: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+
+MINOR_NOTES = {
+    "4.0": 'no Row `transformWithState` in Spark 4.0; `format("fsstate")` reads without filter '
+    "pushdown (Python data sources take filters from 4.1)",
+}
+"""What a minor lacks, said in the support table."""
+
+
+def support_table() -> str:
+    """The docs' support table (Markdown): per PySpark minor, the tested release, the tested
+    Pythons, which loop ``tiered()`` runs on and what the minor lacks."""
+    from fsstate_spark.tiered.adapters import ADAPTERS, STOCK_ONLY
+
+    entries = [DEFAULT, *MATRIX]
+    minors = sorted({e.minor for e in entries}, key=lambda m: tuple(map(int, m.split("."))))
+    lines = [
+        "| PySpark | tested release | Python (tested) | `tiered()` pandas / Row | "
+        "`tiered()` loop with the worker module | flow driver, operators, sources, CLI, "
+        "Connect | notes |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for minor in minors:
+        mine = [e for e in entries if e.minor == minor]
+        releases = sorted({e.pyspark for e in mine})
+        pythons = sorted({e.python for e in mine}, key=lambda p: tuple(map(int, p.split("."))))
+        key = tuple(map(int, minor.split(".")))
+        loop = "fsstate's keyed loop" if key in ADAPTERS else "PySpark's own loop"
+        if key in STOCK_ONLY:
+            loop += " (see notes)"
+        row = "yes / yes" if key >= (4, 1) else "yes / —"
+        note = MINOR_NOTES.get(minor, "")
+        if key in STOCK_ONLY:
+            note = (note + "; " if note else "") + STOCK_ONLY[key]
+        lines.append(
+            f"| {minor} | {', '.join(releases)} | {', '.join(pythons)} | {row} | {loop} | yes "
+            f"| {note} |"
+        )
+    return "\n".join(lines)
