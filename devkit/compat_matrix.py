@@ -233,8 +233,7 @@ def support_table() -> str:
     minors = sorted({e.minor for e in entries}, key=lambda m: tuple(map(int, m.split("."))))
     lines = [
         "| PySpark | tested release | Python (tested) | `tiered()` pandas / Row | "
-        "`tiered()` loop with the worker module | flow driver, operators, sources, CLI, "
-        "Connect | notes |",
+        "`tiered()` loop with the worker module | flow driver and `format(\"fsstate\")` | notes |",
         "|---|---|---|---|---|---|---|",
     ]
     for minor in minors:
