@@ -219,7 +219,8 @@ if __name__ == "__main__":
 
 MINOR_NOTES = {
     "4.0": 'no Row `transformWithState` in Spark 4.0; `format("fsstate")` reads without filter '
-    "pushdown (Python data sources take filters from 4.1)",
+    "pushdown (Python data sources take filters from 4.1); 4.0's tasks do not carry the state "
+    "store's partition count, so `tiered()` does not check it against its state there",
 }
 """What a minor lacks, said in the support table."""
 
@@ -233,7 +234,7 @@ def support_table() -> str:
     minors = sorted({e.minor for e in entries}, key=lambda m: tuple(map(int, m.split("."))))
     lines = [
         "| PySpark | tested release | Python (tested) | `tiered()` pandas / Row | "
-        "`tiered()` loop with the worker module | flow driver and `format(\"fsstate\")` | notes |",
+        '`tiered()` loop with the worker module | flow driver and `format("fsstate")` | notes |',
         "|---|---|---|---|---|---|---|",
     ]
     for minor in minors:
