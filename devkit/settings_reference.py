@@ -314,6 +314,10 @@ ENVIRONMENT = {
         "at once (whole-batch operators), at some cost in time.",
     ),
     "PYSPARK_PYTHON": ("Spark", "The Python of Spark's workers: one with fsstate installed."),
+    "PYTHON_WORKER_FACTORY_PORT, PYTHON_WORKER_FACTORY_SOCK_PATH, PYTHON_WORKER_FACTORY_SECRET": (
+        "`python -m pyspark_fsstate.worker` on PySpark 4.0 and 4.1 (set by Spark)",
+        "Where a worker started without Spark's daemon connects back, as PySpark's own worker.",
+    ),
 }
 # Spark settings fsstate reads or needs: name -> meaning
 SPARK_SETTINGS = {
@@ -338,6 +342,9 @@ SPARK_SETTINGS = {
     "spark.sql.execution.pythonUDF.pandas.intToDecimalCoercionEnabled": "The flow driver's "
     "pandas output conversion, as Spark's.",
     "spark.sql.session.timeZone": "The flow driver's timestamps in pandas, as Spark's.",
+    "spark.sql.legacy.execution.pandas.groupedMap.assignColumnsByName": "pandas output columns by "
+    "name (`true`, Spark's default) or position, as Spark's worker assigns them (read from a "
+    "PySpark 4.1 task's conf by fsstate's keyed loop).",
     "spark.sql.python.filterPushdown.enabled": "Set before `register_sources`: `partition_id` "
     'filters of `format("fsstate")` prune stores.',
 }
