@@ -220,7 +220,9 @@ if __name__ == "__main__":
 MINOR_NOTES = {
     "4.0": 'no Row `transformWithState` in Spark 4.0; `format("fsstate")` reads without filter '
     "pushdown (Python data sources take filters from 4.1); 4.0's tasks do not carry the state "
-    "store's partition count, so `tiered()` does not check it against its state there",
+    "store's partition count, so `tiered()` does not check it against its state there; "
+    "rescaling a `tiered()` query needs 4.2+ (Spark's offline repartition of a checkpoint)",
+    "4.1": "rescaling a `tiered()` query needs 4.2+ (Spark's offline repartition of a checkpoint)",
 }
 """What a minor lacks, said in the support table."""
 

@@ -66,6 +66,7 @@ from fsstate.store.identity import store_dir_for
 from fsstate.store.layout import Layout, in_force, read_layouts
 from fsstate.store.rescale import RescaleProgress, RescaleResult, log_progress, rescale
 from fsstate_spark.checkpoint import SparkCheckpoint, read_checkpoint
+from fsstate_spark.compat import PYSPARK_MINOR
 from fsstate_spark.runtime import fileio_for
 from fsstate_spark.state.keys import spark_partitioner
 from fsstate_spark.tiered.lifecycle import SPARK_MARKER, query_root, tiered_operators
@@ -178,6 +179,12 @@ def _key_names(fileio: FileIO, op: _Operator, version: int) -> list[str] | None:
 
 
 def _repartition_spark(spark: SparkSession, checkpoint: str, partitions: int) -> None:
+    if PYSPARK_MINOR < (4, 2):
+        raise ConfigError(
+            "rescaling a tiered() query runs Spark's offline repartition of its checkpoint, "
+            f"which PySpark {'.'.join(map(str, PYSPARK_MINOR))} does not have (4.2+); nothing "
+            "was changed"
+        )
     manager = getattr(spark, "_streamingCheckpointManager", None)
     if manager is None:
         raise ConfigError(
