@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from fsstate_spark.tiered.adapters import (
+from fsstate_spark.tiered.adapters.task import (
     Recording,
     TaskConf,
     TaskSetup,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fsstate_spark.tiered.adapters import (
+from fsstate_spark.tiered.adapters.task import (
     Recording,
     TaskConf,
     TaskSetup,

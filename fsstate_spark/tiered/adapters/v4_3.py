@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fsstate_spark.tiered.adapters import TaskSetup, udf_processor
+from fsstate_spark.tiered.adapters.task import TaskSetup, udf_processor
 from fsstate_spark.tiered.adapters.v4_2 import task_conf
 
 
