@@ -66,6 +66,24 @@ class CommitConflictError(FsStateError):
     """Another attempt published the version on another history; nothing was published."""
 
 
+class LineageConflictError(CommitConflictError):
+    """The version was published by another planning of the same epoch (another lineage: a
+    copied, restored or rolled-back checkpoint), on the same parent; nothing was published.
+
+    Attributes:
+        version: the version both built.
+    """
+
+    def __init__(self, message: str, version: int) -> None:
+        super().__init__(message)
+        self.version = version
+
+
+class LineageMismatchError(FsStateError):
+    """The state a store holds at a version is not the version its caller's lineage committed
+    (its checksum differs from the one the caller recorded): it belongs to another history."""
+
+
 class VersionNotFoundError(FsStateError, LookupError):
     """A store was asked to open a version that has no manifest (never committed or deleted)."""
 

@@ -44,6 +44,11 @@ readers of the version (:mod:`fsstate.inspect`) resolve TTL by default; a table'
 ``removed_fields``, the value fields earlier schema evolutions removed, with their stored types
 (:mod:`fsstate.format.evolution`; an older reader ignores it and refuses files holding them).
 
+Branches: a store's versions form its trunk (``<store_dir>/manifests/``) and, where its state
+was forked (:mod:`fsstate.store.branches`), branches (``<store_dir>/branches/<branch>/``); every
+function here takes the branch (``""``: the trunk). Every branch's manifests reference files of
+the one ``<store_dir>/data`` directory; file paths are relative to the store directory.
+
 Publishing: a version's manifest is published with put-if-absent
 (:func:`publish_manifest`), so once written it never changes; an attempt that finds its
 version already published gets the other attempt's manifest back and decides what to do
@@ -87,11 +92,19 @@ from fsstate.storage.fileio import FileIO
 MANIFEST_FORMAT_VERSION = 2
 LINEAGE_STEPS_MAX = 32  # manifests read at most to prove that a target descends from a base
 MANIFEST_DIR = "manifests"
+BRANCH_DIR = "branches"  # <store_dir>/branches/<branch>/<version>.json: a branch's manifests
 
 
-def manifest_path(store_dir: str, version: int) -> str:
-    """Relative path of the manifest of ``version``."""
-    return f"{store_dir}/{MANIFEST_DIR}/{version:020d}.json"
+def manifest_dir(store_dir: str, branch: str = "") -> str:
+    """Directory of the manifests of ``branch`` (``""``: the trunk, ``manifests``)."""
+    if not branch:
+        return f"{store_dir}/{MANIFEST_DIR}"
+    return f"{store_dir}/{BRANCH_DIR}/{branch}"
+
+
+def manifest_path(store_dir: str, version: int, branch: str = "") -> str:
+    """Relative path of the manifest of ``version`` (of ``branch``; ``""``: the trunk)."""
+    return f"{manifest_dir(store_dir, branch)}/{version:020d}.json"
 
 
 @dataclass
@@ -272,27 +285,30 @@ def _opt_str(v: Any) -> str | None:
     return None if v is None else str(v)
 
 
-def read_manifest(fileio: FileIO, store_dir: str, version: int) -> Manifest:
-    """Read and verify the manifest of ``version``.
+def read_manifest(fileio: FileIO, store_dir: str, version: int, branch: str = "") -> Manifest:
+    """Read and verify the manifest of ``version`` (of ``branch``).
 
     Raises:
         VersionNotFoundError: no manifest for that version.
         ManifestCorruptError: the manifest cannot be decoded.
     """
-    path = manifest_path(store_dir, version)
+    path = manifest_path(store_dir, version, branch)
     try:
         data = fileio.read_bytes(path)
     except StorageNotFoundError as exc:
-        available = list_versions(fileio, store_dir)
+        available = list_versions(fileio, store_dir, branch)
+        of = f" (branch {branch})" if branch else ""
         raise VersionNotFoundError(
-            f"version {version} of store {fileio.describe(store_dir)} does not exist "
+            f"version {version} of store {fileio.describe(store_dir)}{of} does not exist "
             f"(retained versions: {_summarize(available)}); open one of those, or start "
             "from an empty store"
         ) from exc
     return Manifest.from_bytes(data, fileio.describe(path))
 
 
-def publish_manifest(fileio: FileIO, store_dir: str, manifest: Manifest) -> Manifest:
+def publish_manifest(
+    fileio: FileIO, store_dir: str, manifest: Manifest, branch: str = ""
+) -> Manifest:
     """Publish a manifest if its version has none yet (the commit point).
 
     Returns:
@@ -300,15 +316,15 @@ def publish_manifest(fileio: FileIO, store_dir: str, manifest: Manifest) -> Mani
         for the version (compare checksums to tell).
     """
     data = manifest.to_bytes()
-    if fileio.publish_if_absent(manifest_path(store_dir, manifest.version), data):
+    if fileio.publish_if_absent(manifest_path(store_dir, manifest.version, branch), data):
         return manifest
-    return read_manifest(fileio, store_dir, manifest.version)
+    return read_manifest(fileio, store_dir, manifest.version, branch)
 
 
-def list_versions(fileio: FileIO, store_dir: str) -> list[int]:
-    """Committed versions present in the store directory, ascending."""
+def list_versions(fileio: FileIO, store_dir: str, branch: str = "") -> list[int]:
+    """Committed versions of ``branch`` present in the store directory, ascending."""
     out = []
-    for entry in fileio.list(f"{store_dir}/{MANIFEST_DIR}"):
+    for entry in fileio.list(manifest_dir(store_dir, branch)):
         name = entry.path.rsplit("/", 1)[-1]
         if name.endswith(".json") and name[:-5].isdigit():
             out.append(int(name[:-5]))
@@ -323,7 +339,9 @@ def _summarize(versions: list[int]) -> str:
     return f"{versions[0]}..{versions[-1]} ({len(versions)} versions)"
 
 
-def descends(fileio: FileIO, store_dir: str, base: Manifest, target: Manifest) -> bool:
+def descends(
+    fileio: FileIO, store_dir: str, base: Manifest, target: Manifest, branch: str = ""
+) -> bool:
     """Whether ``target`` was committed on top of ``base`` (directly or through versions).
 
     Lineage: every manifest records the version and checksum of the manifest its store was at
@@ -342,7 +360,7 @@ def descends(fileio: FileIO, store_dir: str, base: Manifest, target: Manifest) -
         if pv == base.version:
             return ps == base.checksum
         try:
-            parent = read_manifest(fileio, store_dir, pv)
+            parent = read_manifest(fileio, store_dir, pv, branch)
         except FsStateError:
             return False
         if parent.checksum != ps:

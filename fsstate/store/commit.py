@@ -38,7 +38,12 @@ Invariants:
     zombie task of that run; or of different runs: a re-run of the batch after a restart
     (the run id is per start of a query);
   - anything else is another writer: one records a writer and the other none (a query's
-    version met by a tool or engine-API commit, or the reverse).
+    version met by a tool or engine-API commit, or the reverse);
+  - writers of the same parent that both record when their batch was planned
+    (``planned_ms``, Spark's batch timestamp from the checkpoint's offsets log) at different
+    times are two lineages of one query (a copied, restored or rolled-back checkpoint ran the
+    batch again, planned anew): :class:`fsstate.errors.LineageConflictError`, which the epoch
+    answers by branching (:mod:`fsstate.store.branches`) when its caller follows a lineage.
 
   Another operator instance of the same run (two operators sharing a store,
   :meth:`fsstate.store.record.Writer.is_foreign_to`) is adopted here and refused right after by
@@ -55,7 +60,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fsstate.config import StoreConfig
-from fsstate.errors import CommitConflictError
+from fsstate.errors import CommitConflictError, LineageConflictError
 from fsstate.format.refs import FileRef
 from fsstate.format.schema import TableSpec
 from fsstate.storage.fileio import FileIO
@@ -210,6 +215,21 @@ def check_adoptable(published: Manifest, ours: Manifest, where: str) -> None:
             f"store at version {ours.version} to read what was published, or commit to a store "
             "of your own (another operator name or state location)"
         )
+    planned_theirs, planned_mine = _planned(theirs), _planned(mine)
+    if None not in (planned_theirs, planned_mine) and planned_theirs != planned_mine:
+        raise LineageConflictError(
+            f"version {ours.version} of store {where} was already published by another "
+            f"planning of its batch (planned at {planned_theirs} ms, this one at "
+            f"{planned_mine} ms): another lineage of the query, such as a copied or "
+            "restored checkpoint; nothing was published",
+            ours.version,
+        )
+
+
+def _planned(writer: Any) -> int | None:
+    """The ``planned_ms`` of a writer meta value (:class:`fsstate.store.record.Writer`)."""
+    value = writer.get("planned_ms") if isinstance(writer, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _who(writer: Any) -> str:

@@ -24,7 +24,13 @@ which resolve the generation here). An epoch ``e`` of the store of
    the store *adopts* it; a version published on another parent or by a writer recorded
    differently (none against one) is a :class:`fsstate.errors.CommitConflictError`; an
    adopted version whose writer is another instance of the same query run means two operators
-   share the store: :class:`fsstate.errors.ConfigError`.
+   share the store: :class:`fsstate.errors.ConfigError`. A version published on the same parent
+   by another *planning* of the batch (writers recording different ``planned_ms``: another
+   lineage of the query, a copied, restored or rolled-back checkpoint) is
+   :class:`fsstate.errors.LineageConflictError`; an epoch begun with ``follow_lineage=True``
+   then forks the parent into the branch :func:`fsstate.store.branches.branch_for` names (the
+   same for every task and retry of that planning) and publishes there, so each lineage goes
+   on with state of its own; its caller learns the branch from :attr:`EpochRun.store`.
 5. **Release** (on success): the store goes back to the pool, clean at ``e``, for the next epoch.
 
 The failure rule, the same for every caller: an exception at any step from acquire on (the
@@ -42,14 +48,21 @@ fails on any exception that leaves the block before its commit.
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from types import TracebackType
 
 from fsstate.config import StoreConfig
-from fsstate.errors import ConfigError, PartitionCountError, StoreClosedError
+from fsstate.errors import (
+    ConfigError,
+    LineageConflictError,
+    PartitionCountError,
+    StoreClosedError,
+)
 from fsstate.stats import CommitInfo
 from fsstate.storage.fileio import FileIO
+from fsstate.store.branches import branch_for
 from fsstate.store.layout import Layout, in_force, publish_layout, read_layouts, record_path
 from fsstate.store.partition import PartitionStore
 from fsstate.store.pool import Outcome, StorePool, store_pool
@@ -57,16 +70,20 @@ from fsstate.store.record import RECORD_KEYS, EpochRecord, Writer
 
 __all__ = ["EpochRun", "StoreAddress", "begin_epoch", "resolve_layout"]
 
+log = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True)
 class StoreAddress:
-    """Where one partition store lives: the state root, the operator, the partition and the
-    layout generation directory (``""``: generation 0)."""
+    """Where one partition store lives: the state root, the operator, the partition, the
+    layout generation directory (``""``: generation 0) and the branch of its versions
+    (``""``: the trunk; :mod:`fsstate.store.branches`)."""
 
     fileio: FileIO
     operator: str
     partition: int
     layout: str = ""
+    branch: str = ""
 
 
 def resolve_layout(
@@ -122,7 +139,16 @@ class EpochRun:
     ``outcome`` (how the store was got), ``acquire_ms``.
     """
 
-    __slots__ = ("_done", "_pool", "acquire_ms", "epoch", "outcome", "store", "writer")
+    __slots__ = (
+        "_done",
+        "_pool",
+        "acquire_ms",
+        "epoch",
+        "follow_lineage",
+        "outcome",
+        "store",
+        "writer",
+    )
 
     def __init__(
         self,
@@ -132,9 +158,11 @@ class EpochRun:
         writer: Writer | None,
         outcome: Outcome,
         acquire_ms: float,
+        follow_lineage: bool = False,
     ) -> None:
         self._pool = pool
         self._done = False
+        self.follow_lineage = follow_lineage
         self.store = store
         self.epoch = epoch
         self.writer = writer
@@ -210,7 +238,23 @@ class EpochRun:
         for key in RECORD_KEYS:
             store.meta.pop(key, None)
         store.meta.update(record.to_meta())
-        info = store.commit(self.epoch)
+        try:
+            info = store.commit(self.epoch)
+        except LineageConflictError:
+            planned = self.writer.planned_ms if self.writer is not None else None
+            if not self.follow_lineage or planned is None or store.version is None:
+                raise
+            branch = branch_for(store.branch, store.version, planned)
+            log.warning(
+                "fsstate: version %s of %s (%s) was committed by another lineage of the query "
+                "(a copied or restored checkpoint); this one goes on on branch %s",
+                self.epoch,
+                store.store_dir,
+                store.branch or "trunk",
+                branch,
+            )
+            store.fork_to(branch)
+            info = store.commit(self.epoch)
         if info.adopted and self.writer is not None:
             published = Writer.from_meta(store.committed_writer)
             if published is not None and published.is_foreign_to(self.writer):
@@ -248,9 +292,11 @@ def begin_epoch(
     writer: Writer | None = None,
     now_ms: int | None = None,
     pool: StorePool | None = None,
+    follow_lineage: bool = False,
 ) -> EpochRun:
     """Acquire the store of ``ref`` at ``epoch - 1`` for ``epoch`` (step 2 of the module
-    docstring), its clock at ``now_ms`` when given.
+    docstring), its clock at ``now_ms`` when given; with ``follow_lineage`` a commit that
+    meets another lineage's version branches (step 4).
 
     Raises:
         VersionNotFoundError: ``epoch - 1`` is not on storage (nothing is acquired).
@@ -259,7 +305,13 @@ def begin_epoch(
     t0 = time.perf_counter()
     parent = epoch - 1 if epoch > 0 else None
     store = pool.acquire(
-        ref.fileio, ref.operator, ref.partition, parent, config or StoreConfig(), ref.layout
+        ref.fileio,
+        ref.operator,
+        ref.partition,
+        parent,
+        config or StoreConfig(),
+        ref.layout,
+        branch=ref.branch,
     )
     outcome = pool.last_outcome
     try:
@@ -268,4 +320,5 @@ def begin_epoch(
     except BaseException:
         pool.discard(store)
         raise
-    return EpochRun(pool, store, epoch, writer, outcome, (time.perf_counter() - t0) * 1000)
+    ms = (time.perf_counter() - t0) * 1000
+    return EpochRun(pool, store, epoch, writer, outcome, ms, follow_lineage)

@@ -6,7 +6,8 @@ Directory layout under the root URI::
     <operator>/<partition>/data/<state>-<uuid>.parquet      data runs and TTL index runs
 
 (``<operator>/<layout>/<partition>/...`` for a store of a later layout generation, written by a
-rescale: :mod:`fsstate.store.layout`.)
+rescale: :mod:`fsstate.store.layout`; ``<...>/branches/<branch>/<version:020d>.json`` for the
+versions of a branch, a fork of the store's state: :mod:`fsstate.store.branches`.)
 
 Invariants:
 
@@ -91,6 +92,7 @@ from fsstate.storage.manifest import (
     read_manifest,
 )
 from fsstate.storage.runs import RunContext
+from fsstate.store.branches import FORKED_META, check_branch, fork_version
 from fsstate.store.catchup import apply_plan, plan_store
 from fsstate.store.commit import check_adoptable, link_to_base, seal_table, settle, table_entry
 from fsstate.store.identity import WRITER_META, json_copy, safe_name, store_dir_for
@@ -134,6 +136,7 @@ class PartitionStore(interfaces.KeyedStore):
         config: StoreConfig,
         controller: MemoryController | None = None,
         layout: str = "",
+        branch: str = "",
     ) -> None:
         self.fileio = fileio
         self.operator = operator
@@ -141,6 +144,7 @@ class PartitionStore(interfaces.KeyedStore):
         self.config = config
         self.layout = layout  # the layout generation's directory ("" for generation 0)
         self.store_dir = store_dir_for(operator, partition, layout)
+        self.branch = check_branch(branch)  # "" : the trunk (fsstate.store.branches)
         self.version: int | None = manifest.version if manifest else None
         self.next_seq: int = manifest.next_seq if manifest else 0
         self.now_ms: int = int(time.time() * 1000)
@@ -153,7 +157,7 @@ class PartitionStore(interfaces.KeyedStore):
         self._tables: dict[str, TableBase] = {}
         self._dropped = False
         self._closed = False
-        self._retention = Retention(fileio, self.store_dir)
+        self._retention = Retention(fileio, self.store_dir, self.branch)
         self._commits = 0
         self._bytes_written = 0
         self.spills = 0
@@ -172,8 +176,9 @@ class PartitionStore(interfaces.KeyedStore):
         version: int | Newest | None = NEWEST,
         config: StoreConfig | None = None,
         layout: str = "",
+        branch: str = "",
     ) -> PartitionStore:
-        """Open the store of (operator, partition) at a committed version.
+        """Open the store of (operator, partition) at a committed version (of ``branch``).
 
         Args:
             uri: root URI or local path of the state directory, a :class:`Location` (a URI
@@ -187,6 +192,8 @@ class PartitionStore(interfaces.KeyedStore):
             config: store settings.
             layout: the directory of the layout generation holding the version (``""``:
                 generation 0; see :mod:`fsstate.store.layout`, which resolves it).
+            branch: the branch the version is on (``""``: the trunk; see
+                :mod:`fsstate.store.branches`); commits go on it.
 
         Raises:
             VersionNotFoundError: ``version`` was never committed or is no longer retained.
@@ -195,8 +202,9 @@ class PartitionStore(interfaces.KeyedStore):
         config = config or StoreConfig()
         fileio = uri if isinstance(uri, FileIO) else FileIO(uri, fsync=config.fsync)
         store_dir = store_dir_for(operator, partition, layout)
+        check_branch(branch)
         if version is NEWEST:
-            versions = list_versions(fileio, store_dir)
+            versions = list_versions(fileio, store_dir, branch)
             version = versions[-1] if versions else None
         if version is not None and (isinstance(version, bool) or not isinstance(version, int)):
             raise ConfigError(
@@ -205,8 +213,8 @@ class PartitionStore(interfaces.KeyedStore):
             )
         manifest = None
         if version is not None:
-            manifest = read_manifest(fileio, store_dir, version)
-        return cls(fileio, operator, partition, manifest, config, layout=layout)
+            manifest = read_manifest(fileio, store_dir, version, branch)
+        return cls(fileio, operator, partition, manifest, config, layout=layout, branch=branch)
 
     def refresh(self, version: int) -> bool:
         """Bring this store to committed ``version`` in place, if that can be done incrementally.
@@ -229,10 +237,10 @@ class PartitionStore(interfaces.KeyedStore):
         base = self._manifest
         if self._closed or base is None or self.dirty:
             return False
-        target = read_manifest(self.fileio, self.store_dir, version)
+        target = read_manifest(self.fileio, self.store_dir, version, self.branch)
         if target.checksum == base.checksum:
             return True
-        if not descends(self.fileio, self.store_dir, base, target):
+        if not descends(self.fileio, self.store_dir, base, target, self.branch):
             return False
         try:
             plans, resets = plan_store(self._tables, base, target)  # reads every file first
@@ -254,11 +262,16 @@ class PartitionStore(interfaces.KeyedStore):
 
     @staticmethod
     def committed_versions(
-        uri: str | Location | FileIO, operator: str, partition: int, layout: str = ""
+        uri: str | Location | FileIO,
+        operator: str,
+        partition: int,
+        layout: str = "",
+        branch: str = "",
     ) -> list[int]:
-        """Committed versions of a store (of layout generation directory ``layout``), ascending."""
+        """Committed versions of a store (of layout generation directory ``layout``, on
+        ``branch``), ascending."""
         fileio = uri if isinstance(uri, FileIO) else FileIO(uri)
-        return list_versions(fileio, store_dir_for(operator, partition, layout))
+        return list_versions(fileio, store_dir_for(operator, partition, layout), branch)
 
     # -- tables --------------------------------------------------------------------------------
     def check_open(self) -> None:
@@ -432,7 +445,7 @@ class PartitionStore(interfaces.KeyedStore):
         """Whether anything changed since the store was opened or last committed."""
         if self._dropped:
             return True
-        if {k: v for k, v in self.meta.items() if k != WRITER_META} != _carried(self._manifest):
+        if _carried_meta(self.meta) != _carried(self._manifest):
             return True  # (a writer alone changes nothing)
         return any(t.dirty or (t.ttl_loaded and t.ttl_index().dirty) for t in self._tables.values())
 
@@ -465,7 +478,7 @@ class PartitionStore(interfaces.KeyedStore):
             head = (version, self.operator, self.partition, self.next_seq, tables)
             ours = Manifest(*head, meta=meta, clock_ms=self.now_ms)
             manifest = link_to_base(ours, self._manifest)
-            published = publish_manifest(self.fileio, self.store_dir, manifest)
+            published = publish_manifest(self.fileio, self.store_dir, manifest, self.branch)
         except ConfigError:
             raise  # the store cannot be used as configured: retrying would not help
         except FsStateError as exc:
@@ -482,6 +495,35 @@ class PartitionStore(interfaces.KeyedStore):
         self._committed(manifest, written)
         files = sum(table.files for table in sealed.values())
         return CommitInfo(version, files, written, (time.perf_counter() - t0) * 1000)
+
+    @property
+    def checksum(self) -> str | None:
+        """The checksum of the manifest of the version the store is at (None: none)."""
+        return None if self._manifest is None else self._manifest.checksum
+
+    def fork_to(self, branch: str) -> None:
+        """Move this store, with its uncommitted changes, onto a new ``branch`` that starts at
+        the store's version (:func:`fsstate.store.branches.fork_version`, O(metadata)): its
+        next commit publishes there. Used when a commit meets its version published by another
+        lineage (:class:`fsstate.errors.LineageConflictError`).
+
+        Raises:
+            CommitConflictError: the branch already starts elsewhere.
+            VersionNotFoundError: the version (or a file of it) is gone.
+            ConfigError: the store never committed, or the branch name is invalid.
+        """
+        self.check_open()
+        if self._manifest is None or self.version is None:
+            raise ConfigError(
+                f"store {self.fileio.describe(self.store_dir)} has no version to fork from"
+            )
+        fork = fork_version(
+            self.fileio, self.store_dir, self.version, source=self.branch, branch=branch
+        )
+        self.branch = branch
+        self._manifest = fork
+        self._retention = Retention(self.fileio, self.store_dir, branch)
+        self._retention.remember(fork)
 
     def _committed(self, manifest: Manifest, written: int) -> None:
         """The store is now at the ``manifest`` it published: forget the dropped tables, count
@@ -646,4 +688,9 @@ def _carried(manifest: Manifest | None) -> dict[str, Any]:
     writer is each commit's own: a commit nobody recorded a writer for records none)."""
     if manifest is None:
         return {}
-    return {k: v for k, v in manifest.meta.items() if k != WRITER_META}
+    return {k: v for k, v in manifest.meta.items() if k not in (WRITER_META, FORKED_META)}
+
+
+def _carried_meta(meta: dict[str, Any]) -> dict[str, Any]:
+    """A store's meta as compared with :func:`_carried` (no writer, no fork record)."""
+    return {k: v for k, v in meta.items() if k not in (WRITER_META, FORKED_META)}

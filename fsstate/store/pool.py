@@ -26,7 +26,7 @@ from fsstate.config import StoreConfig
 from fsstate.storage.fileio import FileIO
 from fsstate.store.partition import PartitionStore
 
-PoolKey = tuple[str, str, str, int]  # (root described, operator, layout dir, partition)
+PoolKey = tuple[str, str, str, int, str]  # (root, operator, layout dir, partition, branch)
 
 
 class Outcome(str, Enum):
@@ -59,9 +59,11 @@ class StorePool:
         self.last_outcome = Outcome.NONE  # the latest acquire
 
     @staticmethod
-    def key_of(fileio: FileIO, operator: str, partition: int, layout: str = "") -> PoolKey:
-        """The pool key of a store (of layout generation directory ``layout``)."""
-        return (fileio.describe(""), operator, layout, partition)
+    def key_of(
+        fileio: FileIO, operator: str, partition: int, layout: str = "", branch: str = ""
+    ) -> PoolKey:
+        """The pool key of a store (of layout generation directory ``layout``, on ``branch``)."""
+        return (fileio.describe(""), operator, layout, partition, branch)
 
     def acquire(
         self,
@@ -71,14 +73,15 @@ class StorePool:
         version: int | None,
         config: StoreConfig,
         layout: str = "",
+        branch: str = "",
     ) -> PartitionStore:
         """The store of (operator, partition) at committed ``version`` (None: empty), in the
-        layout generation directory ``layout`` (``""``: generation 0).
+        layout generation directory ``layout`` (``""``: generation 0), on ``branch``.
 
         Raises:
             VersionNotFoundError: ``version`` was never committed or is no longer retained.
         """
-        key = self.key_of(fileio, operator, partition, layout)
+        key = self.key_of(fileio, operator, partition, layout, branch)
         with self._lock:
             stale = self._active.pop(key, None)
             cached = self._idle.pop(key, None)
@@ -91,7 +94,9 @@ class StorePool:
                 cached.close()
             self.restores += 1
             self.last_outcome = Outcome.RESTORED
-            store = PartitionStore.open(fileio, operator, partition, version, config, layout)
+            store = PartitionStore.open(
+                fileio, operator, partition, version, config, layout, branch=branch
+            )
         with self._lock:
             self._active[key] = store
         return store
@@ -117,11 +122,10 @@ class StorePool:
 
     def release(self, store: PartitionStore) -> None:
         """The user committed ``store``: keep it idle for the next epoch (or close it)."""
-        key = self.key_of(store.fileio, store.operator, store.partition, store.layout)
+        key = self._key(store)
         evicted: list[PartitionStore] = []
         with self._lock:
-            if self._active.get(key) is store:
-                del self._active[key]
+            self._drop_active(store)
             if self.max_idle > 0 and not store.closed:
                 self._idle[key] = store
                 self._idle.move_to_end(key)
@@ -135,12 +139,26 @@ class StorePool:
 
     def discard(self, store: PartitionStore) -> None:
         """Forget and close a store whose attempt failed (never reused)."""
-        key = self.key_of(store.fileio, store.operator, store.partition, store.layout)
         with self._lock:
-            if self._active.get(key) is store:
-                del self._active[key]
+            self._drop_active(store)
         if not store.closed:
             store.close()
+
+    def _key(self, store: PartitionStore) -> PoolKey:
+        return self.key_of(
+            store.fileio, store.operator, store.partition, store.layout, store.branch
+        )
+
+    def _drop_active(self, store: PartitionStore) -> None:
+        """Forget ``store`` as active (under its key, or the key it was acquired under if it
+        moved to a branch since: :meth:`PartitionStore.fork_to`); the lock is held."""
+        key = self._key(store)
+        if self._active.get(key) is store:
+            del self._active[key]
+            return
+        for k, s in list(self._active.items()):
+            if s is store:
+                del self._active[k]
 
     def holds(self, fileio: FileIO, operator: str, partition: int, layout: str = "") -> bool:
         """Whether a store of (operator, partition) is acquired or idle here."""

@@ -74,7 +74,8 @@ Receipts = Mapping[tuple[str, int, int], Mapping[str, Any]]  # (operator, partit
 
 @dataclass(frozen=True)
 class Writer:
-    """Who commits an epoch: the query run and the operator instance within it.
+    """Who commits an epoch: the query run, the operator instance within it and, when the
+    caller knows it, when the epoch's batch was planned (``planned_ms``).
 
     Two instances of one run committing the same version are two operators sharing a store
     (:meth:`is_foreign_to`); an attempt of another run (a re-run after a restart) is not.
@@ -82,17 +83,38 @@ class Writer:
 
     run: str | None
     instance: str | None = None
+    planned_ms: int | None = None
 
     def to_meta(self) -> dict[str, Any]:
         """The ``writer`` meta value."""
-        return {"run": self.run, "instance": self.instance}
+        out: dict[str, Any] = {"run": self.run, "instance": self.instance}
+        if self.planned_ms is not None:
+            out["planned_ms"] = self.planned_ms
+        return out
 
     @classmethod
     def from_meta(cls, value: Any) -> Writer | None:
         """The writer a version's ``writer`` meta value names (None: none recorded)."""
         if not isinstance(value, Mapping):
             return None
-        return cls(_opt_str(value.get("run")), _opt_str(value.get("instance")))
+        planned = value.get("planned_ms")
+        return cls(
+            _opt_str(value.get("run")),
+            _opt_str(value.get("instance")),
+            int(planned) if _is_int(planned) else None,
+        )
+
+    def other_planning(self, ours: Writer) -> bool:
+        """Whether this (published) writer ran another planning of the batch than ``ours``:
+        both record when their batch was planned (Spark's batch timestamp, from the
+        checkpoint's offsets log, the same for every retry and re-run of one planning) and the
+        times differ: another lineage of the query (a copied, restored or rolled-back
+        checkpoint), never a retry."""
+        return (
+            self.planned_ms is not None
+            and ours.planned_ms is not None
+            and self.planned_ms != ours.planned_ms
+        )
 
     def is_foreign_to(self, ours: Writer) -> bool:
         """Whether this (published) writer is another instance of ``ours``'s run."""

@@ -23,6 +23,11 @@ Invariants:
 * An unreferenced file younger than the grace time is never deleted: it may belong to a commit
   under way in another attempt.
 * An unreadable manifest pins nothing (its version cannot be opened anyway).
+* Branches (:mod:`fsstate.store.branches`) share the store's files: a store on a branch, or one
+  whose directory holds a fork (``forked.json``, one HEAD when a per-commit deletion would
+  delete files, remembered once seen), deletes files only by the listing scan, and the scan
+  keeps every file any manifest of another branch references. Each branch drops only its own
+  manifests.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from fsstate.config import StoreConfig
 from fsstate.errors import FsStateError
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.manifest import Manifest, list_versions, manifest_path, read_manifest
+from fsstate.store.branches import has_forks, list_branches
 
 KNOWN_MAX = 128  # manifests a store keeps for retention (the window is usually within it)
 
@@ -41,9 +47,12 @@ KNOWN_MAX = 128  # manifests a store keeps for retention (the window is usually 
 class Retention:
     """The retained versions of one store directory and their file sets."""
 
-    def __init__(self, fileio: FileIO, store_dir: str) -> None:
+    def __init__(self, fileio: FileIO, store_dir: str, branch: str = "") -> None:
         self.fileio = fileio
         self.store_dir = store_dir
+        self.branch = branch
+        self._forked = bool(branch)  # files may be shared with another branch
+        self._other_sets: dict[tuple[str, int], frozenset[str]] = {}
         self._versions: list[int] | None = None
         self._file_sets: dict[int, frozenset[str]] = {}
         self._known: dict[int, Manifest] = {}  # manifests this store read or wrote (bounded)
@@ -66,7 +75,8 @@ class Retention:
         files = self._file_sets.get(version)
         if files is None:
             try:
-                files = frozenset(read_manifest(self.fileio, self.store_dir, version).files())
+                m = read_manifest(self.fileio, self.store_dir, version, self.branch)
+                files = frozenset(m.files())
             except FsStateError:
                 files = frozenset()  # unreadable manifests pin nothing
             self._file_sets[version] = files
@@ -75,8 +85,39 @@ class Retention:
     def versions(self) -> list[int]:
         """Committed versions currently kept on storage, ascending."""
         if self._versions is None:
-            self._versions = list_versions(self.fileio, self.store_dir)
+            self._versions = list_versions(self.fileio, self.store_dir, self.branch)
         return list(self._versions)
+
+    def forked(self) -> bool:
+        """Whether files may be shared with another branch (one HEAD until seen)."""
+        if not self._forked:
+            self._forked = has_forks(self.fileio, self.store_dir)
+        return self._forked
+
+    def other_branches_files(self) -> set[str]:
+        """Every file a manifest of another branch references (none if never forked)."""
+        if not self.forked():
+            return set()
+        live: set[str] = set()
+        seen: set[tuple[str, int]] = set()
+        for branch in ["", *list_branches(self.fileio, self.store_dir)]:
+            if branch == self.branch:
+                continue
+            for v in list_versions(self.fileio, self.store_dir, branch):
+                key = (branch, v)
+                seen.add(key)
+                files = self._other_sets.get(key)
+                if files is None:
+                    try:
+                        m = read_manifest(self.fileio, self.store_dir, v, branch)
+                        files = frozenset(m.files())
+                    except FsStateError:
+                        files = frozenset()
+                    self._other_sets[key] = files
+                live |= files
+        for key in set(self._other_sets) - seen:
+            del self._other_sets[key]
+        return live
 
     def after_commit(
         self, manifest: Manifest, live_paths: Iterable[str], config: StoreConfig
@@ -95,9 +136,10 @@ class Retention:
             self._versions.sort()
         if dropped >= 0 and manifest.chain_from is not None and manifest.chain_from <= dropped:
             nxt = manifest if dropped + 1 == v else self._manifest_of(dropped + 1)
-            doomed = [manifest_path(self.store_dir, dropped)]
-            if nxt is not None and nxt.parent_version == dropped:
-                doomed += [f"{self.store_dir}/{p}" for p in nxt.retired]
+            doomed = [manifest_path(self.store_dir, dropped, self.branch)]
+            if nxt is not None and nxt.parent_version == dropped and nxt.retired:
+                if not self.forked():  # shared files go by the listing scan only
+                    doomed += [f"{self.store_dir}/{p}" for p in nxt.retired]
             self.fileio.delete_many(doomed)
             self._file_sets.pop(dropped, None)
             if self._versions is not None and dropped in self._versions:
@@ -110,7 +152,7 @@ class Retention:
         if m is not None:
             return m
         try:
-            m = read_manifest(self.fileio, self.store_dir, version)
+            m = read_manifest(self.fileio, self.store_dir, version, self.branch)
         except FsStateError:
             return None
         self._file_sets[version] = frozenset(m.files())
@@ -119,19 +161,19 @@ class Retention:
     def full_scan(self, newest: int, live_paths: Iterable[str], config: StoreConfig) -> None:
         """List the manifests: delete those older than the window with the files no retained
         manifest references; then delete orphan data files (see the module docstring)."""
-        self._versions = list_versions(self.fileio, self.store_dir)
+        self._versions = list_versions(self.fileio, self.store_dir, self.branch)
         first_kept = newest - config.retain_versions + 1
         drop = [v for v in self._versions if v < first_kept]
         keep = [v for v in self._versions if v >= first_kept]
         if drop:
-            live: set[str] = set()
+            live: set[str] = self.other_branches_files()
             for v in keep:
                 live |= self.files_of(v)
             doomed: set[str] = set()
             for v in drop:
                 doomed |= self.files_of(v)
             self.fileio.delete_many(
-                [manifest_path(self.store_dir, v) for v in drop]
+                [manifest_path(self.store_dir, v, self.branch) for v in drop]
                 + [f"{self.store_dir}/{p}" for p in sorted(doomed - live)]
             )
             for v in drop:
@@ -142,7 +184,7 @@ class Retention:
     def delete_orphans(self, live_paths: Iterable[str], grace_ms: int) -> int:
         """Delete data files no retained manifest or live run references (after a grace time);
         returns how many were deleted."""
-        live: set[str] = set(live_paths)
+        live: set[str] = set(live_paths) | self.other_branches_files()
         for v in self.versions():
             live |= self.files_of(v)
         cutoff = int(time.time() * 1000) - grace_ms
