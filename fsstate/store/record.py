@@ -101,7 +101,7 @@ class Writer:
         return cls(
             _opt_str(value.get("run")),
             _opt_str(value.get("instance")),
-            int(planned) if _is_int(planned) else None,
+            planned if isinstance(planned, int) and not isinstance(planned, bool) else None,
         )
 
     def other_planning(self, ours: Writer) -> bool:

@@ -137,9 +137,9 @@ class Retention:
         if dropped >= 0 and manifest.chain_from is not None and manifest.chain_from <= dropped:
             nxt = manifest if dropped + 1 == v else self._manifest_of(dropped + 1)
             doomed = [manifest_path(self.store_dir, dropped, self.branch)]
-            if nxt is not None and nxt.parent_version == dropped and nxt.retired:
-                if not self.forked():  # shared files go by the listing scan only
-                    doomed += [f"{self.store_dir}/{p}" for p in nxt.retired]
+            retired = nxt.retired if nxt is not None and nxt.parent_version == dropped else []
+            if retired and not self.forked():  # shared files go by the listing scan only
+                doomed += [f"{self.store_dir}/{p}" for p in retired]
             self.fileio.delete_many(doomed)
             self._file_sets.pop(dropped, None)
             if self._versions is not None and dropped in self._versions:
