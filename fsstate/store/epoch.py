@@ -242,9 +242,10 @@ class EpochRun:
             info = store.commit(self.epoch)
         except LineageConflictError:
             planned = self.writer.planned_ms if self.writer is not None else None
-            if not self.follow_lineage or planned is None or store.version is None:
+            if not self.follow_lineage or planned is None:
                 raise
-            branch = branch_for(store.branch, store.version, planned)
+            parent = -1 if store.version is None else store.version
+            branch = branch_for(store.branch, parent, planned)
             log.warning(
                 "fsstate: version %s of %s (%s) was committed by another lineage of the query "
                 "(a copied or restored checkpoint); this one goes on on branch %s",

@@ -510,13 +510,13 @@ class PartitionStore(interfaces.KeyedStore):
         Raises:
             CommitConflictError: the branch already starts elsewhere.
             VersionNotFoundError: the version (or a file of it) is gone.
-            ConfigError: the store never committed, or the branch name is invalid.
+            ConfigError: the branch name is invalid.
         """
         self.check_open()
-        if self._manifest is None or self.version is None:
-            raise ConfigError(
-                f"store {self.fileio.describe(self.store_dir)} has no version to fork from"
-            )
+        if self._manifest is None or self.version is None:  # an empty store: nothing to fork
+            self.branch = check_branch(branch)
+            self._retention = Retention(self.fileio, self.store_dir, branch)
+            return
         fork = fork_version(
             self.fileio, self.store_dir, self.version, source=self.branch, branch=branch
         )

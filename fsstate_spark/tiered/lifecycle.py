@@ -42,6 +42,14 @@ Rules that follow (the invariants of this module):
   query's state only in that case). With several, it refuses (``name=`` says which). Stores
   keep the name they were first written under, so state written before this rule reads as it
   did.
+* Lineage: the branch of the store's versions a task continues is the one Spark's state of the
+  partition records (:mod:`fsstate_spark.tiered.lineage`; the trunk when none is recorded);
+  the store opened at ``b - 1`` must have the checksum recorded there, else
+  :class:`fsstate.errors.LineageMismatchError` before anything is read or written. Each
+  version records when Spark planned its batch (``Writer.planned_ms``), and an epoch that
+  meets ``b`` published by another planning forks and commits on a branch of its own
+  (:mod:`fsstate.store.epoch`). So a copied, restored or rolled-back checkpoint never reads
+  or writes another lineage's versions, and a retry of the same planning still adopts.
 * Every tiered processor declares one state variable of Spark's own, :data:`SPARK_MARKER`,
   never written: Spark's offline repartition of a checkpoint
   (``spark._streamingCheckpointManager.repartition``) needs the operator's store to hold a
@@ -57,7 +65,7 @@ import logging
 import time
 from dataclasses import dataclass
 
-from fsstate.errors import ConfigError, VersionNotFoundError
+from fsstate.errors import ConfigError, LineageMismatchError, VersionNotFoundError
 from fsstate.interfaces import KeyedStore
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.location import Location
@@ -66,6 +74,7 @@ from fsstate.store.layout import Layout, operators_of_kind, record_path
 from fsstate.store.pool import Outcome, StorePool, store_pool
 from fsstate.store.record import Writer
 from fsstate_spark.runtime import TaskInfo, TaskMode, apply_engine_settings, fileio_for
+from fsstate_spark.tiered.lineage import Lineage
 from fsstate_spark.tiered.settings import TieredConfig
 from fsstate_spark.tiered.transient import TransientStore
 
@@ -73,6 +82,7 @@ log = logging.getLogger(__name__)
 
 SPARK_MARKER = "_fsstate_tiered"  # the state variable every tiered processor declares in Spark
 SPARK_MARKER_SCHEMA = "present BOOLEAN"
+_OPERATIONS = "See docs/operations.md (copying, restoring and rolling back a query)."
 TIERED_KIND = "tiered"  # the kind recorded with a tiered() operator's layout
 
 
@@ -127,10 +137,20 @@ class StoreCache:
         """How the latest acquire got its store."""
         return self.pool.last_outcome
 
-    def acquire(self, config: TieredConfig, task: TaskInfo, instance: str | None) -> EpochRun:
-        """Begin the streaming task's epoch: its store at version ``batch_id - 1``.
+    def acquire(
+        self,
+        config: TieredConfig,
+        task: TaskInfo,
+        instance: str | None,
+        lineage: Lineage | None = None,
+        planned_ms: int | None = None,
+    ) -> EpochRun:
+        """Begin the streaming task's epoch: its store at version ``batch_id - 1``, on the
+        branch Spark's state says this checkpoint's lineage is on (:mod:`.lineage`).
 
         Raises:
+            LineageMismatchError: the store's version ``batch_id - 1`` of that branch is not the
+                one this checkpoint committed (another history): nothing was read or written.
             VersionNotFoundError: version ``batch_id - 1`` was never committed (state removed,
                 or the query ran without fsstate before); the message says what to do.
             PartitionCountError: the state at ``batch_id - 1`` has another partition count.
@@ -142,14 +162,25 @@ class StoreCache:
         fileio = fileio_for(query_root(config, task.query_id), config.store.fsync)
         self.pool.max_idle = config.max_cached_stores
         name, layout = self.layout_for(fileio, config, task)
-        ref = StoreAddress(fileio, name, task.partition, layout.dir)
+        mine = lineage if lineage and lineage.applies_to(layout.dir, task.partition) else None
+        if mine is not None and mine.version != want:
+            raise LineageMismatchError(
+                f"query {task.query_id}, operator {name!r}, partition {task.partition}: Spark's "
+                f"checkpoint says fsstate committed version {mine.version} with its last batch, "
+                f"but micro-batch {task.batch_id} starts from version {want}: the checkpoint's "
+                "state was modified. Restore the checkpoint as a whole, or start the query from "
+                f"a new checkpoint. {_OPERATIONS}"
+            )
+        branch = mine.branch if mine is not None else ""
+        ref = StoreAddress(fileio, name, task.partition, layout.dir, branch)
         try:
-            return begin_epoch(
+            run = begin_epoch(
                 ref,
                 task.batch_id,
                 config=config.store,
-                writer=Writer(task.run_id, instance),
+                writer=Writer(task.run_id, instance, planned_ms),
                 pool=self.pool,
+                follow_lineage=True,
             )
         except VersionNotFoundError as exc:
             raise VersionNotFoundError(
@@ -159,6 +190,19 @@ class StoreCache:
                 "directory must be kept with the checkpoint: restore it, or start the query "
                 f"with a new checkpoint. ({exc})"
             ) from exc
+        if mine is not None and run.store.checksum != mine.checksum:
+            run.fail()
+            on = f"branch {branch}" if branch else "the trunk"
+            raise LineageMismatchError(
+                f"query {task.query_id}, operator {name!r}, partition {task.partition}: version "
+                f"{want} on {on} under {config.state_uri!r} is not the state this checkpoint "
+                f"committed with batch {want} (manifest checksum {run.store.checksum}, the "
+                f"checkpoint recorded {mine.checksum}): the state directory holds another "
+                "history (restored from another time, or replaced). Nothing was read or "
+                "written. Restore the state directory that goes with this checkpoint, or start "
+                f"the query from a new checkpoint. {_OPERATIONS}"
+            )
+        return run
 
     def layout_for(
         self, fileio: FileIO, config: TieredConfig, task: TaskInfo
@@ -251,7 +295,13 @@ def store_cache() -> StoreCache:
     return _cache
 
 
-def open_store(config: TieredConfig, task: TaskInfo, instance: str | None = None) -> TaskStore:
+def open_store(
+    config: TieredConfig,
+    task: TaskInfo,
+    instance: str | None = None,
+    lineage: Lineage | None = None,
+    planned_ms: int | None = None,
+) -> TaskStore:
     """The store a task works on (see the module docstring for the rules).
 
     Args:
@@ -259,11 +309,14 @@ def open_store(config: TieredConfig, task: TaskInfo, instance: str | None = None
         task: the task.
         instance: the id of the tiered processor (one per ``tiered()`` call), recorded with
             the run id as the epoch's writer.
+        lineage: what Spark's state says this partition committed with the previous batch
+            (None: nothing recorded; :mod:`fsstate_spark.tiered.lineage`).
+        planned_ms: when Spark planned the batch (recorded with the version).
     """
     if task.mode == TaskMode.STREAMING:
         t0 = time.perf_counter()
         try:
-            run = _cache.acquire(config, task, instance)
+            run = _cache.acquire(config, task, instance, lineage, planned_ms)
         finally:
             _cache.acquire_s += time.perf_counter() - t0
         return TaskStore(run.store, run)

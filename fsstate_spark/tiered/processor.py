@@ -18,8 +18,12 @@ Invariants:
   (or from the iterator it returns), from its ``close`` or from the commit fails the epoch:
   nothing is committed and the store is discarded, so no later task reuses it.
 * Runtime objects (store, handle) are never pickled with the proxy.
-* In ``init``, before the user's processor, one state variable is declared with Spark's own
-  handle: :data:`fsstate_spark.tiered.lifecycle.SPARK_MARKER` (see there; never written).
+* In ``init``, before the user's processor, two state variables are declared with Spark's own
+  handle: :data:`fsstate_spark.tiered.lifecycle.SPARK_MARKER` (see there; never written) and
+  :data:`fsstate_spark.tiered.lineage.LINEAGE_VAR`, which a streaming task reads before its
+  store is opened and writes after its epoch committed: the version and branch of fsstate's
+  state Spark's checkpoint goes with (:mod:`fsstate_spark.tiered.lineage`). A task whose
+  marker cannot be written fails (Spark retries it; the retry adopts the committed version).
 """
 
 from __future__ import annotations
@@ -50,6 +54,13 @@ from fsstate_spark.tiered.lifecycle import (
     finish_store,
     open_store,
 )
+from fsstate_spark.tiered.lineage import (
+    LINEAGE_SCHEMA,
+    LINEAGE_VAR,
+    Lineage,
+    SparkMarker,
+    planned_ms,
+)
 from fsstate_spark.tiered.settings import TieredConfig, resolve_config
 from fsstate_spark.tiered.transient import TransientStore
 
@@ -62,14 +73,22 @@ class _TaskState:
         "_store_bind",
         "binding",
         "handle",
+        "marker",
         "now_ms",
         "store",
         "task",
         "task_store",
     )
 
-    def __init__(self, task: TaskInfo, task_store: TaskStore, handle: TieredHandle) -> None:
+    def __init__(
+        self,
+        task: TaskInfo,
+        task_store: TaskStore,
+        handle: TieredHandle,
+        marker: SparkMarker | None = None,
+    ) -> None:
         self.task = task
+        self.marker = marker
         self.task_store = task_store
         self.store = store = task_store.store
         self.handle = handle
@@ -214,15 +233,23 @@ class TieredProcessor(StatefulProcessor):
         # Spark's store of the operator holds one state variable of its own (never written),
         # so that Spark's offline repartition and the rescale find the operator (lifecycle)
         handle.getValueState(SPARK_MARKER, SPARK_MARKER_SCHEMA)
+        # ... and one it writes: the lineage of fsstate's state this checkpoint follows
+        lineage_state = handle.getValueState(LINEAGE_VAR, LINEAGE_SCHEMA)
         task = current_task()
-        if task.mode == TaskMode.STREAMING and not self._fast and self._config.fast_loop:
-            note_stock_loop(self._config.name)
-        task_store = open_store(self._config, task, self._instance)
+        marker: SparkMarker | None = None
+        lineage, planned = None, None
+        if task.mode == TaskMode.STREAMING:
+            if not self._fast and self._config.fast_loop:
+                note_stock_loop(self._config.name)
+            assert task.partition is not None
+            marker = SparkMarker(handle, lineage_state, task.partition)
+            lineage, planned = marker.read(), planned_ms(handle)
+        task_store = open_store(self._config, task, self._instance, lineage, planned)
         # Spark's MapState order follows its state encoding; bounded input always uses
         # unsaferow (its store is built from a fresh SQLConf)
         encoding = self._config.state_encoding if task.mode == TaskMode.STREAMING else UNSAFEROW
         tiered_handle = TieredHandle(handle, task_store.store, KeyBinding(), encoding)
-        self._task = _TaskState(task, task_store, tiered_handle)
+        self._task = _TaskState(task, task_store, tiered_handle, marker)
         try:
             self._processor.init(tiered_handle)
         except BaseException:
@@ -294,6 +321,14 @@ class TieredProcessor(StatefulProcessor):
         state.binding.key = None
         self._task = None
         finish_store(state.task_store, state.now_ms)
+        run = state.task_store.epoch
+        if state.marker is not None and state.marker.live and run is not None:
+            store = run.store  # committed: Spark's state records which version of which branch
+            assert store.version is not None and store.checksum is not None
+            lineage = Lineage(
+                store.branch, store.version, store.checksum, store.layout, store.partition
+            )
+            state.marker.write(lineage)
 
 
 _STOCK_NOTED: set[str] = set()

@@ -31,11 +31,13 @@ class StreamRunner:
         self.root = root
         self.runs = 0
 
-    def frame(self, input_dir: Path, schema: str = INPUT_SCHEMA) -> DataFrame:
-        """A streaming DataFrame reading one file per micro-batch."""
+    def frame(
+        self, input_dir: Path, schema: str = INPUT_SCHEMA, files_per_trigger: int = 1
+    ) -> DataFrame:
+        """A streaming DataFrame reading one file (or ``files_per_trigger``) per micro-batch."""
         return (
             self.spark.readStream.schema(schema)
-            .option("maxFilesPerTrigger", 1)
+            .option("maxFilesPerTrigger", files_per_trigger)
             .json(str(input_dir))
         )
 
@@ -55,6 +57,8 @@ class StreamRunner:
         driver: bool = False,
         watermark: tuple[str, str] | None = None,
         partitions: int = 2,
+        input_of: str | None = None,
+        files_per_trigger: int = 1,
     ) -> list[tuple[Any, ...]]:
         """Run ``processor`` over ``batches`` (appended to the input of ``name``'s query).
 
@@ -75,6 +79,10 @@ class StreamRunner:
                 Spark's operator.
             watermark: ``withWatermark(column, delay)`` on the input.
             partitions: the flow driver's partitions.
+            input_of: read the input directory of the query of that name (a copied
+                checkpoint reads its original's source: Spark's file source records paths).
+            files_per_trigger: input files per micro-batch (``batches`` then describe files;
+                ``total_batches`` and the batches checked are the caller's to give).
 
         Returns:
             Sorted (batch id, *output row) tuples of the data batches.
@@ -85,11 +93,11 @@ class StreamRunner:
         """
         self.runs += 1
         tag = name or f"run{self.runs}"
-        input_dir = self.root / tag / "input"
+        input_dir = self.root / (input_of or tag) / "input"
         checkpoint = self.root / tag / "checkpoint"
         write_batches(input_dir, batches)
         last = (total_batches or len(batches)) - 1
-        frame = self.frame(input_dir, input_schema)
+        frame = self.frame(input_dir, input_schema, files_per_trigger)
         if watermark is not None:
             frame = frame.withWatermark(*watermark)
         grouped = frame.groupBy(*([key] if isinstance(key, str) else key))
@@ -150,7 +158,7 @@ class StreamRunner:
             query.stop()
         if query.exception() is not None:
             raise RuntimeError(f"streaming query failed: {query.exception()}")
-        return self._check(rows, seen, last, len(batches))
+        return self._check(rows, seen, last, -(-len(batches) // files_per_trigger))
 
     def _check(
         self, rows: list[tuple[Any, ...]], seen: list[int], last: int, n: int

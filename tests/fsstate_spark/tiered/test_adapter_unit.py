@@ -29,6 +29,7 @@ from fsstate_spark.state.keys import normalize_key
 from fsstate_spark.state.schemas import parse_ddl, to_arrow
 from fsstate_spark.tiered import processor as processor_module
 from fsstate_spark.tiered.lifecycle import SPARK_MARKER, SPARK_MARKER_SCHEMA, TaskInfo, store_cache
+from fsstate_spark.tiered.lineage import LINEAGE_SCHEMA, LINEAGE_VAR
 
 
 class FakeClient:
@@ -404,8 +405,12 @@ def test_init_declares_spark_s_marker_state_before_the_user_s_state(
     task: dict[str, TaskInfo], tmp_path: Path
 ) -> None:
     """Spark's offline repartition needs the operator's Spark store to hold a state variable:
-    every tiered processor declares one with Spark's handle, and only that one."""
+    every tiered processor declares one with Spark's handle, and the lineage variable
+    (fsstate_spark.tiered.lineage), and only those."""
     task["now"] = TaskInfo("driver")
     handle = FakeHandle()
     tiered(Counter(), state_uri=str(tmp_path)).init(handle)
-    assert handle.declared == [(SPARK_MARKER, SPARK_MARKER_SCHEMA)]
+    assert handle.declared == [
+        (SPARK_MARKER, SPARK_MARKER_SCHEMA),
+        (LINEAGE_VAR, LINEAGE_SCHEMA),
+    ]
