@@ -104,18 +104,6 @@ class Writer:
             planned if isinstance(planned, int) and not isinstance(planned, bool) else None,
         )
 
-    def other_planning(self, ours: Writer) -> bool:
-        """Whether this (published) writer ran another planning of the batch than ``ours``:
-        both record when their batch was planned (Spark's batch timestamp, from the
-        checkpoint's offsets log, the same for every retry and re-run of one planning) and the
-        times differ: another lineage of the query (a copied, restored or rolled-back
-        checkpoint), never a retry."""
-        return (
-            self.planned_ms is not None
-            and ours.planned_ms is not None
-            and self.planned_ms != ours.planned_ms
-        )
-
     def is_foreign_to(self, ours: Writer) -> bool:
         """Whether this (published) writer is another instance of ``ours``'s run."""
         return ours.run is not None and self.run == ours.run and self.instance != ours.instance
