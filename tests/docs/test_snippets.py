@@ -237,3 +237,22 @@ def test_every_name_a_page_imports_exists(page: Path) -> None:
             tree = ast.parse(path.read_text("utf-8"))
         problems += [f"{include}: {m}" for m in _missing_imports(tree)]
     assert not problems, "\n".join(problems)
+
+
+def test_a_page_showing_commands_shows_what_makes_their_state() -> None:
+    """A page that shows a shell snippet of SHELL_RUN also shows the snippet making the state
+    it reads (so the page's examples run in order, from the page alone)."""
+    problems = []
+    for page in _pages():
+        shown = {
+            Path(m.group("path")).name
+            for block in _code_blocks(page.read_text("utf-8"))
+            for line in block
+            if (m := _INCLUDE.match(line))
+        }
+        problems += [
+            f"{page.name} shows {name} but not {maker}, which makes its state"
+            for name, maker in SHELL_RUN.items()
+            if name in shown and maker not in shown
+        ]
+    assert not problems, "\n".join(problems)
