@@ -79,7 +79,10 @@ bench-quick: $(STAMP)  ## a smaller benchmark run
 bench-report: $(STAMP)  ## rebuild docs/benchmarks.md from bench/results/*.json (runs nothing)
 	$(PY) -m bench.report
 
-dist: $(STAMP)  ## build dist/fsstate-pyfiles.zip for spark-submit --py-files
+# The wheel is built by pip in an isolated environment (it fetches the build backend,
+# setuptools, from the package index).
+dist: $(STAMP)  ## build the wheel dist/fsstate-*.whl and dist/fsstate-pyfiles.zip for spark-submit --py-files
+	$(PY) -m pip wheel --quiet --no-deps --wheel-dir dist .
 	$(PY) -m fsstate_spark.pyfiles dist/fsstate-pyfiles.zip
 
 clean:  ## remove the venv, caches and local state

@@ -41,7 +41,6 @@ from typing import Any
 try:
     import click
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-    from rich.table import Table
 except ImportError as exc:  # pragma: no cover - the cli extra is missing
     raise SystemExit(
         f"fsstate's command line needs click and rich ({exc}): pip install 'fsstate[cli]'"
@@ -49,21 +48,22 @@ except ImportError as exc:  # pragma: no cover - the cli extra is missing
 
 import pyarrow as pa
 
-from fsstate.config import StoreConfig
-from fsstate.console import (
-    CommandEnv,
-    ErrorsAsOneLine,
-    Failed,
-    debug_to_stderr,
-    option_pairs,
-    rich_table,
+from fsstate.cli_tables import (
+    compact_table,
+    gc_tables,
+    list_table,
+    rows_table,
+    span,
+    stats_table,
 )
+from fsstate.config import StoreConfig
+from fsstate.console import CommandEnv, ErrorsAsOneLine, Failed, debug_to_stderr, option_pairs
 from fsstate.errors import ConfigError, VersionNotFoundError
 from fsstate.format.schema import KIND_LIST
 from fsstate.inspect.catalog import StoreRef, read_store_manifest
 from fsstate.inspect.changes import diff_tables
 from fsstate.inspect.snapshot import Snapshot
-from fsstate.inspect.verify import latest_text, mixed_versions, skews, verify_stores
+from fsstate.inspect.verify import mixed_versions, skews, verify_stores
 from fsstate.storage.fileio import FileIO
 from fsstate.store import PartitionStore
 from fsstate.store.generations import collect_generations
@@ -76,11 +76,9 @@ __all__ = ["cli", "main"]
 log = logging.getLogger("fsstate")
 
 
-def _span(versions: tuple[int, ...] | list[int]) -> str:
-    return f"{versions[0]}..{versions[-1]}" if len(versions) > 1 else str(versions[0])
-
-
-_query = click.option("--query", "-q", help="Only stores under this prefix (a query id).")
+_query = click.option(
+    "--query", "-q", help="Only this query: its id, or a prefix of one (as tables shorten it)."
+)
 _operator = click.option("--operator", help="Only this operator (store name).")
 _partition = click.option("--partition", "-p", type=int, help="Only this partition.")
 _root = click.argument("root")
@@ -141,20 +139,7 @@ def list_cmd(env: CommandEnv, root: str, query: str | None, operator: str | None
                 "ahead": dict(skew.ahead) if skew else {},
             }
         )
-    rows = [
-        [
-            d["query"] or "-",
-            d["operator"],
-            len(d["partitions"]),
-            d["min_version"],
-            d["max_version"],
-            d["retained_versions"],
-            latest_text(d["latest_version"], d["behind"], d["ahead"]),
-        ]
-        for d in doc
-    ]
-    cols = ["query", "operator", "partitions", "min version", "max version", "retained", "latest"]
-    env.emit(doc, rich_table(f"state under {root}", cols, rows))
+    env.emit(doc, list_table(root, doc))
     if not env.as_json:
         for skew in skewed.values():
             click.echo(f"PARTITIONS DISAGREE: {skew.describe()} (see fsstate verify)", err=True)
@@ -193,7 +178,7 @@ def stats(
             _add_store_stats(agg, fileio, s, version, live_rows)
             step(1)
     doc = [{**a, "versions": sorted(a["versions"])} for a in agg.values()]
-    env.emit(doc, _stats_table(root, doc, live_rows))
+    env.emit(doc, stats_table(root, doc, live_rows))
     if not env.as_json:
         env.err.print(
             "stored rows count every row version on storage (shadowed and deleted "
@@ -241,39 +226,6 @@ def _add_store_stats(
             a["live_rows"] += live[name]
 
 
-def _stats_table(root: str, doc: list[dict[str, Any]], live_rows: bool) -> Table:
-    """The rich table of ``stats``: one row per (query, operator, state)."""
-    cols = [
-        "query",
-        "operator",
-        "state",
-        "kind",
-        "ttl ms",
-        "partitions",
-        "version",
-        "files",
-        "stored rows",
-        "bytes",
-    ] + (["live rows"] if live_rows else [])
-    rows = [
-        [
-            d["query"] or "-",
-            d["operator"],
-            d["state"],
-            d["kind"],
-            d["ttl_ms"],
-            d["partitions"],
-            _span(d["versions"]),
-            d["files"],
-            d["stored_rows"],
-            d["bytes"],
-        ]
-        + ([d["live_rows"]] if live_rows else [])
-        for d in doc
-    ]
-    return rich_table(f"state under {root}", cols, rows)
-
-
 def _read_all(
     env: CommandEnv,
     fileio: FileIO,
@@ -302,8 +254,7 @@ def _print_rows(env: CommandEnv, title: str, table: pa.Table, limit: int) -> Non
     if env.as_json:
         env.emit({"rows": table.num_rows, "shown": shown.to_pylist()}, None)
         return
-    rows = [[r[c] for c in table.column_names] for r in shown.to_pylist()]
-    env.out.print(rich_table(title, table.column_names, rows))
+    env.out.print(rows_table(title, shown))
     more = table.num_rows - shown.num_rows
     env.err.print(f"{table.num_rows} rows" + (f" ({more} not shown: --limit)" if more else ""))
 
@@ -452,7 +403,7 @@ def verify(
             f"({report.bytes} bytes): {report.verdict}"
         )
         for p in report.problems:
-            click.echo(f"DAMAGED {p.path} (versions {_span(p.versions)}): {p.error}", err=True)
+            click.echo(f"DAMAGED {p.path} (versions {span(p.versions)}): {p.error}", err=True)
         for k in report.skews:
             click.echo(f"SKEWED {k.describe()}", err=True)
     if not report.ok:
@@ -496,25 +447,8 @@ def gc(
     if env.as_json:
         env.emit({"stores": doc, "generations": gens}, None)
         return
-    rows = [
-        [
-            d["query"] or "-",
-            d["operator"],
-            d["partition"],
-            d["versions_dropped"],
-            "-" if d["orphans_deleted"] is None else d["orphans_deleted"],
-        ]
-        for d in doc
-    ]
-    cols = ["query", "operator", "partition", "versions dropped", "orphan files deleted"]
-    env.emit(doc, rich_table(f"gc of {root}", cols, rows))
-    if gens:
-        grows = [
-            [g["query"] or "-", g["operator"], g["generations_dropped"], g["unreferenced_dirs"]]
-            for g in gens
-        ]
-        gcols = ["query", "operator", "generations dropped", "dead rescale dirs"]
-        env.emit(gens, rich_table(f"layout generations under {root}", gcols, grows))
+    for table in gc_tables(root, doc, gens):
+        env.out.print(table)
 
 
 def _gc_store(fileio: FileIO, s: StoreRef, grace_ms: int, retain: int | None) -> dict[str, Any]:
@@ -608,20 +542,7 @@ def compact(
                 }
             )
             step(1)
-    rows = [
-        [
-            d["query"] or "-",
-            d["operator"],
-            d["partition"],
-            d["version"],
-            d["runs_before"],
-            d["runs_after"],
-            d["bytes_written"],
-        ]
-        for d in doc
-    ]
-    cols = ["query", "operator", "partition", "new version", "runs before", "runs after", "bytes"]
-    env.emit(doc, rich_table(f"compaction of {root}", cols, rows))
+    env.emit(doc, compact_table(root, doc))
 
 
 def main() -> None:

@@ -3,6 +3,15 @@ tables, progress bars, ``name=value`` options.
 
 Invariants:
 
+* A table (:func:`rich_table`) is laid out for the width it is printed at (the terminal's,
+  ``COLUMNS`` when set, else 200 columns off a terminal), and no line of it is wider: a column
+  with one value in every row that the command marks as a heading (the query id) moves to a
+  line above the table; if the boxed table is still too wide, a compact one (headers wrapped
+  at spaces, two spaces between columns) shortens the command's id columns in the middle
+  (``12345678…cdef``: a prefix unique among the ids shown, which ``--query`` accepts, and the
+  last four characters), then wraps the widest text columns (numbers never wrap); a table
+  that cannot fit that way prints one ``column: value`` block per row. Cell texts are never
+  cut: only ids are shortened, and only to a unique prefix.
 * Every error a command raises reaches the user as one line on stderr with exit code 2
   (:class:`ErrorsAsOneLine`): a typed fsstate error as ``<Type>: <message>``, anything else
   (the object store client's panics included) as a bug to report; click's own usage errors
@@ -14,16 +23,20 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import re
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 try:
     import click
-    from rich.console import Console
+    from rich import box
+    from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
     from rich.table import Table
+    from rich.text import Text
 except ImportError as exc:  # pragma: no cover - the cli extra is missing
     raise SystemExit(
         f"fsstate's command line needs click and rich ({exc}): pip install 'fsstate[cli]'"
@@ -39,6 +52,7 @@ __all__ = [
     "CommandEnv",
     "ErrorsAsOneLine",
     "Failed",
+    "FitTable",
     "debug_to_stderr",
     "option_pairs",
     "rich_table",
@@ -89,7 +103,9 @@ class CommandEnv:
     def __init__(self, as_json: bool, options: dict[str, str]) -> None:
         self.as_json = as_json
         self.options = options
-        self.out = Console(soft_wrap=False, width=200 if not sys.stdout.isatty() else None)
+        # off a terminal tables are 200 columns wide, unless COLUMNS says otherwise
+        wide = not sys.stdout.isatty() and "COLUMNS" not in os.environ
+        self.out = Console(soft_wrap=False, width=200 if wide else None)
         self.err = Console(stderr=True)
 
     def fileio(self, uri: str) -> FileIO:
@@ -102,7 +118,9 @@ class CommandEnv:
         operator: str | None,
         partition: int | None = None,
     ) -> list[StoreRef]:
-        found = find_stores(fileio, prefix=query, operator=operator, partition=partition)
+        found = find_stores(fileio, operator=operator, partition=partition)
+        if query is not None:
+            found = [s for s in found if s.prefix == _query_id(query, found)]
         if not found:
             what = " ".join(
                 f"{k}={v!r}"
@@ -116,7 +134,7 @@ class CommandEnv:
             )
         return found
 
-    def emit(self, doc: Any, table: Table | None) -> None:
+    def emit(self, doc: Any, table: RenderableType | None) -> None:
         if self.as_json:
             click.echo(json.dumps(doc, indent=2, default=str))
         elif table is not None:
@@ -153,13 +171,156 @@ def option_pairs(values: tuple[str, ...]) -> dict[str, str]:
     return out
 
 
-def rich_table(title: str, columns: list[str], rows: list[list[Any]]) -> Table:
-    t = Table(title=title, title_justify="left", min_width=len(title) + 4)
-    for c in columns:
-        t.add_column(c, overflow="fold")
-    for r in rows:
-        t.add_row(*["" if v is None else str(v) for v in r])
-    return t
+def _query_id(query: str, stores: list[StoreRef]) -> str:
+    """The query id ``--query`` names: an id of ``stores``, or a prefix of exactly one (the
+    tables show ids shortened to such a prefix)."""
+    ids = {s.prefix for s in stores}
+    if query in ids:
+        return query
+    head, _, tail = query.partition("…")  # as the tables show it, or its prefix
+    matches = sorted(i for i in ids if i.startswith(head) and i.endswith(tail))
+    if len(matches) > 1:
+        raise Failed(f"--query {query!r} is a prefix of several query ids: {matches}")
+    return matches[0] if matches else query
+
+
+def rich_table(
+    title: str,
+    columns: list[str],
+    rows: list[list[Any]],
+    *,
+    heading: Sequence[str] = ("query",),
+    ids: Sequence[str] = ("query",),
+) -> FitTable:
+    """A table laid out for the width it is printed at (see the module docstring).
+
+    Args:
+        title: the line above the table.
+        columns: the column headers.
+        rows: the cells, a list per row (None prints empty).
+        heading: columns that move to a line above the table when every row has one value.
+        ids: columns of ids, shortened in the middle to a unique prefix when space is short.
+    """
+    cells = [["" if v is None else str(v) for v in r] for r in rows]
+    return FitTable(title, columns, cells, heading, ids)
+
+
+_NUMBER = re.compile(r"-?\d[\d.,]*|-?")
+_BOXED, _COMPACT = "boxed", "compact"
+
+
+class FitTable:
+    """A titled table that lays itself out for the console's width when printed."""
+
+    def __init__(
+        self,
+        title: str,
+        columns: list[str],
+        rows: list[list[str]],
+        heading: Sequence[str],
+        ids: Sequence[str],
+    ) -> None:
+        lines = [title]
+        keep = list(range(len(columns)))
+        for i, name in enumerate(columns):
+            values = {r[i] for r in rows}
+            if name in heading and len(values) == 1:
+                keep.remove(i)
+                if (value := values.pop()) not in ("", "-"):
+                    lines.append(f"{name}: {value}")
+        self.lines = lines
+        self.columns = [columns[i] for i in keep]
+        self.rows = [[r[i] for i in keep] for r in rows]
+        self.ids = [i for i, c in enumerate(self.columns) if c in ids]
+
+    def __rich_console__(self, _console: Console, options: ConsoleOptions) -> RenderResult:
+        yield from self.layout(options.max_width)
+
+    def layout(self, width: int) -> list[RenderableType]:
+        """The title and heading lines, then the table laid out within ``width`` columns."""
+        out: list[RenderableType] = [Text(line, overflow="fold") for line in self.lines]
+        n = len(self.columns)
+        if n == 0:
+            return out
+        natural = [
+            max([len(c), *(len(r[i]) for r in self.rows)]) for i, c in enumerate(self.columns)
+        ]
+        if sum(natural) + 3 * n + 1 <= width:
+            return [*out, self._table(_BOXED, natural, self.rows)]
+        rows = self.rows
+        words = [max(len(w) for w in (c.split() or [""])) for c in self.columns]
+        widths = _widths(words, rows)
+        if sum(widths) + 2 * (n - 1) > width and self.ids:
+            rows = _short_ids(rows, self.ids)
+            widths = _widths(words, rows)
+        fitted = self._shrink_text(widths, words, rows, width - 2 * (n - 1))
+        if fitted is None:
+            return [*out, *self._records(rows)]
+        return [*out, self._table(_COMPACT, fitted, rows)]
+
+    def _shrink_text(
+        self, widths: list[int], words: list[int], rows: list[list[str]], room: int
+    ) -> list[int] | None:
+        """``widths`` with the widest text columns narrowed (to wrap) until they sum to at most
+        ``room``; None if they cannot (numbers and ids never wrap)."""
+        widths = list(widths)
+        floor = {
+            i: max(words[i], min(widths[i], 10))
+            for i in range(len(widths))
+            if i not in self.ids and not all(_NUMBER.fullmatch(r[i]) for r in rows)
+        }
+        while sum(widths) > room:
+            wide = [i for i in floor if widths[i] > floor[i]]
+            if not wide:
+                return None
+            widest = max(wide, key=lambda i: widths[i])
+            widths[widest] -= 1
+        return widths
+
+    def _table(self, style: str, widths: list[int], rows: list[list[str]]) -> Table:
+        if style == _BOXED:
+            t = Table()
+        else:
+            t = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True)
+        for c, w in zip(self.columns, widths, strict=True):
+            t.add_column(Text(c, overflow="fold"), width=w, overflow="fold")
+        for r in rows:
+            t.add_row(*r)
+        return t
+
+    def _records(self, rows: list[list[str]]) -> list[RenderableType]:
+        """One ``column: value`` block per row, a blank line before each."""
+        pad = max(len(c) for c in self.columns)
+        out: list[RenderableType] = []
+        for r in rows:
+            out.append(Text(""))
+            out += [
+                Text(f"{c + ':':<{pad + 1}} {v}", overflow="fold")
+                for c, v in zip(self.columns, r, strict=True)
+            ]
+        return out
+
+
+def _widths(words: list[int], rows: list[list[str]]) -> list[int]:
+    """Each column's width: its widest cell, at least its header's longest word."""
+    return [max([w, *(len(r[i]) for r in rows)]) for i, w in enumerate(words)]
+
+
+def _short_ids(rows: list[list[str]], columns: list[int]) -> list[list[str]]:
+    """``rows`` with the ids of ``columns`` shortened in the middle: a prefix of at least 8
+    characters that no other id of the column starts with, an ellipsis and the last four."""
+    rows = [list(r) for r in rows]
+    for i in columns:
+        ids = sorted({r[i] for r in rows})
+        short = {}
+        for v in ids:
+            k = 8
+            while k < len(v) and any(o != v and o.startswith(v[:k]) for o in ids):
+                k += 1
+            short[v] = f"{v[:k]}…{v[-4:]}" if k + 5 < len(v) else v
+        for r in rows:
+            r[i] = short[r[i]]
+    return rows
 
 
 def debug_to_stderr(ctx: click.Context, names: tuple[str, ...] = ("fsstate",)) -> None:

@@ -32,7 +32,8 @@ class SchemaError(FsStateError, TypeError):
 
 class SchemaEvolutionError(SchemaError):
     """A state variable was declared again with a schema its stored rows cannot be read as
-    (a removed, renamed or narrowed field, a changed key); nothing was written."""
+    (a narrowed or changed type, a new or newly non-nullable field, a changed key); nothing was
+    written. A removed or renamed field is allowed (:mod:`fsstate.format.evolution`)."""
 
 
 class KeyArityError(SchemaError):

@@ -36,12 +36,14 @@ if not _pyspark.__version__.startswith("4."):  # before anything imports PySpark
 
 from fsstate_spark.sources import StateSummary, register_sources, state_summary
 from fsstate_spark.state.handles import (
+    DeletedStateError,
     EmptyListError,
     NoGroupingKeyError,
     TieredHandle,
     TieredListState,
     TieredMapState,
     TieredValueState,
+    TimerModeError,
 )
 from fsstate_spark.tiered import (
     QueryRescale,
@@ -52,6 +54,7 @@ from fsstate_spark.tiered import (
 )
 
 __all__ = [
+    "DeletedStateError",
     "EmptyListError",
     "NoGroupingKeyError",
     "QueryRescale",
@@ -62,6 +65,7 @@ __all__ = [
     "TieredMapState",
     "TieredProcessor",
     "TieredValueState",
+    "TimerModeError",
     "register_sources",
     "rescale_query",
     "state_summary",

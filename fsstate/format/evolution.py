@@ -36,7 +36,9 @@ Invariants:
   the current spec.
 * :func:`project_rows` returns rows in exactly the spec's row schema, or None when the rows'
   layout is not one the spec evolved from (the caller reports a damaged file); rows already in
-  the spec's layout are returned as they are (no copy).
+  the spec's layout are returned as they are (no copy), except that a removed field declared
+  again reads null in rows older than its declaration: callers project whenever
+  :func:`projects` says so, not only when the layout differs.
 """
 
 from __future__ import annotations
@@ -210,6 +212,19 @@ def _readded(spec: TableSpec) -> dict[str, int]:
         if since is not None and f.name in spec.value_schema.names:
             out[f.name] = since
     return out
+
+
+def projects(schema: pa.Schema, spec: TableSpec) -> bool:
+    """Whether rows stored as ``schema`` read differently under ``spec``: another layout, or a
+    removed field declared again (its older values read null, even in the same layout)."""
+    return not schema.equals(spec.row_schema()) or bool(
+        spec.removed_fields is not None and _readded(spec)
+    )
+
+
+def same_rows(a: TableSpec, b: TableSpec) -> bool:
+    """Whether rows projected to ``a`` are exactly the rows projected to ``b``."""
+    return a.value_schema.equals(b.value_schema) and _readded(a) == _readded(b)
 
 
 def _paths(path: str, fields: list[pa.Field]) -> list[str]:

@@ -53,7 +53,7 @@ import pyarrow.parquet as pq
 
 from fsstate.config import StoreConfig
 from fsstate.errors import DataFileCorruptError, StorageError, StorageNotFoundError
-from fsstate.format.evolution import project_rows
+from fsstate.format.evolution import project_rows, projects, same_rows
 from fsstate.format.keyfilter import BloomFilter
 from fsstate.format.keyorder import Bound, sort_key
 from fsstate.format.refs import FileRef, decode_batch, encode_batch
@@ -141,7 +141,7 @@ def _segment_of(spec: TableSpec, table: pa.Table, where: str) -> Segment:
     batches = table.combine_chunks().to_batches()
     rb = batches[0] if batches else pa.RecordBatch.from_pylist([], schema=spec.row_schema())
     rb = rb.replace_schema_metadata(None)
-    if not rb.schema.equals(spec.row_schema()):
+    if projects(rb.schema, spec):
         projected = project_rows(rb, spec)  # written before the state's schema evolved
         if projected is None:
             raise _corrupt(
@@ -158,9 +158,11 @@ def _cached(
     schema evolved (:mod:`fsstate.format.evolution`) is projected and cached again; a reader
     of an older version whose layout the cached one evolved from decodes the file itself."""
     seg = ctx.cache.get(key, load)
-    if seg.spec is not spec and not seg.spec.value_schema.equals(spec.value_schema):
-        rows = project_rows(seg.batch, spec)
-        if rows is None:  # cached in a newer layout (this reader is at an older version)
+    if seg.spec is not spec and not same_rows(seg.spec, spec):
+        # rows cached under removed fields may be null where this reader sees values: decode
+        # them again, as when they are cached in a newer layout (this reader is older)
+        rows = None if seg.spec.removed_fields is not None else project_rows(seg.batch, spec)
+        if rows is None:
             return load()
         seg = Segment(spec, rows)
         ctx.cache.put(key, seg)

@@ -30,6 +30,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -40,7 +41,7 @@ DOCS = ROOT / "docs"
 SNIPPETS = DOCS / "snippets"
 BIN = Path(sys.executable).parent
 
-ENGINE_RUN = ["engine_store.py", "engine_read.py", "errors_catch.py"]
+ENGINE_RUN = ["engine_store.py", "engine_read.py", "errors_catch.py", "errors_spark.py"]
 SPARK_RUN = [
     "tiered_settings.py",
     "driver_flow.py",
@@ -176,11 +177,10 @@ def test_shell_snippet_names_real_targets_and_commands(name: str) -> None:
             )
 
 
-@pytest.mark.parametrize("name", sorted(COMPILE))
-def test_compile_only_snippet_compiles_and_its_imports_exist(name: str) -> None:
-    source = (SNIPPETS / name).read_text("utf-8")
-    tree = ast.parse(source, name)
-    compile(tree, name, "exec")
+def _missing_imports(tree: ast.AST) -> list[str]:
+    """The names ``tree`` imports from fsstate, fsstate_spark or the examples that do not
+    exist (a name is an attribute of its module, or a submodule imported by name)."""
+    missing = []
     for node in ast.walk(tree):
         if (
             isinstance(node, ast.ImportFrom)
@@ -190,5 +190,69 @@ def test_compile_only_snippet_compiles_and_its_imports_exist(name: str) -> None:
         ):
             module = importlib.import_module(node.module)
             for alias in node.names:
-                if not hasattr(module, alias.name):  # a submodule, imported by name
+                if hasattr(module, alias.name):
+                    continue
+                try:
                     importlib.import_module(f"{node.module}.{alias.name}")
+                except ImportError:
+                    missing.append(f"from {node.module} import {alias.name}")
+    return missing
+
+
+@pytest.mark.parametrize("name", sorted(COMPILE))
+def test_compile_only_snippet_compiles_and_its_imports_exist(name: str) -> None:
+    source = (SNIPPETS / name).read_text("utf-8")
+    tree = ast.parse(source, name)
+    compile(tree, name, "exec")
+    assert not _missing_imports(tree), _missing_imports(tree)
+
+
+def _included_python(page: Path) -> list[tuple[str, Path, str]]:
+    """(include, file, source shown) of each Python file (or section of one) a page shows."""
+    out = []
+    for block in _code_blocks(page.read_text("utf-8")):
+        for line in block:
+            m = _INCLUDE.match(line)
+            if m is None or not m.group("path").endswith(".py"):
+                continue
+            path = ROOT / m.group("path")
+            text = path.read_text("utf-8")
+            section = m.group("section")
+            if section:
+                start, end = f"[start:{section}]", f"[end:{section}]"
+                text = text.split(start, 1)[1].split("\n", 1)[1].split(end, 1)[0]
+            out.append((line.strip(), path, text))
+    return out
+
+
+@pytest.mark.parametrize("page", _pages(), ids=lambda p: p.name)
+def test_every_name_a_page_imports_exists(page: Path) -> None:
+    """What a page shows importing from fsstate, fsstate_spark or the examples imports from
+    there: the section it shows, not only its file (which may import elsewhere)."""
+    problems = []
+    for include, path, source in _included_python(page):
+        try:
+            tree = ast.parse(textwrap.dedent(source))
+        except SyntaxError:  # a section that is not whole statements: its file's imports
+            tree = ast.parse(path.read_text("utf-8"))
+        problems += [f"{include}: {m}" for m in _missing_imports(tree)]
+    assert not problems, "\n".join(problems)
+
+
+def test_a_page_showing_commands_shows_what_makes_their_state() -> None:
+    """A page that shows a shell snippet of SHELL_RUN also shows the snippet making the state
+    it reads (so the page's examples run in order, from the page alone)."""
+    problems = []
+    for page in _pages():
+        shown = {
+            Path(m.group("path")).name
+            for block in _code_blocks(page.read_text("utf-8"))
+            for line in block
+            if (m := _INCLUDE.match(line))
+        }
+        problems += [
+            f"{page.name} shows {name} but not {maker}, which makes its state"
+            for name, maker in SHELL_RUN.items()
+            if name in shown and maker not in shown
+        ]
+    assert not problems, "\n".join(problems)

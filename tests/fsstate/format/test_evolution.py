@@ -9,7 +9,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from fsstate import PartitionStore, StoreConfig, read_table
+from fsstate import PartitionStore, StoreConfig, ValueTable, read_table
 from fsstate.errors import SchemaError, SchemaEvolutionError
 from fsstate.format.evolution import evolve, project_rows, widens
 from fsstate.format.schema import KIND_MAP, KIND_VALUE, TableSpec
@@ -298,3 +298,62 @@ def test_a_removed_field_never_comes_back(tmp_path: Path) -> None:
         assert t.get(("a",)) == (2, None)
         assert t.get(("c",)) == (3, 9 if again is back else "9")
         s.close()
+
+
+def _reopen(root: str, version: int, value: pa.Schema) -> tuple[PartitionStore, ValueTable]:
+    s = PartitionStore.open(root, "op", 0, version, config=CFG)
+    return s, s.value_table("v", value, KEY)
+
+
+def test_a_renamed_field_is_a_removal_and_an_addition(tmp_path: Path) -> None:
+    """``count`` declared as ``n``: accepted (Avro's rule, fields match by name), the old
+    values are gone and ``n`` reads null in every stored row; ``count`` declared again later
+    reads null too. A non-nullable new name is refused, as any added non-nullable field."""
+    root = str(tmp_path)
+    s, t = _reopen(root, None, V1)  # type: ignore[arg-type]
+    t.update(("a",), (1, 10))
+    s.commit(0)
+    s.close()
+    renamed = pa.schema([pa.field("n", pa.int32()), pa.field("total", pa.int32())])
+    s, t = _reopen(root, 0, renamed)
+    assert t.get(("a",)) == (None, 10)  # the renamed field's values are gone
+    assert [f.name for f in t.spec.removed_fields or []] == ["count"]
+    s.commit(1)
+    s.close()
+    s, t = _reopen(root, 1, V1)
+    assert t.get(("a",)) == (None, 10)  # and never come back under the old name
+    s.close()
+    strict = pa.schema([pa.field("n", pa.int32(), nullable=False), pa.field("total", pa.int32())])
+    with pytest.raises(SchemaEvolutionError, match="new field 'n'"):
+        _reopen(root, 0, strict)
+
+
+def test_a_rename_keeps_values_copied_while_both_fields_are_declared(tmp_path: Path) -> None:
+    """The way to keep values across a rename (docs/evolution.md): a version declaring both
+    fields copies ``count`` into ``n`` for each key it writes; the next version drops
+    ``count``. Keys written meanwhile keep their value; a key never written meanwhile still
+    loses it, so the old field goes only once every key was written (or expired)."""
+    root = str(tmp_path)
+    s, t = _reopen(root, None, V1)  # type: ignore[arg-type]
+    for k, count in (("a", 1), ("b", 2)):
+        t.update((k,), (count, 10 * count))
+    s.commit(0)
+    s.close()
+    both = pa.schema([*V1, pa.field("n", pa.int32())])
+    s, t = _reopen(root, 0, both)
+    count, total, n = t.get(("a",))  # type: ignore[misc]
+    assert n is None
+    t.update(("a",), (count, total + 1, n if n is not None else count))  # copied when written
+    s.commit(1)
+    s.close()
+    only_new = pa.schema([pa.field("total", pa.int32()), pa.field("n", pa.int32())])
+    s, t = _reopen(root, 1, only_new)
+    assert t.get(("a",)) == (11, 1)  # written by the version that copied: kept
+    assert t.get(("b",)) == (20, None)  # never written meanwhile: its count is gone
+    s.compact(force=True)
+    s.commit(2)
+    s.close()
+    assert read_table(root, "op", 0, "v", 2).to_pylist() == [
+        {"k": "a", "total": 11, "n": 1},
+        {"k": "b", "total": 20, "n": None},
+    ]
