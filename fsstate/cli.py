@@ -23,8 +23,8 @@ Invariants:
   query or the operators' runner record one in the manifest): their version numbers are
   batch ids, and a version published beside them would be adopted by the next batch. Those
   stores compact in their writer's own tasks.
-* Exit codes: 0 done; 1 ``verify`` found a damaged or missing file, or skewed partitions (each
-  named on stderr);
+* Exit codes: 0 done; 1 ``verify`` found a damaged or missing file, skewed partitions, or a
+  partition with no version (each named on stderr);
   2 bad usage (click's usage message) or any error (one line on stderr naming the object and
   what to do; also for an error fsstate did not type, which is reported as a bug). ``--debug``
   (before the command) logs the storage client's full reports and tracebacks to stderr.
@@ -408,8 +408,8 @@ def _one_query(stores: list[StoreRef]) -> list[StoreRef]:
 def verify(
     env: CommandEnv, root: str, query: str | None, operator: str | None, latest_only: bool
 ) -> None:
-    """Check every file the retained versions reference (checksums, sizes, row counts) and that
-    each operator's partitions agree on their latest version."""
+    """Check every file the retained versions reference (checksums, sizes, row counts), that
+    each operator's partitions agree on their latest version and that none has no version."""
     fileio = env.fileio(root)
     stores = env.stores(fileio, query, operator)
     bar: dict[str, Any] = {}
@@ -443,6 +443,7 @@ def verify(
             for p in report.problems
         ],
         "skews": [k.to_doc() for k in report.skews],
+        "missing_partitions": [m.to_doc() for m in report.missing],
     }
     if env.as_json:
         env.emit(doc, None)
@@ -455,6 +456,8 @@ def verify(
             click.echo(f"DAMAGED {p.path} (versions {_span(p.versions)}): {p.error}", err=True)
         for k in report.skews:
             click.echo(f"SKEWED {k.describe()}", err=True)
+        for m in report.missing:
+            click.echo(f"MISSING {m.describe()}", err=True)
     if not report.ok:
         sys.exit(1)
 

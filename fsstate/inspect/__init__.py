@@ -14,9 +14,18 @@ from __future__ import annotations
 from fsstate.inspect.catalog import StoreRef, find_stores
 from fsstate.inspect.changes import diff_tables, read_changes
 from fsstate.inspect.snapshot import Snapshot, read_table
-from fsstate.inspect.verify import Problem, Skew, VerifyReport, skews, verify_stores
+from fsstate.inspect.verify import (
+    MissingPartition,
+    Problem,
+    Skew,
+    VerifyReport,
+    missing_partitions,
+    skews,
+    verify_stores,
+)
 
 __all__ = [
+    "MissingPartition",
     "Problem",
     "Skew",
     "Snapshot",
@@ -24,6 +33,7 @@ __all__ = [
     "VerifyReport",
     "diff_tables",
     "find_stores",
+    "missing_partitions",
     "read_changes",
     "read_table",
     "skews",

@@ -25,6 +25,7 @@ from fsstate.inspect import diff_tables
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.location import Location
 from fsstate.storage.manifest import read_manifest
+from fsstate.store.epoch import resolve_layout
 from fsstate.store.identity import WRITER_META, store_dir_for
 from tests.support.plugin import s3_options
 
@@ -213,6 +214,60 @@ def test_a_partition_behind_is_seen_by_verify_list_and_show(root: tuple[str, lis
     assert got["shown"] == want
     # the partition shown alone is no mix
     assert _json(["show", uri, "agg", "total", "-p", "0", "-n", "-1"], opts)["rows"] == 6
+
+
+def test_a_partition_without_any_version_is_named(root: tuple[str, list[str]]) -> None:
+    """Every manifest of one partition deleted (its data files left), and, where the
+    operator's partition count is recorded, a partition directory deleted whole: verify names
+    each partition and its directory and exits 1; the others' files are all intact."""
+    uri, opts = root
+    fileio = _fileio(uri, opts)
+    _history(fileio, partitions=4)
+    for entry in fileio.list(f"{store_dir_for('agg', 3)}/manifests"):
+        fileio.delete(entry.path)
+    res = _run(["verify", uri], opts, code=1)
+    lost = fileio.describe(store_dir_for("agg", 3))
+    assert f"MISSING operator 'agg': partition 3 has no version; {lost} holds" in res.stderr
+    assert "no version" in res.stdout and "all intact" not in res.stdout
+    report = json.loads(_run(["--json", "verify", uri], opts, code=1).stdout)
+    [missing] = report["missing_partitions"]
+    assert (missing["partition"], missing["path"], missing["partitions"]) == (3, lost, None)
+    assert missing["data_files"] > 0 and report["problems"] == [] and report["skews"] == []
+
+    # with the partition count recorded (as tiered() and the operator runner record it), a
+    # partition whose directory is gone too
+    resolve_layout(fileio, "agg", partitions=4, kind="test")
+    for entry in fileio.list(store_dir_for("agg", 2), recursive=True):
+        fileio.delete(entry.path)
+    report = json.loads(_run(["--json", "verify", uri], opts, code=1).stdout)
+    got = {m["partition"]: (m["data_files"], m["partitions"]) for m in report["missing_partitions"]}
+    assert got[2] == (0, 4) and got[3][1] == 4 and got[3][0] > 0
+    res = _run(["verify", uri, "--latest-only"], opts, code=1)
+    assert "partition 2 of 4 has no version" in res.stderr and "does not exist" in res.stderr
+
+
+def test_a_deleted_middle_file_is_named_with_the_versions_that_need_it(tmp_path: Path) -> None:
+    """A data file in the middle of a table's runs (neither its newest nor its oldest) deleted:
+    verify names it and every version that references it, --latest-only too."""
+    uri = str(tmp_path / "state")
+    fileio = _fileio(uri, [])
+    _history(fileio, partitions=1)
+    d0 = store_dir_for("agg", 0)
+    runs = read_manifest(fileio, d0, 3).tables["total"].runs
+    assert len(runs) >= 3
+    middle = f"{d0}/{runs[len(runs) // 2].path}"
+    fileio.delete(middle)
+    report = json.loads(_run(["--json", "verify", uri], [], code=1).stdout)
+    [problem] = report["problems"]
+    users = [
+        v
+        for v in range(4)
+        if runs[len(runs) // 2] in read_manifest(fileio, d0, v).tables["total"].runs
+    ]
+    assert problem["path"] == fileio.describe(middle) and problem["versions"] == users
+    assert "is missing" in problem["error"] and 3 in users
+    res = _run(["verify", uri, "--latest-only"], [], code=1)
+    assert f"DAMAGED {fileio.describe(middle)} (versions 3)" in res.stderr
 
 
 def test_a_partition_ahead_is_named_too(tmp_path: Path) -> None:
