@@ -14,18 +14,24 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from bench.harness.datagen import KEY_SCHEMA, VALUE_SCHEMA, key_table, value_table
 from fsstate import PartitionStore, StoreConfig, read_table
 from fsstate.errors import DataFileCorruptError
 from fsstate.storage.runs import WHOLE_FILE_BYTES_MAX
 
 ROWS = 160_000  # 32 random characters a value: a run file above WHOLE_FILE_BYTES_MAX
+KEY_SCHEMA = pa.schema([("k", pa.string())])
+VALUE_SCHEMA = pa.schema([("n", pa.int64()), ("s", pa.string())])
 
 
 def _large_run(root: Path, codec: str) -> tuple[Path, pa.Table]:
     """One committed run file too large to be read whole, and the rows it holds."""
     rng = np.random.default_rng(3)
-    keys, values = key_table(range(ROWS)), value_table(rng, ROWS, 32)
+    keys = pa.table([pa.array([f"user-{i:012d}" for i in range(ROWS)])], schema=KEY_SCHEMA)
+    chars = rng.integers(ord("A"), ord("z") + 1, size=(ROWS, 32), dtype=np.uint8)
+    strings = [bytes(row).decode() for row in chars]
+    values = pa.table(
+        [pa.array(rng.integers(0, 1 << 40, size=ROWS)), pa.array(strings)], schema=VALUE_SCHEMA
+    )
     store = PartitionStore.open(str(root), "op", 0, config=StoreConfig(compression=codec))
     store.value_table("v", VALUE_SCHEMA, KEY_SCHEMA).put_many(keys, values)
     store.commit(0)
