@@ -4,8 +4,9 @@ and verification of every file a version references.
 
 :mod:`~fsstate.inspect.catalog` (:func:`find_stores`), :mod:`~fsstate.inspect.snapshot`
 (:func:`read_table`, :class:`Snapshot`), :mod:`~fsstate.inspect.changes`
-(:func:`read_changes`, :func:`diff_tables`) and :mod:`~fsstate.inspect.verify`
-(:func:`verify_stores`). The command line (:mod:`fsstate.cli`) and the Spark data sources
+(:func:`read_changes`, :func:`diff_tables`), :mod:`~fsstate.inspect.verify`
+(:func:`verify_stores`) and :mod:`~fsstate.inspect.checkpoint` (a Spark checkpoint's commit
+log against a ``tiered()`` query's versions). The command line (:mod:`fsstate.cli`) and the Spark data sources
 (:mod:`fsstate_spark.sources.source`) are built on these.
 """
 

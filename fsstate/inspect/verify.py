@@ -250,6 +250,10 @@ def _span(versions: tuple[int, ...]) -> str:
     )
 
 
+def _range(versions: tuple[int, ...]) -> str:
+    return f"{versions[0]}..{versions[-1]}" if len(versions) > 1 else str(versions[0])
+
+
 @dataclass
 class VerifyReport:
     """The outcome of :func:`verify_stores`.
@@ -276,6 +280,32 @@ class VerifyReport:
     def ok(self) -> bool:
         """Whether every file is intact and every operator's partitions agree."""
         return not self.problems and not self.skews and not self.missing
+
+    def to_doc(self) -> dict[str, Any]:
+        """The report as a JSON document."""
+        return {
+            "ok": self.ok,
+            "stores": self.stores,
+            "versions": self.versions,
+            "files": self.files,
+            "bytes": self.bytes,
+            "problems": [
+                {"path": p.path, "versions": list(p.versions), "error": p.error}
+                for p in self.problems
+            ],
+            "skews": [k.to_doc() for k in self.skews],
+            "missing_partitions": [m.to_doc() for m in self.missing],
+        }
+
+    def lines(self) -> list[str]:
+        """One line per thing wrong: ``DAMAGED`` files, ``SKEWED`` operators, ``MISSING``
+        partitions."""
+        out = [
+            f"DAMAGED {p.path} (versions {_range(p.versions)}): {p.error}" for p in self.problems
+        ]
+        out += [f"SKEWED {k.describe()}" for k in self.skews]
+        out += [f"MISSING {m.describe()}" for m in self.missing]
+        return out
 
     @property
     def verdict(self) -> str:
