@@ -6,8 +6,8 @@ and verification of every file a version references.
 (:func:`read_table`, :class:`Snapshot`), :mod:`~fsstate.inspect.changes`
 (:func:`read_changes`, :func:`diff_tables`), :mod:`~fsstate.inspect.verify`
 (:func:`verify_stores`) and :mod:`~fsstate.inspect.checkpoint` (a Spark checkpoint's commit
-log against a ``tiered()`` query's versions). The command line (:mod:`fsstate.cli`) and the Spark data sources
-(:mod:`fsstate_spark.sources.source`) are built on these.
+log against a ``tiered()`` query's versions). The command line (:mod:`fsstate.cli`) and the
+Spark data sources (:mod:`fsstate_spark.sources.source`) are built on these.
 """
 
 from __future__ import annotations
