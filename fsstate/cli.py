@@ -19,10 +19,11 @@ Invariants:
   (:mod:`fsstate.store.retention`); ``--retain`` also drops versions older than the window.
   Then, per operator, the stores of layout generations a rescale superseded once no retained
   version is in them, and directories of rescales that died (:mod:`fsstate.store.generations`).
-* ``compact`` publishes a new version, so it refuses stores a streaming writer owns (a tiered
-  query or the operators' runner record one in the manifest): their version numbers are
-  batch ids, and a version published beside them would be adopted by the next batch. Those
-  stores compact in their writer's own tasks.
+* ``compact`` publishes a new version, through an epoch (:mod:`fsstate.store.maintenance`), so
+  it refuses stores a streaming writer owns (a tiered query or the operators' runner record
+  one in the manifest, or their operator's kind in its layout record): their version numbers
+  are batch ids, and a version published beside them would meet the query's next batch.
+  Those stores compact in their writer's own tasks.
 * ``verify --checkpoint`` reads the Spark checkpoint as files (no Spark: the Spark-side
   command line, ``fsstate-spark``, is for steps that need a SparkSession) and compares each
   operator's partitions with its last committed batch
@@ -83,9 +84,8 @@ from fsstate.inspect.verify import (
     verify_stores,
 )
 from fsstate.storage.fileio import FileIO
-from fsstate.store import PartitionStore
 from fsstate.store.generations import collect_generations
-from fsstate.store.identity import WRITER_META
+from fsstate.store.maintenance import compact_store, streaming_owner
 from fsstate.store.retention import Retention
 
 __all__ = ["cli", "main"]
@@ -639,38 +639,26 @@ def compact(
     fileio = env.fileio(root)
     stores = env.stores(fileio, query, operator, partition)
     for s in stores:
-        writer = read_store_manifest(fileio, s).meta.get(WRITER_META)
-        if writer is not None:
+        owner = streaming_owner(s.root(fileio), s.operator, read_store_manifest(fileio, s))
+        if owner is not None:
             raise ConfigError(
-                f"store {fileio.describe(s.store_dir)} is written by a streaming query or "
-                f"operator job ({writer}); its versions are batch ids, so it compacts in that "
-                "job's own tasks (StoreConfig compaction settings), not from the command line"
+                f"store {s.root(fileio).describe(s.store_dir)} is written by {owner}; its "
+                "versions are batch ids, so it compacts in that job's own tasks (StoreConfig "
+                "compaction settings), not from the command line"
             )
     doc = []
     with env.progress("compacting", len(stores)) as step:
         for s in stores:
-            store = PartitionStore.open(s.root(fileio), s.operator, s.partition, s.latest)
-            try:
-                # the clock of the last commit: compaction must not expire rows by wall time
-                m = read_store_manifest(fileio, s)
-                store.set_time(m.clock_ms if m.clock_ms is not None else m.created_ms)
-                runs_before = sum(t.runs for t in store.stats().tables.values())
-                for name in store.table_names():
-                    store.table(name)
-                written = store.compact(force=True)
-                info = store.commit(s.latest + 1)
-                runs_after = sum(t.runs for t in store.stats().tables.values())
-            finally:
-                store.close()
+            done = compact_store(s.root(fileio), s.operator, s.partition, s.latest, layout=s.layout)
             doc.append(
                 {
                     "query": s.prefix,
                     "operator": s.operator,
                     "partition": s.partition,
-                    "version": info.version,
-                    "runs_before": runs_before,
-                    "runs_after": runs_after,
-                    "bytes_written": written,
+                    "version": done.version,
+                    "runs_before": done.runs_before,
+                    "runs_after": done.runs_after,
+                    "bytes_written": done.bytes_written,
                 }
             )
             step(1)

@@ -309,9 +309,13 @@ def test_gc_deletes_old_orphans_only_and_retain_drops_versions(tmp_path: Path) -
 
 
 def test_compact_keeps_every_row_and_refuses_a_streaming_writers_store(tmp_path: Path) -> None:
+    """compact publishes the next version through an epoch (its record written as every
+    epoch's: the format, the compacted version's watermark) with every row; it refuses a store
+    a streaming writer owns (a writer in its manifest, or its operator's kind in the layout
+    record, as a rescaled tiered store has), naming the store's full path."""
     uri = str(tmp_path / "state")
     fileio = FileIO(uri)
-    _history(fileio)
+    _history(fileio, meta={"watermark_ms": 1_500, "panes": [1, 2]})
     tables = ["total", "events", "by_user"]
     before = {(p, t): read_table(fileio, "agg", p, t).to_pylist() for p in (0, 1) for t in tables}
     rows = _json(["compact", uri, "-p", "0"], [])
@@ -321,15 +325,23 @@ def test_compact_keeps_every_row_and_refuses_a_streaming_writers_store(tmp_path:
     assert PartitionStore.committed_versions(uri, "agg", 1)[-1] == 3
     for (p, t), want in before.items():
         assert read_table(fileio, "agg", p, t).to_pylist() == want, (p, t)
+    meta = read_manifest(fileio, store_dir_for("agg", 0), 4).meta
+    assert meta == {"record_format": 1, "watermark_ms": 1_500, "panes": [1, 2]}
     report = json.loads(_run(["--json", "verify", uri], [], code=1).stdout)
     assert report["problems"] == []  # every file intact; only partition 0 has a version 4:
     assert [k["behind"] for k in report["skews"]] == [{"1": 3}]  # the partitions disagree
 
-    owned = str(tmp_path / "owned")
-    _history(FileIO(owned), partitions=1, meta={WRITER_META: {"run": "r1", "instance": "i"}})
-    res = _run(["compact", owned], [], code=2)
-    assert "written by a streaming query" in res.stderr
-    assert PartitionStore.committed_versions(owned, "agg", 0)[-1] == 3
+    owned = tmp_path / "owned"
+    writer = {WRITER_META: {"run": "r1", "instance": "i"}}
+    _history(FileIO(str(owned)).child("query-1"), partitions=1, meta=writer)
+    res = _run(["compact", str(owned)], [], code=2)
+    assert f"store {owned / 'query-1' / 'agg' / '0'} is written by a streaming query" in res.stderr
+    assert PartitionStore.committed_versions(str(owned / "query-1"), "agg", 0)[-1] == 3
+    kind = tmp_path / "kind"
+    _history(FileIO(str(kind)), partitions=1)
+    resolve_layout(FileIO(str(kind)), "agg", partitions=1, kind="tiered")
+    res = _run(["compact", str(kind)], [], code=2)
+    assert "(a tiered operator, as its layout records)" in res.stderr
 
 
 def test_errors_are_one_line_with_exit_code_2(tmp_path: Path) -> None:
