@@ -19,12 +19,18 @@ Invariants:
   (:mod:`fsstate.store.retention`); ``--retain`` also drops versions older than the window.
   Then, per operator, the stores of layout generations a rescale superseded once no retained
   version is in them, and directories of rescales that died (:mod:`fsstate.store.generations`).
-* ``compact`` publishes a new version, so it refuses stores a streaming writer owns (a tiered
-  query or the operators' runner record one in the manifest): their version numbers are
-  batch ids, and a version published beside them would be adopted by the next batch. Those
-  stores compact in their writer's own tasks.
-* Exit codes: 0 done; 1 ``verify`` found a damaged or missing file, or skewed partitions (each
-  named on stderr);
+* ``compact`` publishes a new version, through an epoch (:mod:`fsstate.store.maintenance`), so
+  it refuses stores a streaming writer owns (a tiered query or the operators' runner record
+  one in the manifest, or their operator's kind in its layout record): their version numbers
+  are batch ids, and a version published beside them would meet the query's next batch.
+  Those stores compact in their writer's own tasks.
+* ``verify --checkpoint`` reads the Spark checkpoint as files (no Spark: the Spark-side
+  command line, ``fsstate-spark``, is for steps that need a SparkSession) and compares each
+  operator's partitions with its last committed batch
+  (:func:`fsstate.inspect.checkpoint.check_checkpoint`).
+* Exit codes: 0 done; 1 ``verify`` found a damaged or missing file, skewed partitions, a
+  partition with no version, or (``--checkpoint``) partitions behind or ahead of the
+  checkpoint (each named on stderr);
   2 bad usage (click's usage message) or any error (one line on stderr naming the object and
   what to do; also for an error fsstate did not type, which is reported as a bug). ``--debug``
   (before the command) logs the storage client's full reports and tracebacks to stderr.
@@ -53,7 +59,6 @@ from fsstate.cli_tables import (
     gc_tables,
     list_table,
     rows_table,
-    span,
     stats_table,
 )
 from fsstate.config import StoreConfig
@@ -62,12 +67,23 @@ from fsstate.errors import ConfigError, VersionNotFoundError
 from fsstate.format.schema import KIND_LIST
 from fsstate.inspect.catalog import StoreRef, read_store_manifest
 from fsstate.inspect.changes import diff_tables
+from fsstate.inspect.checkpoint import (
+    CheckpointCheck,
+    check_checkpoint,
+    checkpoint_uri,
+    query_stores,
+    read_checkpoint,
+)
 from fsstate.inspect.snapshot import Snapshot
-from fsstate.inspect.verify import mixed_versions, skews, verify_stores
+from fsstate.inspect.verify import (
+    VerifyReport,
+    mixed_versions,
+    skews,
+    verify_stores,
+)
 from fsstate.storage.fileio import FileIO
-from fsstate.store import PartitionStore
 from fsstate.store.generations import collect_generations
-from fsstate.store.identity import WRITER_META
+from fsstate.store.maintenance import compact_store, streaming_owner
 from fsstate.store.retention import Retention
 
 __all__ = ["cli", "main"]
@@ -355,14 +371,62 @@ def _one_query(stores: list[StoreRef]) -> list[StoreRef]:
 @_query
 @_operator
 @click.option("--latest-only", is_flag=True, help="Check only each store's newest version.")
+@click.option(
+    "--checkpoint",
+    metavar="CHECKPOINT",
+    help="The checkpointLocation of a tiered() query whose state_uri is ROOT: also check that "
+    "each of its operators is at the checkpoint's last committed batch.",
+)
 @click.pass_obj
 def verify(
-    env: CommandEnv, root: str, query: str | None, operator: str | None, latest_only: bool
+    env: CommandEnv,
+    root: str,
+    query: str | None,
+    operator: str | None,
+    latest_only: bool,
+    checkpoint: str | None,
 ) -> None:
-    """Check every file the retained versions reference (checksums, sizes, row counts) and that
-    each operator's partitions agree on their latest version."""
+    """Check every file the retained versions reference (checksums, sizes, row counts), that
+    each operator's partitions agree on their latest version and that none has no version;
+    with --checkpoint, that the query's versions match Spark's commit log."""
     fileio = env.fileio(root)
-    stores = env.stores(fileio, query, operator)
+    check = None
+    if checkpoint is None:
+        stores = env.stores(fileio, query, operator)
+    else:
+        stores, check = _checkpoint_stores(env, fileio, checkpoint, query, operator)
+    report = _verify_with_progress(env, fileio, stores, latest_only)
+    doc = report.to_doc()
+    doc["ok"] = report.ok and (check is None or check.ok)
+    doc["checkpoint"] = None if check is None else check.to_doc()
+    if env.as_json:
+        env.emit(doc, None)
+    else:
+        _print_verify(env, report, check)
+    if not doc["ok"]:
+        sys.exit(1)
+
+
+def _checkpoint_stores(
+    env: CommandEnv, fileio: FileIO, checkpoint: str, query: str | None, operator: str | None
+) -> tuple[list[StoreRef], CheckpointCheck]:
+    """The stores of the query of ``checkpoint`` under the state root ``fileio`` (its
+    ``<query id>`` directory, or the root itself when it is that directory), and how they
+    compare with the checkpoint's commit log."""
+    ckpt = read_checkpoint(env.fileio(checkpoint_uri(checkpoint)))
+    if query is not None and query != ckpt.query_id:
+        raise Failed(
+            f"--query {query} is not the query of checkpoint {ckpt.fileio.describe('')} "
+            f"({ckpt.query_id}): leave --query out"
+        )
+    stores, state = query_stores(fileio, ckpt, operator)
+    return stores, check_checkpoint(ckpt, stores, state.describe(""))
+
+
+def _verify_with_progress(
+    env: CommandEnv, fileio: FileIO, stores: list[StoreRef], latest_only: bool
+) -> VerifyReport:
+    """:func:`verify_stores` with a progress bar of the files checked (on a terminal)."""
     bar: dict[str, Any] = {}
     with Progress(
         TextColumn("verifying"),
@@ -376,38 +440,38 @@ def verify(
         def plan(n: int) -> None:
             bar["task"] = progress.add_task("verify", total=n)
 
-        report = verify_stores(
+        return verify_stores(
             fileio,
             stores,
             latest_only=latest_only,
             on_plan=plan,
             on_file=lambda _size: progress.advance(bar["task"]),
         )
-    doc = {
-        "ok": report.ok,
-        "stores": report.stores,
-        "versions": report.versions,
-        "files": report.files,
-        "bytes": report.bytes,
-        "problems": [
-            {"path": p.path, "versions": list(p.versions), "error": p.error}
-            for p in report.problems
-        ],
-        "skews": [k.to_doc() for k in report.skews],
-    }
-    if env.as_json:
-        env.emit(doc, None)
-    else:
-        env.out.print(
-            f"checked {report.stores} stores, {report.versions} versions, {report.files} files "
-            f"({report.bytes} bytes): {report.verdict}"
-        )
-        for p in report.problems:
-            click.echo(f"DAMAGED {p.path} (versions {span(p.versions)}): {p.error}", err=True)
-        for k in report.skews:
-            click.echo(f"SKEWED {k.describe()}", err=True)
-    if not report.ok:
-        sys.exit(1)
+
+
+def _print_verify(env: CommandEnv, report: VerifyReport, check: CheckpointCheck | None) -> None:
+    """The outcome of ``verify`` on stdout, each thing wrong as one line on stderr."""
+    verdict = report.verdict
+    if check is not None:
+        done = "no batch" if check.batch is None else f"batch {check.batch}"
+        said = "matches" if check.ok else "does not match"
+        verdict += f"; the checkpoint (query {check.query}, {done} committed) {said}"
+    env.out.print(
+        f"checked {report.stores} stores, {report.versions} versions, {report.files} files "
+        f"({report.bytes} bytes): {verdict}"
+    )
+    for line in report.lines():
+        click.echo(line, err=True)
+    if check is not None:
+        for line in check.describe():
+            click.echo(f"CHECKPOINT {line}", err=True)
+        if check.in_flight is not None:
+            click.echo(
+                f"note: batch {check.in_flight} was running when the query stopped (planned, "
+                "not committed; some partitions committed it): its restart re-runs it and "
+                "adopts them",
+                err=True,
+            )
 
 
 @cli.command()
@@ -507,38 +571,26 @@ def compact(
     fileio = env.fileio(root)
     stores = env.stores(fileio, query, operator, partition)
     for s in stores:
-        writer = read_store_manifest(fileio, s).meta.get(WRITER_META)
-        if writer is not None:
+        owner = streaming_owner(s.root(fileio), s.operator, read_store_manifest(fileio, s))
+        if owner is not None:
             raise ConfigError(
-                f"store {fileio.describe(s.store_dir)} is written by a streaming query or "
-                f"operator job ({writer}); its versions are batch ids, so it compacts in that "
-                "job's own tasks (StoreConfig compaction settings), not from the command line"
+                f"store {s.root(fileio).describe(s.store_dir)} is written by {owner}; its "
+                "versions are batch ids, so it compacts in that job's own tasks (StoreConfig "
+                "compaction settings), not from the command line"
             )
     doc = []
     with env.progress("compacting", len(stores)) as step:
         for s in stores:
-            store = PartitionStore.open(s.root(fileio), s.operator, s.partition, s.latest)
-            try:
-                # the clock of the last commit: compaction must not expire rows by wall time
-                m = read_store_manifest(fileio, s)
-                store.set_time(m.clock_ms if m.clock_ms is not None else m.created_ms)
-                runs_before = sum(t.runs for t in store.stats().tables.values())
-                for name in store.table_names():
-                    store.table(name)
-                written = store.compact(force=True)
-                info = store.commit(s.latest + 1)
-                runs_after = sum(t.runs for t in store.stats().tables.values())
-            finally:
-                store.close()
+            done = compact_store(s.root(fileio), s.operator, s.partition, s.latest, layout=s.layout)
             doc.append(
                 {
                     "query": s.prefix,
                     "operator": s.operator,
                     "partition": s.partition,
-                    "version": info.version,
-                    "runs_before": runs_before,
-                    "runs_after": runs_after,
-                    "bytes_written": written,
+                    "version": done.version,
+                    "runs_before": done.runs_before,
+                    "runs_after": done.runs_after,
+                    "bytes_written": done.bytes_written,
                 }
             )
             step(1)

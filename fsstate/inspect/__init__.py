@@ -4,9 +4,10 @@ and verification of every file a version references.
 
 :mod:`~fsstate.inspect.catalog` (:func:`find_stores`), :mod:`~fsstate.inspect.snapshot`
 (:func:`read_table`, :class:`Snapshot`), :mod:`~fsstate.inspect.changes`
-(:func:`read_changes`, :func:`diff_tables`) and :mod:`~fsstate.inspect.verify`
-(:func:`verify_stores`). The command line (:mod:`fsstate.cli`) and the Spark data sources
-(:mod:`fsstate_spark.sources.source`) are built on these.
+(:func:`read_changes`, :func:`diff_tables`), :mod:`~fsstate.inspect.verify`
+(:func:`verify_stores`) and :mod:`~fsstate.inspect.checkpoint` (a Spark checkpoint's commit
+log against a ``tiered()`` query's versions). The command line (:mod:`fsstate.cli`) and the
+Spark data sources (:mod:`fsstate_spark.sources.source`) are built on these.
 """
 
 from __future__ import annotations
@@ -14,9 +15,18 @@ from __future__ import annotations
 from fsstate.inspect.catalog import StoreRef, find_stores
 from fsstate.inspect.changes import diff_tables, read_changes
 from fsstate.inspect.snapshot import Snapshot, read_table
-from fsstate.inspect.verify import Problem, Skew, VerifyReport, skews, verify_stores
+from fsstate.inspect.verify import (
+    MissingPartition,
+    Problem,
+    Skew,
+    VerifyReport,
+    missing_partitions,
+    skews,
+    verify_stores,
+)
 
 __all__ = [
+    "MissingPartition",
     "Problem",
     "Skew",
     "Snapshot",
@@ -24,6 +34,7 @@ __all__ = [
     "VerifyReport",
     "diff_tables",
     "find_stores",
+    "missing_partitions",
     "read_changes",
     "read_table",
     "skews",

@@ -16,16 +16,28 @@ did not reach it), one with a newer *ahead* (a batch that reached only some part
 failed or running one). Either is reported; while a query runs, a batch in flight shows as such
 a skew, so verify a stopped query.
 
+A partition with no version at all is not in the listing of stores (:func:`find_stores` lists
+stores with a manifest), so :func:`missing_partitions` looks for it separately, per operator
+generation the stores are of (one more listing, and one read of the operator's layout records):
+a partition directory that holds data files but no manifest (every manifest deleted or lost),
+and, where the generation records its partition count (every ``tiered()`` operator and every
+operator of the runner), each partition below the count without a version (its directory
+gone too). Generations of no store listed (a rescale that died, an older generation) are not
+looked at: their directories are left to ``fsstate gc``.
+
 Invariants:
 
-* Read-only; a damaged file or a skew is reported, never repaired or deleted.
+* Read-only; a damaged file, a skew or a missing partition is reported, never repaired or
+  deleted.
 * Every problem names the file (its full location) and the versions that need it; every skew
-  the operator, its latest version, and each partition behind or ahead with its own latest.
+  the operator, its latest version, and each partition behind or ahead with its own latest;
+  every missing partition its directory.
 * Memory: one file at a time.
 """
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -36,6 +48,11 @@ from fsstate.format.refs import FileRef
 from fsstate.inspect.catalog import StoreRef, read_store_manifest
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.runs import read_table_file
+from fsstate.store.identity import operator_dir, store_dir_for
+from fsstate.store.layout import read_layouts
+
+# a data file of a store: <prefix>/<operator dir>/[<layout>/]<partition>/data/<file>
+_DATA = re.compile(r"^(?:(.*)/)?([^/@]+)/(?:(@[^/]+)/)?(\d+)/data/[^/]+$")
 
 
 @dataclass(frozen=True)
@@ -112,6 +129,85 @@ def skews(stores: list[StoreRef]) -> list[Skew]:
     return out
 
 
+@dataclass(frozen=True)
+class MissingPartition:
+    """A partition of an operator with no committed version (see :func:`missing_partitions`).
+
+    Attributes:
+        prefix: the operator's prefix (a tiered query's id; '' for the operators' runner).
+        operator: the operator (store) name.
+        partition: the partition.
+        path: full location of its store directory.
+        files: data files the directory holds (0: none, or no directory).
+        partitions: the operator's recorded partition count (None: not recorded).
+    """
+
+    prefix: str
+    operator: str
+    partition: int
+    path: str
+    files: int
+    partitions: int | None
+
+    def describe(self) -> str:
+        """One line naming the partition, its directory and what it holds."""
+        where = f"operator {self.operator!r}" + (f" of query {self.prefix}" if self.prefix else "")
+        held = (
+            f"holds {self.files} data file(s) but no manifest (its versions were deleted or lost)"
+            if self.files
+            else "does not exist"
+        )
+        count = f" of {self.partitions}" if self.partitions is not None else ""
+        return f"{where}: partition {self.partition}{count} has no version; {self.path} {held}"
+
+    def to_doc(self) -> dict[str, Any]:
+        """The missing partition as a JSON document."""
+        return {
+            "query": self.prefix,
+            "operator": self.operator,
+            "partition": self.partition,
+            "path": self.path,
+            "data_files": self.files,
+            "partitions": self.partitions,
+        }
+
+
+def missing_partitions(fileio: FileIO, stores: list[StoreRef]) -> list[MissingPartition]:
+    """The partitions without any version of the operators (and layout generations) of
+    ``stores``, found under ``fileio`` (see the module docstring), in the order of ``stores``.
+
+    Costs one recursive listing of ``fileio`` and one :func:`read_layouts` per operator.
+    """
+    groups: dict[tuple[str, str, str], list[StoreRef]] = {}
+    for store in stores:
+        groups.setdefault((store.prefix, operator_dir(store.operator), store.layout), []).append(
+            store
+        )
+    bare: dict[tuple[str, str, str], Counter[int]] = {}
+    for entry in fileio.list("", recursive=True):
+        m = _DATA.match(entry.path)
+        if m:
+            key = (m.group(1) or "", m.group(2), m.group(3) or "")
+            if key in groups:
+                bare.setdefault(key, Counter())[int(m.group(4))] += 1
+    out: list[MissingPartition] = []
+    for key, members in groups.items():
+        first = members[0]
+        root = first.root(fileio)
+        count = next(
+            (g.partitions for g in read_layouts(root, first.operator) if g.dir == first.layout),
+            None,
+        )
+        have = {s.partition for s in members}
+        files = bare.get(key, Counter())
+        lacking = {p for p in files if p not in have}
+        lacking |= {p for p in range(count or 0) if p not in have}
+        for p in sorted(lacking):
+            path = root.describe(store_dir_for(first.operator, p, first.layout))
+            out.append(MissingPartition(first.prefix, first.operator, p, path, files[p], count))
+    return out
+
+
 def latest_text(latest: int, behind: dict[int, int], ahead: dict[int, int]) -> str:
     """An operator's latest version with the partitions off it (``3 (p5 behind at 2)``)."""
     off = [f"p{p} behind at {v}" for p, v in behind.items()]
@@ -154,6 +250,10 @@ def _span(versions: tuple[int, ...]) -> str:
     )
 
 
+def _range(versions: tuple[int, ...]) -> str:
+    return f"{versions[0]}..{versions[-1]}" if len(versions) > 1 else str(versions[0])
+
+
 @dataclass
 class VerifyReport:
     """The outcome of :func:`verify_stores`.
@@ -165,6 +265,7 @@ class VerifyReport:
         bytes: their total size.
         problems: what is wrong (empty when everything is intact).
         skews: operators whose partitions disagree on their latest version (:func:`skews`).
+        missing: partitions with no version at all (:func:`missing_partitions`).
     """
 
     stores: int = 0
@@ -173,11 +274,38 @@ class VerifyReport:
     bytes: int = 0
     problems: list[Problem] = field(default_factory=list)
     skews: list[Skew] = field(default_factory=list)
+    missing: list[MissingPartition] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         """Whether every file is intact and every operator's partitions agree."""
-        return not self.problems and not self.skews
+        return not self.problems and not self.skews and not self.missing
+
+    def to_doc(self) -> dict[str, Any]:
+        """The report as a JSON document."""
+        return {
+            "ok": self.ok,
+            "stores": self.stores,
+            "versions": self.versions,
+            "files": self.files,
+            "bytes": self.bytes,
+            "problems": [
+                {"path": p.path, "versions": list(p.versions), "error": p.error}
+                for p in self.problems
+            ],
+            "skews": [k.to_doc() for k in self.skews],
+            "missing_partitions": [m.to_doc() for m in self.missing],
+        }
+
+    def lines(self) -> list[str]:
+        """One line per thing wrong: ``DAMAGED`` files, ``SKEWED`` operators, ``MISSING``
+        partitions."""
+        out = [
+            f"DAMAGED {p.path} (versions {_range(p.versions)}): {p.error}" for p in self.problems
+        ]
+        out += [f"SKEWED {k.describe()}" for k in self.skews]
+        out += [f"MISSING {m.describe()}" for m in self.missing]
+        return out
 
     @property
     def verdict(self) -> str:
@@ -187,6 +315,8 @@ class VerifyReport:
         said = [f"{len(self.problems)} damaged or missing"] if self.problems else []
         if self.skews:
             said.append(f"{len(self.skews)} operator(s) with partitions at different versions")
+        if self.missing:
+            said.append(f"{len(self.missing)} partition(s) with no version")
         return ", ".join(said)
 
 
@@ -222,8 +352,8 @@ def verify_stores(
     on_file: Callable[[int], None] | None = None,
     on_plan: Callable[[int], None] | None = None,
 ) -> VerifyReport:
-    """Check every file the retained versions of ``stores`` reference, and that each operator's
-    partitions agree on their latest version.
+    """Check every file the retained versions of ``stores`` reference, that each operator's
+    partitions agree on their latest version, and that none has no version at all.
 
     Args:
         fileio: the root the stores were found under.
@@ -232,7 +362,7 @@ def verify_stores(
         on_file: called with a file's size after each file is checked (progress).
         on_plan: called once with the number of files to check, before checking them.
     """
-    report = VerifyReport(skews=skews(stores))
+    report = VerifyReport(skews=skews(stores), missing=missing_partitions(fileio, stores))
     plans: list[tuple[StoreRef, dict[str, tuple[FileRef, list[int]]]]] = []
     for store in stores:
         report.stores += 1

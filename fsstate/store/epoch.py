@@ -1,11 +1,14 @@
 """One epoch of one partition store, exactly once: the envelope every caller runs its work in.
 
-The callers: ``tiered()`` (a Spark task's ``init`` to its ``close``,
-``fsstate_spark.tiered.lifecycle``), the operator runner
+Every version is published by an epoch. The callers: ``tiered()`` (a Spark task's ``init``
+to its ``close``, ``fsstate_spark.tiered.lifecycle``), the operator runner
 (:func:`fsstate.operators.runner.run_epoch`, under the flow driver's tasks and
-:class:`fsstate.operators.local.LocalQuery`) and the rescales (:mod:`fsstate.store.rescale`,
-which resolve the generation here). An epoch ``e`` of the store of
-(operator, partition) goes through these steps:
+:class:`fsstate.operators.local.LocalQuery`), the rescales (:mod:`fsstate.store.rescale`, which
+resolve the generation here, and publish each new store's first version as an epoch of a
+store that starts empty: :meth:`EpochRun.of_new_store`) and the tools
+(:mod:`fsstate.store.maintenance`, ``fsstate compact``: an epoch of a store they opened,
+:meth:`EpochRun.of_store`). An epoch ``e`` of the store of (operator, partition) goes through
+these steps:
 
 1. **Resolve** (:func:`resolve_layout`; once per query run, by whoever plans the epochs): the
    layout generation in force at ``e - 1``. The partition count is recorded with the state at
@@ -193,6 +196,29 @@ class EpochRun:
                 f"from {parent}"
             )
         return cls(pool or StorePool(), store, epoch, writer, Outcome.HIT, 0.0)
+
+    @classmethod
+    def of_new_store(
+        cls,
+        store: PartitionStore,
+        epoch: int,
+        *,
+        writer: Writer | None = None,
+        pool: StorePool | None = None,
+    ) -> EpochRun:
+        """The first epoch of a store that starts empty and publishes its first version as
+        ``epoch`` (a rescale's new generation: version ``epoch`` holds the rows the old
+        generation's has, :mod:`fsstate.store.rescale`); otherwise as :meth:`of_store`.
+
+        Raises:
+            ConfigError: the store is not empty and new (it has a version).
+        """
+        if store.version is not None:
+            raise ConfigError(
+                f"store {store.store_dir} is at version {store.version}; a new store's first "
+                f"epoch starts from none (begin epoch {epoch} with of_store)"
+            )
+        return cls(pool or StorePool(), store, epoch, writer, Outcome.RESTORED, 0.0)
 
     @property
     def done(self) -> bool:

@@ -40,9 +40,12 @@ Requests on an object store (measured by ``FileIO.stats``, asserted against the 
 * ``commit``: 1 PUT per changed table (its run; and one per TTL index change) and 1
   conditional PUT (the manifest); unchanged: the manifest only. Past the first
   ``retain_versions`` versions add 1 bulk DELETE (the manifest leaving the window and the
-  files it alone referenced) and 1 GET of the next manifest unless this store knows it.
-* every ``orphan_scan_every_commits``-th version, the listing GC: 2 LISTs, 1 GET per retained
-  manifest this store does not know, 1 bulk DELETE if anything is garbage.
+  files it alone referenced) and 1 GET of the next manifest unless this store knows it; when
+  that manifest retired files, 1 HEAD (whether a branch may share them) until a fork is seen.
+* every ``orphan_scan_every_commits``-th version, the listing GC: 2 LISTs, 1 HEAD (whether the
+  store was forked; once forked, 1 LIST of the branches and 1 LIST and a GET per manifest of
+  each other branch not read before), 1 GET per retained manifest this store does not know,
+  1 bulk DELETE if anything is garbage.
 * compaction: 1 GET per input run not in the block cache, 1 PUT of the merged run
   (multipart above 8 MiB); the next commit publishes it.
 * once per bucket and process, the probe of conditional writes: 2 PUTs, 1 GET, 1 DELETE.

@@ -6,10 +6,12 @@ tombstones, range tombstones, TTL at the version's own clock), asks the caller f
 new partition (``partition_of``: a function of the partition key columns, as an Arrow table,
 returning one partition per row; a Spark driver computes it with Spark's own hash partitioning,
 so keys land where Spark's shuffle sends them), writes the rows into ``M`` new stores under a
-new generation directory and commits each as version ``v`` (so the next batch, ``v + 1``,
-continues from there; or as a later ``as_version``, when the rescale is itself a batch of the
-query, as Spark's offline repartition of a checkpoint commits one), then publishes the
-generation's record (:mod:`fsstate.store.layout`).
+new generation directory and publishes each one's first version as an epoch
+(:meth:`fsstate.store.epoch.EpochRun.of_new_store`: the epoch record written as every epoch
+writes it) numbered ``v`` (so the next batch, ``v + 1``, continues from there; or a later
+``as_version``, when the rescale is itself a batch of the query, as Spark's offline
+repartition of a checkpoint commits one), then publishes the generation's record
+(:mod:`fsstate.store.layout`).
 
 What is carried over, per table: every live row with its per-row expiry (``_expires_at_ms``:
 TTL state keeps its deadlines; the new stores' TTL indexes are built as the rows are written);
@@ -60,9 +62,11 @@ from fsstate.format.schema import EXPIRES, KIND_LIST, KIND_MAP, KIND_VALUE, Tabl
 from fsstate.format.tombstones import RangeTombstones
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.manifest import Manifest, read_manifest
+from fsstate.store.epoch import EpochRun
 from fsstate.store.identity import store_dir_for
 from fsstate.store.layout import Layout, in_force, new_layout_dir, publish_layout, read_layouts
 from fsstate.store.partition import PartitionStore
+from fsstate.store.pool import StorePool
 from fsstate.store.record import EpochRecord, merge_operator_meta
 from fsstate.tables import ListTable, MapTable, TableBase, ValueTable
 from fsstate.tables.scan import ScanTable
@@ -129,13 +133,6 @@ class RescaleResult:
     layout: Layout
     rows: int
     tables: tuple[str, ...]
-
-
-def _merged_meta(manifests: Sequence[Manifest]) -> dict[str, Any]:
-    """The meta of the new stores: the old partitions' records merged, and their operator
-    keys (see the module docstring)."""
-    record = EpochRecord.merge(EpochRecord.from_meta(m.meta) for m in manifests)
-    return {**merge_operator_meta(m.meta for m in manifests), **record.to_meta()}
 
 
 def _purge_point(spec: TableSpec, entry_ranges: pa.RecordBatch | None) -> int | None:
@@ -390,16 +387,21 @@ class _Job:
                     ms = (time.perf_counter() - self.t0) * 1000
                     done = RescaleProgress(self.operator, q + 1, len(manifests), rows_written, ms)
                     progress(done)
+            # each new store's first version is an epoch's (its record: the old partitions'
+            # merged); published, the store is closed (a pool that keeps none)
+            record = EpochRecord.merge(EpochRecord.from_meta(m.meta) for m in manifests)
+            published = StorePool(max_idle=0)
             for target in targets:
-                target.commit(target_version)
+                EpochRun.of_new_store(target, target_version, pool=published).commit(record)
         finally:
             for target in targets:
-                target.close()
+                if not target.closed:
+                    target.close()
         return rows_written, tuple(sorted(names))
 
     def _targets(self, manifests: Sequence[Manifest], now_ms: int) -> list[PartitionStore]:
-        """The new generation's stores, empty, with the merged meta, every table declared and
-        its purge point carried over."""
+        """The new generation's stores, empty, with the operator's merged meta keys, every
+        table declared and its purge point carried over."""
         assert self.new.partitions is not None
         specs: dict[str, TableSpec] = {}
         floors: dict[str, list[int | None]] = {}
@@ -409,7 +411,7 @@ class _Job:
                 if have is None or (have.key_schema is None and entry.spec.key_schema):
                     specs[name] = entry.spec
                 floors.setdefault(name, []).append(_purge_point(entry.spec, entry.range_tombstones))
-        meta = _merged_meta(manifests)
+        meta = merge_operator_meta(m.meta for m in manifests)
         targets: list[PartitionStore] = []
         try:
             for p in range(self.new.partitions):

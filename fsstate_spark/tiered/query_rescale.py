@@ -59,13 +59,13 @@ from pyspark.sql import SparkSession
 from pyspark.sql.types import StructType
 
 from fsstate.errors import ConfigError, FsStateError, VersionNotFoundError
+from fsstate.inspect.checkpoint import SparkCheckpoint, checkpoint_uri, read_checkpoint
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.location import Location
 from fsstate.storage.manifest import read_manifest
 from fsstate.store.identity import store_dir_for
 from fsstate.store.layout import Layout, in_force, read_layouts
 from fsstate.store.rescale import RescaleProgress, RescaleResult, log_progress, rescale
-from fsstate_spark.checkpoint import SparkCheckpoint, read_checkpoint
 from fsstate_spark.compat import PYSPARK_MINOR
 from fsstate_spark.runtime import fileio_for
 from fsstate_spark.state.keys import spark_partitioner
@@ -110,11 +110,8 @@ class _Operator:
 
 
 def _checkpoint_fileio(checkpoint_location: str, config: TieredConfig) -> FileIO:
-    uri = checkpoint_location
-    if uri.startswith("file:") and not uri.startswith("file://"):
-        uri = uri[len("file:") :]  # Hadoop's file:/path
     options = {} if config.root.is_local else dict(config.root.options)
-    return FileIO(Location.parse(uri, options))
+    return FileIO(Location.parse(checkpoint_uri(checkpoint_location), options))
 
 
 def _tiered_operators(fileio: FileIO) -> list[_Operator]:

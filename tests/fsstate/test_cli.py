@@ -25,6 +25,7 @@ from fsstate.inspect import diff_tables
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.location import Location
 from fsstate.storage.manifest import read_manifest
+from fsstate.store.epoch import resolve_layout
 from fsstate.store.identity import WRITER_META, store_dir_for
 from tests.support.plugin import s3_options
 
@@ -215,6 +216,61 @@ def test_a_partition_behind_is_seen_by_verify_list_and_show(root: tuple[str, lis
     assert _json(["show", uri, "agg", "total", "-p", "0", "-n", "-1"], opts)["rows"] == 6
 
 
+def test_a_partition_without_any_version_is_named(root: tuple[str, list[str]]) -> None:
+    """Every manifest of one partition deleted (its data files left), and, where the
+    operator's partition count is recorded, a partition directory deleted whole: verify names
+    each partition and its directory and exits 1; the others' files are all intact."""
+    uri, opts = root
+    fileio = _fileio(uri, opts)
+    _history(fileio, partitions=4)
+    for entry in fileio.list(f"{store_dir_for('agg', 3)}/manifests"):
+        fileio.delete(entry.path)
+    res = _run(["verify", uri], opts, code=1)
+    lost = fileio.describe(store_dir_for("agg", 3))
+    assert f"MISSING operator 'agg': partition 3 has no version; {lost} holds" in res.stderr
+    said = " ".join(res.stdout.split())  # the verdict wraps at the terminal's width
+    assert "no version" in said and "all intact" not in said
+    report = json.loads(_run(["--json", "verify", uri], opts, code=1).stdout)
+    [missing] = report["missing_partitions"]
+    assert (missing["partition"], missing["path"], missing["partitions"]) == (3, lost, None)
+    assert missing["data_files"] > 0 and report["problems"] == [] and report["skews"] == []
+
+    # with the partition count recorded (as tiered() and the operator runner record it), a
+    # partition whose directory is gone too
+    resolve_layout(fileio, "agg", partitions=4, kind="test")
+    for entry in fileio.list(store_dir_for("agg", 2), recursive=True):
+        fileio.delete(entry.path)
+    report = json.loads(_run(["--json", "verify", uri], opts, code=1).stdout)
+    got = {m["partition"]: (m["data_files"], m["partitions"]) for m in report["missing_partitions"]}
+    assert got[2] == (0, 4) and got[3][1] == 4 and got[3][0] > 0
+    res = _run(["verify", uri, "--latest-only"], opts, code=1)
+    assert "partition 2 of 4 has no version" in res.stderr and "does not exist" in res.stderr
+
+
+def test_a_deleted_middle_file_is_named_with_the_versions_that_need_it(tmp_path: Path) -> None:
+    """A data file in the middle of a table's runs (neither its newest nor its oldest) deleted:
+    verify names it and every version that references it, --latest-only too."""
+    uri = str(tmp_path / "state")
+    fileio = _fileio(uri, [])
+    _history(fileio, partitions=1)
+    d0 = store_dir_for("agg", 0)
+    runs = read_manifest(fileio, d0, 3).tables["total"].runs
+    assert len(runs) >= 3
+    middle = f"{d0}/{runs[len(runs) // 2].path}"
+    fileio.delete(middle)
+    report = json.loads(_run(["--json", "verify", uri], [], code=1).stdout)
+    [problem] = report["problems"]
+    users = [
+        v
+        for v in range(4)
+        if runs[len(runs) // 2] in read_manifest(fileio, d0, v).tables["total"].runs
+    ]
+    assert problem["path"] == fileio.describe(middle) and problem["versions"] == users
+    assert "is missing" in problem["error"] and 3 in users
+    res = _run(["verify", uri, "--latest-only"], [], code=1)
+    assert f"DAMAGED {fileio.describe(middle)} (versions 3)" in res.stderr
+
+
 def test_a_partition_ahead_is_named_too(tmp_path: Path) -> None:
     """A batch that reached one partition only (a failed or running batch) shows as a
     partition ahead of the others."""
@@ -254,9 +310,13 @@ def test_gc_deletes_old_orphans_only_and_retain_drops_versions(tmp_path: Path) -
 
 
 def test_compact_keeps_every_row_and_refuses_a_streaming_writers_store(tmp_path: Path) -> None:
+    """compact publishes the next version through an epoch (its record written as every
+    epoch's: the format, the compacted version's watermark) with every row; it refuses a store
+    a streaming writer owns (a writer in its manifest, or its operator's kind in the layout
+    record, as a rescaled tiered store has), naming the store's full path."""
     uri = str(tmp_path / "state")
     fileio = FileIO(uri)
-    _history(fileio)
+    _history(fileio, meta={"watermark_ms": 1_500, "panes": [1, 2]})
     tables = ["total", "events", "by_user"]
     before = {(p, t): read_table(fileio, "agg", p, t).to_pylist() for p in (0, 1) for t in tables}
     rows = _json(["compact", uri, "-p", "0"], [])
@@ -266,15 +326,23 @@ def test_compact_keeps_every_row_and_refuses_a_streaming_writers_store(tmp_path:
     assert PartitionStore.committed_versions(uri, "agg", 1)[-1] == 3
     for (p, t), want in before.items():
         assert read_table(fileio, "agg", p, t).to_pylist() == want, (p, t)
+    meta = read_manifest(fileio, store_dir_for("agg", 0), 4).meta
+    assert meta == {"record_format": 1, "watermark_ms": 1_500, "panes": [1, 2]}
     report = json.loads(_run(["--json", "verify", uri], [], code=1).stdout)
     assert report["problems"] == []  # every file intact; only partition 0 has a version 4:
     assert [k["behind"] for k in report["skews"]] == [{"1": 3}]  # the partitions disagree
 
-    owned = str(tmp_path / "owned")
-    _history(FileIO(owned), partitions=1, meta={WRITER_META: {"run": "r1", "instance": "i"}})
-    res = _run(["compact", owned], [], code=2)
-    assert "written by a streaming query" in res.stderr
-    assert PartitionStore.committed_versions(owned, "agg", 0)[-1] == 3
+    owned = tmp_path / "owned"
+    writer = {WRITER_META: {"run": "r1", "instance": "i"}}
+    _history(FileIO(str(owned)).child("query-1"), partitions=1, meta=writer)
+    res = _run(["compact", str(owned)], [], code=2)
+    assert f"store {owned / 'query-1' / 'agg' / '0'} is written by a streaming query" in res.stderr
+    assert PartitionStore.committed_versions(str(owned / "query-1"), "agg", 0)[-1] == 3
+    kind = tmp_path / "kind"
+    _history(FileIO(str(kind)), partitions=1)
+    resolve_layout(FileIO(str(kind)), "agg", partitions=1, kind="tiered")
+    res = _run(["compact", str(kind)], [], code=2)
+    assert "(a tiered operator, as its layout records)" in res.stderr
 
 
 def test_errors_are_one_line_with_exit_code_2(tmp_path: Path) -> None:
