@@ -420,7 +420,7 @@ def _checkpoint_stores(
             f"({ckpt.query_id}): leave --query out"
         )
     stores, state = query_stores(fileio, ckpt, operator)
-    return stores, check_checkpoint(ckpt, stores, state.describe(""))
+    return stores, check_checkpoint(ckpt, stores, state.describe(""), fileio)
 
 
 def _verify_with_progress(

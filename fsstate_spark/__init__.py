@@ -9,7 +9,9 @@
           tiered(MyProcessor()), output_schema, "Update", "ProcessingTime")
 
   A stopped tiered query changes its partition count with :func:`rescale_query` (or
-  ``python -m fsstate_spark rescale``).
+  ``python -m fsstate_spark rescale``); it is copied or rolled back at a committed batch with
+  :func:`fork_query` and :func:`rollback_query` (``fsstate-spark fork`` / ``rollback``), its
+  state following in O(metadata).
 * the flow driver (:mod:`fsstate_spark.operators`, ``from fsstate_spark import operators as
   ops``): windows, joins, dedup, retractions and user processors over whole Arrow batches;
 * the state sources (:mod:`fsstate_spark.sources`): :func:`register_sources` registers
@@ -34,6 +36,7 @@ if not _pyspark.__version__.startswith("4."):  # before anything imports PySpark
         f"{_pyspark.__version__}: install a supported PySpark (docs/compatibility.md)"
     )
 
+from fsstate_spark.fork import CheckpointCut, fork_query, rollback_query
 from fsstate_spark.sources import StateSummary, register_sources, state_summary
 from fsstate_spark.state.handles import (
     DeletedStateError,
@@ -54,6 +57,7 @@ from fsstate_spark.tiered import (
 )
 
 __all__ = [
+    "CheckpointCut",
     "DeletedStateError",
     "EmptyListError",
     "NoGroupingKeyError",
@@ -66,8 +70,10 @@ __all__ = [
     "TieredProcessor",
     "TieredValueState",
     "TimerModeError",
+    "fork_query",
     "register_sources",
     "rescale_query",
+    "rollback_query",
     "state_summary",
     "tiered",
 ]

@@ -1,9 +1,12 @@
 """The ``fsstate-spark`` command line: steps on a stopped Spark query's state that need Spark.
 
 ``python -m fsstate_spark --help`` or the ``fsstate-spark`` console script (``pip install
-'fsstate[spark,cli]'``). ``rescale CHECKPOINT PARTITIONS`` changes the partition count of a
-stopped ``tiered()`` query (:func:`fsstate_spark.tiered.query_rescale.rescale_query`): Spark's
-checkpoint and fsstate's state together, so the restarted query continues exactly. On a
+'fsstate[spark,cli]'``). ``fork CHECKPOINT TARGET [--batch N]`` and ``rollback CHECKPOINT
+--batch N`` copy or cut a stopped query's checkpoint at a committed batch
+(:mod:`fsstate_spark.fork`; no Spark session). ``rescale CHECKPOINT PARTITIONS`` changes the
+partition count of a stopped ``tiered()`` query
+(:func:`fsstate_spark.tiered.query_rescale.rescale_query`): Spark's checkpoint and fsstate's
+state together, so the restarted query continues exactly. On a
 cluster, run it where the query's driver runs, with the same Spark settings (``--conf``, or
 under ``spark-submit`` with this module's file as the application).
 
@@ -38,6 +41,7 @@ from fsstate.console import (
     rich_table,
 )
 from fsstate.store.rescale import RescaleProgress
+from fsstate_spark.fork import CheckpointCut, fork_query, rollback_query
 from fsstate_spark.tiered.query_rescale import rescale_query
 
 __all__ = ["cli", "main"]
@@ -136,6 +140,55 @@ def rescale(env: _SparkEnv, checkpoint: str, partitions: int, state_uri: str | N
         f" at batch {result.batch}" if result.batch is not None else " (nothing to do)"
     )
     env.emit(doc, rich_table(title, ["operator", "from", "to", "rows moved"], rows))
+
+
+def _cut_doc(cut: CheckpointCut, what: str) -> tuple[dict[str, Any], Any]:
+    doc = {
+        "checkpoint": cut.checkpoint,
+        "query": cut.query_id,
+        "batch": cut.batch,
+        "restarts_at": cut.batch + 1,
+        "files_cut": cut.removed,
+        "files_copied": cut.copied,
+    }
+    title = f"{what} {cut.checkpoint}: query {cut.query_id} restarts at batch {cut.batch + 1}"
+    rows = [[cut.batch, cut.removed, cut.copied]]
+    return doc, rich_table(title, ["kept to batch", "files cut", "files copied"], rows)
+
+
+@cli.command()
+@click.argument("checkpoint")
+@click.argument("target")
+@click.option(
+    "--batch", type=click.IntRange(min=0), help="Committed batch to fork at (default: the last)."
+)
+@click.pass_obj
+def fork(env: _SparkEnv, checkpoint: str, target: str, batch: int | None) -> None:
+    """Copy a stopped query's CHECKPOINT up to a committed batch to TARGET.
+
+    A query started on TARGET (the same code) continues from that batch with state of its
+    own: fsstate's state branches from the original's in O(metadata) at its first batch.
+    """
+    opts = env.options or None
+    cut = fork_query(checkpoint, target, batch=batch, storage_options=opts)
+    env.emit(*_cut_doc(cut, "forked to"))
+
+
+@cli.command()
+@click.argument("checkpoint")
+@click.option(
+    "--batch", type=click.IntRange(min=0), required=True, help="Committed batch to go back to."
+)
+@click.pass_obj
+def rollback(env: _SparkEnv, checkpoint: str, batch: int) -> None:
+    """Roll a stopped query back to a committed batch: it restarts at the next one.
+
+    Spark's checkpoint is cut after the batch; fsstate's state follows (the re-run batches
+    go on on a branch of their own). A sink that remembers batch ids (a file sink's
+    _spark_metadata) must be rolled back or replaced as well.
+    """
+    cut = rollback_query(checkpoint, batch, storage_options=env.options or None)
+    env.emit(*_cut_doc(cut, "rolled back"))
 
 
 def main() -> None:

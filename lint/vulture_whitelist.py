@@ -32,6 +32,7 @@ from fsstate.store.epoch import EpochRun
 from fsstate.store.partition import PartitionStore
 from fsstate.store.pool import StorePool
 from fsstate.tables.ttl_index import TtlIndex
+from fsstate_spark import cli as spark_cli
 from fsstate_spark import compat, runtime
 from fsstate_spark.operators.driver import Driver, _Receipts
 from fsstate_spark.operators.flows import Flow
@@ -72,6 +73,7 @@ _SourceLoader.get_source
 Failed.exit_code
 cli.list_cmd
 cli.show
+spark_cli.rollback
 # an object's class, set to swap a deleted state variable's methods (fsstate_spark.state.handles)
 _.__class__
 

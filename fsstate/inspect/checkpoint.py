@@ -22,9 +22,14 @@ of its operators is at the checkpoint's last committed batch ``c``, or at ``c + 
 that batch, and each partition that committed it adopts its version (*in flight*, not damage).
 :func:`check_checkpoint` reports every other partition: *behind* (newest version below ``c``:
 its newest manifests deleted or lost, or a state directory restored from an older backup than
-the checkpoint; the restart fails on the missing version) or *ahead* (above that: a
-checkpoint restored from an older backup, or copied, beside state that moved on; the restart
-would adopt versions another run wrote as its own).
+the checkpoint; the restart fails on the missing version; a partition whose trunk is behind
+but a branch of which holds the batch is not behind: the checkpoint's lineage went on there,
+:mod:`fsstate.store.branches`) or *ahead* (above that: a checkpoint restored from an older
+backup, copied or rolled back beside state that moved on). Ahead is a note, not damage:
+``tiered()`` records in Spark's state which version and branch each partition committed, and
+the restart's batch, planned anew, goes on on a branch of its own
+(:mod:`fsstate_spark.tiered.lineage`); only state written by a fsstate without lineages
+(no ``planned_ms`` in its versions) would be adopted.
 
 Invariants:
 
@@ -45,6 +50,8 @@ from typing import Any
 from fsstate.errors import ConfigError, StorageNotFoundError
 from fsstate.inspect.catalog import StoreRef, find_stores
 from fsstate.storage.fileio import FileIO
+from fsstate.storage.manifest import list_versions
+from fsstate.store.branches import list_branches
 
 __all__ = [
     "SHUFFLE_PARTITIONS",
@@ -152,9 +159,9 @@ BEHIND_REMEDY = (
     "checkpoint from one backup, or start the query on a new checkpoint and state_uri"
 )
 AHEAD_REMEDY = (
-    "the checkpoint is older than the state (restored from a backup, or copied?): its next "
-    "batches would adopt versions another run wrote. Restore the state directory from the "
-    "checkpoint's backup, or start this checkpoint on a state_uri of its own"
+    "the checkpoint is older than the state (restored from a backup, copied or rolled back?): "
+    "its restart goes on on a branch of its own from the checkpoint's batch (the later "
+    "versions are another lineage's and are never read by it)"
 )
 
 
@@ -229,8 +236,9 @@ class CheckpointCheck:
 
     @property
     def ok(self) -> bool:
-        """Whether every partition matches the checkpoint."""
-        return not self.gaps and not self.no_state
+        """Whether every partition can continue the checkpoint (ahead is a note: the
+        checkpoint's restart branches)."""
+        return not any(g.behind for g in self.gaps) and not self.no_state
 
     def describe(self) -> list[str]:
         """One line per thing that does not match (empty when it all does)."""
@@ -269,7 +277,24 @@ def query_stores(
     return stores, fileio.child(ckpt.query_id)
 
 
-def check_checkpoint(ckpt: SparkCheckpoint, stores: list[StoreRef], state: str) -> CheckpointCheck:
+def _on_a_branch(state: FileIO | None, store: StoreRef, batch: int) -> bool:
+    """Whether a branch of ``store`` holds ``batch`` or a newer version (one LIST, and one
+    per branch)."""
+    if state is None:
+        return False
+    root = store.root(state)
+    return any(
+        (list_versions(root, store.store_dir, b) or [-1])[-1] >= batch
+        for b in list_branches(root, store.store_dir)
+    )
+
+
+def check_checkpoint(
+    ckpt: SparkCheckpoint,
+    stores: list[StoreRef],
+    state: str,
+    state_io: FileIO | None = None,
+) -> CheckpointCheck:
     """Compare the newest version of each store of ``ckpt``'s query with its commit log (see
     the module docstring).
 
@@ -278,6 +303,8 @@ def check_checkpoint(ckpt: SparkCheckpoint, stores: list[StoreRef], state: str) 
         stores: the query's stores (:func:`fsstate.inspect.catalog.find_stores` under its state
             root, ``<state_uri>/<query id>``).
         state: the full location of that state root (for messages).
+        state_io: the state root the stores were found under (their branches are looked at
+            for partitions whose trunk is behind; None: not looked at).
 
     Returns:
         The check (an operator with no store at all is not known here:
@@ -285,6 +312,7 @@ def check_checkpoint(ckpt: SparkCheckpoint, stores: list[StoreRef], state: str) 
     """
     batch = ckpt.committed
     where = ckpt.fileio.describe("")
+    ckpt_state = state_io
     base = -1 if batch is None else batch
     at_next = any(s.latest == base + 1 for s in stores)
     flight = base + 1 if at_next and ckpt.planned(base + 1) else None
@@ -293,7 +321,11 @@ def check_checkpoint(ckpt: SparkCheckpoint, stores: list[StoreRef], state: str) 
         groups.setdefault(s.operator, []).append(s)
     out: list[CheckpointGap] = []
     for operator, members in groups.items():
-        behind = tuple((s.partition, s.latest) for s in members if s.latest < base)
+        behind = tuple(
+            (s.partition, s.latest)
+            for s in members
+            if s.latest < base and not _on_a_branch(ckpt_state, s, base)
+        )
         ahead = tuple(
             (s.partition, s.latest) for s in members if s.latest > base and s.latest != flight
         )
