@@ -13,7 +13,8 @@ checkpoint each time: once it has run every micro-batch,
 * its state read back with the ``fsstate`` command line (``fsstate show``) equals the
   uninterrupted run's and the model's (:func:`devkit.crash_job.expected_state`), and
   ``fsstate verify`` passes;
-* Spark's commit log has every micro-batch;
+* Spark's offsets, commits and sink logs and every partition's fsstate state end at the last
+  micro-batch;
 * no start of the application failed, nor logged an error or a traceback before it was killed
   (a restart failing with a typed fsstate error is a failure, reported with its log's tail).
 
@@ -292,30 +293,6 @@ def session_up(log: Path) -> bool:
     return False
 
 
-def finish(run: Run, start: int, timeout: float) -> float:
-    """Start the application and let it end by itself; the seconds it took.
-
-    Raises:
-        CrashTestError: it failed, logged an error or did not end within ``timeout``.
-    """
-    began = time.monotonic()
-    proc = run.start(start)
-    try:
-        rc = proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        rc = None
-    finally:
-        kill_run(proc, run.marker)
-    log = run.log(start)
-    if rc != 0 or log_errors(log):
-        what = "timed out" if rc is None else f"ended with exit code {rc}"
-        raise CrashTestError(f"start {start} {what}; {log}:\n{log_tail(log)}")
-    return time.monotonic() - began
-
-
-# -- kill plans --------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class Timing:
     """Measured on the uninterrupted run: seconds to its first committed micro-batch (JVM,
@@ -323,6 +300,42 @@ class Timing:
 
     startup_s: float
     batch_s: float
+
+
+def finish(run: Run, start: int, timeout: float) -> tuple[float, Timing]:
+    """Start the application and let it end by itself.
+
+    Returns:
+        The seconds it took, and its timing: from the start to its first micro-batch in Spark's
+        commit log, and per micro-batch after that (watched as it runs: Spark's logs keep only
+        the newest 100 entries).
+
+    Raises:
+        CrashTestError: it failed, logged an error or did not end within ``timeout``.
+    """
+    began = time.monotonic()
+    seen = [newest_id(run.checkpoint / "commits")]
+    times: list[float] = []
+    proc = run.start(start)
+    try:
+        while (rc := proc.poll()) is None and time.monotonic() < began + timeout:
+            newest = newest_id(run.checkpoint / "commits")
+            if newest > seen[-1]:
+                seen.append(newest)
+                times.append(time.monotonic())
+            time.sleep(0.05)
+    finally:
+        kill_run(proc, run.marker)
+    log = run.log(start)
+    if rc != 0 or log_errors(log):
+        what = "timed out" if rc is None else f"ended with exit code {rc}"
+        raise CrashTestError(f"start {start} {what}; {log}:\n{log_tail(log)}")
+    first, last = (times[0], times[-1]) if times else (began, began)
+    per_batch = (last - first) / max(1, seen[-1] - seen[1]) if len(seen) > 2 else 0.0
+    return time.monotonic() - began, Timing(first - began, per_batch)
+
+
+# -- kill plans --------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -488,13 +501,12 @@ def compare(killed: Run, reference: Run, batches: list[list[dict[str, Any]]]) ->
         problems += differences(
             f"killed state {table} vs reference", state[table], ref_state[table]
         )
-    commits = sorted(
-        int(p.name) for p in (killed.checkpoint / "commits").iterdir() if p.name.isdigit()
-    )
-    if commits != list(range(len(batches))):
-        problems.append(
-            f"Spark's commit log holds batches {commits}, expected 0..{len(batches) - 1}"
-        )
+    view = killed.view()
+    newest = len(batches) - 1
+    if (view.offsets, view.commits, view.sink) != (newest, newest, newest):
+        problems.append(f"Spark's logs end at {view}, expected batch {newest}")
+    if view.state != (newest,) * PARTITIONS:
+        problems.append(f"fsstate's newest versions are {view.state}, expected {newest}")
     return problems
 
 
@@ -511,14 +523,6 @@ def make_batches(seed: int, batches: int, rows: int, keys: int) -> list[list[dic
         ]
         for b in range(batches)
     ]
-
-
-def measure(run: Run, began_wall: float, batches: int) -> Timing:
-    """Start-up and per-micro-batch seconds of an uninterrupted run (from its commit log)."""
-    commits = run.checkpoint / "commits"
-    first = (commits / "0").stat().st_mtime
-    last = (commits / str(batches - 1)).stat().st_mtime
-    return Timing(first - began_wall, (last - first) / max(1, batches - 1))
 
 
 @dataclass
@@ -565,7 +569,7 @@ def kill_cycles(run: Run, args: argparse.Namespace, rng: random.Random, t: Timin
             flush=True,
         )
     out.restarts = args.kills
-    seconds = finish(run, args.kills, timeout=WAIT_TIMEOUT_S + args.batches * 10 * t.batch_s)
+    seconds, _ = finish(run, args.kills, timeout=WAIT_TIMEOUT_S + args.batches * 10 * t.batch_s)
     print(f"final start: ran to the end in {seconds:.1f}s", flush=True)
     return out
 
@@ -584,9 +588,7 @@ def crash_test(args: argparse.Namespace, seed: int) -> Outcome:
     reference = Run(work / "reference", work / "input", marker)
     killed = Run(work / "killed", work / "input", marker)
 
-    began_wall = time.time()
-    seconds = finish(reference, 0, timeout=WAIT_TIMEOUT_S + args.batches * 5)
-    timing = measure(reference, began_wall, args.batches)
+    seconds, timing = finish(reference, 0, timeout=WAIT_TIMEOUT_S + args.batches * 5)
     print(
         f"uninterrupted run: {args.batches} micro-batches in {seconds:.1f}s (start-up and "
         f"batch 0 {timing.startup_s:.1f}s, then {timing.batch_s:.2f}s a micro-batch)",
