@@ -48,7 +48,7 @@ test-spark: $(STAMP)  ## Spark suites only
 
 # kill -9 of a tiered() application at random points, restarted from its checkpoint each time
 # (devkit/crash_test.py); not part of make test. CRASH_ARGS passes options, e.g.
-# CRASH_ARGS="--seed 1234" to replay a run, "--kills 100" for more.
+# CRASH_ARGS="--seed 1234" for a seed's input and kill plan again, "--kills 100" for more.
 CRASH_ARGS ?=
 crash-test: $(STAMP)  ## kill -9 a tiered() query 50 times, restart it, compare with an uninterrupted run (~20 min)
 	$(PY) -m devkit.crash_test $(CRASH_ARGS)

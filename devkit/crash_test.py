@@ -41,9 +41,11 @@ Usage::
         [--rows-per-batch 100] [--keys 50] [--workdir build/crash-test]
 
 Prints ``crash-test: 50 kills, 50 restarts, final output equal (seed 1234)`` and exits 0, or
-exits 1 naming the seed and what differed or failed. Everything is kept under ``--workdir``
-(recreated on every run): ``reference/`` (the uninterrupted run) and ``killed/`` (input,
-checkpoint, state, sink and one log per start under ``logs/``).
+exits 1 naming the seed and what differed or failed. A seed fixes the input and the kill plan;
+where a kill lands also depends on timing, so a run is replayed only approximately.
+Everything is kept under ``--workdir`` (recreated on every run): ``input/``, ``reference/``
+(the uninterrupted run) and ``killed/`` (checkpoint, state, sink, and one log per start under
+``logs/``).
 """
 
 from __future__ import annotations

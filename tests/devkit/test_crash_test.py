@@ -8,7 +8,7 @@ missing and extra rows; kill points always leave input for the next kill; where 
 is told from what the run's directories hold.
 
 The whole run (``--kills 2`` over 8 micro-batches: an uninterrupted run, two killed starts and
-the final one, about 75 s on two idle cores, more on a busy machine) is skipped unless
+the final one, about 70 s on two cores) is skipped unless
 ``FSSTATE_CRASH_TEST=1``: ``make test`` stays as long as it was; ``make crash-test`` is the
 real test.
 """
@@ -181,7 +181,7 @@ def test_where_a_kill_landed() -> None:
 
 
 @pytest.mark.skipif(
-    os.environ.get(WHOLE_RUN_ENV) != "1", reason=f"the whole run (~75 s): {WHOLE_RUN_ENV}=1"
+    os.environ.get(WHOLE_RUN_ENV) != "1", reason=f"the whole run (~70 s): {WHOLE_RUN_ENV}=1"
 )
 @pytest.mark.spark
 @pytest.mark.slow
