@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
-.PHONY: help venv demo demo-s3 test test-compat test-compat-full test-engine test-spark lint docs docs-serve docs-config bench bench-quick bench-report dist clean
+.PHONY: help venv demo demo-s3 test test-compat test-compat-full test-engine test-spark crash-test lint docs docs-serve docs-config bench bench-quick bench-report dist clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' Makefile | awk 'BEGIN {FS = ":.*## "}; {printf "  %-12s %s\n", $$1, $$2}'
@@ -45,6 +45,13 @@ test-engine: $(STAMP)  ## engine tests only, without the slow ones (subprocess j
 
 test-spark: $(STAMP)  ## Spark suites only
 	$(PY) -m pytest -q tests -m spark
+
+# kill -9 of a tiered() application at random points, restarted from its checkpoint each time
+# (devkit/crash_test.py); not part of make test. CRASH_ARGS passes options, e.g.
+# CRASH_ARGS="--seed 1234" for a seed's input and kill plan again, "--kills 100" for more.
+CRASH_ARGS ?=
+crash-test: $(STAMP)  ## kill -9 a tiered() query 50 times, restart it, compare with an uninterrupted run (~20 min)
+	$(PY) -m devkit.crash_test $(CRASH_ARGS)
 
 # The packages held to the function size limit and checked for dead code (lint/funcsize.py,
 # vulture).
