@@ -187,8 +187,9 @@ class StoreCache:
                 f"fsstate has no committed state for query {task.query_id}, operator "
                 f"{name!r}, partition {task.partition} at version {want} under "
                 f"{config.state_uri!r} (needed by micro-batch {task.batch_id}). The state "
-                "directory must be kept with the checkpoint: restore it, or start the query "
-                f"with a new checkpoint. ({exc})"
+                "directory must be kept with the checkpoint: restore it, roll the query back "
+                "to a batch whose state is retained (fsstate-spark rollback <checkpoint> "
+                f"--batch N), or start the query with a new checkpoint. {_OPERATIONS} ({exc})"
             ) from exc
         if mine is not None and run.store.checksum != mine.checksum:
             run.fail()
@@ -199,8 +200,9 @@ class StoreCache:
                 f"committed with batch {want} (manifest checksum {run.store.checksum}, the "
                 f"checkpoint recorded {mine.checksum}): the state directory holds another "
                 "history (restored from another time, or replaced). Nothing was read or "
-                "written. Restore the state directory that goes with this checkpoint, or start "
-                f"the query from a new checkpoint. {_OPERATIONS}"
+                "written. Restore the state directory that goes with this checkpoint, roll the "
+                "query back to a batch of this state (fsstate-spark rollback <checkpoint> "
+                f"--batch N), or start the query from a new checkpoint. {_OPERATIONS}"
             )
         return run
 

@@ -50,7 +50,14 @@ SPARK_RUN = [
     "rescale_flow.py",
 ]
 SHELL_RUN = {"cli.sh": "engine_store.py"}  # the shell snippet, the snippet making its state
-SHELL_CHECK = ["bench.sh", "deploy_submit.sh", "install.sh", "rescale_query.sh", "setup.sh"]
+SHELL_CHECK = [
+    "bench.sh",
+    "deploy_submit.sh",
+    "install.sh",
+    "operations.sh",
+    "rescale_query.sh",
+    "setup.sh",
+]
 COMPILE = {
     "deploy_s3.py": "tests/fsstate_spark/test_cluster.py, tests/fsstate_spark/tiered/ on S3",
     "deploy_connect.py": "tests/fsstate_spark/test_connect.py",
