@@ -12,7 +12,7 @@ Spark data sources (:mod:`fsstate_spark.sources.source`) are built on these.
 
 from __future__ import annotations
 
-from fsstate.inspect.catalog import StoreRef, find_stores
+from fsstate.inspect.catalog import BranchRef, Fork, StoreRef, find_stores
 from fsstate.inspect.changes import diff_tables, read_changes
 from fsstate.inspect.snapshot import Snapshot, read_table
 from fsstate.inspect.verify import (
@@ -26,6 +26,8 @@ from fsstate.inspect.verify import (
 )
 
 __all__ = [
+    "BranchRef",
+    "Fork",
     "MissingPartition",
     "Problem",
     "Skew",

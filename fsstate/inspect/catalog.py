@@ -14,8 +14,24 @@ so these never read as an operator under a prefix), and the generations' records
 one in force at ``version`` (default the newest; :func:`fsstate.store.layout.in_force`);
 directories without a published record (a rescale that died) are never returned.
 
+Branches (:mod:`fsstate.store.branches`): a store's trunk manifests are
+``manifests/<v>.json``, each branch's ``branches/<branch>/<v>.json`` in the store directory.
+The same listing finds both: a :class:`StoreRef` holds its trunk versions and its
+:attr:`StoreRef.branches` (name and versions of each); :meth:`StoreRef.on` is the same store seen
+on one branch (its ``versions`` those of the branch, :attr:`StoreRef.branch` naming it), which
+every reader here takes (:func:`read_store_manifest`, :class:`fsstate.inspect.Snapshot`,
+:func:`fsstate.inspect.verify_stores`). Where a branch started (source branch and version) is
+recorded only in its first manifest: :func:`read_fork` reads it (one read), and knows it while
+that version is retained.
+
 Invariants:
 
+* A path is a trunk manifest only as ``<digits>/manifests/<20 digits>.json`` and a branch
+  manifest only as ``<digits>/branches/<name>/<20 digits>.json``, so neither is taken for the
+  other, nor for a layout record (``layouts/<6 digits>.json``; tried after both), whatever a
+  branch is named.
+* A store is found by its trunk versions (a store whose trunk holds no manifest is not listed,
+  whatever its branches hold: :func:`fsstate.inspect.missing_partitions` names it).
 * Nothing here writes, and nothing is opened beyond what is asked: :func:`find_stores` costs
   one listing (plus one manifest read per store whose directory name may be a name
   :func:`store_dir_for` made path-safe: it ends in ``-`` and 8 hex digits, and one read per
@@ -27,18 +43,55 @@ Invariants:
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 
+from fsstate.errors import VersionNotFoundError
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.location import Location
-from fsstate.storage.manifest import Manifest, read_manifest
+from fsstate.storage.manifest import BRANCH_DIR, Manifest, read_manifest
 from fsstate.store import store_dir_for
+from fsstate.store.branches import FORKED_META
 from fsstate.store.layout import LAYOUTS_DIR, Layout, in_force, read_layouts
 
 _MANIFEST = re.compile(r"^(?:(.*)/)?([^/@]+)/(?:(@[^/]+)/)?(\d+)/manifests/(\d{20})\.json$")
+_BRANCH = re.compile(
+    r"^(?:(.*)/)?([^/@]+)/(?:(@[^/]+)/)?(\d+)/" + BRANCH_DIR + r"/([^/]+)/(\d{20})\.json$"
+)
 _RECORD = re.compile(r"^(?:(.*)/)?([^/@]+)/" + LAYOUTS_DIR + r"/\d+\.json$")
 _HASHED = re.compile(r"-[0-9a-f]{8}$")  # the suffix store_dir_for adds to a made-safe name
+
+
+@dataclass(frozen=True)
+class BranchRef:
+    """A branch of a partition store (:mod:`fsstate.store.branches`) as the listing found it.
+
+    Attributes:
+        name: the branch name.
+        versions: its committed versions found, ascending.
+    """
+
+    name: str
+    versions: tuple[int, ...]
+
+    @property
+    def latest(self) -> int:
+        """The branch's newest committed version."""
+        return self.versions[-1]
+
+
+@dataclass(frozen=True)
+class Fork:
+    """Where a branch started: a version of its source branch (``""``: the trunk)."""
+
+    source: str
+    version: int
+
+    def describe(self) -> str:
+        """``version 12 of the trunk`` / ``version 12 of branch v9-...``."""
+        of = f"branch {self.source}" if self.source else "the trunk"
+        return f"version {self.version} of {of}"
 
 
 @dataclass(frozen=True)
@@ -49,9 +102,12 @@ class StoreRef:
         prefix: the path from the scanned root to the store's root ('' or a query id).
         operator: the operator (store) name, as :meth:`PartitionStore.open` takes it.
         partition: partition id.
-        versions: committed versions found, ascending.
+        versions: committed versions found on :attr:`branch`, ascending.
         layout: the directory of its layout generation (``""``: generation 0).
         since: the first version its generation holds (-1: every version).
+        branch: the branch ``versions`` are of and readers read (``""``: the trunk).
+        branches: every branch of the store with its versions, by name (whatever ``branch``
+            is).
     """
 
     prefix: str
@@ -60,6 +116,8 @@ class StoreRef:
     versions: tuple[int, ...]
     layout: str = ""
     since: int = -1
+    branch: str = ""
+    branches: tuple[BranchRef, ...] = ()
 
     @property
     def latest(self) -> int:
@@ -74,6 +132,23 @@ class StoreRef:
     def store_dir(self) -> str:
         """Directory of the store relative to its root."""
         return store_dir_for(self.operator, self.partition, self.layout)
+
+    @property
+    def branch_names(self) -> tuple[str, ...]:
+        """The names of the store's branches, sorted."""
+        return tuple(b.name for b in self.branches)
+
+    def on(self, branch: str) -> StoreRef | None:
+        """The store as found (seen on its trunk) seen on ``branch`` instead: its versions
+        those of the branch; None if the branch has no version in this store. ``""`` (the
+        trunk) returns the store itself."""
+        assert not self.branch, "a store is seen on a branch from its trunk's view"
+        if not branch:
+            return self
+        found = next((b for b in self.branches if b.name == branch), None)
+        if found is None:
+            return None
+        return dataclasses.replace(self, versions=found.versions, branch=branch)
 
 
 def as_fileio(uri: str | Location | FileIO) -> FileIO:
@@ -103,17 +178,7 @@ def find_stores(
         Stores sorted by (prefix, operator, partition).
     """
     fileio = as_fileio(uri)
-    found: dict[tuple[str, str, str, int], list[int]] = {}
-    rescaled: set[tuple[str, str]] = set()
-    for entry in fileio.list("", recursive=True):
-        m = _MANIFEST.match(entry.path)
-        if m:
-            key = (m.group(1) or "", m.group(2), m.group(3) or "", int(m.group(4)))
-            found.setdefault(key, []).append(int(m.group(5)))
-            continue
-        r = _RECORD.match(entry.path)
-        if r:
-            rescaled.add((r.group(1) or "", r.group(2)))
+    found, branched, rescaled = _scan(fileio)
     chosen: dict[tuple[str, str], Layout] = {}
     out: list[StoreRef] = []
     for (pre, op_dir, layout, part), versions in found.items():
@@ -136,8 +201,38 @@ def find_stores(
             if gen.dir != layout:
                 continue  # another generation, or a rescale that never published
             since = gen.since
-        out.append(StoreRef(pre, name, part, tuple(versions), layout, since))
+        held = branched.get((pre, op_dir, layout, part), {})
+        forks = tuple(BranchRef(b, tuple(sorted(vs))) for b, vs in sorted(held.items()))
+        out.append(StoreRef(pre, name, part, tuple(versions), layout, since, branches=forks))
     return sorted(out, key=lambda s: (s.prefix, s.operator, s.partition))
+
+
+_Key = tuple[str, str, str, int]  # (prefix, operator dir, layout dir, partition)
+
+
+def _scan(
+    fileio: FileIO,
+) -> tuple[dict[_Key, list[int]], dict[_Key, dict[str, list[int]]], set[tuple[str, str]]]:
+    """One recursive listing: each store's trunk versions, its branches' versions, and the
+    (prefix, operator dir)s with layout records (see the module docstring's invariants)."""
+    found: dict[_Key, list[int]] = {}
+    branched: dict[_Key, dict[str, list[int]]] = {}
+    rescaled: set[tuple[str, str]] = set()
+    for entry in fileio.list("", recursive=True):
+        m = _MANIFEST.match(entry.path)
+        if m:
+            key = (m.group(1) or "", m.group(2), m.group(3) or "", int(m.group(4)))
+            found.setdefault(key, []).append(int(m.group(5)))
+            continue
+        b = _BRANCH.match(entry.path)
+        if b:
+            key = (b.group(1) or "", b.group(2), b.group(3) or "", int(b.group(4)))
+            branched.setdefault(key, {}).setdefault(b.group(5), []).append(int(b.group(6)))
+            continue
+        r = _RECORD.match(entry.path)
+        if r:
+            rescaled.add((r.group(1) or "", r.group(2)))
+    return found, branched, rescaled
 
 
 def read_store_manifest(fileio: FileIO, store: StoreRef, version: int | None = None) -> Manifest:
@@ -148,7 +243,39 @@ def read_store_manifest(fileio: FileIO, store: StoreRef, version: int | None = N
         ManifestCorruptError: it is damaged.
     """
     v = store.latest if version is None else version
-    return read_manifest(store.root(fileio), store.store_dir, v)
+    return read_manifest(store.root(fileio), store.store_dir, v, store.branch)
+
+
+def read_fork(fileio: FileIO, store: StoreRef, branch: str) -> Fork | None:
+    """Where ``branch`` of ``store`` started, from its oldest retained manifest (one read);
+    None once retention dropped the branch's first version (only that one records it), or if
+    the store has no such branch.
+
+    Raises:
+        ManifestCorruptError: that manifest is damaged.
+    """
+    found = next((b for b in store.branches if b.name == branch), None)
+    if found is None:
+        return None
+    try:
+        first = read_manifest(store.root(fileio), store.store_dir, found.versions[0], branch)
+    except VersionNotFoundError:
+        return None  # dropped by the branch's retention since the listing
+    origin = first.meta.get(FORKED_META)
+    if not isinstance(origin, dict) or "version" not in origin:
+        return None
+    return Fork(str(origin.get("branch") or ""), int(origin["version"]))
+
+
+def on_branch(stores: list[StoreRef], branch: str) -> list[StoreRef]:
+    """``stores`` seen on ``branch`` (``""``: as they are), leaving out those without it."""
+    views = [s.on(branch) for s in stores]
+    return [v for v in views if v is not None]
+
+
+def branch_names(stores: list[StoreRef]) -> list[str]:
+    """Every branch any of ``stores`` has, sorted."""
+    return sorted({b for s in stores for b in s.branch_names})
 
 
 def prefixes(stores: list[StoreRef]) -> list[str]:

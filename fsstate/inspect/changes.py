@@ -161,9 +161,10 @@ def _read(
     version: int,
     with_expiry: bool,
     layout: str = "",
+    branch: str = "",
 ) -> tuple[TableSpec | None, pa.Table | None]:
     """Spec and rows (with ``_seq``) of a table at a version; (None, None) if it has none."""
-    with Snapshot(fileio, operator, partition, version, layout) as snap:
+    with Snapshot(fileio, operator, partition, version, layout, branch) as snap:
         if name not in snap.manifest.tables:
             return None, None
         return snap.spec(name), snap.read(name, with_expiry=with_expiry, with_seq=True)
@@ -189,6 +190,7 @@ def read_changes(
     with_expiry: bool = False,
     with_seq: bool = False,
     layout: str = "",
+    branch: str = "",
 ) -> pa.Table:
     """The change feed of table ``name`` for versions ``start_version .. end_version``.
 
@@ -206,13 +208,15 @@ def read_changes(
         with_expiry: add ``_expires_at_ms``.
         with_seq: add ``_seq``.
         layout: the layout generation directory of the store.
+        branch: the branch read (``""``: the trunk). A branch's first version has no parent
+            there: a feed starting at it reads its rows as inserts.
 
     Raises:
         ConfigError: the range is empty or reversed.
         VersionNotFoundError: a version of the range (or the one before it) is not retained.
     """
     fileio = as_fileio(uri)
-    versions = list_versions(fileio, store_dir_for(operator, partition, layout))
+    versions = list_versions(fileio, store_dir_for(operator, partition, layout), branch)
     end = end_version if end_version is not None else (versions[-1] if versions else -1)
     if start_version < 0 or end < start_version:
         raise ConfigError(
@@ -232,9 +236,11 @@ def read_changes(
     prev_spec: TableSpec | None = None
     first = start_version - 1
     if first in versions:
-        prev_spec, prev = _read(fileio, operator, partition, name, first, with_expiry, layout)
+        prev_spec, prev = _read(
+            fileio, operator, partition, name, first, with_expiry, layout, branch
+        )
     else:
-        with Snapshot(fileio, operator, partition, start_version, layout) as snap:
+        with Snapshot(fileio, operator, partition, start_version, layout, branch) as snap:
             if snap.manifest.parent_version is not None:  # not the first version: lost
                 raise VersionNotFoundError(
                     f"change feed of state {name!r} from version {start_version} needs "
@@ -243,7 +249,7 @@ def read_changes(
                 )
     parts: list[pa.Table] = []
     for v in range(start_version, end + 1):
-        spec, cur = _read(fileio, operator, partition, name, v, with_expiry, layout)
+        spec, cur = _read(fileio, operator, partition, name, v, with_expiry, layout, branch)
         d: pa.Table | None = None
         if spec is not None and cur is not None:
             same = prev is not None and prev_spec is not None and prev_spec.same_shape(spec)

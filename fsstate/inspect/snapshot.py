@@ -17,6 +17,10 @@ TTL: rows are resolved at ``now_ms``; by default the clock the version was commi
 manifest's ``clock_ms``: the batch's processing time for a tiered Spark query, when that
 version's expiry ran), so a version reads as its writer left it.
 
+Branches: a store's versions form its trunk and, where its state was forked, branches
+(:mod:`fsstate.store.branches`); a snapshot reads one version of one of them (``branch``,
+default the trunk).
+
 Invariants:
 
 * Read-only: nothing is written, no version is committed. Each read loads its table from the
@@ -45,6 +49,7 @@ from fsstate.storage.fileio import FileIO
 from fsstate.storage.location import Location
 from fsstate.storage.manifest import Manifest, list_versions, read_manifest
 from fsstate.store import PartitionStore, store_dir_for
+from fsstate.store.branches import check_branch
 from fsstate.tables.resolve import out_schema
 from fsstate.tables.scan import ScanTable
 
@@ -63,6 +68,8 @@ class Snapshot:
         layout: the directory of the layout generation holding the version (``""``:
             generation 0; :func:`fsstate.inspect.catalog.find_stores` resolves it for a
             rescaled operator, :attr:`StoreRef.layout`).
+        branch: the branch the version is on (``""``: the trunk; :attr:`StoreRef.branches`
+            lists a store's branches, :mod:`fsstate.store.branches`).
 
     Raises:
         VersionNotFoundError: the version is not committed or no longer retained (the store
@@ -77,24 +84,28 @@ class Snapshot:
         partition: int,
         version: int | None = None,
         layout: str = "",
+        branch: str = "",
     ) -> None:
         fileio = as_fileio(uri)
         store_dir = store_dir_for(operator, partition, layout)
+        check_branch(branch)
         if version is None:
-            versions = list_versions(fileio, store_dir)
-            if not versions:
-                read_manifest(fileio, store_dir, 0)  # raises VersionNotFoundError, naming it
+            versions = list_versions(fileio, store_dir, branch)
+            if not versions:  # raises VersionNotFoundError, naming it
+                read_manifest(fileio, store_dir, 0, branch)
             version = versions[-1]
-        self.manifest: Manifest = read_manifest(fileio, store_dir, version)
+        self.manifest: Manifest = read_manifest(fileio, store_dir, version, branch)
         self._fileio, self._operator, self._partition = fileio, operator, partition
-        self._layout = layout
+        self._layout, self.branch = layout, branch
         self._where = fileio.describe(store_dir)
         self._closed = False
 
     @classmethod
     def of(cls, fileio: FileIO, store: StoreRef, version: int | None = None) -> Snapshot:
         """The snapshot of a store found by :func:`fsstate.inspect.catalog.find_stores`."""
-        return cls(store.root(fileio), store.operator, store.partition, version, store.layout)
+        return cls(
+            store.root(fileio), store.operator, store.partition, version, store.layout, store.branch
+        )
 
     @property
     def version(self) -> int:
@@ -194,6 +205,7 @@ class Snapshot:
             self.manifest,
             StoreConfig(),
             layout=self._layout,
+            branch=self.branch,
         )
         try:
             store.set_time(self.clock_ms if now_ms is None else int(now_ms))
@@ -243,6 +255,7 @@ def read_table(
     with_expiry: bool = False,
     with_seq: bool = False,
     layout: str = "",
+    branch: str = "",
 ) -> pa.Table:
     """Read table ``name`` of a store at a committed version as a ``pyarrow.Table``.
 
@@ -262,6 +275,7 @@ def read_table(
         with_seq: add the ``_seq`` column.
         layout: the layout generation directory (``""``: generation 0; see
             :func:`fsstate.inspect.catalog.find_stores` for a rescaled operator).
+        branch: the branch to read (``""``: the trunk; see :mod:`fsstate.store.branches`).
 
     Raises:
         VersionNotFoundError: no such committed version (or none at all).
@@ -273,5 +287,5 @@ def read_table(
         >>> counts = read_table("/tmp/state/<query id>", "Counter", 0, "count")
         >>> duckdb.sql("select * from counts order by 2 desc limit 5")
     """
-    with Snapshot(uri, operator, partition, version, layout) as snap:
+    with Snapshot(uri, operator, partition, version, layout, branch) as snap:
         return snap.read(name, now_ms=now_ms, with_expiry=with_expiry, with_seq=with_seq)

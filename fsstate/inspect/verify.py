@@ -1,11 +1,14 @@
 """Verifying stored state: every file a retained version references is present and intact,
 and the partitions of each operator agree on their latest version.
 
-For each store and each retained version (or only the newest), the manifest is read and
-checked (its SHA-256 checksum, format version), then every file it references (data runs and
-TTL index runs, each once however many versions share it) is read whole and checked against
-the manifest's record: size, CRC-32, that it decodes as Parquet, and its row count
-(:func:`fsstate.storage.runs.read_table_file`, the same checks a restore makes).
+For each store and each retained version (or only the newest) of its trunk and of every
+branch (:mod:`fsstate.store.branches`: a lineage that forked; damage on a branch is damage),
+the manifest is read and checked (its SHA-256 checksum, format version), then every file it
+references (data runs and TTL index runs, each once however many versions and branches share
+it) is read whole and checked against the manifest's record: size, CRC-32, that it decodes as
+Parquet, and its row count (:func:`fsstate.storage.runs.read_table_file`, the same checks a
+restore makes). Skews and missing partitions are the trunk's (a branch's partitions are what
+its lineage reached: ``fsstate branches`` lists them).
 
 The partitions of one operator (one query's, one layout generation's) commit one version per
 batch each, so once a query stopped they all have the same latest version. :func:`skews` finds
@@ -29,7 +32,8 @@ Invariants:
 
 * Read-only; a damaged file, a skew or a missing partition is reported, never repaired or
   deleted.
-* Every problem names the file (its full location) and the versions that need it; every skew
+* Every problem names the file (its full location) and the versions that need it, with
+  their branches; every skew
   the operator, its latest version, and each partition behind or ahead with its own latest;
   every missing partition its directory.
 * Memory: one file at a time.
@@ -61,13 +65,22 @@ class Problem:
 
     Attributes:
         path: full location of the file.
-        versions: the versions whose manifest is damaged or references the file.
+        versions: the trunk versions whose manifest is damaged or references the file.
         error: what is wrong.
+        branches: (branch, its versions) of each branch whose versions' manifest is damaged
+            or references the file (:mod:`fsstate.store.branches`; empty: the trunk's alone).
     """
 
     path: str
     versions: tuple[int, ...]
     error: str
+    branches: tuple[tuple[str, tuple[int, ...]], ...] = ()
+
+    def needed_by(self) -> str:
+        """``versions 3..5; branch v2-... versions 3..4``: which versions need the file."""
+        said = [f"versions {_range(self.versions)}"] if self.versions else []
+        said += [f"branch {b} versions {_range(vs)}" for b, vs in self.branches]
+        return "; ".join(said)
 
 
 @dataclass(frozen=True)
@@ -290,7 +303,12 @@ class VerifyReport:
             "files": self.files,
             "bytes": self.bytes,
             "problems": [
-                {"path": p.path, "versions": list(p.versions), "error": p.error}
+                {
+                    "path": p.path,
+                    "versions": list(p.versions),
+                    "branches": {b: list(vs) for b, vs in p.branches},
+                    "error": p.error,
+                }
                 for p in self.problems
             ],
             "skews": [k.to_doc() for k in self.skews],
@@ -300,9 +318,7 @@ class VerifyReport:
     def lines(self) -> list[str]:
         """One line per thing wrong: ``DAMAGED`` files, ``SKEWED`` operators, ``MISSING``
         partitions."""
-        out = [
-            f"DAMAGED {p.path} (versions {_range(p.versions)}): {p.error}" for p in self.problems
-        ]
+        out = [f"DAMAGED {p.path} ({p.needed_by()}): {p.error}" for p in self.problems]
         out += [f"SKEWED {k.describe()}" for k in self.skews]
         out += [f"MISSING {m.describe()}" for m in self.missing]
         return out
@@ -320,28 +336,49 @@ class VerifyReport:
         return ", ".join(said)
 
 
+_Users = list[tuple[str, int]]  # (branch, version) of each manifest that needs a file
+
+
+def _problem(path: str, users: _Users, error: str) -> Problem:
+    by: dict[str, list[int]] = {}
+    for branch, v in users:
+        by.setdefault(branch, []).append(v)
+    trunk = tuple(sorted(by.pop("", [])))
+    on = tuple((b, tuple(sorted(vs))) for b, vs in sorted(by.items()))
+    return Problem(path, trunk, error, on)
+
+
 def plan_files(
-    fileio: FileIO, store: StoreRef, versions: list[int], report: VerifyReport
-) -> dict[str, tuple[FileRef, list[int]]]:
-    """The files ``versions`` of ``store`` reference (path -> (record, versions)); damaged
-    manifests go to ``report``, versions deleted since the listing are skipped."""
+    fileio: FileIO, views: list[tuple[StoreRef, list[int]]], report: VerifyReport
+) -> dict[str, tuple[FileRef, _Users]]:
+    """The files the given versions of one store's trunk and branches reference (``views``:
+    the store seen on each, :meth:`StoreRef.on`, with the versions to check), each once:
+    path -> (record, the (branch, version)s that need it). Damaged manifests go to
+    ``report``; versions deleted since the listing are skipped."""
     refs: dict[str, FileRef] = {}
-    users: dict[str, list[int]] = {}
-    for v in versions:
-        try:
-            manifest = read_store_manifest(fileio, store, v)
-        except VersionNotFoundError:
-            continue  # retention deleted it since the listing: not damage
-        except CorruptFileError as exc:
+    users: dict[str, _Users] = {}
+    for view, versions in views:
+        for v in versions:
+            try:
+                manifest = read_store_manifest(fileio, view, v)
+            except VersionNotFoundError:
+                continue  # retention deleted it since the listing: not damage
+            except CorruptFileError as exc:
+                report.versions += 1
+                report.problems.append(_problem(exc.path, [(view.branch, v)], str(exc)))
+                continue
             report.versions += 1
-            report.problems.append(Problem(exc.path, (v,), str(exc)))
-            continue
-        report.versions += 1
-        for entry in manifest.tables.values():
-            for ref in [*entry.runs, *entry.ttl_runs]:
-                refs.setdefault(ref.path, ref)
-                users.setdefault(ref.path, []).append(v)
+            for entry in manifest.tables.values():
+                for ref in [*entry.runs, *entry.ttl_runs]:
+                    refs.setdefault(ref.path, ref)
+                    users.setdefault(ref.path, []).append((view.branch, v))
     return {p: (refs[p], users[p]) for p in sorted(refs)}
+
+
+def _views(store: StoreRef, latest_only: bool) -> list[tuple[StoreRef, list[int]]]:
+    """The store on its trunk and on each of its branches, with the versions to check."""
+    seen = [store, *(v for b in store.branches if (v := store.on(b.name)) is not None)]
+    return [(v, [v.latest] if latest_only else list(v.versions)) for v in seen]
 
 
 def verify_stores(
@@ -352,22 +389,22 @@ def verify_stores(
     on_file: Callable[[int], None] | None = None,
     on_plan: Callable[[int], None] | None = None,
 ) -> VerifyReport:
-    """Check every file the retained versions of ``stores`` reference, that each operator's
-    partitions agree on their latest version, and that none has no version at all.
+    """Check every file the retained versions of ``stores`` reference, on their trunks and
+    every branch, that each operator's partitions agree on their latest version, and that
+    none has no version at all.
 
     Args:
         fileio: the root the stores were found under.
         stores: from :func:`fsstate.inspect.catalog.find_stores`.
-        latest_only: check only each store's newest version.
+        latest_only: check only the newest version of each store's trunk and branches.
         on_file: called with a file's size after each file is checked (progress).
         on_plan: called once with the number of files to check, before checking them.
     """
     report = VerifyReport(skews=skews(stores), missing=missing_partitions(fileio, stores))
-    plans: list[tuple[StoreRef, dict[str, tuple[FileRef, list[int]]]]] = []
+    plans: list[tuple[StoreRef, dict[str, tuple[FileRef, _Users]]]] = []
     for store in stores:
         report.stores += 1
-        versions = [store.latest] if latest_only else list(store.versions)
-        plans.append((store, plan_files(fileio, store, versions, report)))
+        plans.append((store, plan_files(fileio, _views(store, latest_only), report)))
     if on_plan is not None:
         on_plan(sum(len(p) for _, p in plans))
     for store, files in plans:
@@ -378,7 +415,7 @@ def verify_stores(
             try:
                 read_table_file(root, store.store_dir, ref)
             except CorruptFileError as exc:
-                report.problems.append(Problem(exc.path, tuple(users), str(exc)))
+                report.problems.append(_problem(exc.path, users, str(exc)))
             if on_file is not None:
                 on_file(ref.size_bytes)
     return report

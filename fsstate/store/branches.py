@@ -33,6 +33,11 @@ Invariants:
   exists, retention deletes files only by its listing scan, which keeps every file any
   branch's retained manifests reference (:mod:`fsstate.store.retention`), never by the
   per-commit path.
+* :func:`drop_branch` deletes a branch's manifests only, never a file and never the trunk's:
+  the files only it referenced go by the next listing scan of a remaining branch (``fsstate
+  gc``), once older than the grace time. A branch forked from the dropped one keeps its own
+  manifests, which name their files themselves, so it loses nothing. A writer still on the
+  dropped branch fails its next version with :class:`fsstate.errors.VersionNotFoundError`.
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ from fsstate.storage.manifest import (
     BRANCH_DIR,
     Manifest,
     list_versions,
+    manifest_path,
     publish_manifest,
     read_manifest,
 )
@@ -58,6 +64,7 @@ __all__ = [
     "FORKED_PATH",
     "branch_for",
     "check_branch",
+    "drop_branch",
     "fork_version",
     "has_forks",
     "list_branches",
@@ -105,6 +112,22 @@ def list_branches(fileio: FileIO, store_dir: str) -> list[str]:
         if len(parts) == 2 and parts[1].endswith(".json"):
             out.add(parts[0])
     return sorted(out)
+
+
+def drop_branch(fileio: FileIO, store_dir: str, branch: str) -> int:
+    """Delete every manifest of ``branch`` (one listing, one bulk delete); returns how many
+    there were (0: the store has no such branch). See the module docstring.
+
+    Raises:
+        ConfigError: ``branch`` is the trunk (``""``) or not a valid branch name.
+    """
+    if not check_branch(branch):
+        raise ConfigError(
+            f"store {fileio.describe(store_dir)}: the trunk is no branch and is never dropped"
+        )
+    versions = list_versions(fileio, store_dir, branch)
+    fileio.delete_many([manifest_path(store_dir, v, branch) for v in reversed(versions)])
+    return len(versions)
 
 
 def fork_version(
