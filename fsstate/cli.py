@@ -1,4 +1,5 @@
-"""The ``fsstate`` command line: list, stats, show, diff, verify, gc and compact stored state.
+"""The ``fsstate`` command line: list, stats, show, diff, verify, gc and compact stored state,
+and list and drop its branches (:mod:`fsstate.cli_branches`).
 
 ``python -m fsstate --help`` or the ``fsstate`` console script (``pip install 'fsstate[cli]'``:
 click for the commands, rich for tables and progress bars). Every command takes the state
@@ -10,15 +11,17 @@ Invariants:
 
 * ``list``, ``stats``, ``show``, ``diff`` and ``verify`` never write. ``show`` and ``diff`` read
   exactly what the engine's reads return (:mod:`fsstate.inspect`).
+* Branches (lineages of a copied, restored or rolled-back query, :mod:`fsstate.store.branches`)
+  are never read silently: ``show``, ``diff`` and ``stats`` read the trunk unless ``--branch``
+  names one, and say on stderr which branches the stores read have; ``list`` counts each
+  operator's branches; ``verify`` checks every branch's retained versions too.
 * An operator's partitions that disagree on their latest version (:func:`fsstate.inspect.skews`)
   are never hidden: ``list`` shows each partition behind or ahead (and says so on stderr),
   ``verify`` names them and exits 1, and ``show`` and ``diff`` never mix versions: without
   ``--version`` they refuse skewed partitions, and a version some selected partition lacks is
   refused before anything is read; both refusals name the partitions and the version to pass.
-* ``gc`` deletes only what no retained manifest references and is older than the grace time
-  (:mod:`fsstate.store.retention`); ``--retain`` also drops versions older than the window.
-  Then, per operator, the stores of layout generations a rescale superseded once no retained
-  version is in them, and directories of rescales that died (:mod:`fsstate.store.generations`).
+* ``gc`` and ``drop-branch`` delete only what no retained manifest of any remaining branch
+  references, older than the grace time (:mod:`fsstate.cli_gc`).
 * ``compact`` publishes a new version, through an epoch (:mod:`fsstate.store.maintenance`), so
   it refuses stores a streaming writer owns (a tiered query or the operators' runner record
   one in the manifest, or their operator's kind in its layout record): their version numbers
@@ -54,18 +57,18 @@ except ImportError as exc:  # pragma: no cover - the cli extra is missing
 
 import pyarrow as pa
 
+from fsstate.cli_branches import branches_cmd, pick_branch
+from fsstate.cli_gc import drop_branch_cmd, gc
 from fsstate.cli_tables import (
     compact_table,
-    gc_tables,
     list_table,
     rows_table,
     stats_table,
 )
-from fsstate.config import StoreConfig
 from fsstate.console import CommandEnv, ErrorsAsOneLine, Failed, debug_to_stderr, option_pairs
 from fsstate.errors import ConfigError, VersionNotFoundError
 from fsstate.format.schema import KIND_LIST
-from fsstate.inspect.catalog import StoreRef, read_store_manifest
+from fsstate.inspect.catalog import StoreRef, branch_names, read_store_manifest
 from fsstate.inspect.changes import diff_tables
 from fsstate.inspect.checkpoint import (
     CheckpointCheck,
@@ -82,9 +85,7 @@ from fsstate.inspect.verify import (
     verify_stores,
 )
 from fsstate.storage.fileio import FileIO
-from fsstate.store.generations import collect_generations
 from fsstate.store.maintenance import compact_store, streaming_owner
-from fsstate.store.retention import Retention
 
 __all__ = ["cli", "main"]
 
@@ -97,6 +98,13 @@ _query = click.option(
 )
 _operator = click.option("--operator", help="Only this operator (store name).")
 _partition = click.option("--partition", "-p", type=int, help="Only this partition.")
+_branch = click.option(
+    "--branch",
+    "-b",
+    metavar="NAME",
+    help="Read this branch (a lineage of a copied, restored or rolled-back query; see "
+    "fsstate branches). Default: the trunk.",
+)
 _root = click.argument("root")
 
 
@@ -153,6 +161,7 @@ def list_cmd(env: CommandEnv, root: str, query: str | None, operator: str | None
                 "partitions_agree": skew is None,
                 "behind": dict(skew.behind) if skew else {},
                 "ahead": dict(skew.ahead) if skew else {},
+                "branches": len(branch_names(members)),
             }
         )
     env.emit(doc, list_table(root, doc))
@@ -176,6 +185,7 @@ def _same_version(operator: str, stores: list[StoreRef], version: int | None) ->
 @_operator
 @click.option("--version", "-v", "version", type=int, help="Version (default each store's newest).")
 @click.option("--live-rows", is_flag=True, help="Also count live rows (reads every table).")
+@_branch
 @click.pass_obj
 def stats(
     env: CommandEnv,
@@ -184,10 +194,11 @@ def stats(
     operator: str | None,
     version: int | None,
     live_rows: bool,
+    branch: str | None,
 ) -> None:
     """Tables per operator: kind, files, rows and bytes on storage (from the manifests)."""
     fileio = env.fileio(root)
-    stores = env.stores(fileio, query, operator)
+    stores = pick_branch(env, env.stores(fileio, query, operator), branch)
     agg: dict[tuple[str, str, str], dict[str, Any]] = {}
     with env.progress("reading manifests", len(stores)) as step:
         for s in stores:
@@ -285,6 +296,7 @@ def _print_rows(env: CommandEnv, title: str, table: pa.Table, limit: int) -> Non
 @click.option("--limit", "-n", type=int, default=20, show_default=True, help="Rows shown; -1 all.")
 @click.option("--now-ms", type=int, help="Resolve TTL at this time (default the commit clock).")
 @click.option("--expiry", is_flag=True, help="Add each row's expiry time (_expires_at_ms).")
+@_branch
 @click.pass_obj
 def show(
     env: CommandEnv,
@@ -297,10 +309,12 @@ def show(
     limit: int,
     now_ms: int | None,
     expiry: bool,
+    branch: str | None,
 ) -> None:
     """Rows of STATE of OPERATOR at a version, across its partitions."""
     fileio = env.fileio(root)
     stores = _one_query(env.stores(fileio, query, operator, partition))
+    stores = pick_branch(env, stores, branch)
     _same_version(operator, stores, version)
     seen: set[int] = set()
     table = _read_all(
@@ -313,7 +327,8 @@ def show(
         seen,
     )
     at = ", ".join(map(str, sorted(seen)))
-    _print_rows(env, f"{operator} / {state} at version {at}", table, limit)
+    on = f" of branch {branch}" if branch else ""
+    _print_rows(env, f"{operator} / {state} at version {at}{on}", table, limit)
 
 
 @cli.command()
@@ -325,6 +340,7 @@ def show(
 @_query
 @_partition
 @click.option("--limit", "-n", type=int, default=20, show_default=True, help="Rows shown; -1 all.")
+@_branch
 @click.pass_obj
 def diff(
     env: CommandEnv,
@@ -336,10 +352,13 @@ def diff(
     query: str | None,
     partition: int | None,
     limit: int,
+    branch: str | None,
 ) -> None:
-    """Changes of STATE between FROM_VERSION and TO_VERSION (change_type update / delete)."""
+    """Changes of STATE between FROM_VERSION and TO_VERSION (change_type update / delete),
+    both of one branch (--branch; default the trunk)."""
     fileio = env.fileio(root)
     stores = _one_query(env.stores(fileio, query, operator, partition))
+    stores = pick_branch(env, stores, branch)
     _same_version(operator, stores, from_version)
     _same_version(operator, stores, to_version)
 
@@ -356,7 +375,8 @@ def diff(
     kinds = table.column("change_type").to_pylist() if table.num_rows else []
     if not env.as_json:
         env.err.print(f"{kinds.count('update')} updated, {kinds.count('delete')} deleted")
-    _print_rows(env, f"{operator} / {state}: {from_version} -> {to_version}", table, limit)
+    on = f" of branch {branch}" if branch else ""
+    _print_rows(env, f"{operator} / {state}: {from_version} -> {to_version}{on}", table, limit)
 
 
 def _one_query(stores: list[StoreRef]) -> list[StoreRef]:
@@ -478,87 +498,6 @@ def _print_verify(env: CommandEnv, report: VerifyReport, check: CheckpointCheck 
 @_root
 @_query
 @_operator
-@click.option(
-    "--grace-ms",
-    type=int,
-    default=StoreConfig().orphan_grace_ms,
-    show_default=True,
-    help="Never delete an unreferenced file younger than this (a commit may be under way).",
-)
-@click.option("--retain", type=int, help="Also drop versions older than the newest N.")
-@click.pass_obj
-def gc(
-    env: CommandEnv,
-    root: str,
-    query: str | None,
-    operator: str | None,
-    grace_ms: int,
-    retain: int | None,
-) -> None:
-    """Delete files no retained version references (and, with --retain, old versions)."""
-    if grace_ms < 0:
-        raise click.BadParameter("must be >= 0", param_hint="--grace-ms")
-    fileio = env.fileio(root)
-    stores = env.stores(fileio, query, operator)
-    doc = []
-    with env.progress("collecting garbage", len(stores)) as step:
-        for s in stores:
-            doc.append(_gc_store(fileio, s, grace_ms, retain))
-            step(1)
-    # then whole layout generations a rescale superseded, once no retained version is in
-    # them, and the directories of rescales that died (fsstate.store.generations)
-    gens = _gc_generations(fileio, stores, grace_ms)
-    if env.as_json:
-        env.emit({"stores": doc, "generations": gens}, None)
-        return
-    for table in gc_tables(root, doc, gens):
-        env.out.print(table)
-
-
-def _gc_store(fileio: FileIO, s: StoreRef, grace_ms: int, retain: int | None) -> dict[str, Any]:
-    """Collect the garbage of one store: its orphans older than ``grace_ms`` and, with
-    ``retain``, its versions older than the newest ``retain`` (the orphans are then not
-    counted: ``orphans_deleted`` is None)."""
-    ret = Retention(s.root(fileio), s.store_dir)
-    before = ret.versions()
-    if retain is not None:
-        cfg = StoreConfig(retain_versions=retain, orphan_grace_ms=grace_ms)
-        ret.full_scan(before[-1], [], cfg)  # also deletes the orphans
-        files = -1
-    else:
-        files = ret.delete_orphans([], grace_ms)
-    return {
-        "query": s.prefix,
-        "operator": s.operator,
-        "partition": s.partition,
-        "versions_dropped": len(before) - len(ret.versions()),
-        "orphans_deleted": files if files >= 0 else None,
-    }
-
-
-def _gc_generations(fileio: FileIO, stores: list[StoreRef], grace_ms: int) -> list[dict[str, Any]]:
-    """Per (query, operator) of ``stores``: drop the layout generations a rescale superseded
-    and the directories of dead rescales; what was dropped where something was."""
-    gens = []
-    for prefix, op in sorted({(s.prefix, s.operator) for s in stores}):
-        got = collect_generations(fileio.child(prefix) if prefix else fileio, op, grace_ms=grace_ms)
-        if got.files:
-            gens.append(
-                {
-                    "query": prefix,
-                    "operator": op,
-                    "generations_dropped": list(got.generations),
-                    "unreferenced_dirs": list(got.unreferenced),
-                    "files_deleted": got.files,
-                }
-            )
-    return gens
-
-
-@cli.command()
-@_root
-@_query
-@_operator
 @_partition
 @click.pass_obj
 def compact(
@@ -595,6 +534,11 @@ def compact(
             )
             step(1)
     env.emit(doc, compact_table(root, doc))
+
+
+cli.add_command(gc)
+cli.add_command(branches_cmd)
+cli.add_command(drop_branch_cmd)
 
 
 def main() -> None:

@@ -20,7 +20,15 @@ import pyarrow as pa
 from fsstate.console import FitTable, rich_table
 from fsstate.inspect.verify import latest_text
 
-__all__ = ["compact_table", "gc_tables", "list_table", "rows_table", "span", "stats_table"]
+__all__ = [
+    "branches_table",
+    "compact_table",
+    "gc_tables",
+    "list_table",
+    "rows_table",
+    "span",
+    "stats_table",
+]
 
 # tables whose rows are states or partitions: one operator's name is a heading line too
 _QUERY_AND_OPERATOR = ("query", "operator")
@@ -42,11 +50,41 @@ def list_table(root: str, doc: list[dict[str, Any]]) -> FitTable:
             d["max_version"],
             d["retained_versions"],
             latest_text(d["latest_version"], d["behind"], d["ahead"]),
+            d["branches"],
         ]
         for d in doc
     ]
-    cols = ["query", "operator", "partitions", "min version", "max version", "retained", "latest"]
+    cols = [
+        "query",
+        "operator",
+        "partitions",
+        "min version",
+        "max version",
+        "retained",
+        "latest",
+        "branches",
+    ]
     return rich_table(f"state under {root}", cols, rows)
+
+
+def branches_table(root: str, doc: list[dict[str, Any]]) -> FitTable:
+    """``branches``: one row per (query, operator, branch); the fork point as ``12 of trunk``
+    (``-``: its first version is no longer retained)."""
+    rows = [
+        [
+            d["query"] or "-",
+            d["operator"],
+            d["branch"],
+            "-"
+            if d["forked_at_version"] is None
+            else f"{d['forked_at_version']} of {d['forked_from_branch'] or 'trunk'}",
+            span([d["min_version"], d["max_version"]]),
+            f"{len(d['partitions'])} of {d['operator_partitions']}",
+        ]
+        for d in doc
+    ]
+    cols = ["query", "operator", "branch", "forked at", "versions", "partitions"]
+    return rich_table(f"branches under {root}", cols, rows, heading=_QUERY_AND_OPERATOR)
 
 
 def stats_table(root: str, doc: list[dict[str, Any]], live_rows: bool) -> FitTable:

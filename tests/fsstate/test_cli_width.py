@@ -62,6 +62,7 @@ def _commands(root: str, operator: str) -> list[list[str]]:
         ["show", root, operator, LONG_STATE, "--expiry"],
         ["diff", root, operator, "count", "0", "2"],
         ["verify", root],
+        ["branches", root],
         ["gc", root],
         ["compact", root, "--operator", operator],
     ]

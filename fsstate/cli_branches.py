@@ -1,0 +1,107 @@
+"""The ``fsstate branches`` command lists branches, and :func:`pick_branch` is how ``show``,
+``diff`` and ``stats`` choose the one they read (``drop-branch``: :mod:`fsstate.cli_gc`).
+
+A partition store's versions form its trunk and, where a ``tiered()`` query's checkpoint was
+copied, restored or rolled back, branches (:mod:`fsstate.store.branches`): another lineage of
+the same query, with state of its own. One divergence of a lineage makes a branch of the same
+name in each partition it reached.
+
+Invariants:
+
+* Nothing is read silently from another lineage: a command that reads the trunk of stores
+  that have branches, no ``--branch`` given, says so on stderr in one note naming them.
+* ``branches`` never writes; it costs the catalog's listing and one manifest read per
+  (query, operator, branch) for the fork point (known while the branch's first version is
+  retained).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from fsstate.cli_tables import branches_table
+from fsstate.console import CommandEnv, Failed
+from fsstate.inspect.catalog import StoreRef, branch_names, on_branch, read_fork
+from fsstate.store.branches import check_branch
+
+__all__ = ["branches_cmd", "pick_branch"]
+
+NOTE_NAMES = 3  # branches a note names before "and N more"
+
+
+def pick_branch(env: CommandEnv, stores: list[StoreRef], branch: str | None) -> list[StoreRef]:
+    """``stores`` seen on ``branch`` (None: their trunks, with a note on stderr naming their
+    branches if they have any).
+
+    Raises:
+        Failed: no store of ``stores`` has ``branch``.
+    """
+    names = branch_names(stores)
+    if branch is None:
+        if names:
+            shown = ", ".join(names[:NOTE_NAMES])
+            more = f" and {len(names) - NOTE_NAMES} more" if len(names) > NOTE_NAMES else ""
+            env.err.print(
+                f"note: the trunk is shown; branches: {shown}{more} (--branch NAME)",
+                markup=False,
+                highlight=False,
+            )
+        return stores
+    views = on_branch(stores, check_branch(branch))
+    if not views:
+        have = ", ".join(names) if names else "none"
+        raise Failed(
+            f"no store selected has branch {branch!r} (their branches: {have}); see "
+            "fsstate branches"
+        )
+    return views
+
+
+def _groups(stores: list[StoreRef]) -> dict[tuple[str, str], list[StoreRef]]:
+    out: dict[tuple[str, str], list[StoreRef]] = {}
+    for s in stores:
+        out.setdefault((s.prefix, s.operator), []).append(s)
+    return out
+
+
+def branch_docs(env: CommandEnv, root: str, stores: list[StoreRef]) -> list[dict[str, Any]]:
+    """A document per (query, operator, branch) of ``stores``: fork point (read from the
+    first store holding the branch's oldest version), newest version, partitions holding it."""
+    fileio = env.fileio(root)
+    doc: list[dict[str, Any]] = []
+    for (prefix, op), members in _groups(stores).items():
+        for name in branch_names(members):
+            held = [(s, b) for s in members for b in s.branches if b.name == name]
+            oldest = min(held, key=lambda sb: sb[1].versions[0])[0]
+            fork = read_fork(fileio, oldest, name)
+            doc.append(
+                {
+                    "query": prefix,
+                    "operator": op,
+                    "branch": name,
+                    "forked_from_branch": None if fork is None else fork.source,
+                    "forked_at_version": None if fork is None else fork.version,
+                    "min_version": min(b.versions[0] for _, b in held),
+                    "max_version": max(b.latest for _, b in held),
+                    "partitions": [s.partition for s, _ in held],
+                    "operator_partitions": len(members),
+                }
+            )
+    return doc
+
+
+@click.command("branches")
+@click.argument("root")
+@click.option("--query", "-q", help="Only this query: its id, or a prefix of one.")
+@click.option("--operator", help="Only this operator (store name).")
+@click.pass_obj
+def branches_cmd(env: CommandEnv, root: str, query: str | None, operator: str | None) -> None:
+    """Branches of each operator's state: lineages a copied, restored or rolled-back
+    checkpoint continued on (fork point, newest version, partitions holding each)."""
+    stores = env.stores(env.fileio(root), query, operator)
+    doc = branch_docs(env, root, stores)
+    env.emit(doc, branches_table(root, doc))
+    if not env.as_json and not doc:
+        env.err.print("no branches: every store has its trunk only", highlight=False)
