@@ -259,6 +259,11 @@ SOURCE_OPTIONS = {
     "operatorName": ("the only one", "The `tiered()` state name or the flow's operator."),
     "stateVarName": ("the only one", "The state variable."),
     "batchId": ("the newest every partition has", "The version to read."),
+    "branch": (
+        "the trunk (with a warning naming the branches, if any)",
+        "The branch to read: another lineage of the query, after its checkpoint was copied, "
+        "restored or rolled back (`fsstate branches` lists them).",
+    ),
     "flattenCollectionTypes": (
         "true",
         "A row per list element / map entry; false: one row per "

@@ -6,6 +6,9 @@ Invariants:
 * Resolving costs one listing of the query's stores and one manifest read; it writes nothing.
 * A :class:`Selection` is frozen and picklable: the driver resolves it once and it travels to
   the readers unchanged, so every input partition reads the same version of the same state.
+* A read names its branch (option ``branch``; :mod:`fsstate.store.branches`: another lineage
+  of the query, after its checkpoint was copied, restored or rolled back) or reads the trunk;
+  reading the trunk of stores that have branches logs one warning naming them (never silent).
 * A bad, missing or ambiguous option raises :class:`fsstate.errors.ConfigError` naming the
   option and what to give instead.
 """
@@ -13,6 +16,7 @@ Invariants:
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -20,10 +24,13 @@ from fsstate.config import parse_flag
 from fsstate.errors import ConfigError, StorageNotFoundError
 from fsstate.format.schema import TableSpec
 from fsstate.inspect import StoreRef, find_stores
-from fsstate.inspect.catalog import read_store_manifest
+from fsstate.inspect.catalog import branch_names, on_branch, read_store_manifest
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.location import Location
+from fsstate.store.branches import check_branch
 from fsstate_spark.settings import STATE_DIR
+
+log = logging.getLogger(__name__)
 
 EXPIRY_COL = "_expires_at_ms"
 SEQ_COL = "_seq"
@@ -80,6 +87,7 @@ class Selection:
     now_ms: int | None
     partition_bytes: int = PARTITION_BYTES
     partitions: frozenset[int] | None = field(default=None)
+    branch: str = ""  # "" : the trunk
 
     @property
     def layout(self) -> str:
@@ -157,6 +165,33 @@ def _operator_stores(lower: dict[str, str], io: FileIO, where: str) -> tuple[str
     return operator, stores
 
 
+def _on_branch(
+    lower: dict[str, str], stores: list[StoreRef], operator: str, where: str
+) -> tuple[str, list[StoreRef]]:
+    """The branch read (option ``branch``, default the trunk) and the stores seen on it; the
+    trunk of stores with branches is read with a warning naming them."""
+    branch = check_branch(lower.get("branch") or "")
+    names = branch_names(stores)
+    if not branch:
+        if names:
+            log.warning(
+                "fsstate source: reading the trunk of operator %r under %s; it has branches "
+                "(other lineages of the query: a copied, restored or rolled-back checkpoint): "
+                "%s. Choose one with option branch",
+                operator,
+                where,
+                ", ".join(names),
+            )
+        return branch, stores
+    views = on_branch(stores, branch)
+    if not views:
+        raise ConfigError(
+            f"fsstate source: operator {operator!r} under {where} has no branch {branch!r} "
+            f"(its branches: {', '.join(names) or 'none'}); check option branch"
+        )
+    return branch, views
+
+
 def _batches(lower: dict[str, str], newest: int) -> tuple[bool, int, int | None, int | None]:
     """(change feed, version read, change start, change end) from the batch options; the
     version defaults to ``newest`` (the newest one every partition has)."""
@@ -181,11 +216,13 @@ def _batches(lower: dict[str, str], newest: int) -> tuple[bool, int, int | None,
 def _stores_at(
     io: FileIO, stores: list[StoreRef], operator: str, version: int, where: str
 ) -> list[StoreRef]:
-    """The stores holding ``version``: those of the layout generation then in force."""
+    """The stores holding ``version``: those of the layout generation then in force (seen on
+    the branch ``stores`` are seen on)."""
     since = stores[0].since
     if version >= since:
         return stores
-    stores = find_stores(io, prefix="", operator=operator, version=version)
+    branch = stores[0].branch
+    stores = on_branch(find_stores(io, prefix="", operator=operator, version=version), branch)
     if not stores:
         raise ConfigError(
             f"fsstate source: no state of operator {operator!r} at batch {version} under "
@@ -231,6 +268,7 @@ def select(options: dict[str, str], session_root: Location | None = None) -> Sel
     io = FileIO(loc)
     where = loc.describe()
     operator, stores = _operator_stores(lower, io, where)
+    branch, stores = _on_branch(lower, stores, operator, where)
     newest = min(s.latest for s in stores)  # the newest version every partition has
     change_feed, version, start, end = _batches(lower, newest)
     stores = _stores_at(io, stores, operator, version, where)
@@ -256,6 +294,7 @@ def select(options: dict[str, str], session_root: Location | None = None) -> Sel
         with_seq=_flag(lower, "includesequence", False),
         now_ms=_int(lower, "nowms"),
         partition_bytes=_partition_bytes(lower),
+        branch=branch,
     )
 
 

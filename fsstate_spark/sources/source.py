@@ -15,6 +15,9 @@ Options of ``fsstate`` (Spark's state reader's names where they mean the same th
 ``operatorName``           the tiered store name (default: the only one)
 ``stateVarName``           the state variable (default: the only one)
 ``batchId``                the version to read (default: the newest every partition has)
+``branch``                 the branch to read: another lineage of the query, after its checkpoint
+                           was copied, restored or rolled back (fsstate; default the trunk,
+                           with a warning naming the branches if there are any)
 ``flattenCollectionTypes`` ``true`` (default): a row per list element / map entry; ``false``:
                            one row per key with ``list_value`` / ``map_value``
 ``readChangeFeed``         ``true``: the changes of ``changeStartBatchId`` .. ``changeEndBatchId``
@@ -209,7 +212,8 @@ def store_partitions(sel: Selection, partition: int) -> list[StorePartition]:
     ``sel.partition_bytes`` (one manifest read; footers of its large files if so)."""
     if sel.change_feed:
         return [StorePartition(partition)]
-    with Snapshot(FileIO(sel.location), sel.operator, partition, sel.version, sel.layout) as snap:
+    root = FileIO(sel.location)
+    with Snapshot(root, sel.operator, partition, sel.version, sel.layout, sel.branch) as snap:
         if snap.stored_bytes(sel.name) <= sel.partition_bytes:
             return [StorePartition(partition)]
         cuts = snap.cut_points(sel.name, sel.partition_bytes)
@@ -237,9 +241,10 @@ def read_partition(
             with_expiry=sel.with_expiry,
             with_seq=sel.with_seq,
             layout=sel.layout,
+            branch=sel.branch,
         )
     else:
-        with Snapshot(root, sel.operator, partition, sel.version, sel.layout) as snap:
+        with Snapshot(root, sel.operator, partition, sel.version, sel.layout, sel.branch) as snap:
             table = snap.read(
                 sel.name,
                 now_ms=sel.now_ms,
