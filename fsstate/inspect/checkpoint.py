@@ -11,8 +11,10 @@ here too):
 * ``offsets/<batch id>``: a version line (``v1``), then the batch's metadata as JSON (its
   ``conf`` holds ``spark.sql.shuffle.partitions``, the partition count of the query's state
   for that batch: Spark restores it from here on a restart, and its offline repartition of a
-  checkpoint writes a new batch with the new count), then one line per source; written when
-  the batch is planned, before its tasks run;
+  checkpoint writes a new batch with the new count; its ``batchTimestampMs`` is when the batch
+  was planned, the same for every re-run of that planning: the flow driver records it with
+  each version, :func:`batch_timestamp_ms`), then one line per source; written when the
+  batch is planned, before its tasks run (so it is there when ``foreachBatch`` runs);
 * ``commits/<batch id>``: written when the batch completed, after its tasks committed.
 
 A ``tiered()`` task of batch ``b`` commits version ``b`` of its partition's store (a rescale
@@ -58,10 +60,13 @@ __all__ = [
     "CheckpointCheck",
     "CheckpointGap",
     "SparkCheckpoint",
+    "batch_timestamp_ms",
     "check_checkpoint",
     "checkpoint_uri",
+    "offsets_metadata",
     "query_stores",
     "read_checkpoint",
+    "read_query_id",
 ]
 
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
@@ -112,27 +117,62 @@ class SparkCheckpoint:
         Raises:
             ConfigError: the entry is missing or does not say.
         """
-        path = f"offsets/{batch}"
-        where = self.fileio.describe(path)
+        meta = offsets_metadata(self.fileio, batch)
         try:
-            lines = self.fileio.read_bytes(path).decode().splitlines()
-        except StorageNotFoundError:
+            return int(meta["conf"][SHUFFLE_PARTITIONS])
+        except (KeyError, TypeError, ValueError):
             raise ConfigError(
-                f"the checkpoint has no offsets entry for batch {batch} ({where})"
-            ) from None
-        try:
-            conf = json.loads(lines[1])["conf"]
-            return int(conf[SHUFFLE_PARTITIONS])
-        except (IndexError, KeyError, TypeError, ValueError):
-            raise ConfigError(
-                f"the checkpoint's offsets entry {where} does not give "
-                f"{SHUFFLE_PARTITIONS} (version line {lines[:1]}); fsstate reads offsets logs "
-                "of Spark 4 (v1)"
+                f"the checkpoint's offsets entry {self.fileio.describe(f'offsets/{batch}')} "
+                f"does not give {SHUFFLE_PARTITIONS}; fsstate reads offsets logs of Spark 4 (v1)"
             ) from None
 
 
-def read_checkpoint(fileio: FileIO) -> SparkCheckpoint:
-    """Read a streaming checkpoint's id and batch logs (see the module docstring).
+def offsets_metadata(fileio: FileIO, batch: int) -> dict[str, Any]:
+    """The batch metadata of ``batch``'s offsets entry (its second line, JSON): what Spark
+    recorded when it planned the batch (``batchTimestampMs``, ``conf``, ...).
+
+    Raises:
+        ConfigError: the entry is missing or is not a Spark 4 (v1) offsets entry.
+    """
+    path = f"offsets/{batch}"
+    where = fileio.describe(path)
+    try:
+        lines = fileio.read_bytes(path).decode().splitlines()
+    except StorageNotFoundError:
+        raise ConfigError(
+            f"the checkpoint has no offsets entry for batch {batch} ({where})"
+        ) from None
+    try:
+        meta = json.loads(lines[1])
+    except (IndexError, ValueError):
+        meta = None
+    if not isinstance(meta, dict):
+        raise ConfigError(
+            f"the checkpoint's offsets entry {where} has no batch metadata (version line "
+            f"{lines[:1]}); fsstate reads offsets logs of Spark 4 (v1)"
+        )
+    return meta
+
+
+def batch_timestamp_ms(fileio: FileIO, batch: int) -> int:
+    """When Spark planned ``batch`` (``batchTimestampMs`` of its offsets entry): the same for
+    every attempt and re-run of one planning, another for a batch planned anew (a copied,
+    restored or rolled-back checkpoint).
+
+    Raises:
+        ConfigError: the entry is missing or does not say.
+    """
+    value = offsets_metadata(fileio, batch).get("batchTimestampMs")
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(
+            f"the checkpoint's offsets entry {fileio.describe(f'offsets/{batch}')} gives no "
+            f"batchTimestampMs ({value!r}); fsstate reads offsets logs of Spark 4 (v1)"
+        )
+    return value
+
+
+def read_query_id(fileio: FileIO) -> str:
+    """The query id a checkpoint's ``metadata`` records (1 GET).
 
     Raises:
         ConfigError: the directory holds no checkpoint (no ``metadata``) or it is unreadable.
@@ -146,11 +186,20 @@ def read_checkpoint(fileio: FileIO) -> SparkCheckpoint:
             "checkpointLocation of the query"
         ) from None
     try:
-        query_id = str(json.loads(text.splitlines()[0])["id"])
+        return str(json.loads(text.splitlines()[0])["id"])
     except (IndexError, KeyError, TypeError, ValueError):
         raise ConfigError(
             f"the checkpoint's {where} names no query id; is it a streaming checkpoint?"
         ) from None
+
+
+def read_checkpoint(fileio: FileIO) -> SparkCheckpoint:
+    """Read a streaming checkpoint's id and batch logs (see the module docstring).
+
+    Raises:
+        ConfigError: the directory holds no checkpoint (no ``metadata``) or it is unreadable.
+    """
+    query_id = read_query_id(fileio)
     return SparkCheckpoint(fileio, query_id, tuple(_batches(fileio, "commits")))
 
 

@@ -27,7 +27,13 @@ that per micro-batch ``b``:
    input partition with Arrow); at the first micro-batch ``b`` of a run, a stage whose
    state was written with another partition count is rescaled first, at version ``b - 1``
    (:mod:`fsstate_spark.operators.stage_rescale`), and every stage's stores are then those of its
-   layout generation in force;
+   layout generation in force; before that, and before anything is written, the state's
+   owner record is checked (a state URI belongs to one checkpoint: another checkpoint, a
+   copy's included, is refused) and, at the first batch of a run (and the next while a batch
+   finds its versions there), the batch's versions already on storage are checked against
+   the batch's planning (Spark's ``batchTimestampMs``, which every version records: a
+   checkpoint restored from a backup beside state that went on is refused)
+   (:mod:`fsstate_spark.operators.lineage`);
 3. hands the last stage's DataFrame to the user's sink (``sink(df, batch_id)``; without one the
    rows are dropped with Spark's ``noop`` format);
 4. checks that every partition of every stage committed ``b`` (from the receipts its tasks
@@ -40,7 +46,8 @@ that per micro-batch ``b``:
    version.
 
 Exactly once, end to end: Spark re-runs an uncommitted batch with the same input after a
-restart; stages then adopt their published versions and produce the same rows, so an
+restart (the same planning: its offsets entry, its ``batchTimestampMs``); stages then
+adopt their published versions and produce the same rows, so an
 idempotent sink (one that overwrites by batch id, or Spark's file sink semantics) sees each
 batch's output once. Watermark differences from Spark: Spark runs *no-data* micro-batches to
 emit and evict when only the watermark moved; a ``foreachBatch`` query gets no such batches, so
@@ -79,10 +86,11 @@ from fsstate.operators.base import Operator
 from fsstate.operators.planning import EpochPlan, EpochPlanner, PlannedStage, WatermarkInput
 from fsstate.operators.runner import check_layout
 from fsstate.storage.fileio import FileIO
-from fsstate.store.layout import operators_of_kind, record_path
+from fsstate.store.layout import in_force, operators_of_kind, read_layouts, record_path
 from fsstate.store.record import Writer
 from fsstate_spark.compat import require_supported_pyspark
 from fsstate_spark.operators.flows import Flow, Source, StageSpec, arrow_schema_of, walk
+from fsstate_spark.operators.lineage import FlowLineage
 from fsstate_spark.operators.partials import SparkPartials, spark_partials
 from fsstate_spark.operators.processor_stage import ProcessorStage
 from fsstate_spark.operators.settings import (
@@ -175,7 +183,7 @@ class _StagePlanner:
             d.config,
             arrow_in,
             arrow_out,
-            d.writer,
+            d.batch_writer,
             d.receipts,
             owned=owned,
             layout=d.layouts[spec.op.name],
@@ -211,6 +219,8 @@ class Driver:
         self.flow, self.sink, self.config = flow, sink, config
         self.partitions = config.partitions
         self.writer = Writer(uuid.uuid4().hex, uuid.uuid4().hex)
+        self.batch_writer = self.writer  # the writer of the batch running (its planning time)
+        self.lineage = FlowLineage(config)  # the state's owner, each batch's planning
         self.layouts: dict[str, str] = {}  # stage -> its layout generation directory
         self.planner: EpochPlanner | None = None  # made once the layouts are resolved
         self._clock = any(s.op.uses_clock for s in flow.stages)
@@ -309,27 +319,44 @@ class Driver:
         walk(self.flow.plan, dfs, _StagePlanner(self, EpochPlan(0), None, schemas_only=True))
 
     def _resolve(self, fileio: FileIO, batch_df: DataFrame, batch_id: int) -> EpochPlanner:
-        """At the run's first batch: every stage's layout generation (rescaling a stage whose
-        state has another partition count, at the version this batch starts from), then the
-        planner of the run's epochs."""
-        if self.planner is None:
-            version = batch_id - 1 if batch_id > 0 else None
-            if version is not None:
-                self._continue_renamed(fileio)
-            for spec in self.flow.stages:
-                try:
-                    layout = check_layout(fileio, spec.op, self.partitions, version)
-                except PartitionCountError:  # rescale, at the version this batch starts from
-                    layout = rescale_stage(
-                        batch_df.sparkSession, fileio, spec.op.name, spec.keys, self.config, version
-                    )
-                self.layouts[spec.op.name] = layout.dir
-            stages = [
-                PlannedStage(s.op.name, self.partitions, self.layouts[s.op.name])
-                for s in self.flow.stages
-            ]
-            self.planner = EpochPlanner(fileio, stages, self._inputs)
+        """At the run's first batch: the state's owner checked (before anything is written),
+        every stage's layout generation, the batch's versions checked against its planning
+        (:mod:`fsstate_spark.operators.lineage`), then stages whose state has another
+        partition count rescaled (at the version this batch starts from), and the planner of
+        the run's epochs. At later batches, the versions checked while the lineage asks."""
+        if self.planner is not None:
+            self.lineage.check(
+                fileio, self._stage_layouts(), batch_id, self.batch_writer.planned_ms
+            )
+            return self.planner
+        self.lineage.claim(fileio)
+        version = batch_id - 1 if batch_id > 0 else None
+        if version is not None:
+            self._continue_renamed(fileio)
+        rescale = []
+        for spec in self.flow.stages:
+            try:
+                layout = check_layout(fileio, spec.op, self.partitions, version)
+            except PartitionCountError:  # rescaled below, once the versions are checked
+                layout = in_force(read_layouts(fileio, spec.op.name), version)
+                rescale.append(spec)
+            self.layouts[spec.op.name] = layout.dir
+        self.lineage.check(fileio, self._stage_layouts(), batch_id, self.batch_writer.planned_ms)
+        for spec in rescale:  # at the version this batch starts from
+            layout = rescale_stage(
+                batch_df.sparkSession, fileio, spec.op.name, spec.keys, self.config, version
+            )
+            self.layouts[spec.op.name] = layout.dir
+        stages = [
+            PlannedStage(s.op.name, self.partitions, self.layouts[s.op.name])
+            for s in self.flow.stages
+        ]
+        self.planner = EpochPlanner(fileio, stages, self._inputs)
         return self.planner
+
+    def _stage_layouts(self) -> list[tuple[str, str]]:
+        """(operator, layout directory) of every stage."""
+        return [(s.op.name, self.layouts[s.op.name]) for s in self.flow.stages]
 
     def _continue_renamed(self, fileio: FileIO) -> None:
         """A processor stage named after its processor's class whose name has no state takes
@@ -376,6 +403,7 @@ class Driver:
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
         steps = _Steps(self.batch_ms, batch_id)
         fileio = fileio_for(self.config.root, self.config.store.fsync)
+        self.batch_writer = self.lineage.writer(self.writer, batch_id)
         planner = self._resolve(fileio, batch_df, batch_id)
         reads = planner.manifest_reads
         with steps("watermarks"):

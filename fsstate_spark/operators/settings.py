@@ -15,14 +15,22 @@ Invariants:
 * Only settings operators use are accepted: store, engine and storage settings, the state
   URI, the memory limit, the partition count and the task count (no store name: each stage
   has its own).
+* ``checkpoint_location`` is the query's checkpoint as one string per place
+  (:func:`resolved_checkpoint`: a local path absolute, an object store URI without options or
+  secrets), so the owner record of a state URI (:mod:`fsstate_spark.operators.ownership`)
+  names the same checkpoint the same way on every run.
 """
 
 from __future__ import annotations
 
+import os
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from fsstate.errors import ConfigError
+from fsstate.inspect.checkpoint import checkpoint_uri
+from fsstate.storage.location import Location
 from fsstate_spark.settings import (
     ENGINE_FIELDS,
     SHARED_FIELDS,
@@ -53,11 +61,27 @@ class FlowSettings(StateSettings):
         tasks: Spark tasks per stage and batch, each running the epochs of several state
             partitions (key groups: the state keeps ``partitions``, the work runs in
             ``tasks``); None: the cluster's default parallelism, at most ``partitions``.
+        checkpoint_location: the query's checkpoint (:func:`resolved_checkpoint`; ``""``:
+            not known, no owner record).
     """
 
     partitions: int = PARTITIONS_DEFAULT
     combine: bool = True
     tasks: int | None = None
+    checkpoint_location: str = ""
+
+    @property
+    def state_in_checkpoint(self) -> bool:
+        """Whether the state is the checkpoint's own ``<checkpoint>/fsstate`` (a copied or
+        restored checkpoint then carries its state with it)."""
+        if not self.checkpoint_location:
+            return False
+        try:
+            own = Location.parse(state_dir_of(self.checkpoint_location))
+        except ConfigError:  # a checkpoint on a file system fsstate does not store state on
+            return False
+        root = self.root
+        return (own.scheme, own.bucket, own.path) == (root.scheme, root.bucket, root.path)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -109,4 +133,34 @@ def resolve_flow_settings(
     merged["state_uri"] = state_uri if state_uri is not None else state_dir_of(checkpoint_location)
     combine = coerce("combine", merged.pop("combine", True), True)
     shared = resolve_state_settings(FLOWS, merged, storage_conf, checkpoint_location)
-    return FlowSettings(partitions=partitions, combine=combine, tasks=tasks, **shared)
+    return FlowSettings(
+        partitions=partitions,
+        combine=combine,
+        tasks=tasks,
+        checkpoint_location=resolved_checkpoint(checkpoint_location),
+        **shared,
+    )
+
+
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
+
+
+def resolved_checkpoint(location: str) -> str:
+    """A checkpoint location as one string per place: a local path (``file:`` URIs too)
+    absolute and normalized, an object store URI as ``<scheme>://<bucket>/<path>`` (without
+    options or secrets), anything else (``hdfs://``, ``dbfs:/``) as given, without a trailing
+    ``/``."""
+    path = checkpoint_uri(location)
+    if path.startswith("file://"):
+        path = path[len("file://") :]
+    if not _SCHEME.match(path):
+        return os.path.abspath(path)
+    if "://" not in path:  # dbfs:/x: a scheme fsstate does not read
+        return path.rstrip("/")
+    try:
+        loc = Location.parse(path)
+    except ConfigError:
+        return path.rstrip("/")
+    if loc.is_local:
+        return loc.path
+    return f"{loc.scheme}://{loc.bucket}/{loc.path}".rstrip("/")
