@@ -78,10 +78,15 @@ SUITES = (
     "tests/fsstate_spark/tiered/test_streaming.py",
     "tests/fsstate_spark/operators/test_transform_with_state.py",
     "tests/fsstate_spark/sources/test_state_source.py",
+    "tests/fsstate_spark/tiered/test_lineage.py::"
+    "test_a_copied_checkpoint_continues_with_state_of_its_own[pandas-fast-local]",
+    "tests/fsstate_spark/test_fork.py::test_fork_and_rollback_equal_a_copied_checkpoint",
 )
 """The suites every other minor runs: the UDF-safety test, ``tiered()`` equivalence on both
-loops (against Spark's handles), the flow driver's (against Spark's operator) and the state
-sources."""
+loops (against Spark's handles), the flow driver's (against Spark's operator), the state
+sources, and state that follows its checkpoint (a copied checkpoint; a fork and a roll-back
+cut of Spark's checkpoint files, equal to a copy with Spark's handles: the lineage reads
+PySpark's state-server client, and the cut knows each release's file names)."""
 
 OTHER_PYTHON_SUITES = SUITES[:3]
 """What the default PySpark runs on the other Pythons (the same release's protocol as ``make
