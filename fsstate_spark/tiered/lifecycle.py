@@ -43,9 +43,14 @@ Rules that follow (the invariants of this module):
   keep the name they were first written under, so state written before this rule reads as it
   did.
 * Lineage: the branch of the store's versions a task continues is the one Spark's state of the
-  partition records (:mod:`fsstate_spark.tiered.lineage`; the trunk when none is recorded);
-  the store opened at ``b - 1`` must have the checksum recorded there, else
-  :class:`fsstate.errors.LineageMismatchError` before anything is read or written. Each
+  partition records (:mod:`fsstate_spark.tiered.lineage`; the trunk when none is recorded).
+  Spark's state is read only when the version ``b - 1`` the task would open (on the branch this
+  process last saw the partition on in this run, else the trunk) was not committed by this
+  query run: a version this run committed is this checkpoint's (one run executes one
+  checkpoint), so a running query asks Spark nothing; a new run, or a version of another
+  lineage, asks once. Where the record names the version ``b - 1`` (written at a fork), its
+  checksum must match, else :class:`fsstate.errors.LineageMismatchError` before anything is
+  read or written. Each
   version records when Spark planned its batch (``Writer.planned_ms``), and an epoch that
   meets ``b`` published by another planning forks and commits on a branch of its own
   (:mod:`fsstate.store.epoch`). So a copied, restored or rolled-back checkpoint never reads
@@ -61,6 +66,7 @@ Rules that follow (the invariants of this module):
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from dataclasses import dataclass
@@ -74,7 +80,7 @@ from fsstate.store.layout import Layout, operators_of_kind, record_path
 from fsstate.store.pool import Outcome, StorePool, store_pool
 from fsstate.store.record import Writer
 from fsstate_spark.runtime import TaskInfo, TaskMode, apply_engine_settings, fileio_for
-from fsstate_spark.tiered.lineage import Lineage
+from fsstate_spark.tiered.lineage import Lineage, MarkerSource
 from fsstate_spark.tiered.settings import TieredConfig
 from fsstate_spark.tiered.transient import TransientStore
 
@@ -116,6 +122,8 @@ class StoreCache:
         self.finish_s = 0.0  # TTL cleanup, commit and handing the store back
         # the generation in force per (root, name, run, count): resolved once per query run
         self._layouts: dict[tuple[str, str, str | None, int | None], tuple[str, Layout]] = {}
+        # the branch each (root, name, partition, run) went on in this process (lineage)
+        self._branches: dict[tuple[str, str, int, str | None], str] = {}
 
     @property
     def hits(self) -> int:
@@ -142,11 +150,12 @@ class StoreCache:
         config: TieredConfig,
         task: TaskInfo,
         instance: str | None,
-        lineage: Lineage | None = None,
+        marker: MarkerSource | None = None,
         planned_ms: int | None = None,
     ) -> EpochRun:
         """Begin the streaming task's epoch: its store at version ``batch_id - 1``, on the
-        branch Spark's state says this checkpoint's lineage is on (:mod:`.lineage`).
+        branch this checkpoint's lineage is on (:mod:`.lineage`; see the module docstring:
+        Spark's state is asked only when the version is not provably this run's).
 
         Raises:
             LineageMismatchError: the store's version ``batch_id - 1`` of that branch is not the
@@ -162,27 +171,58 @@ class StoreCache:
         fileio = fileio_for(query_root(config, task.query_id), config.store.fsync)
         self.pool.max_idle = config.max_cached_stores
         name, layout = self.layout_for(fileio, config, task)
-        mine = lineage if lineage and lineage.applies_to(layout.dir, task.partition) else None
-        if mine is not None and mine.version != want:
-            raise LineageMismatchError(
-                f"query {task.query_id}, operator {name!r}, partition {task.partition}: Spark's "
-                f"checkpoint says fsstate committed version {mine.version} with its last batch, "
-                f"but micro-batch {task.batch_id} starts from version {want}: the checkpoint's "
-                "state was modified. Restore the checkpoint as a whole, or start the query from "
-                f"a new checkpoint. {_OPERATIONS}"
-            )
-        branch = mine.branch if mine is not None else ""
-        ref = StoreAddress(fileio, name, task.partition, layout.dir, branch)
+        here = (fileio.describe(""), name, task.partition, task.run_id)
+        writer = Writer(task.run_id, instance, planned_ms)
+        guess = self._branches.get(here, "")
+        run: EpochRun | None = None
+        with contextlib.suppress(VersionNotFoundError):
+            run = self._begin(fileio, name, task, layout.dir, guess, config, writer)
+        ours = want is None or (
+            run is not None
+            and getattr(Writer.from_meta(run.store.committed_writer), "run", None) == task.run_id
+        )
+        if not ours:  # a new run, or another lineage's version: ask Spark's state
+            found = marker.read() if marker is not None else None
+            mine = found if found and found.applies_to(layout.dir, task.partition) else None
+            branch = mine.branch if mine is not None else ""
+            if run is None or branch != guess:
+                if run is not None:
+                    run.fail()
+                run = self._begin(fileio, name, task, layout.dir, branch, config, writer, want)
+            if mine is not None and mine.version == want and run.store.checksum != mine.checksum:
+                run.fail()
+                raise self._mismatch(config, task, name, branch, want, run, mine)
+        assert run is not None
+        self._branches[here] = run.store.branch
+        return run
+
+    def _begin(
+        self,
+        fileio: FileIO,
+        name: str,
+        task: TaskInfo,
+        layout: str,
+        branch: str,
+        config: TieredConfig,
+        writer: Writer,
+        want: int | None = -1,
+    ) -> EpochRun:
+        """:func:`begin_epoch` on ``branch``; with ``want`` given, a missing version raises the
+        message for users."""
+        assert task.batch_id is not None and task.partition is not None
+        ref = StoreAddress(fileio, name, task.partition, layout, branch)
         try:
-            run = begin_epoch(
+            return begin_epoch(
                 ref,
                 task.batch_id,
                 config=config.store,
-                writer=Writer(task.run_id, instance, planned_ms),
+                writer=writer,
                 pool=self.pool,
                 follow_lineage=True,
             )
         except VersionNotFoundError as exc:
+            if want == -1:
+                raise
             raise VersionNotFoundError(
                 f"fsstate has no committed state for query {task.query_id}, operator "
                 f"{name!r}, partition {task.partition} at version {want} under "
@@ -191,20 +231,28 @@ class StoreCache:
                 "to a batch whose state is retained (fsstate-spark rollback <checkpoint> "
                 f"--batch N), or start the query with a new checkpoint. {_OPERATIONS} ({exc})"
             ) from exc
-        if mine is not None and run.store.checksum != mine.checksum:
-            run.fail()
-            on = f"branch {branch}" if branch else "the trunk"
-            raise LineageMismatchError(
-                f"query {task.query_id}, operator {name!r}, partition {task.partition}: version "
-                f"{want} on {on} under {config.state_uri!r} is not the state this checkpoint "
-                f"committed with batch {want} (manifest checksum {run.store.checksum}, the "
-                f"checkpoint recorded {mine.checksum}): the state directory holds another "
-                "history (restored from another time, or replaced). Nothing was read or "
-                "written. Restore the state directory that goes with this checkpoint, roll the "
-                "query back to a batch of this state (fsstate-spark rollback <checkpoint> "
-                f"--batch N), or start the query from a new checkpoint. {_OPERATIONS}"
-            )
-        return run
+
+    @staticmethod
+    def _mismatch(
+        config: TieredConfig,
+        task: TaskInfo,
+        name: str,
+        branch: str,
+        want: int | None,
+        run: EpochRun,
+        mine: Lineage,
+    ) -> LineageMismatchError:
+        on = f"branch {branch}" if branch else "the trunk"
+        return LineageMismatchError(
+            f"query {task.query_id}, operator {name!r}, partition {task.partition}: version "
+            f"{want} on {on} under {config.state_uri!r} is not the state this checkpoint "
+            f"committed with batch {want} (manifest checksum {run.store.checksum}, the "
+            f"checkpoint recorded {mine.checksum}): the state directory holds another "
+            "history (restored from another time, or replaced). Nothing was read or "
+            "written. Restore the state directory that goes with this checkpoint, roll the "
+            "query back to a batch of this state (fsstate-spark rollback <checkpoint> "
+            f"--batch N), or start the query from a new checkpoint. {_OPERATIONS}"
+        )
 
     def layout_for(
         self, fileio: FileIO, config: TieredConfig, task: TaskInfo
@@ -247,6 +295,7 @@ class StoreCache:
         """Close and forget every store and resolved generation; reset the counters."""
         self.pool.clear()
         self._layouts.clear()
+        self._branches.clear()
 
     def __len__(self) -> int:
         return len(self.pool)
@@ -301,7 +350,7 @@ def open_store(
     config: TieredConfig,
     task: TaskInfo,
     instance: str | None = None,
-    lineage: Lineage | None = None,
+    marker: MarkerSource | None = None,
     planned_ms: int | None = None,
 ) -> TaskStore:
     """The store a task works on (see the module docstring for the rules).
@@ -311,14 +360,14 @@ def open_store(
         task: the task.
         instance: the id of the tiered processor (one per ``tiered()`` call), recorded with
             the run id as the epoch's writer.
-        lineage: what Spark's state says this partition committed with the previous batch
-            (None: nothing recorded; :mod:`fsstate_spark.tiered.lineage`).
+        marker: where Spark's state records the partition's lineage, read only when needed
+            (None: not available; :mod:`fsstate_spark.tiered.lineage`).
         planned_ms: when Spark planned the batch (recorded with the version).
     """
     if task.mode == TaskMode.STREAMING:
         t0 = time.perf_counter()
         try:
-            run = _cache.acquire(config, task, instance, lineage, planned_ms)
+            run = _cache.acquire(config, task, instance, marker, planned_ms)
         finally:
             _cache.acquire_s += time.perf_counter() - t0
         return TaskStore(run.store, run)

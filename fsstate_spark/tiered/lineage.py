@@ -10,9 +10,10 @@ store it committed (:class:`Lineage`), under a key of its own per partition
 checkpoint, so a copy of the checkpoint taken after batch ``b`` says "state at ``b``, branch
 ``x``, checksum ``c``", whatever its original did after.
 
-The task of batch ``b + 1`` reads it in ``init`` (before anything is read or written), opens
-exactly that version of that branch and checks its checksum
-(:mod:`fsstate_spark.tiered.lifecycle`); it commits ``b + 1`` on that branch, recording when
+A task of batch ``b + 1`` whose version ``b`` was not committed by its own query run (the first
+batch of a run, or a version another lineage wrote) reads it in ``init``, before anything is
+read or written, and opens that branch (checking the checksum where the marker names version
+``b``: :mod:`fsstate_spark.tiered.lifecycle`); it commits ``b + 1`` on that branch, recording when
 Spark planned the batch (:func:`planned_ms`: the batch timestamp of the checkpoint's offsets
 log, the same for every retry and re-run of one planning). If ``b + 1`` is already there from
 another planning (the original went on, or another copy), the epoch forks ``b`` into a branch
@@ -22,7 +23,10 @@ of its own in O(metadata) and commits there (:mod:`fsstate.store.epoch`,
 Invariants:
 
 * A marker is read and written only in a streaming task whose Spark handle is live (never on
-  the driver's schema pass): one state-server round trip each, plus one for the timestamp.
+  the driver's schema pass), read only when the lifecycle needs it and written only when the
+  task's branch changed (a fork; the trunk needs no record): measured on 4.3, reading it costs
+  a task 1-8 ms of Spark's state server (its first state access) and writing it 13 ms, so a
+  running query on one lineage does neither; every task asks the batch's timestamp (0.1 ms).
 * The marker key is a valid grouping key of the query's key schema, distinct per partition
   where the first key field is a string or an integer; it lives only in :data:`LINEAGE_VAR`,
   a column family of its own, so it never meets the user's state.
@@ -39,7 +43,7 @@ import datetime as dt
 import decimal
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +113,14 @@ def planned_ms(handle: Any) -> int | None:
         log.warning("fsstate: the batch timestamp is not available here (%s)", exc)
         return None
     return ts if ts >= 0 else None
+
+
+class MarkerSource(Protocol):
+    """Where a task reads its partition's :class:`Lineage` from (when it needs it)."""
+
+    def read(self) -> Lineage | None:
+        """The recorded lineage (None: none)."""
+        ...
 
 
 class SparkMarker:

@@ -20,10 +20,11 @@ Invariants:
 * Runtime objects (store, handle) are never pickled with the proxy.
 * In ``init``, before the user's processor, two state variables are declared with Spark's own
   handle: :data:`fsstate_spark.tiered.lifecycle.SPARK_MARKER` (see there; never written) and
-  :data:`fsstate_spark.tiered.lineage.LINEAGE_VAR`, which a streaming task reads before its
-  store is opened and writes after its epoch committed: the version and branch of fsstate's
-  state Spark's checkpoint goes with (:mod:`fsstate_spark.tiered.lineage`). A task whose
-  marker cannot be written fails (Spark retries it; the retry adopts the committed version).
+  :data:`fsstate_spark.tiered.lineage.LINEAGE_VAR`, which a streaming task reads when its
+  store's lineage is not provably its run's and writes when its epoch branched: the branch of
+  fsstate's state Spark's checkpoint goes with (:mod:`fsstate_spark.tiered.lineage`). A task
+  whose marker cannot be written fails (Spark retries it; the retry adopts the committed
+  version).
 """
 
 from __future__ import annotations
@@ -72,6 +73,7 @@ class _TaskState:
         "_ints",
         "_store_bind",
         "binding",
+        "branch",
         "handle",
         "marker",
         "now_ms",
@@ -89,6 +91,8 @@ class _TaskState:
     ) -> None:
         self.task = task
         self.marker = marker
+        epoch = task_store.epoch
+        self.branch = epoch.store.branch if epoch is not None else ""  # the branch acquired
         self.task_store = task_store
         self.store = store = task_store.store
         self.handle = handle
@@ -237,14 +241,14 @@ class TieredProcessor(StatefulProcessor):
         lineage_state = handle.getValueState(LINEAGE_VAR, LINEAGE_SCHEMA)
         task = current_task()
         marker: SparkMarker | None = None
-        lineage, planned = None, None
+        planned = None
         if task.mode == TaskMode.STREAMING:
             if not self._fast and self._config.fast_loop:
                 note_stock_loop(self._config.name)
             assert task.partition is not None
             marker = SparkMarker(handle, lineage_state, task.partition)
-            lineage, planned = marker.read(), planned_ms(handle)
-        task_store = open_store(self._config, task, self._instance, lineage, planned)
+            planned = planned_ms(handle)
+        task_store = open_store(self._config, task, self._instance, marker, planned)
         # Spark's MapState order follows its state encoding; bounded input always uses
         # unsaferow (its store is built from a fresh SQLConf)
         encoding = self._config.state_encoding if task.mode == TaskMode.STREAMING else UNSAFEROW
@@ -322,8 +326,9 @@ class TieredProcessor(StatefulProcessor):
         self._task = None
         finish_store(state.task_store, state.now_ms)
         run = state.task_store.epoch
-        if state.marker is not None and state.marker.live and run is not None:
-            store = run.store  # committed: Spark's state records which version of which branch
+        forked = run is not None and run.store.branch != state.branch
+        if state.marker is not None and state.marker.live and run is not None and forked:
+            store = run.store  # the epoch branched: Spark's state records where it went on
             assert store.version is not None and store.checksum is not None
             lineage = Lineage(
                 store.branch, store.version, store.checksum, store.layout, store.partition
