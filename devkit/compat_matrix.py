@@ -32,6 +32,7 @@ import shutil
 import subprocess
 import sys
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -178,13 +179,32 @@ def ensure_venv(entry: Entry, python: str) -> Path:
     return Path(py)
 
 
-def run_entry(entry: Entry, allow_missing: bool, workers: int, full: bool) -> tuple[str, float]:
-    """Run the entry's :func:`selection` in its virtualenv: ``(outcome, seconds)``."""
-    start = time.monotonic()
+def prepare(entry: Entry) -> Path | None:
+    """The entry's virtualenv, made and filled if needed (None: its Python is missing)."""
     python = find_python(entry.python)
-    if python is None:
+    return None if python is None else ensure_venv(entry, python)
+
+
+def prepare_all(entries: list[Entry]) -> dict[str, Future[Path | None]]:
+    """Fill the entries' virtualenvs one after the other in one background thread (pip's
+    downloads and unpacking overlap the tests of the entries before): entry name -> its
+    :func:`prepare`."""
+    builder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="compat-venv")
+    futures = {e.name: builder.submit(prepare, e) for e in entries}
+    builder.shutdown(wait=False)
+    return futures
+
+
+def run_entry(
+    entry: Entry, allow_missing: bool, workers: int, full: bool, venv: Future[Path | None]
+) -> tuple[str, float]:
+    """Run the entry's :func:`selection` in its virtualenv (``venv``: made by
+    :func:`prepare_all`): ``(outcome, seconds)``, the seconds counted from when the
+    virtualenv was ready."""
+    py = venv.result()
+    start = time.monotonic()
+    if py is None:
         return ("skipped: no Python " + entry.python if allow_missing else "no Python"), 0.0
-    py = ensure_venv(entry, python)
     paths, extra = selection(entry, full)
     env = dict(os.environ, PYSPARK_PYTHON=str(py), PYSPARK_DRIVER_PYTHON=str(py), **extra)
     cmd = [str(py), "-m", "pytest", "-q", "-p", "no:cacheprovider", *paths]
@@ -204,9 +224,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--allow-missing", action="store_true")
     parser.add_argument("--workers", type=int, default=2, help="pytest-xdist workers")
     parser.add_argument("--full", action="store_true", help="every suite, the whole conformance")
+    parser.add_argument(
+        "--prepare",
+        action="store_true",
+        help="only make and fill the virtualenvs (CI runs it in the background during make test)",
+    )
     args = parser.parse_args(argv)
     entries = [e for e in MATRIX if not args.only or e.name in args.only]
-    results = [(e, *run_entry(e, args.allow_missing, args.workers, args.full)) for e in entries]
+    if args.prepare:
+        ready = {e.name: prepare(e) for e in entries}
+        missing = [n for n, py in ready.items() if py is None and not args.allow_missing]
+        print(f"compat: {len(ready) - len(missing)} virtualenvs ready, missing: {missing}")
+        return 1 if missing else 0
+    venvs = prepare_all(entries)
+    results = [
+        (e, *run_entry(e, args.allow_missing, args.workers, args.full, venvs[e.name]))
+        for e in entries
+    ]
     print("\ncompatibility matrix:")
     for entry, outcome, seconds in results:
         print(f"  {entry.name:<24} {outcome} ({seconds:.0f} s)")
