@@ -18,6 +18,13 @@ $(STAMP): pyproject.toml requirements/s3-server.txt
 	$(PY) -m pip install --quiet --require-hashes --no-deps -r requirements/s3-server.txt
 	touch $(STAMP)
 
+# Debian's prometheus, unpacked once into the user's cache for the exporter's tests
+# (devkit/prometheus_server.py; apt-get download and dpkg -x, no service started)
+PROM_STAMP := $(VENV)/.prometheus
+$(PROM_STAMP): $(STAMP) devkit/prometheus_server.py
+	$(PY) -m devkit.prometheus_server --install
+	touch $(PROM_STAMP)
+
 venv: $(STAMP)  ## create .venv and install fsstate with its dev extras
 
 demo: $(STAMP)  ## run the streaming demo with tiered state on local files
@@ -29,7 +36,7 @@ demo-s3: $(STAMP)  ## the demo with its state on a local S3 server (started and 
 # Two pytest workers (pytest-xdist) by default, a test file per worker (session-scoped Spark and
 # S3 fixtures start once per worker); TEST_WORKERS=0 runs them in this process.
 TEST_WORKERS ?= 2
-test: $(STAMP)  ## run every test (engine and Spark suites, the docs' snippets and their strict build)
+test: $(STAMP) $(PROM_STAMP)  ## run every test (engine and Spark suites, the docs' snippets and their strict build)
 	$(PY) -m pytest -q tests -n $(TEST_WORKERS) --dist loadfile --durations=25
 
 # Every other supported PySpark minor, and the default PySpark on the other Pythons, each in a
@@ -43,7 +50,7 @@ test-compat-full: $(STAMP)  ## the matrix on every suite and the whole conforman
 test-engine: $(STAMP)  ## engine tests only, without the slow ones (subprocess jobs, large state)
 	$(PY) -m pytest -q tests -m "not spark and not slow"
 
-test-spark: $(STAMP)  ## Spark suites only
+test-spark: $(STAMP) $(PROM_STAMP)  ## Spark suites only
 	$(PY) -m pytest -q tests -m spark
 
 # kill -9 of a tiered() application at random points, restarted from its checkpoint each time
