@@ -19,8 +19,8 @@ defined in :mod:`fsstate.stats`; this module states how each is measured.
 * I/O: the store's :class:`fsstate.storage.runs.IoTally` since its last commit: the commit's
   own files, spills, compactions (a background round that ends after the commit counts in the
   next version), first reads of cold data, catch-up reads. Opening reads only the manifest.
-* Memory at the commit: :meth:`PartitionStore.memory_bytes`, of which views (sampled
-  estimate) and runs held in memory.
+* Memory at the commit: the store's ``memory_bytes()``, of which views (sampled estimate)
+  and runs held in memory.
 * ``disk_bytes`` / ``files_total``: the manifest's files. ``versions_retained``: the versions
   of the branch retention keeps after the commit: the store's listing when it has one, else
   the chain of consecutive versions ending here (``chain_from``), at most ``retain_versions``;
@@ -36,15 +36,31 @@ Invariants:
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from fsstate.config import StoreConfig
 from fsstate.stats import TableSummary, VersionSummary
 from fsstate.storage.manifest import Manifest
+from fsstate.storage.runs import IoTally
 from fsstate.tables import TableBase
 
-if TYPE_CHECKING:
-    from fsstate.storage.runs import IoTally
-    from fsstate.store.partition import PartitionStore
+
+class SummarySource(Protocol):
+    """What a summary reads of its store (:class:`fsstate.store.partition.PartitionStore`)."""
+
+    config: StoreConfig
+
+    def memory_bytes(self) -> int:
+        """Bytes the store holds in memory."""
+
+    def loaded_table(self, name: str) -> TableBase | None:
+        """The table if loaded."""
+
+    def table(self, name: str) -> TableBase:
+        """The table, loaded if needed."""
+
+    def listed_versions(self) -> list[int] | None:
+        """The retained versions if known without listing."""
 
 
 class SummaryRecorder:
@@ -90,7 +106,7 @@ class SummaryRecorder:
         self.mark(sum(t.compactions for t in tables.values()))
 
     def build(
-        self, store: PartitionStore, manifest: Manifest, t0: float, compactions: int
+        self, store: SummarySource, manifest: Manifest, t0: float, compactions: int
     ) -> VersionSummary:
         """The summary of ``manifest``, the version ``store`` is about to publish (its tables
         sealed); ``t0`` is when the commit started (``time.perf_counter``)."""
@@ -106,7 +122,7 @@ class SummaryRecorder:
                 tables[name] = TableSummary(known.rows_total if known else None)
                 continue
             if t.live_rows is None:
-                t.live_rows = t.count_live_rows()  # type: ignore[attr-defined]
+                t.live_rows = int(t.count_live_rows())  # type: ignore[attr-defined]
             r = t.row_tally
             tables[name] = TableSummary(t.live_rows, r.updated, r.removed, r.expired)
         s.tables = tables
@@ -141,7 +157,7 @@ class SummaryRecorder:
         self.mark(compactions)
 
 
-def _retained(store: PartitionStore, manifest: Manifest) -> int:
+def _retained(store: SummarySource, manifest: Manifest) -> int:
     """Versions of the branch kept once ``manifest`` is committed (no listing is made)."""
     keep = store.config.retain_versions
     v = manifest.version

@@ -149,7 +149,7 @@ class BatchedTable(ScanTable):
         hold a row now: one ``get_many`` (a join over the runs, or point reads; the views
         these load go with the batch's keys)."""
         keys = distinct.select(list(range(width)))
-        get_many = self.get_many
+        get_many: Any = getattr(self, "get_many")  # noqa: B009 (the kinds define it)
         if self.kind == KIND_MAP:
             ukeys = distinct.select(list(range(width, distinct.num_columns)))
             found = get_many(keys, ukeys).column("_found")
