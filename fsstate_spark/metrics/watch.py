@@ -125,8 +125,7 @@ class OperatorView:
 
 
 def _summary(manifest: Manifest) -> dict[str, Any]:
-    summary = getattr(manifest, "summary", None)
-    return {} if summary is None else dict(summary.to_json())
+    return {} if manifest.summary is None else manifest.summary.to_json()
 
 
 def _head(state: FileIO, store: StoreRef) -> tuple[Manifest, str]:
