@@ -269,11 +269,7 @@ class PrometheusServer:
         active: list[dict[str, Any]] = []
         while time.monotonic() < deadline:
             active = self.api("targets")["activeTargets"]
-            done = [
-                t
-                for t in active
-                if t["health"] == "up" and _epoch(t["lastScrape"]) > after
-            ]
+            done = [t for t in active if t["health"] == "up" and _epoch(t["lastScrape"]) > after]
             if active and len(done) == len(active):
                 return
             time.sleep(0.2)

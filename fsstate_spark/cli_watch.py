@@ -7,8 +7,8 @@ query's driver and without a SparkSession.
 Invariants:
 
 * The table fits 80 columns (:func:`fsstate.console.rich_table`): the query id is a heading
-  line when there is one query; bytes in binary units (``12.5Mi``) and counts in decimal ones (``1.23M``, 3
-  significant digits: ``--json`` has the exact figures).
+  line when there is one query; bytes in binary units (``12.5Mi``) and counts in decimal ones
+  (``1.23M``), 3 significant digits (``--json`` has the exact figures).
 * ``--once`` prints one table (or, with ``--json``, one JSON document) and exits; otherwise the
   table is redrawn every ``--interval`` seconds until interrupted (Ctrl-C exits 0), and
   ``--json`` prints one JSON line per refresh.

@@ -30,6 +30,7 @@ Invariants:
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -239,7 +240,6 @@ class PrometheusExporter(Collector):
         if self._server is not None:
             raise ConfigError(f"the exporter already serves on port {self._server.server_port}")
         server = make_server(addr, port, make_wsgi_app(self.registry), handler_class=_Quiet)
-        server.timeout = REQUEST_TIMEOUT_S
         self._server = server
         self._thread = threading.Thread(
             target=server.serve_forever, name="fsstate-prometheus", daemon=True
@@ -261,10 +261,8 @@ class PrometheusExporter(Collector):
             server.server_close()
         if thread is not None:
             thread.join(timeout=REQUEST_TIMEOUT_S)
-        try:
+        with contextlib.suppress(KeyError):  # unregistered already
             self.registry.unregister(self)
-        except KeyError:
-            pass  # unregistered already
 
     def __enter__(self) -> PrometheusExporter:
         return self

@@ -75,9 +75,7 @@ def test_prometheus_scrapes_what_the_batches_reported(
     }
     for name, want in gauges.items():
         assert value(prom, f"{name}{{{LABELS}}}") == pytest.approx(want, rel=1e-3), name
-    assert value(prom, f"sum(fsstate_state_memory_bytes{{{LABELS}}})") == last.total(
-        "memory_bytes"
-    )
+    assert value(prom, f"sum(fsstate_state_memory_bytes{{{LABELS}}})") == last.total("memory_bytes")
     ops = [b.operator("counts") for b in batches]
     counters = {
         "fsstate_batches_total": 4,
