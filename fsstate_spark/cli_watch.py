@@ -118,7 +118,7 @@ def watch_table(target: WatchTarget, views: list[OperatorView], at_ms: int) -> F
 
 def _refresh(target: WatchTarget) -> tuple[dict[str, Any], FitTable]:
     if target.checkpoint is not None:  # the commit log moves on while the query runs
-        target = WatchTarget(target.state, read_checkpoint(target.checkpoint.fileio))
+        target = WatchTarget(target.states, read_checkpoint(target.checkpoint.fileio))
     views = read_views(target)
     at = now_ms()
     return watch_doc(target, views, at), watch_table(target, views, at)
@@ -127,7 +127,9 @@ def _refresh(target: WatchTarget) -> tuple[dict[str, Any], FitTable]:
 @click.command()
 @click.argument("location")
 @click.option(
-    "--state-uri", help="The query's tiered() state_uri, if not <LOCATION>/fsstate (a checkpoint)."
+    "--state-uri",
+    help="The state_uri of the query whose checkpoint LOCATION is (default: <LOCATION>/fsstate, "
+    "then <LOCATION>/../fsstate).",
 )
 @click.option(
     "--interval",
@@ -143,8 +145,8 @@ def watch(
 ) -> None:
     """Show each operator's newest committed versions, refreshed every --interval seconds.
 
-    LOCATION is a query's checkpointLocation (its state: <LOCATION>/fsstate, or --state-uri)
-    or a state root. Per operator: live rows, the newest batch's rows updated, removed and
+    LOCATION is a query's checkpointLocation (its state: --state-uri, else where tiered() and
+    the flow driver put it by default) or a state root. Per operator: live rows, the newest batch's rows updated, removed and
     expired, memory, disk, bytes written and commit time (summed over partitions), the newest
     version (* when on a branch) and the lag in batches. Reads the state's manifests only: no
     Spark session, no driver needed.

@@ -10,7 +10,7 @@ versions plus where the operator is (newest version, branch, lag, age).
 
 Invariants:
 
-* Read only: one recursive listing of the state root (:func:`fsstate.inspect.catalog.find_stores`,
+* Read only: one recursive listing per state root tried (:func:`fsstate.inspect.catalog.find_stores`,
   branches included), one manifest read per store (one per branch head of a store that has
   branches), and, for a checkpoint, its ``metadata`` and ``commits/`` listing.
 * A store's newest version is the head committed last (the largest ``created_ms``) among its
@@ -46,21 +46,21 @@ __all__ = ["OperatorView", "WatchTarget", "read_views", "resolve"]
 
 @dataclass(frozen=True)
 class WatchTarget:
-    """Where to read: the state root, and the checkpoint when one was named.
+    """Where to read: the state roots to look in, and the checkpoint when one was named.
 
     Attributes:
-        state: the state root.
+        states: the state roots, tried in order: the first holding the query's stores is read.
         checkpoint: the query's checkpoint (None: a state root was named).
     """
 
-    state: FileIO
+    states: tuple[FileIO, ...]
     checkpoint: SparkCheckpoint | None = None
 
     def describe(self) -> str:
         """The location named, for titles and errors."""
         if self.checkpoint is not None:
             return self.checkpoint.fileio.describe("")
-        return self.state.describe("")
+        return self.states[0].describe("")
 
 
 def resolve(
@@ -68,10 +68,15 @@ def resolve(
 ) -> WatchTarget:
     """What ``location`` names: a checkpoint (it holds Spark's ``metadata``) or a state root.
 
+    A checkpoint's state is looked for at ``state_uri``, else at ``<checkpoint>/fsstate`` (a
+    flow's, and a ``tiered()`` query's whose session's ``spark.sql.streaming.checkpointLocation``
+    is the checkpoint), then at ``<checkpoint>/../fsstate`` (a ``tiered()`` query whose
+    checkpoint Spark put under the session's checkpointLocation).
+
     Args:
         location: a checkpointLocation or a state root (local path or object store URI).
-        state_uri: the query's state root when it is not ``<checkpoint>/fsstate`` (a
-            ``tiered(state_uri=...)``); only with a checkpoint.
+        state_uri: the query's state root (``tiered(state_uri=...)``, ``spark.fsstate.stateUri``);
+            only with a checkpoint.
         options: object store settings of both locations.
 
     Raises:
@@ -85,10 +90,16 @@ def resolve(
                 f"{here.describe('')} is no streaming checkpoint (no metadata): --state-uri "
                 "goes with a checkpoint; give the state root alone"
             )
-        return WatchTarget(here)
+        return WatchTarget((here,))
     ckpt = read_checkpoint(here)
-    root = state_uri if state_uri is not None else state_dir_of(checkpoint_uri(location))
-    return WatchTarget(FileIO(Location.parse(root, opts)), ckpt)
+    if state_uri is not None:
+        roots = [state_uri]
+    else:
+        own = checkpoint_uri(location).rstrip("/")
+        roots = [state_dir_of(own)]
+        if "/" in own.strip("/"):
+            roots.append(state_dir_of(own.rsplit("/", 1)[0]))
+    return WatchTarget(tuple(FileIO(Location.parse(r, opts)) for r in roots), ckpt)
 
 
 @dataclass(frozen=True)
@@ -138,21 +149,23 @@ def _head(state: FileIO, store: StoreRef) -> tuple[Manifest, str]:
     return max(heads, key=lambda h: (h[0].created_ms, h[0].version))
 
 
-def _stores(target: WatchTarget) -> list[StoreRef]:
-    try:
-        found = find_stores(target.state)
-    except StorageNotFoundError:
-        found = []
-    if target.checkpoint is not None:
-        found = [s for s in found if s.prefix in ("", target.checkpoint.query_id)]
-    if not found:
-        raise ConfigError(
-            f"no committed fsstate state under {target.state.describe('')}"
-            + (f" for the checkpoint {target.describe()}" if target.checkpoint else "")
-            + ": has the query committed a batch? (a tiered(state_uri=...) query: give "
-            "--state-uri)"
-        )
-    return found
+def _stores(target: WatchTarget) -> tuple[FileIO, list[StoreRef]]:
+    """The first state root holding stores (of the checkpoint's query), and those stores."""
+    for state in target.states:
+        try:
+            found = find_stores(state)
+        except StorageNotFoundError:
+            continue
+        if target.checkpoint is not None:
+            found = [s for s in found if s.prefix in ("", target.checkpoint.query_id)]
+        if found:
+            return state, found
+    where = " or ".join(s.describe("") for s in target.states)
+    of = f" of the query of {target.describe()}" if target.checkpoint is not None else ""
+    raise ConfigError(
+        f"no committed fsstate state{of} under {where}: has the query committed a batch? "
+        "(a query with its own state_uri: give --state-uri)"
+    )
 
 
 def read_views(target: WatchTarget) -> list[OperatorView]:
@@ -163,8 +176,9 @@ def read_views(target: WatchTarget) -> list[OperatorView]:
         ManifestCorruptError: a newest manifest is damaged.
     """
     groups: dict[tuple[str, str], list[tuple[PartitionMetrics, int]]] = {}
-    for store in _stores(target):
-        manifest, branch = _head(target.state, store)
+    state, stores = _stores(target)
+    for store in stores:
+        manifest, branch = _head(state, store)
         part = PartitionMetrics(store.partition, manifest.version, _summary(manifest), None, branch)
         groups.setdefault((store.prefix, store.operator), []).append((part, manifest.created_ms))
     committed = target.checkpoint.committed if target.checkpoint is not None else None

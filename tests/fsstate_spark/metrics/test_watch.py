@@ -1,0 +1,55 @@
+"""``fsstate-spark watch --once`` on a real tiered() query's state: the table fits 80 columns
+and the JSON's figures are the newest versions' summaries; a location without state is one
+line and exit code 2."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from fsstate.inspect.catalog import find_stores, read_store_manifest
+from fsstate.storage.fileio import FileIO
+from fsstate_spark import tiered
+from fsstate_spark.cli import cli
+from tests.support.processors import TTL_SCHEMA, TtlTimers
+from tests.support.stream import StreamRunner
+
+BATCHES = [[{"k": f"k{i}", "v": i} for i in range(b, 12 + b)] for b in range(3)]
+
+
+def test_watch_once_shows_the_newest_versions_of_a_tiered_query(
+    runner: StreamRunner, tmp_path: Path
+) -> None:
+    state_uri = str(tmp_path / "state")
+    processor = tiered(TtlTimers(), state_uri=state_uri)
+    runner.run(processor, BATCHES, TTL_SCHEMA, time_mode="ProcessingTime", name="w")
+    watch = ["watch", str(tmp_path / "w" / "checkpoint"), "--state-uri", state_uri, "--once"]
+    cli_runner = CliRunner()
+    table = cli_runner.invoke(cli, watch, env={"COLUMNS": "80"})
+    assert table.exit_code == 0, table.output
+    lines = table.output.splitlines()
+    assert max(len(line) for line in lines) <= 80, table.output
+    assert any(line.startswith("TtlTimers") for line in lines), table.output
+
+    got = cli_runner.invoke(cli, ["--json", *watch])
+    assert got.exit_code == 0, got.output
+    doc = json.loads(got.output)
+    (op,) = doc["operators"]
+    state = FileIO(state_uri)
+    stores = find_stores(state, prefix=op["query"])
+    summaries = [read_store_manifest(state, s).summary for s in stores]
+    assert all(s is not None for s in summaries)
+    assert op["operatorName"] == "TtlTimers" and op["product"] == "tiered"
+    assert op["latestVersion"] == doc["committedBatch"] == max(s.latest for s in stores)
+    assert op["lag"] == 0
+    assert op["numRowsTotal"] == sum(s.rows_total or 0 for s in summaries if s) > 0
+    assert op["numRowsUpdated"] == sum(s.rows_updated for s in summaries if s)
+    assert op["customMetrics"]["diskBytes"] == sum(s.disk_bytes for s in summaries if s) > 0
+
+
+def test_watch_of_a_location_without_state_is_one_line(tmp_path: Path) -> None:
+    got = CliRunner().invoke(cli, ["watch", str(tmp_path), "--once"])
+    assert got.exit_code == 2
+    assert got.output.count("\n") == 1 and "ConfigError: no committed fsstate state" in got.output
