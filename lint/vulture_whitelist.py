@@ -25,7 +25,7 @@ from fsstate.codegen import _SourceLoader
 from fsstate.compaction import Compactor
 from fsstate.console import Failed
 from fsstate.operators.local import LocalQuery
-from fsstate.stats import CommitInfo, ProcessStats, TableStats
+from fsstate.stats import CommitInfo, ProcessStats, TableStats, VersionSummary
 from fsstate.storage.fileio import _CrcSink
 from fsstate.storage.objects import _RangeReader
 from fsstate.store.epoch import EpochRun
@@ -126,3 +126,9 @@ compat.ROW_TRANSFORM_WITH_STATE
 PrometheusExporter.forget
 _Quiet.timeout
 _Quiet.log_message
+# version summary figures: written to manifests (to_json iterates the fields), read by tools
+VersionSummary.memory_hot_bytes
+VersionSummary.memory_sealed_bytes
+VersionSummary.files_total
+VersionSummary.versions_retained
+VersionSummary.summary_format
