@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
-.PHONY: help venv demo demo-s3 test test-compat test-compat-full test-engine test-spark crash-test lint docs docs-serve docs-config bench bench-quick bench-report dist clean
+.PHONY: help venv demo demo-s3 test test-compat test-compat-full test-engine test-spark crash-test lint docs docs-serve docs-config bench bench-quick bench-report monitoring-chart dist clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' Makefile | awk 'BEGIN {FS = ":.*## "}; {printf "  %-12s %s\n", $$1, $$2}'
@@ -89,6 +89,9 @@ bench: $(STAMP)  ## run the benchmarks, write bench/results/*.json, a chart and 
 
 bench-quick: $(STAMP)  ## a smaller benchmark run
 	$(PY) -m bench.run --quick
+
+monitoring-chart: $(STAMP)  ## run a tiered() query for 20 batches, chart its figures into docs/monitoring/ (~2 min)
+	$(PY) -m devkit.monitoring_chart
 
 bench-report: $(STAMP)  ## rebuild docs/benchmarks.md from bench/results/*.json (runs nothing)
 	$(PY) -m bench.report

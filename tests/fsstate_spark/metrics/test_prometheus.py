@@ -4,6 +4,7 @@ names and returns series."""
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from devkit.prometheus_server import PrometheusServer
+from devkit.repo import ROOT
 from fsstate_spark.metrics.model import BatchProgress
 from fsstate_spark.metrics.prometheus import METRICS, PrometheusExporter, exporter
 from tests.support.prometheus import Stores, metric_names, panel_queries, prometheus_binary
@@ -42,6 +44,12 @@ def test_the_dashboard_reads_exported_names_only() -> None:
         names = metric_names(expr)
         assert names, (title, expr)
         assert names <= NAMES, f"panel {title!r} reads {sorted(names - NAMES)}, not exported"
+
+
+def test_the_monitoring_page_lists_every_metric() -> None:
+    page = (ROOT / "docs" / "monitoring.md").read_text("utf-8")
+    listed = re.findall(r"^\| `(fsstate_[a-z_]+)` \| (gauge|counter) \|", page, re.M)
+    assert listed == [(name, kind) for name, kind, _ in METRICS]
 
 
 def test_prometheus_scrapes_what_the_batches_reported(
