@@ -160,6 +160,7 @@ def draw(points: list[dict[str, Any]], path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     x = [p["batchId"] for p in points]
     fig, axes = plt.subplots(3, 1, figsize=(8, 7.5), sharex=True)
@@ -179,6 +180,7 @@ def draw(points: list[dict[str, Any]], path: Path) -> None:
                 label="slowest partition's commit")  # fmt: skip
     commit.set_ylabel("ms")
     commit.set_xlabel("batch")
+    commit.xaxis.set_major_locator(MaxNLocator(integer=True))
     for ax in axes:
         ax.legend(loc="upper left", fontsize="small")
         ax.grid(alpha=0.3)

@@ -146,10 +146,10 @@ def watch(
     """Show each operator's newest committed versions, refreshed every --interval seconds.
 
     LOCATION is a query's checkpointLocation (its state: --state-uri, else where tiered() and
-    the flow driver put it by default) or a state root. Per operator: live rows, the newest batch's rows updated, removed and
-    expired, memory, disk, bytes written and commit time (summed over partitions), the newest
-    version (* when on a branch) and the lag in batches. Reads the state's manifests only: no
-    Spark session, no driver needed.
+    the flow driver put it by default) or a state root. Per operator: live rows, the newest
+    batch's rows updated, removed and expired, memory, disk, bytes written and commit time
+    (summed over partitions), the newest version (* when on a branch) and the lag in batches.
+    Reads the state's manifests only: no Spark session, no driver needed.
     """
     target = resolve(location, state_uri=state_uri, options=env.options)
     if once:

@@ -10,9 +10,10 @@ versions plus where the operator is (newest version, branch, lag, age).
 
 Invariants:
 
-* Read only: one recursive listing per state root tried (:func:`fsstate.inspect.catalog.find_stores`,
-  branches included), one manifest read per store (one per branch head of a store that has
-  branches), and, for a checkpoint, its ``metadata`` and ``commits/`` listing.
+* Read only: one recursive listing per state root tried
+  (:func:`fsstate.inspect.catalog.find_stores`, branches included), one manifest read per store
+  (one per branch head of a store that has branches), and, for a checkpoint, its ``metadata``
+  and ``commits/`` listing.
 * A store's newest version is the head committed last (the largest ``created_ms``) among its
   trunk's and its branches' newest: after a fork or a roll-back the query writes on a branch,
   whose head may have a lower version than the trunk's.
