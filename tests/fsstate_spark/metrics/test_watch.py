@@ -35,15 +35,20 @@ def _listened(spark: SparkSession, run: Callable[[], object], last: int) -> list
         deadline = time.monotonic() + 30
         while not any(b.batch_id == last for b in got) and time.monotonic() < deadline:
             time.sleep(0.1)
+        final = max(got, key=lambda b: b.batch_id)
+        labels = {
+            "query": final.name or final.query_id,
+            "query_id": final.query_id,
+            "operator": "TtlTimers",
+            "product": "tiered",
+        }
+        sample = exporter.registry.get_sample_value
+        rows = final.operator("TtlTimers").num_rows_total
+        assert sample("fsstate_state_rows", labels) == rows
+        assert sample("fsstate_batches_total", labels) == len({b.batch_id for b in got})
     finally:
         spark.streams.removeListener(listener)
         exporter.close()
-    final = max(got, key=lambda b: b.batch_id).operator("TtlTimers")
-    sample = exporter.registry.get_sample_value
-    labels = {"query": got[0].query_id, "query_id": got[0].query_id, "operator": "TtlTimers",
-              "product": "tiered"}  # fmt: skip
-    assert sample("fsstate_state_rows", labels) == final.num_rows_total
-    assert sample("fsstate_batches_total", labels) == len({b.batch_id for b in got})
     return got
 
 
