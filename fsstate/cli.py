@@ -59,6 +59,7 @@ import pyarrow as pa
 
 from fsstate.cli_branches import branches_cmd, pick_branch
 from fsstate.cli_gc import drop_branch_cmd, gc
+from fsstate.cli_history import history_doc, history_table
 from fsstate.cli_tables import (
     compact_table,
     list_table,
@@ -185,6 +186,7 @@ def _same_version(operator: str, stores: list[StoreRef], version: int | None) ->
 @_operator
 @click.option("--version", "-v", "version", type=int, help="Version (default each store's newest).")
 @click.option("--live-rows", is_flag=True, help="Also count live rows (reads every table).")
+@click.option("--history", type=int, help="Instead: each store's last N versions' summaries.")
 @_branch
 @click.pass_obj
 def stats(
@@ -194,11 +196,16 @@ def stats(
     operator: str | None,
     version: int | None,
     live_rows: bool,
+    history: int | None,
     branch: str | None,
 ) -> None:
     """Tables per operator: kind, files, rows and bytes on storage (from the manifests)."""
     fileio = env.fileio(root)
     stores = pick_branch(env, env.stores(fileio, query, operator), branch)
+    if history is not None:
+        doc_h = history_doc(fileio, stores, history)
+        env.emit(doc_h, history_table(root, doc_h))
+        return
     agg: dict[tuple[str, str, str], dict[str, Any]] = {}
     with env.progress("reading manifests", len(stores)) as step:
         for s in stores:

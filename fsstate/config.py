@@ -150,6 +150,11 @@ class StoreConfig:
             manifest can name it (a committed version survives a power loss); False skips
             the flushes (faster commits, for scratch state). A FileIO passed to the store
             keeps its own setting.
+        record_summary: record what each version did in its manifest (``summary``: rows
+            total, updated, removed and expired, I/O, memory, commit time;
+            :class:`fsstate.stats.VersionSummary`). Exact row totals keep a count per loaded
+            view and resolve blind writes once per seal (:mod:`fsstate.store.summary`); False
+            writes no summary and keeps none of that.
     """
 
     retain_versions: int = 100
@@ -159,6 +164,7 @@ class StoreConfig:
     orphan_grace_ms: int = 10 * 60 * 1000
     orphan_scan_every_commits: int = 50
     fsync: bool = True
+    record_summary: bool = True
 
     def __post_init__(self) -> None:
         check_whole("retain_versions", self.retain_versions, 1)
@@ -172,6 +178,8 @@ class StoreConfig:
         check_whole("orphan_scan_every_commits", self.orphan_scan_every_commits, 1)
         if not isinstance(self.fsync, bool):
             raise ConfigError(f"fsync={self.fsync!r} must be True or False")
+        if not isinstance(self.record_summary, bool):
+            raise ConfigError(f"record_summary={self.record_summary!r} must be True or False")
 
 
 DEFAULT_MEMORY_LIMIT = 1024**3

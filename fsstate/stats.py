@@ -1,15 +1,151 @@
-"""Figures a store reports: what a commit did, and per-store and per-table statistics.
+"""Figures a store reports: what a commit did, what each version did (its summary, kept in
+the version's manifest), and per-store and per-table statistics.
+
+:class:`VersionSummary` is the ``summary`` field of a manifest
+(:mod:`fsstate.storage.manifest`), like a pyiceberg snapshot summary: written by
+:meth:`fsstate.store.partition.PartitionStore.commit` (built by :mod:`fsstate.store.summary`),
+read back with :func:`fsstate.storage.manifest.read_summary`. Its JSON form (snake_case,
+``summary_format`` :data:`SUMMARY_FORMAT`)::
+
+    {"summary_format": 1, "rows_total": 10, "rows_updated": 3, "rows_removed": 1,
+     "rows_expired": 0, "bytes_written": 900, "files_written": 1, "bytes_read": 0,
+     "files_read": 0, "memory_bytes": ..., "memory_hot_bytes": ..., "memory_sealed_bytes": ...,
+     "bytes_spilled": 0, "spills": 0, "compactions": 0, "commit_ms": 1.5, "disk_bytes": 900,
+     "files_total": 1, "versions_retained": 4,
+     "tables": {"<name>": {"rows_total": 10, "rows_updated": 3, "rows_removed": 1,
+                           "rows_expired": 0}}}
+
+What the figures mean (an epoch is what happened between the store's previous commit and this
+one; :mod:`fsstate.store.summary` states how each is measured):
+
+* ``rows_total``: live rows of the version: a value table counts 1 per key, a list 1 per
+  element, a map 1 per entry. Rows TTL expiry removed are not counted; a row past its expiry
+  that no expiry run has removed yet still is (expiry runs at the epoch's clock before the
+  commit, so the count is what a reader of the version sees at its ``clock_ms``). Exact; None
+  (JSON null) when unknown.
+* ``rows_updated``: rows the epoch wrote (put, update, append, map put), each row once per seal
+  (a row written twice before one seal counts once; a spill between the two writes makes two).
+* ``rows_removed``: live rows the user deleted or cleared (clear, remove, delete_many,
+  delete_range, a list's ``put`` replacing its elements); ``rows_expired``: rows TTL expiry
+  removed.
+* ``bytes_written`` / ``files_written``: data files the epoch wrote (seals, spills, compaction,
+  TTL index), the manifest excluded; ``bytes_read`` / ``files_read``: data the epoch read from
+  storage (restore, catch-up, first touch of cold data; block cache hits read nothing): a whole
+  file or a footer counts a file, a row group its bytes only.
+* ``memory_bytes`` / ``memory_hot_bytes`` / ``memory_sealed_bytes``: the store's memory at the
+  commit (all, the per-key views, the in-memory runs); ``bytes_spilled`` / ``spills`` /
+  ``compactions``: the epoch's.
+* ``commit_ms``: the commit up to the manifest's publish (the publish cannot be inside).
+* ``disk_bytes`` / ``files_total``: the version's live data files; ``versions_retained``: the
+  versions of its branch retention keeps once it is committed.
+* ``tables``: the row figures per table.
 
 Invariants:
 
 * Plain data: built by :class:`fsstate.store.partition.PartitionStore` (``commit``,
   ``stats``), the block cache and the memory controller, read by users, the Spark layer and
   the demo; nothing here touches storage or imports another fsstate module.
+* ``VersionSummary.from_json(s.to_json()) == s``; keys a newer writer added are kept (in
+  ``extra``) and written back, never an error; a missing key reads as its zero (None for
+  ``rows_total``); a ``summary_format`` newer than :data:`SUMMARY_FORMAT` is read the same way.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+SUMMARY_FORMAT = 1
+
+
+@dataclass
+class TableSummary:
+    """The row figures of one table in a :class:`VersionSummary`."""
+
+    rows_total: int | None = 0
+    rows_updated: int = 0
+    rows_removed: int = 0
+    rows_expired: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON form."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @staticmethod
+    def from_json(obj: dict[str, Any]) -> TableSummary:
+        """Inverse of :meth:`to_json` (unknown keys ignored)."""
+        total = obj.get("rows_total")
+        return TableSummary(
+            None if total is None else int(total),
+            int(obj.get("rows_updated") or 0),
+            int(obj.get("rows_removed") or 0),
+            int(obj.get("rows_expired") or 0),
+        )
+
+
+@dataclass
+class VersionSummary:
+    """What one committed version did (see the module docstring for each figure)."""
+
+    rows_total: int | None = 0
+    rows_updated: int = 0
+    rows_removed: int = 0
+    rows_expired: int = 0
+    bytes_written: int = 0
+    files_written: int = 0
+    bytes_read: int = 0
+    files_read: int = 0
+    memory_bytes: int = 0
+    memory_hot_bytes: int = 0
+    memory_sealed_bytes: int = 0
+    bytes_spilled: int = 0
+    spills: int = 0
+    compactions: int = 0
+    commit_ms: float = 0.0
+    disk_bytes: int = 0
+    files_total: int = 0
+    versions_retained: int = 0
+    tables: dict[str, TableSummary] = field(default_factory=dict)
+    summary_format: int = SUMMARY_FORMAT
+    extra: dict[str, Any] = field(default_factory=dict)  # keys of a newer writer, kept
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON form (the manifest's ``summary`` field)."""
+        out: dict[str, Any] = dict(self.extra)
+        for f in fields(self):
+            if f.name not in ("tables", "extra"):
+                out[f.name] = getattr(self, f.name)
+        out["tables"] = {name: t.to_json() for name, t in sorted(self.tables.items())}
+        return out
+
+    @staticmethod
+    def from_json(obj: dict[str, Any]) -> VersionSummary:
+        """Inverse of :meth:`to_json`; unknown keys are kept in ``extra``.
+
+        Raises:
+            ValueError, TypeError: a known field has the wrong type.
+        """
+        if not isinstance(obj, dict):
+            raise TypeError(f"a version summary is a JSON object, got {type(obj).__name__}")
+        s = VersionSummary()
+        known = set()
+        for f in fields(s):
+            if f.name in ("tables", "extra"):
+                continue
+            known.add(f.name)
+            if f.name not in obj:
+                continue
+            value = obj[f.name]
+            if f.name == "rows_total":
+                s.rows_total = None if value is None else int(value)
+            elif f.name == "commit_ms":
+                s.commit_ms = float(value)
+            else:
+                setattr(s, f.name, int(value))
+        tables = obj.get("tables") or {}
+        s.tables = {str(n): TableSummary.from_json(t) for n, t in tables.items()}
+        s.extra = {k: v for k, v in obj.items() if k not in known and k != "tables"}
+        return s
 
 
 @dataclass
@@ -21,6 +157,7 @@ class CommitInfo:
     bytes_written: int
     duration_ms: float
     adopted: bool = False  # another attempt had published the version first (same parent)
+    summary: VersionSummary | None = None  # the version's summary (None: not recorded)
 
 
 @dataclass

@@ -17,6 +17,10 @@
 * the state sources (:mod:`fsstate_spark.sources`): :func:`register_sources` registers
   ``spark.read.format("fsstate")`` and ``format("fsstate-metadata")``; :func:`state_summary`.
 
+Each batch's fsstate figures per operator (rows, bytes, memory, spill, commit time, in the
+shape of Spark's ``StateOperatorProgress``): :func:`progress` and :func:`progress_history` of a
+query, and :func:`fsstate_spark.metrics.listen` (one JSON line per batch).
+
 They share :mod:`fsstate_spark.settings` (state location, storage and engine settings),
 :mod:`fsstate_spark.runtime` (task identity, storage clients, engine settings in workers) and
 :mod:`fsstate_spark.state` (Spark's state API over engine tables). Imports only go down:
@@ -37,6 +41,7 @@ if not _pyspark.__version__.startswith("4."):  # before anything imports PySpark
     )
 
 from fsstate_spark.fork import CheckpointCut, fork_query, rollback_query
+from fsstate_spark.metrics import progress, progress_history
 from fsstate_spark.sources import StateSummary, register_sources, state_summary
 from fsstate_spark.state.handles import (
     DeletedStateError,
@@ -71,6 +76,8 @@ __all__ = [
     "TieredValueState",
     "TimerModeError",
     "fork_query",
+    "progress",
+    "progress_history",
     "register_sources",
     "rescale_query",
     "rollback_query",

@@ -8,7 +8,9 @@ partition count of a stopped ``tiered()`` query
 (:func:`fsstate_spark.tiered.query_rescale.rescale_query`): Spark's checkpoint and fsstate's
 state together, so the restarted query continues exactly. On a
 cluster, run it where the query's driver runs, with the same Spark settings (``--conf``, or
-under ``spark-submit`` with this module's file as the application).
+under ``spark-submit`` with this module's file as the application). ``watch LOCATION`` shows
+each operator's newest committed versions, live (:mod:`fsstate_spark.cli_watch`: storage only,
+no Spark session).
 
 Invariants:
 
@@ -41,6 +43,7 @@ from fsstate.console import (
     rich_table,
 )
 from fsstate.store.rescale import RescaleProgress
+from fsstate_spark.cli_watch import watch
 from fsstate_spark.fork import CheckpointCut, fork_query, rollback_query
 from fsstate_spark.tiered.query_rescale import rescale_query
 
@@ -189,6 +192,9 @@ def rollback(env: _SparkEnv, checkpoint: str, batch: int) -> None:
     """
     cut = rollback_query(checkpoint, batch, storage_options=env.options or None)
     env.emit(*_cut_doc(cut, "rolled back"))
+
+
+cli.add_command(watch)
 
 
 def main() -> None:

@@ -58,7 +58,9 @@ MAX_CACHED_STORES_DEFAULT = 256
 
 STORE_FIELDS = frozenset(f.name for f in dataclasses.fields(StoreConfig))
 ENGINE_FIELDS = frozenset(f.name for f in dataclasses.fields(EngineConfig)) - {"memory_limit_bytes"}
-SHARED_FIELDS = frozenset({"state_uri", "memory_limit", "max_cached_stores", "storage_options"})
+SHARED_FIELDS = frozenset(
+    {"state_uri", "memory_limit", "max_cached_stores", "storage_options", "metrics"}
+)
 # the settings one product takes and another does not: a spark.fsstate.* key of one product is
 # left alone by the other (both read the session's spark.fsstate.* settings)
 PRODUCT_FIELDS = frozenset({"name", "fast_loop", "combine"})
@@ -92,6 +94,9 @@ class StateSettings:
         max_cached_stores: committed stores one worker keeps for reuse by the next micro-batch
             (least recently used closed beyond that; 0 disables reuse).
         location: the state location with its object store settings (``repr`` without secrets).
+        metrics: record each version's summary and send it to the driver with the task's
+            receipt (``spark.fsstate.metrics``, default True; :mod:`fsstate_spark.metrics`).
+            False also turns the store's ``record_summary`` off: no figures are kept.
     """
 
     state_uri: str
@@ -100,6 +105,7 @@ class StateSettings:
     engine: tuple[tuple[str, Any], ...] = ()
     max_cached_stores: int = MAX_CACHED_STORES_DEFAULT
     location: Location | None = None
+    metrics: bool = True
 
     def __post_init__(self) -> None:
         if self.memory_limit_bytes is not None:
@@ -370,14 +376,18 @@ def resolve_state_settings(
     """
     limit = merged.pop("memory_limit", None)
     limit_bytes = None if limit is None else parse_bytes(limit, "memory_limit")
+    metrics = coerce("metrics", merged.pop("metrics", True), True)
+    if not isinstance(metrics, bool):
+        raise ConfigError(f"metrics={metrics!r} of {product.call}: give True or False")
     store_defaults = StoreConfig()
-    store = StoreConfig(
-        **{
-            k: coerce(k, merged.pop(k), getattr(store_defaults, k))
-            for k in list(merged)
-            if k in STORE_FIELDS
-        }
-    )
+    store_kwargs = {
+        k: coerce(k, merged.pop(k), getattr(store_defaults, k))
+        for k in list(merged)
+        if k in STORE_FIELDS
+    }
+    if not metrics and "record_summary" in STORE_FIELDS:  # no figures recorded at all
+        store_kwargs["record_summary"] = False
+    store = StoreConfig(**store_kwargs)
     engine_defaults = EngineConfig()
     engine_kwargs = {
         k: coerce(k, merged.pop(k), getattr(engine_defaults, k))
@@ -418,4 +428,5 @@ def resolve_state_settings(
         "store": store,
         "engine": tuple(sorted(engine_kwargs.items())),
         "max_cached_stores": max_cached,
+        "metrics": metrics,
     }

@@ -25,7 +25,7 @@ from fsstate.codegen import _SourceLoader
 from fsstate.compaction import Compactor
 from fsstate.console import Failed
 from fsstate.operators.local import LocalQuery
-from fsstate.stats import CommitInfo, ProcessStats, TableStats
+from fsstate.stats import CommitInfo, ProcessStats, TableStats, VersionSummary
 from fsstate.storage.fileio import _CrcSink
 from fsstate.storage.objects import _RangeReader
 from fsstate.store.epoch import EpochRun
@@ -34,6 +34,7 @@ from fsstate.store.pool import StorePool
 from fsstate.tables.ttl_index import TtlIndex
 from fsstate_spark import cli as spark_cli
 from fsstate_spark import compat, runtime
+from fsstate_spark.metrics.prometheus import PrometheusExporter, _Quiet
 from fsstate_spark.operators.driver import Driver, _Receipts
 from fsstate_spark.operators.flows import Flow
 from fsstate_spark.sources.source import FsStatePushdownReader
@@ -121,3 +122,13 @@ ArrowStreamIn.load_stream
 ArrowStreamOut.dump_stream
 # what the running PySpark has, for callers and the tests (the conformance suite)
 compat.ROW_TRANSFORM_WITH_STATE
+# the Prometheus exporter: public API, and the hooks of the stdlib HTTP handler it serves with
+PrometheusExporter.forget
+_Quiet.timeout
+_Quiet.log_message
+# version summary figures: written to manifests (to_json iterates the fields), read by tools
+VersionSummary.memory_hot_bytes
+VersionSummary.memory_sealed_bytes
+VersionSummary.files_total
+VersionSummary.versions_retained
+VersionSummary.summary_format

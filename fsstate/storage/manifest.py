@@ -42,7 +42,13 @@ from each version to the next; ``clock_ms``, the store's clock (processing time)
 version was committed: the time at which its TTL expiry was applied, and so the time at which
 readers of the version (:mod:`fsstate.inspect`) resolve TTL by default; a table's
 ``removed_fields``, the value fields earlier schema evolutions removed, with their stored types
-(:mod:`fsstate.format.evolution`; an older reader ignores it and refuses files holding them).
+(:mod:`fsstate.format.evolution`; an older reader ignores it and refuses files holding them);
+``summary``, what the version did (rows total, updated, removed and expired, bytes written and
+read, memory, spills, compactions, commit time, live files; per table the row figures):
+:class:`fsstate.stats.VersionSummary`, whose docstring defines every figure. Absent (a version
+written by an older fsstate, or with ``StoreConfig.record_summary`` off) means unknown; a
+summary this reader cannot decode reads as absent, never as a corrupt manifest.
+:func:`read_summary` reads it.
 
 Branches: a store's versions form its trunk (``<store_dir>/manifests/``) and, where its state
 was forked (:mod:`fsstate.store.branches`), branches (``<store_dir>/branches/<branch>/``); every
@@ -87,6 +93,7 @@ from fsstate.format.refs import (
     encode_schema,
 )
 from fsstate.format.schema import TableSpec
+from fsstate.stats import VersionSummary
 from fsstate.storage.fileio import FileIO
 
 MANIFEST_FORMAT_VERSION = 2
@@ -176,6 +183,7 @@ class Manifest:
     retired: list[str] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)
     clock_ms: int | None = None
+    summary: VersionSummary | None = None
     checksum: str = ""  # set when serialized or parsed
 
     def tombstone_horizon_seq(self) -> int:
@@ -219,6 +227,8 @@ class Manifest:
             body["meta"] = self.meta
         if self.clock_ms is not None:
             body["clock_ms"] = self.clock_ms
+        if self.summary is not None:
+            body["summary"] = self.summary.to_json()
         canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
         body["checksum"] = self.checksum = hashlib.sha256(canonical.encode()).hexdigest()
         return json.dumps(body, sort_keys=True, indent=1).encode()
@@ -269,12 +279,23 @@ class Manifest:
                 retired=[str(x) for x in body.get("retired") or []],
                 meta=dict(body.get("meta") or {}),
                 clock_ms=_opt_int(body.get("clock_ms")),
+                summary=_summary(body.get("summary")),
                 checksum=str(checksum),
             )
         except (KeyError, TypeError, ValueError, pa.ArrowException) as exc:
             raise ManifestCorruptError(
                 f"manifest {where} has a bad field ({exc}); open an older version", where
             ) from exc
+
+
+def _summary(obj: Any) -> VersionSummary | None:
+    """The ``summary`` field, or None if absent or undecodable (it informs, it never decides)."""
+    if obj is None:
+        return None
+    try:
+        return VersionSummary.from_json(obj)
+    except (TypeError, ValueError, AttributeError):
+        return None
 
 
 def _opt_int(v: Any) -> int | None:
@@ -304,6 +325,33 @@ def read_manifest(fileio: FileIO, store_dir: str, version: int, branch: str = ""
             "from an empty store"
         ) from exc
     return Manifest.from_bytes(data, fileio.describe(path))
+
+
+def read_summary(
+    fileio: FileIO, store_dir: str, version: int, branch: str = ""
+) -> VersionSummary | None:
+    """The summary of committed ``version`` (of ``branch``); None if it recorded none.
+
+    Raises:
+        VersionNotFoundError: no manifest for that version.
+        ManifestCorruptError: the manifest cannot be decoded.
+    """
+    return read_manifest(fileio, store_dir, version, branch).summary
+
+
+def read_summaries(
+    fileio: FileIO, store_dir: str, versions: list[int] | None = None, branch: str = ""
+) -> list[tuple[int, VersionSummary | None]]:
+    """``(version, summary)`` of ``versions`` (None: every committed version of ``branch``),
+    ascending; a version retention deleted meanwhile is left out."""
+    todo = list_versions(fileio, store_dir, branch) if versions is None else sorted(versions)
+    out = []
+    for v in todo:
+        try:
+            out.append((v, read_summary(fileio, store_dir, v, branch)))
+        except VersionNotFoundError:
+            continue
+    return out
 
 
 def publish_manifest(

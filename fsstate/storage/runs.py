@@ -66,14 +66,41 @@ WHOLE_FILE_BYTES_MAX = 4 * 1024 * 1024
 WHOLE, FOOTER = -1, -2  # block cache "row groups" of a whole file and of its footer
 
 
+class IoTally:
+    """Data file I/O of one store since it was created (read by :mod:`fsstate.store.summary`):
+    files and bytes written (every run and TTL index file) and read from storage (a whole file
+    or a footer counts a file, a row group its compressed bytes; block cache hits count
+    nothing). Counted where the I/O happens; the background compactor adds from its thread."""
+
+    __slots__ = ("bytes_read", "bytes_written", "files_read", "files_written")
+
+    def __init__(self) -> None:
+        self.files_written = 0
+        self.bytes_written = 0
+        self.files_read = 0
+        self.bytes_read = 0
+
+    def wrote(self, size: int) -> None:
+        """One data file of ``size`` bytes was written."""
+        self.files_written += 1
+        self.bytes_written += size
+
+    def read(self, size: int, files: int = 1) -> None:
+        """``size`` bytes of ``files`` data files (0: part of a file) were read."""
+        self.files_read += files
+        self.bytes_read += size
+
+
 @dataclass
 class RunContext:
-    """Where a table's runs live: storage, directory, settings and the shared block cache."""
+    """Where a table's runs live: storage, directory, settings and the shared block cache;
+    ``tally`` counts the store's data file I/O."""
 
     fileio: FileIO
     store_dir: str
     config: StoreConfig
     cache: BlockCache
+    tally: IoTally = field(default_factory=IoTally)
 
 
 def new_data_path(prefix: str) -> str:
@@ -228,6 +255,7 @@ class DiskRun:
             raise _corrupt(where, f"cannot be decoded ({exc})") from exc
         if md.num_rows != ref.rows:
             raise _corrupt(where, f"has {md.num_rows} rows, the manifest recorded {ref.rows}")
+        ctx.tally.read(md.serialized_size)
         firsts, lasts = bounds if bounds else ([], [])
         return cls(path, where, ref.size_bytes, bloom, firsts, lasts, md.num_row_groups, md)
 
@@ -282,6 +310,9 @@ class DiskRun:
             pf = ctx.fileio.open_parquet(self.path, self.size, self.metadata)
             self.metadata = pf.metadata
             table = pf.read_row_group(i, use_threads=False)
+            group = pf.metadata.row_group(i)
+            size = sum(group.column(c).total_compressed_size for c in range(group.num_columns))
+            ctx.tally.read(size, files=0)
         except MissingObject as exc:
             raise _corrupt(self.where, "is missing") from exc
         except StorageError:
@@ -366,6 +397,7 @@ class Run:
         """The whole file as one segment (read and checked, not cached)."""
         assert self.ref is not None
         table = read_table_file(ctx.fileio, ctx.store_dir, self.ref)
+        ctx.tally.read(self.ref.size_bytes)
         return _segment_of(spec, table, ctx.fileio.describe(f"{ctx.store_dir}/{self.ref.path}"))
 
     def _whole(self, spec: TableSpec, ctx: RunContext) -> Segment:
@@ -594,6 +626,7 @@ def write_run_stream(
     ref = FileRef(
         path, t.rows, stream.size_bytes, t.min_seq, t.max_seq, stream.crc32, t.arrow_bytes
     )
+    ctx.tally.wrote(ref.size_bytes)
     run = Run(None, ref)
     bounds = (t.firsts, t.lasts, len(t.firsts))  # the footer, known without reading it
     run._disk = DiskRun(full, ctx.fileio.describe(full), ref.size_bytes, bloom, *bounds)

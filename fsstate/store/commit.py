@@ -147,6 +147,7 @@ def _write_index(
     table = encode_changes(t.spec, rows).replace_schema_metadata(file_metadata(t.spec, "ttl"))
     path = new_data_path(t.file_prefix + "-ttl")
     size, crc = write_table_file(fileio, store_dir, path, table, config)
+    t.ctx.tally.wrote(size)
     return FileRef(path, table.num_rows, size, crc32=crc)
 
 

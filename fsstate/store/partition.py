@@ -100,6 +100,7 @@ from fsstate.store.catchup import apply_plan, plan_store
 from fsstate.store.commit import check_adoptable, link_to_base, seal_table, settle, table_entry
 from fsstate.store.identity import WRITER_META, json_copy, safe_name, store_dir_for
 from fsstate.store.retention import Retention
+from fsstate.store.summary import SummaryRecorder
 from fsstate.tables import ListTable, MapTable, TableBase, ValueTable
 
 __all__ = [
@@ -167,6 +168,7 @@ class PartitionStore(interfaces.KeyedStore):
         self.last_used = 0
         self.controller = controller or get_controller()
         self.ctx = RunContext(fileio, self.store_dir, config, self.controller.cache)
+        self.summaries = SummaryRecorder(manifest, self.ctx.tally)  # fsstate.store.summary
         self.controller.register(self)
 
     # -- opening -------------------------------------------------------------------------------
@@ -252,6 +254,7 @@ class PartitionStore(interfaces.KeyedStore):
         for plan in plans:
             apply_plan(plan)
         self._reset_tables(target, resets)
+        self.summaries.rebase(target, self._tables)
         self._manifest = target
         self.meta = _carried(target)
         self.version = target.version
@@ -326,6 +329,7 @@ class PartitionStore(interfaces.KeyedStore):
             else:
                 existing = MapTable(self, entry)
             existing.now_ms = self.now_ms
+            self.summaries.start_table(existing, len(entry.runs))
             self._tables[spec.name] = existing
             self._entries.pop(spec.name, None)
         if existing.ttl_ms != spec.ttl_ms:
@@ -481,6 +485,8 @@ class PartitionStore(interfaces.KeyedStore):
             head = (version, self.operator, self.partition, self.next_seq, tables)
             ours = Manifest(*head, meta=meta, clock_ms=self.now_ms)
             manifest = link_to_base(ours, self._manifest)
+            if self.config.record_summary:
+                ours.summary = self.summaries.build(self, ours, t0, self._compactions())
             published = publish_manifest(self.fileio, self.store_dir, manifest, self.branch)
         except ConfigError:
             raise  # the store cannot be used as configured: retrying would not help
@@ -497,7 +503,9 @@ class PartitionStore(interfaces.KeyedStore):
         written = sum(table.bytes_written for table in sealed.values())
         self._committed(manifest, written)
         files = sum(table.files for table in sealed.values())
-        return CommitInfo(version, files, written, (time.perf_counter() - t0) * 1000)
+        info = CommitInfo(version, files, written, (time.perf_counter() - t0) * 1000)
+        info.summary = manifest.summary
+        return info
 
     @property
     def checksum(self) -> str | None:
@@ -538,6 +546,7 @@ class PartitionStore(interfaces.KeyedStore):
         self._commits += 1
         self._bytes_written += written
         self._retention.remember(manifest)
+        self.summaries.committed(manifest, self._tables, self._compactions())
         self._retention.after_commit(manifest, self._live_paths(), self.config)
         self.controller.touch(self)
         max_runs = self.controller.config.compaction_max_runs
@@ -551,6 +560,7 @@ class PartitionStore(interfaces.KeyedStore):
         where = self.fileio.describe(self.store_dir)
         check_adoptable(published, ours, where)
         self._reset_tables(published, list(self._tables))
+        self.summaries.rebase(published, self._tables)
         self._manifest = published
         self.meta = _carried(published)
         self.version = published.version
@@ -612,6 +622,7 @@ class PartitionStore(interfaces.KeyedStore):
             written += w
         if written:
             self.spills += 1
+        self.summaries.spilled(written)
         return freed, written
 
     def compact(self, force: bool = False) -> int:
@@ -644,6 +655,17 @@ class PartitionStore(interfaces.KeyedStore):
         """Delete unreferenced data files older than the grace time now (see
         :mod:`fsstate.store.retention`); returns how many were deleted."""
         return self._retention.delete_orphans(self._live_paths(), self.config.orphan_grace_ms)
+
+    def loaded_table(self, name: str) -> TableBase | None:
+        """The table ``name`` if it is loaded (None: not declared, or not read yet)."""
+        return self._tables.get(name)
+
+    def listed_versions(self) -> list[int] | None:
+        """The retained versions if the store knows them without listing, else None."""
+        return self._retention.listed()
+
+    def _compactions(self) -> int:
+        return sum(t.compactions for t in self._tables.values())
 
     def retained_versions(self) -> list[int]:
         """Committed versions currently kept on storage, ascending."""

@@ -88,6 +88,10 @@ class Retention:
             self._versions = list_versions(self.fileio, self.store_dir, self.branch)
         return list(self._versions)
 
+    def listed(self) -> list[int] | None:
+        """The retained versions as last listed and kept up to date, or None (not listed)."""
+        return None if self._versions is None else list(self._versions)
+
     def forked(self) -> bool:
         """Whether files may be shared with another branch (one HEAD until seen)."""
         if not self._forked:

@@ -41,6 +41,7 @@ from fsstate.storage.depth import needs_merge
 from fsstate.storage.manifest import TableEntry
 from fsstate.storage.runs import Run, read_table_file, write_run_stream
 from fsstate.tables.core import TableCore
+from fsstate.tables.counts import count_dirty, view_count
 from fsstate.tables.memtable import deep_size, dirty_batches, estimate_view_bytes, view_rows
 from fsstate.tables.ttl_index import TtlIndex, decode_rows
 from fsstate.tables.warmup import warm_up
@@ -84,6 +85,8 @@ class TableBase(TableCore, interfaces.StateTable):
                         return view
             view = self._replay(key, self._cold_rows(key))
         self._views[key] = view
+        if self.counting:
+            self.sealed_rows[key] = view_count(self.kind, view)
         self._ctl.growth -= 1
         return view
 
@@ -113,6 +116,8 @@ class TableBase(TableCore, interfaces.StateTable):
         cold = self._replay(key, self._cold_rows(key)) if self.runs else []
         have = {e[2] for e in cold}
         merged = cold + [e for e in partial if e[2] not in have]
+        if self.counting:
+            self.sealed_rows[key] = len(cold)
         self._views[key] = merged
         self._partial.discard(key)
         return merged
@@ -132,7 +137,9 @@ class TableBase(TableCore, interfaces.StateTable):
         """The (op, expiry, entry, count) rows of TTL index runs, in order."""
         st = self._store
         for ref in refs:
-            yield from decode_rows(self.spec, read_table_file(st.fileio, st.store_dir, ref))
+            table = read_table_file(st.fileio, st.store_dir, ref)
+            self.ctx.tally.read(ref.size_bytes)
+            yield from decode_rows(self.spec, table)
 
     # -- whole-table operations ----------------------------------------------------------------
     def delete_range(self, lo: Key | None, hi: Key | None) -> None:
@@ -148,11 +155,14 @@ class TableBase(TableCore, interfaces.StateTable):
         self.ranges.add(lo, hi, seq)
         self.ranges_dirty = True
         empty = self._empty
+        sealed = self.sealed_rows if self.counting else None
         for k in list(self._views):
             if in_range(k, lo, hi):
                 self._views[k] = empty()
                 self._dirty.pop(k, None)
                 self._partial.discard(k)
+                if sealed is not None:
+                    sealed[k] = 0
         if idx is not None:
             if self.kind == KIND_MAP:
                 doomed = idx.entries_where(lambda e: in_range(e[0], lo, hi))
@@ -243,6 +253,7 @@ class TableBase(TableCore, interfaces.StateTable):
         dirty = self._dirty
         if not dirty:
             return []
+        counted = self._count_seal() if self.counting else None
         chunk = self._chunk_keys(len(dirty))
         runs = [
             Run(Segment(self.spec, b), None)
@@ -250,6 +261,8 @@ class TableBase(TableCore, interfaces.StateTable):
         ]
         with self.lock:
             self.runs = [*self.runs, *runs]
+        if counted is not None:
+            self._apply_count(*counted)
         dirty.clear()  # in place: the key-cursor accessors hold this dict
         return runs
 
@@ -276,14 +289,42 @@ class TableBase(TableCore, interfaces.StateTable):
         dirty = self._dirty
         if not dirty:
             return None
+        counted = self._count_seal() if self.counting else None
         chunk = self._chunk_keys(len(dirty))
         parts = dirty_batches(self.spec, self._views, dirty, chunk)
         run = write_run_stream(self.spec, self.ctx, self.file_prefix, parts)
         if run is not None:
             with self.lock:
                 self.runs = [*self.runs, run]
+        if counted is not None:
+            self._apply_count(*counted)
         dirty.clear()  # in place: the key-cursor accessors hold this dict
         return run
+
+    def _count_seal(self) -> tuple[int, int, dict[Key, int]]:
+        """What sealing the dirty views changes in the live-row count (read before the runs
+        change): (delta, rows written, new sealed counts); see :mod:`fsstate.tables.counts`."""
+        delta, written, after, blind = count_dirty(
+            self.kind, self._views, self._dirty, self._partial, self.sealed_rows
+        )
+        if blind:
+            delta += sum(after[k] for k in blind) - self._runs_rows(blind)
+        return delta, written, after
+
+    def _apply_count(self, delta: int, written: int, after: dict[Key, int]) -> None:
+        """Account a seal that succeeded (see :meth:`_count_seal`)."""
+        if self.live_rows is not None:
+            self.live_rows += delta
+        self.row_tally.updated += written
+        self.sealed_rows.update(after)
+
+    def _runs_rows(self, keys: Sequence[Key]) -> int:
+        """Live rows of ``keys`` in the runs (the sealed state), one point read per key;
+        :class:`fsstate.tables.batched.BatchedTable` batches many keys."""
+        if not self.runs:
+            return 0
+        kind = self.kind
+        return sum(view_count(kind, self._replay(k, self._cold_rows(k))) for k in keys)
 
     def release_segments(self) -> int:
         """Release pinned segments of runs already on disk; returns the bytes freed."""
@@ -315,6 +356,7 @@ class TableBase(TableCore, interfaces.StateTable):
         total = sum(run.memory_bytes for run in self.runs)
         if self._ttl is not None:
             total += self._ttl.nbytes_estimate
+        total += 72 * len(self.sealed_rows)  # the per-key counts of a counting table
         if n:
             self._size_calls += 1
             last_n = self._avg_at_n
@@ -327,6 +369,10 @@ class TableBase(TableCore, interfaces.StateTable):
                 self._avg_at_n = n
             total += int(n * self._avg_view_bytes)
         return total
+
+    def hot_memory_bytes(self) -> int:
+        """The views' share of :meth:`memory_bytes` (its sampled estimate; no sampling here)."""
+        return int(len(self._views) * self._avg_view_bytes)
 
     def evict_clean(self) -> int:
         """Drop every clean view (dirty ones stay pinned); returns the estimated bytes freed."""
@@ -342,6 +388,9 @@ class TableBase(TableCore, interfaces.StateTable):
                 freed += estimate_view_bytes(kind, v)
         views.clear()  # in place: key-cursor accessors hold this dict (see fsstate.tables.cursor)
         views.update(keep)
+        if self.sealed_rows:
+            sealed = self.sealed_rows
+            self.sealed_rows = {k: sealed[k] for k in keep if k in sealed}
         if self._partial:
             self._partial = {k for k in self._partial if k in keep}
         return freed
@@ -350,9 +399,11 @@ class TableBase(TableCore, interfaces.StateTable):
         views = self._views
         if views:
             partial = self._partial
+            sealed = self.sealed_rows
             for k in keys:
                 views.pop(k, None)
                 partial.discard(k)
+                sealed.pop(k, None)
 
     def release_all(self) -> None:
         """Drop everything held in memory, in place (the store closes; later use raises)."""
@@ -360,6 +411,7 @@ class TableBase(TableCore, interfaces.StateTable):
         self._views.clear()
         self._dirty.clear()
         self._partial = set()
+        self.sealed_rows = {}
         self.runs = []
         self._ttl = None
 
@@ -406,6 +458,8 @@ class TableBase(TableCore, interfaces.StateTable):
                 views[k] = replay_value(rows, floor)  # every new row is newer than the view
             else:
                 views[k] = self._replay(k, view_rows(kind, view, seq_min - 1) + rows)
+            if self.counting:
+                self.sealed_rows[k] = view_count(kind, views[k])
             replayed += 1
         with self.lock:
             self.runs = runs
@@ -432,6 +486,7 @@ class TableBase(TableCore, interfaces.StateTable):
         self._views.clear()  # in place: key-cursor accessors hold these dicts
         self._dirty.clear()
         self._partial = set()
+        self.sealed_rows = {}
         self._warmed = False
         self.incarnation = entry.incarnation
         self.ttl_refs = list(entry.ttl_runs)

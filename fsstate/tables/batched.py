@@ -33,7 +33,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from fsstate.errors import SchemaError
-from fsstate.format.schema import EXPIRES, OP, OP_PUT, SEQ, normalize_key_column
+from fsstate.format.schema import (
+    EXPIRES,
+    KIND_LIST,
+    KIND_MAP,
+    KIND_VALUE,
+    OP,
+    OP_PUT,
+    SEQ,
+    normalize_key_column,
+)
 from fsstate.format.segment import Segment, key_tuples
 from fsstate.interfaces import Key
 from fsstate.storage.runs import Run
@@ -84,6 +93,8 @@ class BatchedTable(ScanTable):
         that work is deferred, not avoided."""
         self.seal()
         n = len(key_list)
+        if self.counting:
+            self._count_batch(key_struct, ukey_struct, op, n)
         st = self._store
         start = st.next_seq
         st.next_seq = start + n
@@ -103,6 +114,57 @@ class BatchedTable(ScanTable):
         ctl = self._ctl
         ctl.growth -= max(1, run.memory_bytes // 4096)
         self._after_growth()
+
+    def _count_batch(
+        self, key_struct: pa.StructArray, ukey_struct: pa.StructArray | None, op: int, n: int
+    ) -> None:
+        """Account a batched write of ``n`` rows (after the seal: the runs answer alone).
+
+        List appends are new elements. Value and map rows count once per distinct key (or
+        entry); whether each existed is one batched lookup (:meth:`_existing`), skipped when
+        the table holds nothing yet."""
+        tally = self.row_tally
+        if self.kind == KIND_LIST:
+            tally.updated += n
+            if self.live_rows is not None:
+                self.live_rows += n
+            return
+        cols = list(key_struct.flatten())
+        if ukey_struct is not None:
+            cols += ukey_struct.flatten()
+        names = [f"c{i}" for i in range(len(cols))]
+        distinct = pa.Table.from_arrays(cols, names=names).group_by(names).aggregate([])
+        existing = self._existing(distinct, len(key_struct.type)) if self.runs else 0
+        if op == OP_PUT:
+            tally.updated += distinct.num_rows
+            delta = distinct.num_rows - existing
+        else:
+            tally.removed += existing
+            delta = -existing
+        if self.live_rows is not None:
+            self.live_rows += delta
+
+    def _existing(self, distinct: pa.Table, width: int) -> int:
+        """How many of the distinct keys (the first ``width`` columns; map: then the user key)
+        hold a row now: one ``get_many`` (a join over the runs, or point reads; the views
+        these load go with the batch's keys)."""
+        keys = distinct.select(list(range(width)))
+        get_many: Any = getattr(self, "get_many")  # noqa: B009 (the kinds define it)
+        if self.kind == KIND_MAP:
+            ukeys = distinct.select(list(range(width, distinct.num_columns)))
+            found = get_many(keys, ukeys).column("_found")
+        else:
+            found = get_many(keys).column("_found")
+        return int(pc.sum(found).as_py() or 0)
+
+    def _runs_rows(self, keys: Sequence[Key]) -> int:
+        """Live rows of ``keys`` in the runs: many value keys in one vectorized lookup."""
+        if self.kind != KIND_VALUE or len(keys) < 64 or not self.runs:
+            return super()._runs_rows(keys)
+        assert self.spec.key_schema is not None
+        struct = pa.array(keys, type=pa.struct(list(self.spec.key_schema)))
+        found = self._get_many_arrow(struct).column("_found")
+        return int(pc.sum(found).as_py() or 0)
 
     def _arrow_lookup_pays(self, n: int) -> bool:
         """Whether ``n`` keys are best looked up by joins over the runs (no per-key Python).

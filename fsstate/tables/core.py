@@ -16,7 +16,9 @@ Fields (owned by the table; the modules of this package read and write them, not
 * ``runs``: sealed runs, oldest first, replaced copy-on-write under ``lock``;
 * ``_ttl`` / ``ttl_refs`` / ``indexed``: the TTL index (None until loaded), its files, and
   whether writes maintain it; ``_ttl_ms`` the TTL of new writes;
-* ``ranges``: range tombstones.
+* ``ranges``: range tombstones;
+* ``counting`` / ``live_rows`` / ``sealed_rows`` / ``row_tally``: the live-row count and the
+  epoch's row events, when the store records version summaries (:mod:`fsstate.tables.counts`).
 
 A table sees its store through :class:`StoreHost` and the process's memory controller through
 :class:`Budget` (annotation-only Protocols: no import of the concrete owners, which live above).
@@ -50,6 +52,7 @@ from fsstate.format.segment import OpRow
 from fsstate.format.tombstones import ABSENT, RangeTombstones, replay_list, replay_map, replay_value
 from fsstate.interfaces import Key, StateKind
 from fsstate.storage.runs import Run, RunContext
+from fsstate.tables.counts import RowTally
 from fsstate.tables.ttl_index import TtlIndex
 
 if TYPE_CHECKING:
@@ -149,6 +152,10 @@ class TableCore:
             else None
         )
         self._prefix_checks: dict[int, Checker] = {}
+        self.counting: bool = store.ctx.config.record_summary
+        self.live_rows: int | None = None  # set by the store (None: unknown)
+        self.sealed_rows: dict[Key, int] = {}
+        self.row_tally = RowTally()
 
     # -- keys and schema ---------------------------------------------------------------------
     def _set_key_schema(self, schema: pa.Schema) -> Checker:

@@ -58,7 +58,8 @@ class ListTable(BatchedTable, interfaces.ListTableAPI):
         """Replace the list of the key."""
         check = self._value_check
         checked = [check(v) for v in _as_sequence(self.name, values)]
-        key, _ = self._view(key)
+        key, old = self._view(key)
+        self.row_tally.removed += len(old)
         clear_seq = self._next_seq()
         exp = self._expiry()
         view = []
@@ -157,6 +158,7 @@ class ListTable(BatchedTable, interfaces.ListTableAPI):
         key, view = self._view(key)
         if not view and key not in self._dirty:
             return
+        self.row_tally.removed += len(view)
         seq = self._next_seq()
         self._views[key] = []
         self._dirty[key] = [seq, {}]
@@ -185,6 +187,7 @@ class ListTable(BatchedTable, interfaces.ListTableAPI):
                 self._views[k] = keep
                 removed += gone
             self._reindex(k, keep)
+        self.row_tally.expired += removed
         self._after_growth()
         return removed
 

@@ -135,6 +135,7 @@ class MapTable(BatchedTable, interfaces.MapTableAPI):
         user_key = self._ukey_check(user_key)
         if view.pop(user_key, None) is None:
             return
+        self.row_tally.removed += 1
         touch(self._dirty, key)[user_key] = self._next_seq()
         if self.indexed:
             self.ttl_index().discard((key, user_key))
@@ -145,6 +146,7 @@ class MapTable(BatchedTable, interfaces.MapTableAPI):
         key, view = self._view(key)
         if not view and key not in self._dirty:
             return
+        self.row_tally.removed += len(view)
         seq = self._next_seq()
         self._views[key] = {}
         self._dirty[key] = [seq, {}]
@@ -206,6 +208,7 @@ class MapTable(BatchedTable, interfaces.MapTableAPI):
                 removed += 1
             else:
                 idx.set(entry, c[1])
+        self.row_tally.expired += removed
         self._after_growth()
         return removed
 

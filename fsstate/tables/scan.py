@@ -35,9 +35,11 @@ import pyarrow.compute as pc
 from fsstate.errors import SchemaError
 from fsstate.format.keyorder import Bound, bisect_rows, sort_key
 from fsstate.format.schema import EXPIRES, KIND_LIST, KIND_MAP, OP, OP_CLEAR, OP_PUT, SEQ
-from fsstate.format.segment import Segment
+from fsstate.format.segment import Segment, key_tuples
+from fsstate.format.tombstones import in_range
 from fsstate.interfaces import Key
 from fsstate.tables.base import TableBase
+from fsstate.tables.counts import NEVER_MS, view_count
 from fsstate.tables.resolve import first_of_group, out_schema, resolve, semi_join_rows
 
 FIRST_CHUNK_ROWS = 64  # rows taken per run in the first round of a limited read (doubling)
@@ -111,6 +113,57 @@ def merge_limited(
 
 class ScanTable(TableBase):
     """Range scans, prefix lookups and ordered map entries (see the module docstring)."""
+
+    def delete_range(self, lo: Key | None, hi: Key | None) -> None:
+        """See :meth:`fsstate.tables.base.TableBase.delete_range`; a counting table first
+        counts the rows the range removes (:meth:`_count_range`)."""
+        if self.counting:
+            lo_b, hi_b = self._bounds(lo, hi)
+            self._count_range(lo_b, hi_b)
+        super().delete_range(lo, hi)
+
+    def _count_range(self, lo: Bound, hi: Bound) -> None:
+        """Account a range delete of ``[lo, hi)``: the sealed live rows in the range leave
+        ``live_rows`` (the keys' pending changes are dropped with them), and the rows live now
+        (views as they are, other keys as the runs hold them) count as removed. Reads the runs
+        that overlap the range (their rows in it), as a scan of it would."""
+        parts = []
+        for seg in self._segments(lo, hi):
+            part = seg.slice_range(lo, hi)
+            if part.num_rows:
+                parts.append(part)
+        in_runs: dict[Key, int] = {}
+        total = 0
+        if parts:
+            live = resolve(self.spec, parts, self.ranges, NEVER_MS)
+            total = live.num_rows
+            assert self.spec.key_schema is not None
+            width = len(self.spec.key_schema)
+            cols = [live.column(i).combine_chunks() for i in range(width)]
+            for k in key_tuples(cols):
+                in_runs[k] = in_runs.get(k, 0) + 1
+        removed = total
+        kind, dirty, partial = self.kind, self._dirty, self._partial
+        for k, view in self._views.items():
+            if not in_range(k, lo, hi):
+                continue
+            now = view_count(kind, view)
+            if k in partial:  # the runs' elements and the appends not sealed yet
+                d = dirty.get(k)
+                now = in_runs.get(k, 0) + (sum(e == s for e, s in d[1].items()) if d else 0)
+            removed += now - in_runs.get(k, 0)
+        if self.live_rows is not None:
+            self.live_rows -= total
+        self.row_tally.removed += removed
+
+    def count_live_rows(self) -> int:
+        """Live rows of the table, counted by reading it whole (seals pending changes first;
+        rows past their expiry that expiry has not removed count, as in ``live_rows``)."""
+        self._batch_ready()
+        if self.spec.key_schema is None or not self.runs:
+            return 0
+        parts = self._range_parts(None, None, None, None)
+        return resolve(self.spec, parts, self.ranges, NEVER_MS).num_rows if parts else 0
 
     def _batch_ready(self) -> None:
         """Seal pending per-key changes so that the runs answer batched reads alone."""

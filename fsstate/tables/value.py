@@ -114,13 +114,15 @@ class ValueTable(BatchedTable, interfaces.ValueTableAPI):
         except TypeError:
             key, view = self._checked_view(key)
         if view is None:
-            if indexed:
+            if indexed or self.counting:  # counting: whether a row goes is known here
                 key, view = self._view(key)
             else:
                 key = self._check_key(key)
                 view = self._views.get(key)
         if view is ABSENT:
             return
+        if view is not None:
+            self.row_tally.removed += 1
         seq = self._next_seq()
         self._views[key] = ABSENT
         self._dirty[key] = seq
@@ -148,6 +150,7 @@ class ValueTable(BatchedTable, interfaces.ValueTableAPI):
                 removed += 1
             else:
                 idx.set(key, view[1])
+        self.row_tally.expired += removed
         self._after_growth()
         return removed
 

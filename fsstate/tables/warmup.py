@@ -14,6 +14,8 @@ Invariants:
 * Views are authoritative: a key that already has a view keeps it; only keys without one get
   a view, and each loaded view equals what a point lookup of the key would replay.
 * The controller's growth counter drops by one per view added, as for a point lookup.
+* A table that counts rows (:mod:`fsstate.tables.counts`) gets the sealed count of every view
+  loaded.
 * The cyclic garbage collector is paused during the load (:func:`fsstate.osmem.gc_paused`).
 """
 
@@ -30,6 +32,7 @@ from fsstate.format.tombstones import ABSENT, cell
 from fsstate.interfaces import Key
 from fsstate.osmem import gc_paused
 from fsstate.tables.core import TableCore
+from fsstate.tables.counts import view_count
 
 
 def warm_up(table: TableCore) -> bool:
@@ -63,10 +66,13 @@ def _warm_up_rows(table: TableCore) -> None:
     views = table._views
     replay = table._replay
     loaded = 0
+    sealed = table.sealed_rows if table.counting else None
     for k, rows in rows_by_key.items():
         if k not in views:
-            views[k] = replay(k, rows)
+            view = views[k] = replay(k, rows)
             loaded += 1
+            if sealed is not None:
+                sealed[k] = view_count(table.kind, view)
     table._ctl.growth -= loaded
 
 
@@ -100,4 +106,6 @@ def _warm_up_values(table: TableCore) -> None:
         for k in views_now:  # views are authoritative
             latest.pop(k, None)
     views_now.update(latest)
+    if table.counting:
+        table.sealed_rows.update({k: 0 if v is ABSENT else 1 for k, v in latest.items()})
     table._ctl.growth -= len(latest)

@@ -82,6 +82,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.streaming.readwriter import DataStreamWriter
 
 from fsstate.errors import ConfigError, FsStateError, PartitionCountError, VersionNotFoundError
+from fsstate.inspect.checkpoint import read_query_id
 from fsstate.operators.base import Operator
 from fsstate.operators.planning import EpochPlan, EpochPlanner, PlannedStage, WatermarkInput
 from fsstate.operators.runner import check_layout
@@ -100,7 +101,15 @@ from fsstate_spark.operators.settings import (
 )
 from fsstate_spark.operators.stage_rescale import rescale_stage
 from fsstate_spark.operators.tasks import PARTITION_COL, StageSettings, combine_task, stage_task
-from fsstate_spark.runtime import fileio_for
+from fsstate_spark.receipts import (
+    COMMIT_MS_KEY,
+    SUMMARY_KEY,
+    Receipts,
+    merge_receipts,
+    receipt,
+    register_flow,
+)
+from fsstate_spark.runtime import QUERY_ID_PROPERTY, fileio_for
 from fsstate_spark.settings import keeping_active_session
 from fsstate_spark.state.keys import ints_hashed_to, partition_column
 
@@ -233,6 +242,11 @@ class Driver:
         self._inputs = _watermark_inputs(flow)
         # diagnostics: each recent batch's step times in ms (and manifests read), newest last
         self.batch_ms: dict[int, dict[str, float]] = {}
+        # the query this driver runs in (learnt at its first batch) and the figures of its
+        # recent batches: query -> batch -> (stage, partition) -> receipt (fsstate_spark.receipts)
+        self.query_id: str | None = None
+        self.history: Receipts = {}
+        register_flow(self)
 
     @property
     def manifest_reads(self) -> int:
@@ -436,10 +450,42 @@ class Driver:
                     f"{self.config.state_uri!r}"
                 )
         steps.add("manifest reads", planner.manifest_reads - reads)
+        self._keep_figures(batch_df, batch_id)
+
+    def _keep_figures(self, batch_df: DataFrame, batch_id: int) -> None:
+        """Keep the batch's receipts (summaries and commit times) in :attr:`history`, under
+        the query's id (the streaming query's local property on a classic session, else the
+        checkpoint's ``metadata``; the batch's figures, :mod:`fsstate_spark.metrics`)."""
+        if self.query_id is None:
+            self.query_id = _query_id(batch_df, self.lineage)
+        if self.query_id is None:
+            return
+        got = {
+            (stage, partition): receipt(meta.get(SUMMARY_KEY), meta.get(COMMIT_MS_KEY) or 0.0)
+            for (stage, partition, epoch), meta in self._received().items()
+            if epoch == batch_id
+        }
+        merge_receipts(self.history, {self.query_id: {batch_id: got}})
 
     def _received(self) -> dict[Any, Any]:
         """The receipts this batch's tasks added (none on Spark Connect)."""
         return dict(self.receipts.value) if self.receipts is not None else {}
+
+
+def _query_id(batch_df: DataFrame, lineage: FlowLineage) -> str | None:
+    """The id of the streaming query running ``foreachBatch``: Spark's local property (classic
+    sessions), else the checkpoint's ``metadata`` (Spark Connect; None if unreadable)."""
+    with contextlib.suppress(Exception):  # Spark Connect: no SparkContext
+        found = batch_df.sparkSession.sparkContext.getLocalProperty(QUERY_ID_PROPERTY)
+        if found:
+            return str(found)
+    ckpt = lineage.checkpoint()
+    if ckpt is None:
+        return None
+    try:
+        return read_query_id(ckpt)
+    except FsStateError:
+        return None
 
 
 class _Steps:

@@ -26,8 +26,9 @@ Invariants:
   the rows. Every owned partition's epoch commits, with rows or without.
 * :func:`combine_task` (before the shuffle) is stateless: it touches no store.
 * After its epoch committed (or adopted) its version, a task adds a receipt, the version's
-  meta, to the stage's accumulator when the driver gave one: receipts are idempotent (a
-  recomputed task adds the same one), so the driver may trust any receipt it gets.
+  meta with its summary and the commit's duration (:mod:`fsstate_spark.receipts`), to the
+  stage's accumulator when the driver gave one: receipts are idempotent (a recomputed task
+  adds the same one), so the driver may trust any receipt it gets.
 * Nothing but the operator's store is touched; settings reach the worker with the function
   (picklable, no secret in its ``repr``).
 """
@@ -45,10 +46,11 @@ from pyspark import TaskContext
 
 from fsstate.errors import ConfigError
 from fsstate.operators.base import Operator
-from fsstate.operators.runner import run_epoch
+from fsstate.operators.runner import EpochResult, run_epoch
 from fsstate.store.pool import store_pool
 from fsstate.store.record import Writer
 from fsstate_spark.operators.settings import FlowSettings
+from fsstate_spark.receipts import COMMIT_MS_KEY, SUMMARY_KEY
 from fsstate_spark.runtime import apply_engine_settings, fileio_for
 
 OUTPUT_BATCH_ROWS = 65_536  # rows per Arrow batch handed back to Spark
@@ -108,11 +110,22 @@ def stage_task(
                 combine_skip_until=settings.combine_skip_until,
             )
             if settings.receipts is not None:  # the driver learns the commit without a read
-                settings.receipts.add({(settings.op.name, partition, epoch): result.meta or {}})
+                settings.receipts.add({(settings.op.name, partition, epoch): _receipt(result)})
             out = _conform(result.output, settings.output_schema)
             yield from out.to_batches(max_chunksize=OUTPUT_BATCH_ROWS)
 
     return task
+
+
+def _receipt(result: EpochResult) -> dict[str, Any]:
+    """A task's receipt: the version's meta, with its summary and the commit's duration (the
+    driver's figures, :mod:`fsstate_spark.receipts`; no summary when it recorded none)."""
+    out = dict(result.meta or {})
+    summary = getattr(result.commit, "summary", None)
+    if summary is not None:
+        out[SUMMARY_KEY] = summary.to_json()
+    out[COMMIT_MS_KEY] = round(result.commit_ms, 3)
+    return out
 
 
 def combine_task(

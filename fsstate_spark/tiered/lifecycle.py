@@ -73,6 +73,7 @@ from dataclasses import dataclass
 
 from fsstate.errors import ConfigError, LineageMismatchError, VersionNotFoundError
 from fsstate.interfaces import KeyedStore
+from fsstate.stats import CommitInfo
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.location import Location
 from fsstate.store.epoch import EpochRun, StoreAddress, begin_epoch, resolve_layout
@@ -90,6 +91,15 @@ SPARK_MARKER = "_fsstate_tiered"  # the state variable every tiered processor de
 SPARK_MARKER_SCHEMA = "present BOOLEAN"
 _OPERATIONS = "See docs/operations.md (copying, restoring and rolling back a query)."
 TIERED_KIND = "tiered"  # the kind recorded with a tiered() operator's layout
+
+
+@dataclass(frozen=True)
+class Finished:
+    """A task's committed epoch: the commit and its duration, the manifest's publish included
+    (the figures a task's receipt carries, :mod:`fsstate_spark.receipts`)."""
+
+    commit: CommitInfo
+    commit_ms: float
 
 
 @dataclass
@@ -374,13 +384,16 @@ def open_store(
     return TaskStore(TransientStore(per_key=task.mode == TaskMode.BOUNDED))
 
 
-def finish_store(task_store: TaskStore, now_ms: int | None) -> None:
+def finish_store(task_store: TaskStore, now_ms: int | None) -> Finished | None:
     """End of a task: TTL cleanup and commit of the epoch (streaming only); on any failure the
     epoch's store is discarded and the error raised.
 
     Args:
         task_store: the task's store and epoch.
         now_ms: the batch's processing time if the task saw it; TTL cleanup runs only then.
+
+    Returns:
+        The commit and its whole duration (None: an in-memory store, nothing committed).
 
     Raises:
         ConfigError: the version was already committed by another tiered processor of the
@@ -389,13 +402,15 @@ def finish_store(task_store: TaskStore, now_ms: int | None) -> None:
     run = task_store.epoch
     if run is None:  # in memory: nothing to commit
         task_store.store.close()
-        return
+        return None
     t0 = time.perf_counter()
     try:
         with run:
             if now_ms is not None:
                 run.store.set_time(now_ms)
                 run.store.expire()
-            run.commit()
+            t1 = time.perf_counter()
+            info = run.commit()
+            return Finished(info, (time.perf_counter() - t1) * 1000)
     finally:
         _cache.finish_s += time.perf_counter() - t0

@@ -44,6 +44,7 @@ from pyspark.sql.streaming.stateful_processor import (
 from fsstate.errors import ConfigError, FsStateError
 from fsstate.interfaces import Key
 from fsstate_spark.compat import require_supported_pyspark
+from fsstate_spark.receipts import TieredEntry, new_accumulator, receipt, register_tiered
 from fsstate_spark.runtime import TaskInfo, TaskMode, current_task
 from fsstate_spark.state.handles import TieredHandle
 from fsstate_spark.state.keys import KeyBinding, normalize_key
@@ -51,6 +52,7 @@ from fsstate_spark.state.map_order import UNSAFEROW
 from fsstate_spark.tiered.lifecycle import (
     SPARK_MARKER,
     SPARK_MARKER_SCHEMA,
+    Finished,
     TaskStore,
     finish_store,
     open_store,
@@ -206,6 +208,9 @@ class TieredProcessor(StatefulProcessor):
         self._task: _TaskState | None = None
         self._instance = uuid.uuid4().hex  # the same in every task (pickled with it)
         self._fast = False  # run by fsstate's keyed loop (set per task, never pickled)
+        # the receipts' accumulator (classic PySpark with metrics on; pickled with the proxy)
+        self._receipts: Any = new_accumulator() if config.metrics else None
+        register_tiered(TieredEntry(config.state_uri, config.root, config.name, self._receipts))
 
     @property
     def processor(self) -> StatefulProcessor:
@@ -324,8 +329,10 @@ class TieredProcessor(StatefulProcessor):
             return
         state.binding.key = None
         self._task = None
-        finish_store(state.task_store, state.now_ms)
+        finished = finish_store(state.task_store, state.now_ms)
         run = state.task_store.epoch
+        if finished is not None and run is not None and self._receipts is not None:
+            self._send_receipt(state.task, run.store, finished)
         forked = run is not None and run.store.branch != state.branch
         if state.marker is not None and state.marker.live and run is not None and forked:
             store = run.store  # the epoch branched: Spark's state records where it went on
@@ -334,6 +341,15 @@ class TieredProcessor(StatefulProcessor):
                 store.branch, store.version, store.checksum, store.layout, store.partition
             )
             state.marker.write(lineage)
+
+
+    def _send_receipt(self, task: TaskInfo, store: Any, finished: Finished) -> None:
+        """Hand the driver the committed version's figures (:mod:`fsstate_spark.receipts`)."""
+        assert task.query_id is not None and task.batch_id is not None
+        assert task.partition is not None
+        summary = getattr(finished.commit, "summary", None)
+        got = receipt(summary, finished.commit_ms, store.branch)
+        self._receipts.add({task.query_id: {task.batch_id: {(store.operator, task.partition): got}}})
 
 
 _STOCK_NOTED: set[str] = set()

@@ -54,6 +54,7 @@ SHELL_CHECK = [
     "bench.sh",
     "deploy_submit.sh",
     "install.sh",
+    "monitoring.sh",
     "operations.sh",
     "rescale_query.sh",
     "setup.sh",
@@ -62,6 +63,7 @@ COMPILE = {
     "deploy_s3.py": "tests/fsstate_spark/test_cluster.py, tests/fsstate_spark/tiered/ on S3",
     "deploy_connect.py": "tests/fsstate_spark/test_connect.py",
     "migrate_from_spark.py": "tests/fsstate_spark/test_migration.py",
+    "monitoring_prometheus.py": "tests/fsstate_spark/metrics/test_prometheus.py",
     "rescale_query.py": "tests/fsstate_spark/tiered/test_rescale.py",
     "session_tracker_query.py": "tests/fsstate_spark/tiered/test_streaming.py",
 }

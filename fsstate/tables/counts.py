@@ -1,0 +1,100 @@
+"""Live-row counting of a table: what a version summary's ``rows_*`` figures are made of.
+
+A table that counts (``StoreConfig.record_summary``) keeps ``live_rows``, its live rows as of
+its last seal (value: 1 per key, list: 1 per element, map: 1 per entry; rows TTL expiry has not
+removed yet included), and ``sealed_rows``, the same count per key for the keys whose views are
+complete, taken where the prior state is known anyway: when a view is loaded or completed, and
+at each seal for the keys it sealed. A seal adds, per dirty key once, the view's count minus
+the key's sealed count (:func:`count_dirty`); a key without one (a blind write: a value set on
+a key that was never loaded) is looked up in the runs once, in one batch per seal. Partial list
+views (blind appends) add their new elements. Batched writes, range deletes, catch-up and
+adoption keep the count in :mod:`fsstate.tables.base` and :mod:`fsstate.tables.batched`.
+
+:class:`RowTally` counts the epoch's events: rows written (per seal), removed by the user (at
+the operation, where the table knows the row), removed by TTL expiry.
+
+Invariants:
+
+* ``sealed_rows`` only holds keys with a complete view, and each entry equals the key's live
+  rows in the table's runs (the sealed state).
+* Counting is done per seal and per operation outside the key-cursor accessors: the hot paths
+  of :mod:`fsstate.tables.cursor` are unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fsstate.format.schema import KIND_LIST, KIND_MAP, KIND_VALUE
+from fsstate.format.tombstones import ABSENT
+from fsstate.interfaces import Key
+
+NEVER_MS = -(2**62)  # a clock at which nothing has expired: physical live rows
+
+
+class RowTally:
+    """Rows an epoch wrote, removed (user) and expired (TTL)."""
+
+    __slots__ = ("expired", "removed", "updated")
+
+    def __init__(self) -> None:
+        self.updated = 0
+        self.removed = 0
+        self.expired = 0
+
+    def reset(self) -> None:
+        """A new epoch."""
+        self.updated = self.removed = self.expired = 0
+
+
+def view_count(kind: str, view: Any) -> int:
+    """Live rows of a complete view (expired rows not yet removed included)."""
+    if kind == KIND_VALUE:
+        return 0 if view is ABSENT else 1
+    return len(view)
+
+
+def count_dirty(
+    kind: str,
+    views: dict[Key, Any],
+    dirty: dict[Key, Any],
+    partial: set[Key],
+    sealed: dict[Key, int],
+) -> tuple[int, int, dict[Key, int], list[Key]]:
+    """What sealing ``dirty`` changes: (live-row delta of the keys with a sealed count, rows
+    written, the new sealed counts, the keys without a sealed count whose delta is the new
+    count minus their count in the runs); nothing is changed."""
+    delta = written = 0
+    after: dict[Key, int] = {}
+    blind: list[Key] = []
+    if kind == KIND_VALUE:
+        for k in dirty:
+            n = 0 if views[k] is ABSENT else 1
+            written += n
+            before = sealed.get(k)
+            if before is None:
+                blind.append(k)
+            else:
+                delta += n - before
+            after[k] = n
+        return delta, written, after, blind
+    for k, (_clear, touched) in dirty.items():
+        view = views[k]
+        if kind == KIND_MAP:
+            puts = sum(1 for u in touched if u in view)
+        else:
+            assert kind == KIND_LIST
+            present = {e[2] for e in view} if touched else set()
+            puts = sum(1 for e, s in touched.items() if e == s and e in present)
+        written += puts
+        if partial and k in partial:  # blind appends only: every put is a new element
+            delta += puts
+            continue
+        n = len(view)
+        before = sealed.get(k)
+        if before is None:
+            blind.append(k)
+        else:
+            delta += n - before
+        after[k] = n
+    return delta, written, after, blind

@@ -1,0 +1,154 @@
+"""fsstate's figures after every batch, with one call: :func:`listen`.
+
+:func:`listen` adds a :class:`FsStateListener` (a PySpark ``StreamingQueryListener``) to a
+session's streams: at each ``onQueryProgress`` (Spark's progress of a finished batch) it
+computes the batch's :class:`~fsstate_spark.metrics.model.BatchProgress`
+(:func:`fsstate_spark.metrics.progress.batch_progress`: the tasks' receipts on a classic
+session, the manifests on Spark Connect) and hands it to its sinks: :class:`JsonLinesSink`
+(``path=``: one JSON line per batch and query, ``BatchProgress.to_json()``, appended and
+flushed) and any callables (``sinks=``, ``Callable[[BatchProgress], None]``: e.g. a Prometheus
+exporter).
+
+Where the listener runs (measured on PySpark 4.3; the client-side listener bus of Spark
+Connect is the same code in 4.0 to 4.2): on a classic session, in the driver's Python process
+(Spark's listener bus thread, after the batch); on a Spark Connect client, in the client's
+process too (PySpark 4's Connect client receives the server's listener events and calls its
+listeners itself), so ``path`` is a path of the client's machine and the figures come from
+the manifests there, read with the client's access to the state.
+
+Invariants:
+
+* A batch without fsstate operators writes nothing; queries without fsstate are ignored.
+* Never fails the query or Spark's listener bus: a sink's or a read's exception is logged
+  (once per kind and query) and the batch's line skipped.
+* One line per (query, batch) per listener: a progress event Spark repeats is not written
+  twice.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from pyspark.sql.streaming import StreamingQueryListener
+
+from fsstate_spark.metrics.model import BatchProgress
+from fsstate_spark.metrics.progress import batch_progress, known_here
+
+log = logging.getLogger(__name__)
+
+Sink = Callable[[BatchProgress], None]
+SEEN_MAX = 4096  # (query, batch) pairs a listener remembers to skip repeats
+
+
+class JsonLinesSink:
+    """Appends ``BatchProgress.to_json()`` as one line to ``path`` (created with its
+    directory), flushed per line."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = os.fspath(path)
+        self._lock = threading.Lock()
+        parent = os.path.dirname(os.path.abspath(self.path))
+        os.makedirs(parent, exist_ok=True)
+
+    def __call__(self, progress: BatchProgress) -> None:
+        line = json.dumps(progress.to_json(), separators=(",", ":"), sort_keys=False)
+        with self._lock, open(self.path, "a", encoding="utf-8") as out:
+            out.write(line + "\n")
+            out.flush()
+
+
+class FsStateListener(StreamingQueryListener):
+    """Computes each batch's fsstate figures and hands them to ``sinks``.
+
+    Args:
+        sinks: callables taking a :class:`BatchProgress`.
+        state_uri: state locations to look in besides what this process made
+            (:func:`fsstate_spark.metrics.progress.progress`).
+    """
+
+    def __init__(self, sinks: Sequence[Sink], state_uri: str | Sequence[str] | None = None):
+        self.sinks = list(sinks)
+        self.state_uri = state_uri
+        self._seen: dict[tuple[str, int], None] = {}
+        self._warned: set[tuple[str, str]] = set()
+
+    def onQueryStarted(self, event: Any) -> None:
+        """Nothing to do."""
+
+    def onQueryIdle(self, event: Any) -> None:
+        """Nothing to do (no batch ran)."""
+
+    def onQueryTerminated(self, event: Any) -> None:
+        """Nothing to do."""
+
+    def onQueryProgress(self, event: Any) -> None:
+        """The finished batch's figures to every sink."""
+        p = event.progress
+        query, batch = str(p.id), int(p.batchId)
+        if (query, batch) in self._seen:
+            return
+        try:
+            got = self.figures(query, batch, str(p.runId), p.name)
+        except Exception as exc:  # never break Spark's listener bus
+            self._warn(query, "read", exc)
+            return
+        if got is None:
+            return
+        self._seen[(query, batch)] = None
+        while len(self._seen) > SEEN_MAX:
+            del self._seen[next(iter(self._seen))]
+        for sink in self.sinks:
+            try:
+                sink(got)
+            except Exception as exc:
+                self._warn(query, f"sink {sink!r}", exc)
+
+    def figures(
+        self, query: str, batch: int, run_id: str | None, name: str | None
+    ) -> BatchProgress | None:
+        """The batch's figures (None: no fsstate operator of the query is known)."""
+        known = known_here(self.state_uri)
+        return batch_progress(query, batch, run_id=run_id, name=name, known=known)
+
+    def _warn(self, query: str, what: str, exc: Exception) -> None:
+        if (query, what) not in self._warned:
+            self._warned.add((query, what))
+            log.warning("fsstate: metrics of query %s: %s failed (%r)", query, what, exc)
+
+
+def listen(
+    spark: Any,
+    path: str | os.PathLike[str] | None = None,
+    *,
+    sinks: Sequence[Sink] = (),
+    state_uri: str | Sequence[str] | None = None,
+) -> FsStateListener:
+    """Report fsstate's figures of every batch of every query of ``spark``'s streams.
+
+    One call, before or after queries start::
+
+        from fsstate_spark.metrics import listen
+
+        listen(spark, "/var/log/fsstate/progress.jsonl")
+
+    Args:
+        spark: the SparkSession (classic or a Spark Connect client).
+        path: a JSON-lines file: one line per batch and query (``BatchProgress.to_json()``),
+            appended and flushed (None: no file).
+        sinks: more ``Callable[[BatchProgress], None]`` called per batch (e.g. an exporter).
+        state_uri: state locations to look in besides what this process made (queries whose
+            ``tiered()`` processors or flows were made in another process).
+
+    Returns:
+        The listener (``spark.streams.removeListener(listener)`` stops it).
+    """
+    every: list[Sink] = [JsonLinesSink(path)] if path is not None else []
+    every.extend(sinks)
+    listener = FsStateListener(every, state_uri)
+    spark.streams.addListener(listener)
+    return listener

@@ -1,0 +1,427 @@
+"""One batch's fsstate figures on the driver: :func:`progress`, :func:`progress_history`,
+:func:`batch_progress`.
+
+A query's fsstate operators are found from what this process made (the registry of
+:mod:`fsstate_spark.receipts`): every ``tiered()`` processor's state location (its stores of
+query ``q`` are under ``<state_uri>/<q>/<name>``) and every flow's driver (its stages' stores
+under the flow's ``state_uri``; the driver learns its query at its first batch, a client's
+copy that never ran by reading the checkpoint's ``metadata``), plus any ``state_uri=`` the
+caller names (where nothing in this process knows the query: e.g. a listener or a notebook
+other than the one that started it).
+
+The figures of batch ``b`` of an operator are its partitions' versions ``b``. Where a task
+handed the driver a receipt (classic sessions: ``tiered()``'s accumulator, a flow's stage
+receipts), the receipt's summary is used and nothing is read; every other partition's manifest
+is read (one GET each, at most :data:`READ_THREADS` at once; counted in
+``BatchProgress.manifest_reads``): always on Spark Connect, where there are no accumulators.
+Measured at 200 partitions on the S3 test server (``bench/metrics_receipts.py``): see the
+docstring there.
+
+Invariants:
+
+* Reads only: nothing here writes state; one operator's or partition's failure to read is
+  that partition's absence (not reported), never an error of the query or of the listener.
+* Per-process caches, bounded: a layout (partition count, generation directory) is read once
+  per operator; a complete batch's :class:`BatchProgress` is computed once
+  (:data:`CACHE_BATCHES` kept); an operator's existence is checked once per query.
+* A partition whose version holds no summary (written with ``spark.fsstate.metrics=false``, or
+  by an older fsstate) is not reported, as one without the version.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from fsstate.errors import FsStateError
+from fsstate.inspect.checkpoint import read_query_id
+from fsstate.storage.fileio import FileIO
+from fsstate.storage.location import Location
+from fsstate.storage.manifest import read_manifest
+from fsstate.store.identity import store_dir_for
+from fsstate.store.layout import LAYOUT_FILE, in_force, read_layouts, record_path
+from fsstate_spark.metrics.model import (
+    BatchProgress,
+    OperatorProgress,
+    PartitionMetrics,
+    operator_progress,
+)
+from fsstate_spark.operators.lineage import OWNER_FILE, FlowLineage, Owner
+from fsstate_spark.receipts import TieredEntry, batch_receipts, registered
+from fsstate_spark.runtime import fileio_for
+from fsstate_spark.tiered.lifecycle import TIERED_KIND
+
+log = logging.getLogger(__name__)
+
+READ_THREADS = 16  # manifests read at once
+CACHE_BATCHES = 512  # complete BatchProgress kept per process
+HISTORY_DEFAULT = 20  # batches progress_history() returns by default
+RECHECK_S = 30.0  # an operator not found under a query is looked for again after this
+
+Receipt = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class FlowRef:
+    """A flow's driver as the figures need it (picklable: a listener on Spark Connect carries
+    it to the server)."""
+
+    root: Location
+    stages: tuple[str, ...]
+    partitions: int
+    lineage: FlowLineage
+    driver: Any = field(default=None, compare=False)  # the live driver (None once pickled)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "driver": None}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
+    @classmethod
+    def of(cls, driver: Any) -> FlowRef:
+        """The reference of a :class:`fsstate_spark.operators.driver.Driver`."""
+        stages = tuple(s.op.name for s in driver.flow.stages)
+        return cls(driver.config.root, stages, driver.partitions, driver.lineage, driver)
+
+
+@dataclass(frozen=True)
+class Known:
+    """What to look in for a query's operators: ``tiered()`` processors, flows, and state
+    locations named by the caller."""
+
+    tiered: tuple[TieredEntry, ...] = ()
+    flows: tuple[FlowRef, ...] = ()
+    state_uris: tuple[Location, ...] = ()
+
+    def plus(self, other: Known) -> Known:
+        """Both (entries of ``self`` first)."""
+        return Known(
+            self.tiered + other.tiered,
+            self.flows + other.flows,
+            self.state_uris + other.state_uris,
+        )
+
+
+def known_here(state_uri: str | Sequence[str] | None = None) -> Known:
+    """What this process made (:func:`fsstate_spark.receipts.registered`) and ``state_uri``."""
+    tiered, drivers = registered()
+    uris = [state_uri] if isinstance(state_uri, str) else list(state_uri or [])
+    return Known(
+        tuple(tiered),
+        tuple(FlowRef.of(d) for d in drivers),
+        tuple(Location.parse(u) for u in uris),
+    )
+
+
+@dataclass
+class _Operator:
+    """One operator of the batch being gathered."""
+
+    product: str
+    name: str
+    fileio: FileIO  # the root its operator directory is under
+    receipts: dict[int, Receipt] = field(default_factory=dict)  # partition -> receipt
+    partitions: int | None = None  # known (a flow's driver) or read from the layout
+    layout: str | None = None
+
+
+class _Caches:
+    """The process's caches (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.batches: OrderedDict[tuple[str, int], BatchProgress] = OrderedDict()
+        self.layouts: dict[tuple[str, str], list[Any]] = {}
+        self.exists: dict[tuple[str, str], tuple[bool, float]] = {}
+        self.flow_queries: dict[int, str | None] = {}
+
+    def keep(self, progress: BatchProgress) -> None:
+        with self.lock:
+            self.batches[(progress.query_id, progress.batch_id)] = progress
+            while len(self.batches) > CACHE_BATCHES:
+                self.batches.popitem(last=False)
+
+
+_caches = _Caches()
+
+
+def _exists(fileio: FileIO, name: str) -> bool:
+    """Whether operator ``name`` has state under ``fileio`` (its layout record; a miss is
+    checked again after :data:`RECHECK_S`)."""
+    key = (fileio.describe(""), name)
+    have = _caches.exists.get(key)
+    if have is not None and (have[0] or time.monotonic() - have[1] < RECHECK_S):
+        return have[0]
+    try:
+        found = fileio.exists(record_path(name, 0))
+    except FsStateError:
+        found = False
+    _caches.exists[key] = (found, time.monotonic())
+    return found
+
+
+def _listed(fileio: FileIO, tiered: bool) -> list[str]:
+    """Operators with a layout record under ``fileio`` (one LIST of the root's first two
+    levels' records), tiered ones or the others."""
+    try:
+        names = sorted(
+            {
+                e.path.split("/")[0]
+                for e in fileio.list("", recursive=True)
+                if e.path.count("/") == 1 and e.path.endswith("/" + LAYOUT_FILE)
+            }
+        )
+        return [n for n in names if (_layouts(fileio, n)[0].kind == TIERED_KIND) == tiered]
+    except FsStateError:
+        return []
+
+
+def _layouts(fileio: FileIO, name: str) -> list[Any]:
+    key = (fileio.describe(""), name)
+    have = _caches.layouts.get(key)
+    if have is None:
+        have = _caches.layouts[key] = read_layouts(fileio, name)
+    return have
+
+
+def _tiered_operators(known: Known, query_id: str, batch: int) -> list[_Operator]:
+    """The query's ``tiered()`` operators: from receipts where the accumulators have them,
+    else the registered names whose state exists under the query, else (a named state URI)
+    the tiered operators listed there."""
+    roots: dict[Location, list[TieredEntry]] = {}
+    for entry in known.tiered:
+        roots.setdefault(entry.location, []).append(entry)
+    for uri in known.state_uris:
+        roots.setdefault(uri, [])
+    out = []
+    for root, entries in roots.items():
+        fileio = fileio_for(root.child(query_id), False)
+        ops: dict[str, _Operator] = {}
+        for entry in entries:
+            for (name, part), got in batch_receipts(entry.receipts(), query_id, batch).items():
+                op = ops.setdefault(name, _Operator("tiered", name, fileio))
+                op.receipts[part] = got
+        if not ops:
+            names = {e.name for e in entries if _exists(fileio, e.name)}
+            if not names and not entries:
+                names = set(_listed(fileio, tiered=True))
+            ops = {n: _Operator("tiered", n, fileio) for n in sorted(names)}
+        out.extend(ops.values())
+    return out
+
+
+def _flow_query(ref: FlowRef) -> str | None:
+    """The query a flow runs in: its driver's, else its checkpoint's (read once)."""
+    if ref.driver is not None and ref.driver.query_id is not None:
+        return str(ref.driver.query_id)
+    key = id(ref.lineage)
+    if key not in _caches.flow_queries:
+        ckpt = ref.lineage.checkpoint()
+        try:
+            _caches.flow_queries[key] = None if ckpt is None else read_query_id(ckpt)
+        except FsStateError:
+            return None  # no checkpoint yet: asked again
+    return _caches.flow_queries[key]
+
+
+def _flow_operators(known: Known, query_id: str, batch: int) -> list[_Operator]:
+    """The query's flow stages: registered flows whose query it is, and flows whose state a
+    named state URI holds (its owner record names the query)."""
+    out = []
+    seen = set()
+    for ref in known.flows:
+        if ref.root in seen or _flow_query(ref) != query_id:
+            continue
+        seen.add(ref.root)
+        fileio = fileio_for(ref.root, False)
+        history = ref.driver.history if ref.driver is not None else None
+        got = batch_receipts(history, query_id, batch)
+        for name in ref.stages:
+            layout = ref.driver.layouts.get(name) if ref.driver is not None else None
+            op = _Operator("flow", name, fileio, partitions=ref.partitions, layout=layout)
+            op.receipts = {p: r for (n, p), r in got.items() if n == name}
+            out.append(op)
+    for uri in known.state_uris:
+        if uri in seen:
+            continue
+        fileio = fileio_for(uri, False)
+        try:
+            owner = Owner.from_bytes(fileio.read_bytes(OWNER_FILE), fileio.describe(OWNER_FILE))
+        except FsStateError:
+            continue
+        if owner.query_id == query_id:
+            out.extend(_Operator("flow", n, fileio) for n in _listed(fileio, tiered=False))
+    return out
+
+
+def _summary_of(manifest: Any) -> Mapping[str, Any] | None:
+    summary = getattr(manifest, "summary", None)
+    if summary is None or isinstance(summary, Mapping):
+        return summary
+    return summary.to_json()  # type: ignore[no-any-return]
+
+
+def _read_partition(op: _Operator, partition: int, batch: int) -> PartitionMetrics | None:
+    """A partition's figures from its manifest of version ``batch`` (None: no such version,
+    no summary, or unreadable)."""
+    assert op.layout is not None
+    try:
+        manifest = read_manifest(op.fileio, store_dir_for(op.name, partition, op.layout), batch)
+    except FsStateError:
+        return None
+    summary = _summary_of(manifest)
+    return None if summary is None else PartitionMetrics(partition, batch, summary)
+
+
+def _resolve_layout(op: _Operator, batch: int) -> None:
+    """The operator's partition count and layout generation at ``batch`` (read once)."""
+    if op.layout is not None and op.partitions is not None:
+        return
+    try:
+        layout = in_force(_layouts(op.fileio, op.name), batch)
+    except FsStateError:
+        layout = None
+    if op.layout is None:
+        op.layout = layout.dir if layout is not None else ""
+    if op.partitions is None and layout is not None:
+        op.partitions = layout.partitions
+    if op.partitions is None:  # not recorded: the partitions that told
+        op.partitions = max(op.receipts, default=-1) + 1
+
+
+def _gather(ops: Sequence[_Operator], batch: int) -> tuple[list[OperatorProgress], int]:
+    """Every operator's progress: receipts, then the manifests of the partitions without."""
+    found: dict[int, list[PartitionMetrics]] = {}
+    todo: list[tuple[int, int]] = []
+    for i, op in enumerate(ops):
+        _resolve_layout(op, batch)
+        found[i] = []
+        for p, got in op.receipts.items():
+            summary = got.get("summary")
+            if summary is not None:
+                commit_ms = got.get("commit_ms")
+                branch = str(got.get("branch") or "")
+                found[i].append(PartitionMetrics(p, batch, summary, commit_ms, branch))
+        todo.extend((i, p) for p in range(op.partitions or 0) if p not in op.receipts)
+    if todo:
+        with ThreadPoolExecutor(max_workers=min(READ_THREADS, len(todo))) as pool:
+            read = pool.map(lambda t: (t[0], _read_partition(ops[t[0]], t[1], batch)), todo)
+            for i, metrics in read:
+                if metrics is not None:
+                    found[i].append(metrics)
+    progress = [
+        operator_progress(op.name, op.product, batch, op.partitions or 0, found[i])
+        for i, op in enumerate(ops)
+    ]
+    return progress, len(todo)
+
+
+def batch_progress(
+    query_id: str,
+    batch_id: int,
+    *,
+    run_id: str | None = None,
+    name: str | None = None,
+    known: Known | None = None,
+) -> BatchProgress | None:
+    """The fsstate figures of batch ``batch_id`` of query ``query_id``.
+
+    Args:
+        query_id: the query's id (``StreamingQuery.id``).
+        batch_id: the batch.
+        run_id: the run's id, recorded in the result.
+        name: the query's name, recorded in the result.
+        known: where to look (default: what this process made, :func:`known_here`).
+
+    Returns:
+        The batch's figures; None when no fsstate operator of the query is known.
+    """
+    with _caches.lock:
+        done = _caches.batches.get((query_id, batch_id))
+    if done is not None:
+        return done
+    known = known_here() if known is None else known
+    ops = _tiered_operators(known, query_id, batch_id) + _flow_operators(known, query_id, batch_id)
+    if not ops:
+        return None
+    operators, reads = _gather(ops, batch_id)
+    now = int(time.time() * 1000)
+    result = BatchProgress(query_id, run_id, name, batch_id, now, tuple(operators), reads)
+    if all(op.partitions_reported == op.num_partitions for op in operators):
+        _caches.keep(result)
+    return result
+
+
+def _field(progress: Any, key: str) -> Any:
+    if progress is None:
+        return None
+    if isinstance(progress, Mapping):
+        return progress.get(key)
+    return getattr(progress, key, None)
+
+
+def progress(
+    query: Any, *, state_uri: str | Sequence[str] | None = None
+) -> BatchProgress | None:
+    """fsstate's figures of a streaming query's last batch (``query.lastProgress``), per
+    operator in the shape of Spark's ``StateOperatorProgress``.
+
+    Works for ``tiered()`` and flows, on classic sessions (from the tasks' receipts) and Spark
+    Connect clients (from the manifests). See the module docstring for how operators are found.
+
+    Args:
+        query: a started ``StreamingQuery`` (classic or Spark Connect).
+        state_uri: state locations to look in besides what this process made (a query started
+            elsewhere; a ``tiered()`` query's state is ``<state_uri>/<query id>``, a flow's
+            ``state_uri`` itself).
+
+    Returns:
+        The last batch's figures; None before the first batch, or when no fsstate operator of
+        the query is known.
+    """
+    last = query.lastProgress
+    batch = _field(last, "batchId")
+    if batch is None:
+        return None
+    return batch_progress(
+        str(query.id),
+        int(batch),
+        run_id=str(query.runId),
+        name=_field(last, "name"),
+        known=known_here(state_uri),
+    )
+
+
+def progress_history(
+    query: Any, *, limit: int = HISTORY_DEFAULT, state_uri: str | Sequence[str] | None = None
+) -> list[BatchProgress]:
+    """fsstate's figures of the query's recent batches (``query.recentProgress``, at most
+    ``limit``, oldest first); batches whose figures are gone (retention) are left out.
+
+    Args:
+        query: a started ``StreamingQuery``.
+        limit: batches returned at most (the newest).
+        state_uri: as for :func:`progress`.
+    """
+    batches: dict[int, Any] = {}
+    for p in query.recentProgress or []:
+        b = _field(p, "batchId")
+        if b is not None:
+            batches[int(b)] = p
+    known = known_here(state_uri)
+    out = []
+    for b in sorted(batches)[-limit:]:
+        got = batch_progress(
+            str(query.id), b, run_id=str(query.runId), name=_field(batches[b], "name"), known=known
+        )
+        if got is not None and any(op.partitions_reported for op in got.operators):
+            out.append(got)
+    return out
+
