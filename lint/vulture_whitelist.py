@@ -34,6 +34,7 @@ from fsstate.store.pool import StorePool
 from fsstate.tables.ttl_index import TtlIndex
 from fsstate_spark import cli as spark_cli
 from fsstate_spark import compat, runtime
+from fsstate_spark.metrics.listen import FsStateListener
 from fsstate_spark.operators.driver import Driver, _Receipts
 from fsstate_spark.operators.flows import Flow
 from fsstate_spark.sources.source import FsStatePushdownReader
@@ -121,3 +122,8 @@ ArrowStreamIn.load_stream
 ArrowStreamOut.dump_stream
 # what the running PySpark has, for callers and the tests (the conformance suite)
 compat.ROW_TRANSFORM_WITH_STATE
+# Spark's listener bus calls a StreamingQueryListener's callbacks (fsstate_spark.metrics.listen)
+FsStateListener.onQueryStarted
+FsStateListener.onQueryIdle
+FsStateListener.onQueryTerminated
+FsStateListener.onQueryProgress

@@ -161,8 +161,13 @@ def run_query(
             grouped, processor, OUTPUT, "Update", "ProcessingTime"
         )
         writer = ops.write_stream(
-            stage, checkpoint_location=str(checkpoint), sink=sink, partitions=2, tasks=2,
-            state_uri=state_uri, **SPILL_BUDGET,
+            stage,
+            checkpoint_location=str(checkpoint),
+            sink=sink,
+            partitions=2,
+            tasks=2,
+            state_uri=state_uri,
+            **SPILL_BUDGET,
         )
         root = writer.fsstate_driver.config.root  # type: ignore[union-attr]
     else:
