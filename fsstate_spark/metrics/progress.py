@@ -14,8 +14,8 @@ handed the driver a receipt (classic sessions: ``tiered()``'s accumulator, a flo
 receipts), the receipt's summary is used and nothing is read; every other partition's manifest
 is read (one GET each, at most :data:`READ_THREADS` at once; counted in
 ``BatchProgress.manifest_reads``): always on Spark Connect, where there are no accumulators.
-Measured at 200 partitions on the S3 test server (``bench/metrics_receipts.py``): see the
-docstring there.
+Measured at 200 partitions on the S3 test server (``python -m devkit.metrics_receipts``,
+medians of 7): from receipts 0.4 ms and no request; from the manifests 235 ms and 200 GETs.
 
 Invariants:
 
