@@ -43,7 +43,6 @@ KEEP_BATCHES = 100  # batches of receipts kept per query (accumulators, flow dri
 REGISTRY_MAX = 256  # tiered() processors and flow drivers the registry keeps (newest)
 SUMMARY_KEY = "_fsstate_summary"  # a flow receipt's (the version's meta) summary
 COMMIT_MS_KEY = "_fsstate_commit_ms"  # ... and the task's commit time, publish included
-METRICS_SETTING = "metrics"  # spark.fsstate.metrics: receipts' summaries and the manifest's
 
 # query id -> batch -> (operator, partition) -> receipt
 Receipts = dict[str, dict[int, dict[tuple[str, int], dict[str, Any]]]]

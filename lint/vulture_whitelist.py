@@ -34,6 +34,7 @@ from fsstate.store.pool import StorePool
 from fsstate.tables.ttl_index import TtlIndex
 from fsstate_spark import cli as spark_cli
 from fsstate_spark import compat, runtime
+from fsstate_spark.metrics.listen import FsStateListener
 from fsstate_spark.metrics.prometheus import PrometheusExporter, _Quiet
 from fsstate_spark.operators.driver import Driver, _Receipts
 from fsstate_spark.operators.flows import Flow
@@ -132,3 +133,8 @@ VersionSummary.memory_sealed_bytes
 VersionSummary.files_total
 VersionSummary.versions_retained
 VersionSummary.summary_format
+# Spark's listener bus calls a StreamingQueryListener's callbacks (fsstate_spark.metrics.listen)
+FsStateListener.onQueryStarted
+FsStateListener.onQueryIdle
+FsStateListener.onQueryTerminated
+FsStateListener.onQueryProgress

@@ -34,7 +34,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from pyspark.sql.streaming import StreamingQueryListener
+from pyspark.sql.streaming.listener import StreamingQueryListener
 
 from fsstate_spark.metrics.model import BatchProgress
 from fsstate_spark.metrics.progress import batch_progress, known_here

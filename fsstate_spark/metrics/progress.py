@@ -14,8 +14,8 @@ handed the driver a receipt (classic sessions: ``tiered()``'s accumulator, a flo
 receipts), the receipt's summary is used and nothing is read; every other partition's manifest
 is read (one GET each, at most :data:`READ_THREADS` at once; counted in
 ``BatchProgress.manifest_reads``): always on Spark Connect, where there are no accumulators.
-Measured at 200 partitions on the S3 test server (``bench/metrics_receipts.py``): see the
-docstring there.
+Measured at 200 partitions on the S3 test server (``python -m devkit.metrics_receipts``,
+medians of 7): from receipts 0.4 ms and no request; from the manifests 235 ms and 200 GETs.
 
 Invariants:
 
@@ -99,14 +99,6 @@ class Known:
     tiered: tuple[TieredEntry, ...] = ()
     flows: tuple[FlowRef, ...] = ()
     state_uris: tuple[Location, ...] = ()
-
-    def plus(self, other: Known) -> Known:
-        """Both (entries of ``self`` first)."""
-        return Known(
-            self.tiered + other.tiered,
-            self.flows + other.flows,
-            self.state_uris + other.state_uris,
-        )
 
 
 def known_here(state_uri: str | Sequence[str] | None = None) -> Known:
@@ -200,7 +192,7 @@ def _tiered_operators(known: Known, query_id: str, batch: int) -> list[_Operator
         roots.setdefault(entry.location, []).append(entry)
     for uri in known.state_uris:
         roots.setdefault(uri, [])
-    out = []
+    out: list[_Operator] = []
     for root, entries in roots.items():
         fileio = fileio_for(root.child(query_id), False)
         ops: dict[str, _Operator] = {}
@@ -234,8 +226,8 @@ def _flow_query(ref: FlowRef) -> str | None:
 def _flow_operators(known: Known, query_id: str, batch: int) -> list[_Operator]:
     """The query's flow stages: registered flows whose query it is, and flows whose state a
     named state URI holds (its owner record names the query)."""
-    out = []
-    seen = set()
+    out: list[_Operator] = []
+    seen: set[Location] = set()
     for ref in known.flows:
         if ref.root in seen or _flow_query(ref) != query_id:
             continue
@@ -367,9 +359,7 @@ def _field(progress: Any, key: str) -> Any:
     return getattr(progress, key, None)
 
 
-def progress(
-    query: Any, *, state_uri: str | Sequence[str] | None = None
-) -> BatchProgress | None:
+def progress(query: Any, *, state_uri: str | Sequence[str] | None = None) -> BatchProgress | None:
     """fsstate's figures of a streaming query's last batch (``query.lastProgress``), per
     operator in the shape of Spark's ``StateOperatorProgress``.
 
@@ -424,4 +414,3 @@ def progress_history(
         if got is not None and any(op.partitions_reported for op in got.operators):
             out.append(got)
     return out
-

@@ -39,7 +39,8 @@ that per micro-batch ``b``:
 4. checks that every partition of every stage committed ``b`` (from the receipts its tasks
    add to an accumulator, the version's record; a partition without one, as on Spark Connect,
    has its manifest read: :func:`fsstate.store.record.read_records`), which also gives step 1
-   of the next batch; partitions the sink
+   of the next batch, and keeps the receipts' figures (each version's summary and commit
+   time) in :attr:`Driver.history` for :mod:`fsstate_spark.metrics`; partitions the sink
    did not compute (it read only part of the DataFrame) are computed then, by writing the
    DataFrame to ``noop``: their epochs commit, the others adopt what they published. So a
    batch never ends with a partition behind, which the next batch would find as a missing

@@ -342,14 +342,15 @@ class TieredProcessor(StatefulProcessor):
             )
             state.marker.write(lineage)
 
-
     def _send_receipt(self, task: TaskInfo, store: Any, finished: Finished) -> None:
         """Hand the driver the committed version's figures (:mod:`fsstate_spark.receipts`)."""
         assert task.query_id is not None and task.batch_id is not None
         assert task.partition is not None
         summary = getattr(finished.commit, "summary", None)
         got = receipt(summary, finished.commit_ms, store.branch)
-        self._receipts.add({task.query_id: {task.batch_id: {(store.operator, task.partition): got}}})
+        self._receipts.add(
+            {task.query_id: {task.batch_id: {(store.operator, task.partition): got}}}
+        )
 
 
 _STOCK_NOTED: set[str] = set()
