@@ -206,6 +206,16 @@ register(
 )
 register(
     Suite(
+        "spark_metrics",
+        "bench.suites.spark_metrics",
+        engine=False,
+        description="what recording and reporting fsstate's metrics costs a batch (summaries, "
+        "receipts, the listener with JSON lines and a Prometheus sink): tiered() and the flow "
+        "driver with metrics on and off, side by side, at 4 and 200 partitions",
+    )
+)
+register(
+    Suite(
         "spark_minors",
         "bench.suites.spark_minors",
         engine=False,

@@ -1,0 +1,264 @@
+"""What recording and reporting fsstate's metrics costs a batch: the same queries, on and off.
+
+Issue 47's goal: recording each version's summary (rows total, updated, removed, expired, bytes
+and files written and read, memory, spill, commit time: the manifest's ``summary``), the tasks'
+receipts, and the driver's reporting (:func:`fsstate_spark.metrics.listen`: a
+StreamingQueryListener computing each batch's :class:`fsstate_spark.metrics.model.BatchProgress`,
+writing its JSON line and feeding a Prometheus exporter) cost at most 2 % of batch time, at 4
+and at 200 partitions.
+
+Per cell (50k rows per batch over 25k keys, Row running aggregate; 4 and 200 partitions), four
+queries run side by side in one SparkSession (local[2]), each on its own hard links of the same
+Parquet batch files, taking turns to go first: ``tiered()`` on fsstate's keyed loop and the flow
+driver, each with metrics on (the session's listener reports it, JSON lines and Prometheus
+sink) and off (``metrics=False``: no summary recorded, no receipt, the listener skips the
+query).
+
+Rows: per product and cell, ``metrics on / metrics off`` batch time, paired by batch (goal
+<= 1.02); and each query's batch time (informative).
+
+Invariants: the same input rows per batch for all (checked in each query's progress); batch 0
+and 1 are not measured; every query's output of the last batch is checked against the input
+(:class:`bench.harness.processor_queries.ChecksumSink`); the "on" queries' reported figures
+exist for every measured batch (the listener's lines are counted), the "off" queries' never.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from bench.harness.common import BenchContext, Result, median, ratio_result, spread_text
+from bench.harness.operator_queries import INPUT_SCHEMA, RunningAggRow, batch_table
+from bench.harness.processor_queries import (
+    OUTPUT_DDL,
+    ChecksumSink,
+    expected_checksum,
+    wait_batch,
+)
+from bench.harness.spark import hand_in, require_pyspark, session, stop_queries
+
+SUITE = "spark_metrics"
+PRODUCTS = {"tiered": "tiered() fast loop", "driver": "flow driver"}
+SIDES = ("on", "off")
+GOAL = 1.02  # metrics on / off, at most
+TRIGGER = "10 milliseconds"
+MAX_CACHED_STORES = 4096
+
+
+@dataclass(frozen=True)
+class Cell:
+    """Rows per batch (over ``rows // 2`` keys) at a partition count."""
+
+    rows: int
+    partitions: int
+
+    @property
+    def label(self) -> str:
+        """``50k rows/batch, 4 partitions``."""
+        return f"{self.rows // 1000}k rows/batch, {self.partitions} partitions"
+
+
+@dataclass
+class _Job:
+    product: str
+    side: str
+    root: Path
+    name: str
+    sink: ChecksumSink
+    query: Any = None
+    wall_ms: dict[int, float] = field(default_factory=dict)
+
+    @property
+    def input_dir(self) -> Path:
+        return self.root / "input"
+
+
+def cells(ctx: BenchContext) -> list[Cell]:
+    """50k rows at 4 and 200 partitions (quick: 20k rows)."""
+    rows = 50_000 if ctx.mode == "full" else 20_000
+    return [Cell(rows, 4), Cell(rows, 200)]
+
+
+def _start(spark: Any, job: _Job, cell: Cell) -> None:
+    from fsstate_spark import operators as ops
+    from fsstate_spark import tiered
+
+    on = job.side == "on"
+    df = (
+        spark.readStream.schema(INPUT_SCHEMA)
+        .option("maxFilesPerTrigger", 1)
+        .parquet(str(job.input_dir))
+    )
+    grouped = df.groupBy("k")
+    checkpoint = str(job.root / "checkpoint")
+    if job.product == "driver":
+        writer = ops.write_stream(
+            ops.transform_with_state(grouped, RunningAggRow(), OUTPUT_DDL, "Update", "None"),
+            checkpoint_location=checkpoint,
+            sink=job.sink,
+            partitions=cell.partitions,
+            max_cached_stores=MAX_CACHED_STORES,
+            metrics=on,
+        )
+    else:
+        proc = tiered(
+            RunningAggRow(),
+            state_uri=str(job.root / "state"),
+            name=job.name,
+            max_cached_stores=MAX_CACHED_STORES,
+            metrics=on,
+        )
+        writer = (
+            grouped.transformWithState(proc, OUTPUT_DDL, "Update", "None")
+            .writeStream.outputMode("update")
+            .foreachBatch(job.sink)
+            .option("checkpointLocation", checkpoint)
+        )
+    job.query = writer.queryName(job.name).trigger(processingTime=TRIGGER).start()
+
+
+def _feed(ctx: BenchContext, cell: Cell, jobs: list[_Job], source: Path, batches: int) -> pa.Table:
+    """Every batch to every query, one query at a time (the order rotating); returns the last
+    batch's expected checksum inputs."""
+    inputs: list[pa.Table] = []
+    for b in range(batches):
+        table = batch_table(b, cell.rows, cell.rows // 2)
+        inputs.append(table)
+        path = source / f"batch-{b:05d}.parquet"
+        pq.write_table(table, path)
+        for job in jobs[b % len(jobs) :] + jobs[: b % len(jobs)]:
+            hand_in(path, job.input_dir / path.name, 1_600_000_000 + 10 * b)
+            job.wall_ms[b], rows = wait_batch(job.query, job.name, b, cell.rows)
+            if rows != cell.rows:
+                raise RuntimeError(f"{job.name}: batch {b} read {rows} rows, not {cell.rows}")
+            ctx.log(f"  {cell.label} batch {b} {job.name:<28} {job.wall_ms[b] / 1000:7.2f} s")
+    want = expected_checksum(inputs)
+    for job in jobs:
+        if job.sink.sums.get(batches - 1) != want:
+            raise AssertionError(
+                f"{job.name}: batch {batches - 1} output {job.sink.sums.get(batches - 1)} "
+                f"differs from the input's {want}"
+            )
+    return inputs[-1]
+
+
+def _reported(lines: Path) -> dict[str, set[int]]:
+    """Query name -> the batches the listener wrote a line for."""
+    out: dict[str, set[int]] = {}
+    if lines.exists():
+        for line in lines.read_text().splitlines():
+            obj = json.loads(line)
+            out.setdefault(str(obj.get("name")), set()).add(int(obj["batchId"]))
+    return out
+
+
+def _run_cell(
+    ctx: BenchContext, spark: Any, cell: Cell, scratch: Path, batches: int, lines: Path
+) -> list[_Job]:
+    checked = {batches - 1}
+    jobs = [
+        _Job(
+            p, s, scratch / f"{p}-{s}", f"metrics_p{cell.partitions}_{p}_{s}", ChecksumSink(checked)
+        )
+        for p in PRODUCTS
+        for s in SIDES
+    ]
+    source = scratch / "batches"
+    source.mkdir(parents=True)
+    spark.conf.set("spark.sql.shuffle.partitions", str(cell.partitions))
+    try:
+        for job in jobs:
+            job.input_dir.mkdir(parents=True)
+            _start(spark, job, cell)
+        _feed(ctx, cell, jobs, source, batches)
+    finally:
+        for job in jobs:
+            if job.query is not None:
+                job.query.stop()
+    reported = _reported(lines)
+    for job in jobs:
+        got = reported.get(job.name, set())
+        if job.side == "on" and not set(range(2, batches)) <= got:
+            raise AssertionError(f"{job.name}: the listener reported batches {sorted(got)}")
+        if job.side == "off" and got:
+            raise AssertionError(f"{job.name}: metrics off, yet reported {sorted(got)}")
+    return jobs
+
+
+def _results(cell: Cell, jobs: list[_Job], steady: list[int]) -> list[Result]:
+    by = {(j.product, j.side): j for j in jobs}
+    work = (
+        f"{cell.rows:,} rows per batch over {cell.rows // 2:,} keys, Row running aggregate, "
+        f"{cell.partitions} partitions, local[2], batches {steady[0]}-{steady[-1]}"
+    )
+    out: list[Result] = []
+    for product, label in PRODUCTS.items():
+        on, off = by[(product, "on")], by[(product, "off")]
+        ratios = [on.wall_ms[b] / off.wall_ms[b] for b in steady]
+        secs = "; ".join(
+            f"{s} {median([by[(product, s)].wall_ms[b] for b in steady]) / 1000:.3g} s/batch"
+            for s in SIDES
+        )
+        out.append(
+            ratio_result(
+                SUITE,
+                f"{label}, {cell.label}: metrics on / off",
+                ratios,
+                "batch time with fsstate's metrics recorded and reported (summary, receipts, "
+                "listener with JSON lines and a Prometheus sink) / without, paired by batch",
+                f"{secs}; {work}",
+                GOAL,
+                "<=",
+            )
+        )
+        for side in SIDES:
+            ms = [by[(product, side)].wall_ms[b] for b in steady]
+            out.append(
+                Result(
+                    suite=SUITE,
+                    name=f"{label}, {cell.label}, metrics {side}: batch time",
+                    value=median(ms),
+                    unit="ms",
+                    notes=f"Spark's triggerExecution per batch ({spread_text(ms)}); {work}",
+                    samples=ms,
+                )
+            )
+    return out
+
+
+def run(ctx: BenchContext) -> list[Result]:
+    """Every cell's four queries side by side."""
+    require_pyspark()
+    from fsstate_spark.metrics import listen
+    from fsstate_spark.metrics.prometheus import PrometheusExporter
+
+    warm, measured = (2, 9) if ctx.mode == "full" else (2, 4)
+    ctx.tmp_dir.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=f"{SUITE}-", dir=ctx.tmp_dir))
+    spark = session(ctx, "fsstate-bench-metrics")
+    lines = scratch / "progress.jsonl"
+    listen(spark, path=str(lines), sinks=[PrometheusExporter()])
+    steady = list(range(warm, warm + measured))
+    out: list[Result] = []
+    queries: list[Any] = []
+    try:
+        for cell in cells(ctx):
+            if not ctx.wants(cell.label):
+                continue
+            jobs = _run_cell(
+                ctx, spark, cell, scratch / f"p{cell.partitions}", warm + measured, lines
+            )
+            queries += [j.query for j in jobs]
+            out += _results(cell, jobs, steady)
+    finally:
+        stop_queries(queries, spark)
+        shutil.rmtree(scratch, ignore_errors=True)
+    return out
