@@ -13,8 +13,10 @@ the figures are read from the manifests (:mod:`fsstate_spark.metrics.progress`).
 
 The registry (:func:`register_tiered`, :func:`register_flow`, :func:`registered`) lists what
 this process created that may run in a query: each ``tiered()`` processor's state location,
-name and accumulator, and each flow's driver. :mod:`fsstate_spark.metrics` reads it to find a
-query's fsstate operators; products only add to it.
+name and accumulator, and each flow's driver, those with metrics on only (``metrics=False``:
+nothing is recorded, so nothing is looked for or reported, not even from the manifests).
+:mod:`fsstate_spark.metrics` reads it to find a query's fsstate operators; products only add
+to it.
 
 Invariants:
 

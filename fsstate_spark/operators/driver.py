@@ -247,7 +247,8 @@ class Driver:
         # recent batches: query -> batch -> (stage, partition) -> receipt (fsstate_spark.receipts)
         self.query_id: str | None = None
         self.history: Receipts = {}
-        register_flow(self)
+        if config.metrics:  # off: nothing to report, so the driver never looks for it
+            register_flow(self)
 
     @property
     def manifest_reads(self) -> int:

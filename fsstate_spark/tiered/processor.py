@@ -210,7 +210,8 @@ class TieredProcessor(StatefulProcessor):
         self._fast = False  # run by fsstate's keyed loop (set per task, never pickled)
         # the receipts' accumulator (classic PySpark with metrics on; pickled with the proxy)
         self._receipts: Any = new_accumulator() if config.metrics else None
-        register_tiered(TieredEntry(config.state_uri, config.root, config.name, self._receipts))
+        if config.metrics:  # off: nothing to report, so the driver never looks for it
+            register_tiered(TieredEntry(config.state_uri, config.root, config.name, self._receipts))
 
     @property
     def processor(self) -> StatefulProcessor:
