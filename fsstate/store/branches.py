@@ -38,6 +38,8 @@ Invariants:
   gc``), once older than the grace time. A branch forked from the dropped one keeps its own
   manifests, which name their files themselves, so it loses nothing. A writer still on the
   dropped branch fails its next version with :class:`fsstate.errors.VersionNotFoundError`.
+* A store carries a version's meta without its writer and fork record (:func:`carried`): a
+  fork record belongs to the branch's first manifest only.
 """
 
 from __future__ import annotations
@@ -58,11 +60,14 @@ from fsstate.storage.manifest import (
     publish_manifest,
     read_manifest,
 )
+from fsstate.store.identity import WRITER_META
 
 __all__ = [
     "FORKED_META",
     "FORKED_PATH",
     "branch_for",
+    "carried",
+    "carried_meta",
     "check_branch",
     "drop_branch",
     "fork_version",
@@ -196,3 +201,16 @@ def _check_files(fileio: FileIO, store_dir: str, manifest: Manifest) -> None:
             f"{len(missing)} file(s) (e.g. {missing[0]}) while it was forked (retention "
             "dropped it): fork a newer retained version"
         )
+
+
+def carried(manifest: Manifest | None) -> dict[str, Any]:
+    """The meta a store at ``manifest`` starts from: the version's, without its writer (a
+    writer is each commit's own: a commit nobody recorded a writer for records none)."""
+    if manifest is None:
+        return {}
+    return {k: v for k, v in manifest.meta.items() if k not in (WRITER_META, FORKED_META)}
+
+
+def carried_meta(meta: dict[str, Any]) -> dict[str, Any]:
+    """A store's meta as compared with :func:`carried` (no writer, no fork record)."""
+    return {k: v for k, v in meta.items() if k not in (WRITER_META, FORKED_META)}

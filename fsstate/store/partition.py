@@ -95,7 +95,7 @@ from fsstate.storage.manifest import (
     read_manifest,
 )
 from fsstate.storage.runs import RunContext
-from fsstate.store.branches import FORKED_META, check_branch, fork_version
+from fsstate.store.branches import carried, carried_meta, check_branch, fork_version
 from fsstate.store.catchup import apply_plan, plan_store
 from fsstate.store.commit import check_adoptable, link_to_base, seal_table, settle, table_entry
 from fsstate.store.identity import WRITER_META, json_copy, safe_name, store_dir_for
@@ -156,7 +156,7 @@ class PartitionStore(interfaces.KeyedStore):
         # small JSON values kept with each version (see Manifest.meta), carried forward but
         # for the writer of a version read from storage: a store writes as whoever sets it
         # (fsstate.store.epoch, or its caller; absent: none recorded)
-        self.meta: dict[str, Any] = _carried(manifest)
+        self.meta: dict[str, Any] = carried(manifest)
         self._entries: dict[str, TableEntry] = dict(manifest.tables) if manifest else {}
         self._tables: dict[str, TableBase] = {}
         self._dropped = False
@@ -168,7 +168,7 @@ class PartitionStore(interfaces.KeyedStore):
         self.last_used = 0
         self.controller = controller or get_controller()
         self.ctx = RunContext(fileio, self.store_dir, config, self.controller.cache)
-        self.summaries = SummaryRecorder(manifest, self.ctx.tally)  # fsstate.store.summary
+        self.summaries = SummaryRecorder(manifest, self.ctx.tally, self._tables)
         self.controller.register(self)
 
     # -- opening -------------------------------------------------------------------------------
@@ -254,9 +254,9 @@ class PartitionStore(interfaces.KeyedStore):
         for plan in plans:
             apply_plan(plan)
         self._reset_tables(target, resets)
-        self.summaries.rebase(target, self._tables)
+        self.summaries.rebase(target)
         self._manifest = target
-        self.meta = _carried(target)
+        self.meta = carried(target)
         self.version = target.version
         self.next_seq = max(self.next_seq, target.next_seq)
         self._dropped = False
@@ -452,7 +452,7 @@ class PartitionStore(interfaces.KeyedStore):
         """Whether anything changed since the store was opened or last committed."""
         if self._dropped:
             return True
-        if _carried_meta(self.meta) != _carried(self._manifest):
+        if carried_meta(self.meta) != carried(self._manifest):
             return True  # (a writer alone changes nothing)
         return any(t.dirty or (t.ttl_loaded and t.ttl_index().dirty) for t in self._tables.values())
 
@@ -485,8 +485,7 @@ class PartitionStore(interfaces.KeyedStore):
             head = (version, self.operator, self.partition, self.next_seq, tables)
             ours = Manifest(*head, meta=meta, clock_ms=self.now_ms)
             manifest = link_to_base(ours, self._manifest)
-            if self.config.record_summary:
-                ours.summary = self.summaries.build(self, ours, t0, self._compactions())
+            ours.summary = self.summaries.build(self, ours, t0)  # None: not recorded
             published = publish_manifest(self.fileio, self.store_dir, manifest, self.branch)
         except ConfigError:
             raise  # the store cannot be used as configured: retrying would not help
@@ -503,9 +502,8 @@ class PartitionStore(interfaces.KeyedStore):
         written = sum(table.bytes_written for table in sealed.values())
         self._committed(manifest, written)
         files = sum(table.files for table in sealed.values())
-        info = CommitInfo(version, files, written, (time.perf_counter() - t0) * 1000)
-        info.summary = manifest.summary
-        return info
+        ms = (time.perf_counter() - t0) * 1000
+        return CommitInfo(version, files, written, ms, summary=manifest.summary)
 
     @property
     def checksum(self) -> str | None:
@@ -546,7 +544,7 @@ class PartitionStore(interfaces.KeyedStore):
         self._commits += 1
         self._bytes_written += written
         self._retention.remember(manifest)
-        self.summaries.committed(manifest, self._tables, self._compactions())
+        self.summaries.committed(manifest)
         self._retention.after_commit(manifest, self._live_paths(), self.config)
         self.controller.touch(self)
         max_runs = self.controller.config.compaction_max_runs
@@ -560,9 +558,9 @@ class PartitionStore(interfaces.KeyedStore):
         where = self.fileio.describe(self.store_dir)
         check_adoptable(published, ours, where)
         self._reset_tables(published, list(self._tables))
-        self.summaries.rebase(published, self._tables)
+        self.summaries.rebase(published)
         self._manifest = published
-        self.meta = _carried(published)
+        self.meta = carried(published)
         self.version = published.version
         self.next_seq = max(self.next_seq, published.next_seq)
         self._dropped = False
@@ -656,16 +654,9 @@ class PartitionStore(interfaces.KeyedStore):
         :mod:`fsstate.store.retention`); returns how many were deleted."""
         return self._retention.delete_orphans(self._live_paths(), self.config.orphan_grace_ms)
 
-    def loaded_table(self, name: str) -> TableBase | None:
-        """The table ``name`` if it is loaded (None: not declared, or not read yet)."""
-        return self._tables.get(name)
-
     def listed_versions(self) -> list[int] | None:
         """The retained versions if the store knows them without listing, else None."""
         return self._retention.listed()
-
-    def _compactions(self) -> int:
-        return sum(t.compactions for t in self._tables.values())
 
     def retained_versions(self) -> list[int]:
         """Committed versions currently kept on storage, ascending."""
@@ -706,16 +697,3 @@ class PartitionStore(interfaces.KeyedStore):
     def closed(self) -> bool:
         """Whether :meth:`close` was called."""
         return self._closed
-
-
-def _carried(manifest: Manifest | None) -> dict[str, Any]:
-    """The meta a store at ``manifest`` starts from: the version's, without its writer (a
-    writer is each commit's own: a commit nobody recorded a writer for records none)."""
-    if manifest is None:
-        return {}
-    return {k: v for k, v in manifest.meta.items() if k not in (WRITER_META, FORKED_META)}
-
-
-def _carried_meta(meta: dict[str, Any]) -> dict[str, Any]:
-    """A store's meta as compared with :func:`_carried` (no writer, no fork record)."""
-    return {k: v for k, v in meta.items() if k not in (WRITER_META, FORKED_META)}

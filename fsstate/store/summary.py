@@ -53,9 +53,6 @@ class SummarySource(Protocol):
     def memory_bytes(self) -> int:
         """Bytes the store holds in memory."""
 
-    def loaded_table(self, name: str) -> TableBase | None:
-        """The table if loaded."""
-
     def table(self, name: str) -> TableBase:
         """The table, loaded if needed."""
 
@@ -66,12 +63,15 @@ class SummarySource(Protocol):
 class SummaryRecorder:
     """The summary state of one store: its base version's summary and the epoch's marks."""
 
-    def __init__(self, manifest: Manifest | None, tally: IoTally) -> None:
+    def __init__(
+        self, manifest: Manifest | None, tally: IoTally, tables: dict[str, TableBase]
+    ) -> None:
         self._tally = tally
+        self._tables = tables  # the store's loaded tables (its dict, kept up to date by it)
         self.base = manifest.summary if manifest is not None else None
         self.spills = 0
         self.bytes_spilled = 0
-        self.compactions = 0  # the store's compactions when the epoch began
+        self.at_compactions = 0  # the store's compactions when the epoch began
         self._io = (0, 0, 0, 0)
         self.last: VersionSummary | None = None  # the summary of the store's last commit
         self.mark(0)
@@ -81,7 +81,7 @@ class SummaryRecorder:
         t = self._tally
         self._io = (t.files_written, t.bytes_written, t.files_read, t.bytes_read)
         self.spills = self.bytes_spilled = 0
-        self.compactions = compactions
+        self.at_compactions = compactions
 
     def spilled(self, written: int) -> None:
         """The store spilled ``written`` bytes."""
@@ -96,25 +96,30 @@ class SummaryRecorder:
         known = self.base.tables.get(t.name) if self.base is not None else None
         t.live_rows = 0 if not entry_runs else (known.rows_total if known else None)
 
-    def rebase(self, manifest: Manifest, tables: dict[str, TableBase]) -> None:
+    def compactions(self) -> int:
+        """Compactions of the store's loaded tables so far."""
+        return sum(t.compactions for t in self._tables.values())
+
+    def rebase(self, manifest: Manifest) -> None:
         """The store is now at ``manifest`` (caught up or adopted): counts and tallies from it."""
         self.base = manifest.summary
-        for name, t in tables.items():
+        for name, t in self._tables.items():
             entry = manifest.tables.get(name)
             self.start_table(t, len(entry.runs) if entry is not None else 0)
             t.row_tally.reset()
-        self.mark(sum(t.compactions for t in tables.values()))
+        self.mark(self.compactions())
 
-    def build(
-        self, store: SummarySource, manifest: Manifest, t0: float, compactions: int
-    ) -> VersionSummary:
+    def build(self, store: SummarySource, manifest: Manifest, t0: float) -> VersionSummary | None:
         """The summary of ``manifest``, the version ``store`` is about to publish (its tables
-        sealed); ``t0`` is when the commit started (``time.perf_counter``)."""
+        sealed); ``t0`` is when the commit started (``time.perf_counter``). None when the
+        store records no summaries."""
+        if not store.config.record_summary:
+            return None
         s = VersionSummary()
         base_tables = self.base.tables if self.base is not None else {}
         tables: dict[str, TableSummary] = {}
         for name in manifest.tables:
-            t = store.loaded_table(name)
+            t = self._tables.get(name)
             known = base_tables.get(name)
             if t is None and (known is None or known.rows_total is None):
                 t = store.table(name)  # unknown: loaded to be counted once (below)
@@ -137,11 +142,11 @@ class SummaryRecorder:
         s.files_read = io.files_read - self._io[2]
         s.bytes_read = io.bytes_read - self._io[3]
         s.memory_bytes = store.memory_bytes()
-        loaded = [t for name in manifest.tables if (t := store.loaded_table(name)) is not None]
+        loaded = [t for name in manifest.tables if (t := self._tables.get(name)) is not None]
         s.memory_sealed_bytes = sum(sum(r.memory_bytes for r in t.runs) for t in loaded)
         s.memory_hot_bytes = sum(t.hot_memory_bytes() for t in loaded)
         s.spills, s.bytes_spilled = self.spills, self.bytes_spilled
-        s.compactions = max(0, compactions - self.compactions)
+        s.compactions = max(0, self.compactions() - self.at_compactions)
         refs = [r for e in manifest.tables.values() for r in (*e.runs, *e.ttl_runs)]
         sizes = {r.path: r.size_bytes for r in refs}
         s.disk_bytes, s.files_total = sum(sizes.values()), len(sizes)
@@ -149,12 +154,12 @@ class SummaryRecorder:
         s.commit_ms = (time.perf_counter() - t0) * 1000
         return s
 
-    def committed(self, manifest: Manifest, tables: dict[str, TableBase], compactions: int) -> None:
+    def committed(self, manifest: Manifest) -> None:
         """``manifest`` (built with a summary) was published: it is the base from now on."""
         self.base = self.last = manifest.summary
-        for t in tables.values():
+        for t in self._tables.values():
             t.row_tally.reset()
-        self.mark(compactions)
+        self.mark(self.compactions())
 
 
 def _retained(store: SummarySource, manifest: Manifest) -> int:

@@ -308,7 +308,7 @@ class TableBase(TableCore, interfaces.StateTable):
             self.kind, self._views, self._dirty, self._partial, self.sealed_rows
         )
         if blind:
-            delta += sum(after[k] for k in blind) - self._runs_rows(blind)
+            delta -= self._runs_rows(blind)
         return delta, written, after
 
     def _apply_count(self, delta: int, written: int, after: dict[Key, int]) -> None:

@@ -5,8 +5,9 @@ its last seal (value: 1 per key, list: 1 per element, map: 1 per entry; rows TTL
 removed yet included), and ``sealed_rows``, the same count per key for the keys whose views are
 complete, taken where the prior state is known anyway: when a view is loaded or completed, and
 at each seal for the keys it sealed. A seal adds, per dirty key once, the view's count minus
-the key's sealed count (:func:`count_dirty`); a key without one (a blind write: a value set on
-a key that was never loaded) is looked up in the runs once, in one batch per seal. Partial list
+the key's sealed count (:func:`count_dirty`; a value table's in C-level passes over the dirty
+keys, no per-key Python); a key without one (a blind write: a value set on a key that was never
+loaded) is looked up in the runs once, in one batch per seal. Partial list
 views (blind appends) add their new elements. Batched writes, range deletes, catch-up and
 adoption keep the count in :mod:`fsstate.tables.base` and :mod:`fsstate.tables.batched`.
 
@@ -23,6 +24,8 @@ Invariants:
 
 from __future__ import annotations
 
+from itertools import compress, repeat
+from operator import is_
 from typing import Any
 
 from fsstate.format.schema import KIND_LIST, KIND_MAP, KIND_VALUE
@@ -30,6 +33,7 @@ from fsstate.format.tombstones import ABSENT
 from fsstate.interfaces import Key
 
 NEVER_MS = -(2**62)  # a clock at which nothing has expired: physical live rows
+_BLIND = 1 << 48  # weighs a key without a sealed count in one summing pass (> any key count)
 
 
 class RowTally:
@@ -61,23 +65,14 @@ def count_dirty(
     partial: set[Key],
     sealed: dict[Key, int],
 ) -> tuple[int, int, dict[Key, int], list[Key]]:
-    """What sealing ``dirty`` changes: (live-row delta of the keys with a sealed count, rows
-    written, the new sealed counts, the keys without a sealed count whose delta is the new
-    count minus their count in the runs); nothing is changed."""
+    """What sealing ``dirty`` changes: (live-row delta, counting the keys without a sealed
+    count as if they had none in the runs; rows written; the new sealed counts; those keys,
+    whose runs' count the caller subtracts from the delta); nothing is changed."""
+    if kind == KIND_VALUE:
+        return _count_values(views, dirty, sealed)
     delta = written = 0
     after: dict[Key, int] = {}
     blind: list[Key] = []
-    if kind == KIND_VALUE:
-        for k in dirty:
-            n = 0 if views[k] is ABSENT else 1
-            written += n
-            before = sealed.get(k)
-            if before is None:
-                blind.append(k)
-            else:
-                delta += n - before
-            after[k] = n
-        return delta, written, after, blind
     for k, (_clear, touched) in dirty.items():
         view = views[k]
         if kind == KIND_MAP:
@@ -94,7 +89,25 @@ def count_dirty(
         before = sealed.get(k)
         if before is None:
             blind.append(k)
-        else:
-            delta += n - before
+            before = 0
+        delta += n - before
         after[k] = n
     return delta, written, after, blind
+
+
+def _count_values(
+    views: dict[Key, Any], dirty: dict[Key, Any], sealed: dict[Key, int]
+) -> tuple[int, int, dict[Key, int], list[Key]]:
+    """:func:`count_dirty` of a value table without a per-key Python loop: C-level passes
+    over the dirty keys (the new counts, the absent ones, the sum of the sealed counts, in
+    which a key without one weighs ``_BLIND``; their set difference only if there are any)."""
+    after = dict.fromkeys(dirty, 1)
+    gone = dict.fromkeys(
+        compress(dirty, map(is_, map(views.__getitem__, dirty), repeat(ABSENT))), 0
+    )
+    if gone:
+        after.update(gone)
+    written = len(after) - len(gone)
+    blind_n, before = divmod(sum(map(sealed.get, dirty, repeat(_BLIND))), _BLIND)
+    blind = list(dirty.keys() - sealed.keys()) if blind_n else []
+    return written - before, written, after, blind

@@ -7,7 +7,10 @@ commits, with spills under a small memory budget, compaction and restarts from s
 checks each version: ``rows_total`` equals the rows a full read of the version finds (and the
 model's), ``rows_removed`` / ``rows_expired`` the model's, ``rows_updated`` the model's when
 every seal was one the model saw, ``bytes_written`` / ``files_written`` the new files on
-storage, ``disk_bytes`` / ``files_total`` the manifest's files as storage lists them.
+storage, ``disk_bytes`` / ``files_total`` the manifest's files as storage lists them. One
+seed also runs on the S3 server. Directed cases check the exact ``rows_total`` of a store that
+caught up from an older version, of a branch fork, and of a parent version without a summary
+(counted once, then carried).
 """
 
 from __future__ import annotations
@@ -25,7 +28,10 @@ from fsstate.config import EngineConfig
 from fsstate.controller import MemoryController
 from fsstate.stats import VersionSummary
 from fsstate.storage.fileio import FileIO
+from fsstate.storage.location import Location
 from fsstate.storage.manifest import read_manifest, read_summary
+from fsstate.store.branches import fork_version
+from tests.support.plugin import s3_options
 from tests.support.summary_model import ModelTable
 
 OP, PART = "op", 0
@@ -44,10 +50,10 @@ def _seeds() -> list[int]:
 class Run:
     """One random run: the engine store, the model and the checks."""
 
-    def __init__(self, root: Path, seed: int) -> None:
+    def __init__(self, root: Path | Location, seed: int) -> None:
         self.rng = random.Random(seed)
-        self.root = str(root)
-        self.fileio = FileIO(self.root)
+        self.fileio = FileIO(root if isinstance(root, Location) else str(root))
+        self.root = self.fileio
         self.controller = MemoryController(
             EngineConfig(
                 memory_limit_bytes=1024 * 1024,
@@ -213,3 +219,110 @@ def test_summaries_match_model_and_storage(tmp_path: Path, seed: int) -> None:
         raise AssertionError(f"seed {seed} (replay: FSSTATE_TEST_SEED={seed}): {exc}") from exc
     finally:
         run.store.close()
+
+
+def test_summaries_on_s3(s3_server: Any, s3_uri: str) -> None:
+    """One seed of the random run on the S3 server (fewer epochs: every check lists it)."""
+    run = Run(Location.parse(s3_uri, s3_options(s3_server)), 1)
+    try:
+        for _ in range(5):
+            run.epoch()
+    finally:
+        run.store.close()
+
+
+# -- directed cases: catch-up, fork, a parent without a summary ---------------------------------
+
+
+def _declare(store: PartitionStore) -> PartitionStore:
+    store.value_table("v", VAL, KEY)
+    store.map_table("m", VAL, KEY, UKEY)
+    store.list_table("l", VAL, KEY)
+    return store
+
+
+def _write(store: PartitionStore, step: int) -> None:
+    """Blind and loaded value writes, deletes, map entries and list appends (step-dependent)."""
+    v: Any = store.table("v")
+    m: Any = store.table("m")
+    lst: Any = store.table("l")
+    for i in range(step * 7, step * 7 + 30):
+        v.update((i,), (step,))
+        m.update((i % 9,), (i % 4,), (step,))
+        lst.append((i % 5,), (i,))
+    for i in range(0, step * 7, 3):
+        v.clear((i,))
+        m.remove((i % 9,), (1,))
+    v.put_many(pa.table({"k": [1, 2, 2, 500 + step]}), pa.table({"x": [7, 7, 8, 9]}))
+
+
+def _assert_exact(fileio: FileIO, version: int, branch: str = "") -> VersionSummary:
+    """The version's summary counts every table's live rows exactly (a full read)."""
+    s = read_summary(fileio, f"{OP}/{PART}", version, branch)
+    assert s is not None
+    fresh = _declare(PartitionStore.open(fileio, OP, PART, version, branch=branch))
+    try:
+        for name in ("v", "m", "l"):
+            read = fresh.table(name).scan().num_rows  # type: ignore[attr-defined]
+            assert s.tables[name].rows_total == read, (version, branch, name)
+    finally:
+        fresh.close()
+    assert s.rows_total == sum(t.rows_total or 0 for t in s.tables.values())
+    return s
+
+
+def test_catch_up_counts_exactly(tmp_path: Path) -> None:
+    fileio = FileIO(str(tmp_path))
+    writer = _declare(PartitionStore.open(fileio, OP, PART, None))
+    _write(writer, 0)
+    writer.commit(0)
+    reader = _declare(PartitionStore.open(fileio, OP, PART, 0))
+    reader.table("v").get((3,))  # type: ignore[attr-defined]  # a loaded view to keep
+    for v in range(1, 4):
+        _write(writer, v)
+        writer.commit(v)
+    writer.close()
+    assert reader.refresh(3)
+    _write(reader, 4)
+    info = reader.commit(4)
+    reader.close()
+    s = _assert_exact(fileio, 4)
+    assert info.summary == s
+    assert s.tables["v"].rows_updated > 0
+
+
+def test_fork_counts_exactly(tmp_path: Path) -> None:
+    fileio = FileIO(str(tmp_path))
+    store = _declare(PartitionStore.open(fileio, OP, PART, None))
+    for v in range(3):
+        _write(store, v)
+        store.commit(v)
+    store.close()
+    fork_version(fileio, f"{OP}/{PART}", 1, branch="b1")
+    forked = _declare(PartitionStore.open(fileio, OP, PART, 1, branch="b1"))
+    _write(forked, 5)
+    forked.commit(2)
+    forked.close()
+    _assert_exact(fileio, 2, "b1")
+    _assert_exact(fileio, 2)  # the trunk's version 2 is its own
+
+
+def test_parent_without_summary_is_counted_once(tmp_path: Path) -> None:
+    fileio = FileIO(str(tmp_path))
+    old = _declare(PartitionStore.open(fileio, OP, PART, None, StoreConfig(record_summary=False)))
+    for v in range(2):
+        _write(old, v)
+        old.commit(v)
+    old.close()
+    assert read_summary(fileio, f"{OP}/{PART}", 1) is None
+    store = PartitionStore.open(fileio, OP, PART, 1)
+    store.value_table("v", VAL, KEY)  # "m" and "l" stay unloaded: loaded to be counted
+    for i in range(40):
+        store.table("v").update((i,), (2,))  # type: ignore[attr-defined]  # blind writes
+    store.commit(2)
+    first = _assert_exact(fileio, 2)
+    assert all(t.rows_total is not None for t in first.tables.values())
+    _write(_declare(store), 3)
+    store.commit(3)
+    store.close()
+    _assert_exact(fileio, 3)
