@@ -2,9 +2,11 @@
 
 It writes a few micro-batches of synthetic clicks under ``demo_state/input``, runs the
 ``SessionTracker`` processor with ``tiered(...)`` (state under ``demo_state/state``), prints
-each micro-batch's output, then the state on storage: files, bytes, committed versions and
-per-table rows of every partition store. Everything lives under ``demo_state/``, which is
-recreated on every run.
+each micro-batch's output, fsstate's figures of every batch (live rows, rows updated, removed
+and expired, bytes written, commit time: :func:`fsstate_spark.metrics.listen`, whose JSON lines
+also go to ``demo_state/fsstate-progress.jsonl``), then the state on storage: files, bytes,
+committed versions and per-table rows of every partition store. Everything lives under
+``demo_state/``, which is recreated on every run.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from devkit.spark_local import local_session, write_batches
 from examples.session_tracker import INPUT_SCHEMA, OUTPUT_SCHEMA, SessionTracker
 from fsstate import PartitionStore
 from fsstate_spark import state_summary, tiered
+from fsstate_spark.metrics import BatchProgress, listen
 
 DEMO_DIR = ROOT / "demo_state"
 BATCHES = 4
@@ -98,6 +101,20 @@ def run_demo_query(
     return done, time.monotonic() - started
 
 
+def print_figures(reports: list[BatchProgress], lines: Path) -> None:
+    """fsstate's figures of each batch, as the listener reported them."""
+    print(f"\n== fsstate's figures per batch (the listener's JSON lines: {lines.name})")
+    print(f"   {'batch':>5} {'rows':>5} {'updated':>7} {'removed':>7} {'expired':>7} "
+          f"{'written':>9} {'commit ms':>9}")  # fmt: skip
+    for p in sorted(reports, key=lambda r: r.batch_id):
+        for op in p.operators:
+            m = op.to_json()
+            custom = m["customMetrics"]
+            print(f"   {p.batch_id:>5} {m['numRowsTotal']:>5} {m['numRowsUpdated']:>7} "
+                  f"{m['numRowsRemoved']:>7} {custom['rowsExpired']:>7} "
+                  f"{custom['bytesWritten']:>9} {m['commitTimeMs']:>9.1f}")  # fmt: skip
+
+
 def main(state_uri: str | None = None) -> None:
     """Run the demo query and print what happened.
 
@@ -120,7 +137,15 @@ def main(state_uri: str | None = None) -> None:
         if len(rows) > 6:
             print(f"   ... {len(rows) - 6} more")
 
+    reports: list[BatchProgress] = []
+    lines = DEMO_DIR / "fsstate-progress.jsonl"
+    listener = listen(spark, lines, sinks=[reports.append])
     done, elapsed = run_demo_query(spark, DEMO_DIR, state_uri, show)
+    deadline = time.monotonic() + 10  # Spark's listener bus delivers progress asynchronously
+    while len(reports) < len(done) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    spark.streams.removeListener(listener)
+    print_figures(reports, lines)
     print(f"\n== {len(done)} micro-batches in {elapsed:.1f}s; state on storage:")
     summary = state_summary(state_uri)
     print(summary.format())
