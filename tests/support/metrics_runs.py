@@ -28,6 +28,7 @@ from pyspark.sql.streaming.stateful_processor import StatefulProcessor, Stateful
 from devkit.spark_local import session_conf, write_batches
 from fsstate.inspect import Snapshot
 from fsstate.storage.fileio import FileIO
+from fsstate.storage.location import Location
 from fsstate.storage.manifest import read_manifest
 from fsstate.store.identity import store_dir_for
 from fsstate_spark.metrics import BatchProgress, progress, progress_history
@@ -130,10 +131,11 @@ def run_query(
     listen_path: Path | None = None,
     batches: list[list[dict[str, Any]]] = LEDGER_BATCHES,
 ) -> dict[str, Any]:
-    """Run ``processor`` (a ``tiered()`` one, or a plain one in a flow) over ``batches``; return ``{"query", "history", "last", "written", "root",
-    "fileio"}``: the query id, ``progress_history``, ``progress`` after the run, the data files
-    each batch wrote (listed by the sink around its computation), and where the operators'
-    state is (a ``tiered()`` query's: its state root's ``<query id>``).
+    """Run ``processor`` (a ``tiered()`` one, or a plain one in a flow) over ``batches``;
+    return ``{"query", "history", "last", "written", "root", "fileio"}``: the query id,
+    ``progress_history``, ``progress`` after the run, the data files each batch wrote (listed
+    by the sink around its computation), and where the operators' state is (a ``tiered()``
+    query's: its state root's ``<query id>``).
 
     The sink lists the whole state root and writes each batch's new files to
     ``<work>/written/<batch>.json``: on Spark Connect it runs in a Python process of the server,
@@ -148,23 +150,11 @@ def run_query(
     out_dir.mkdir(parents=True, exist_ok=True)
     frame = spark.readStream.schema("k STRING, v BIGINT").option("maxFilesPerTrigger", 1)
     grouped = frame.json(str(inputs)).groupBy("k")
-    if flow:
-        stage = ops.transform_with_state_in_pandas(
-            grouped, processor, OUTPUT, "Update", "ProcessingTime"
-        )
-        flow_writer = ops.write_stream(
-            stage,
-            checkpoint_location=str(checkpoint),
-            sink=lambda batch, batch_id: sink(batch, batch_id),
-            partitions=2,
-            tasks=2,
-            state_uri=state_uri,
-            **SPILL_BUDGET,
-        )
-        root = flow_writer.fsstate_driver.config.root  # type: ignore[union-attr]
+    if flow:  # the flow's state root is known once its writer exists: list all of ``work``
+        listed = Location.parse(state_uri if state_uri is not None else str(work))
     else:
         root = StateSettings(processor.config.state_uri, location=processor.config.root).root
-    listed = root  # the whole state root (a tiered() query's directory is not known yet)
+        listed = root  # the whole state root (a tiered() query's directory is not known yet)
 
     def sink(batch: DataFrame, batch_id: int) -> None:
         before = data_files(fileio_for(listed, False), "")
@@ -176,7 +166,19 @@ def run_query(
 
     listener = listen(spark, listen_path) if listen_path is not None else None
     if flow:
-        writer = flow_writer
+        stage = ops.transform_with_state_in_pandas(
+            grouped, processor, OUTPUT, "Update", "ProcessingTime"
+        )
+        writer = ops.write_stream(
+            stage,
+            checkpoint_location=str(checkpoint),
+            sink=sink,
+            partitions=2,
+            tasks=2,
+            state_uri=state_uri,
+            **SPILL_BUDGET,
+        )
+        root = writer.fsstate_driver.config.root  # type: ignore[union-attr]
     else:
         out = grouped.transformWithStateInPandas(processor, OUTPUT, "Update", "ProcessingTime")
         writer = out.writeStream.foreachBatch(sink).option("checkpointLocation", str(checkpoint))

@@ -106,7 +106,7 @@ def test_figures_on_a_spark_connect_client(spark: SparkSession, tmp_path: Path) 
     assert json.loads(lines[-1].removeprefix("RESULT "))["session"] == (
         "pyspark.sql.connect.session"
     )
-    for product in ("tiered", "flow"):
+    for product in ("flow", "tiered"):
         result = pickle.loads((work / f"{product}.pickle").read_bytes())
         result["fileio"] = fileio_for(result["root"], False)
         history = check_figures(result, "Ledger", product)
