@@ -82,12 +82,16 @@ SUITES = (
     "tests/fsstate_spark/tiered/test_lineage.py::"
     "test_a_copied_checkpoint_continues_with_state_of_its_own[pandas-fast-local]",
     "tests/fsstate_spark/test_fork.py::test_fork_and_rollback_equal_a_copied_checkpoint",
+    "tests/fsstate_spark/metrics/test_progress.py::"
+    "test_tiered_figures_equal_the_state_both_loops[fast-local]",
 )
 """The suites every other minor runs: the UDF-safety test, ``tiered()`` equivalence on both
 loops (against Spark's handles), the flow driver's (against Spark's operator), the state
-sources, and state that follows its checkpoint (a copied checkpoint; a fork and a roll-back
+sources, state that follows its checkpoint (a copied checkpoint; a fork and a roll-back
 cut of Spark's checkpoint files, equal to a copy with Spark's handles: the lineage reads
-PySpark's state-server client, and the cut knows each release's file names)."""
+PySpark's state-server client, and the cut knows each release's file names), and
+``tiered()``'s figures on the keyed loop, which come back to the driver through Spark's
+accumulator (each minor's task-side accumulator updates differ)."""
 
 OTHER_PYTHON_SUITES = SUITES[:3]
 """What the default PySpark runs on the other Pythons (the same release's protocol as ``make

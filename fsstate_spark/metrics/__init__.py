@@ -8,7 +8,7 @@
   line per batch (and calling any sinks).
 
 Spark's own progress (``StreamingQueryProgress.stateOperators``, ``observedMetrics``) does not
-carry these figures: see ``docs/_observed_metrics.md``.
+carry these figures: see docs/monitoring.md, "Why not Spark's own progress".
 """
 
 from __future__ import annotations

