@@ -54,6 +54,7 @@ UNITS = {
     "name": "letters, digits, `. _ = -`",
     "partitions": "partitions (key groups)",
     "tasks": "Spark tasks per stage",
+    "metrics": "flag: true/false, 1/0, yes/no, on/off",
 }
 SHARED_DOCS = {
     "state_uri": "Where the state lives; the stores of a `tiered()` query are under "
@@ -62,6 +63,10 @@ SHARED_DOCS = {
     "spill buffers; state beyond it is spilled to Parquet.",
     "max_cached_stores": "Committed stores a worker keeps to reuse in the next micro-batch "
     "(least recently used closed beyond that; 0 disables reuse).",
+    "metrics": "Record each version's summary (rows, bytes, memory, spill, commit time) and "
+    "send it to the driver with the task's receipt, for `fsstate_spark.progress`, the "
+    "listener and Prometheus ([monitoring](../monitoring.md)); `false`: nothing is recorded "
+    "or reported.",
     "storage_options": "Object store settings; they travel to the workers with the processor "
     "or the flow, and win over `spark.fsstate.storage.<name>`, the URI and the environment.",
 }
@@ -71,6 +76,7 @@ DEFAULTS = {
     "memory_limit": "`FSSTATE_MEMORY_LIMIT`, else 1 GiB",
     "storage_options": "none",
     "name": "the processor's class name",
+    "metrics": "true",
 }
 
 
