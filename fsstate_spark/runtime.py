@@ -5,8 +5,14 @@ Measured on pyspark 4.3 (local mode and local-cluster):
 
 * a streaming task carries the micro-batch id (local property ``streaming.sql.batchId``), the
   query id (``sql.streaming.queryId``) and the run id (``spark.jobGroup.id``, new per start);
-  ``foreachBatch`` jobs carry them too, so tasks of a flow's stages see the batch id;
+  classic ``foreachBatch`` jobs carry them too, so tasks of a flow's stages see the batch id;
 * a bounded (batch) DataFrame's tasks have a TaskContext but no batch id; the driver has none.
+* Spark Connect's ``foreachBatch`` runs the batch's DataFrame as a job of its own, from a
+  Python process of the server: its tasks carry the query session's SQL confs (below) but no
+  batch id, query id or run id (measured on 4.3: a ``tiered()`` task there saw
+  ``spark.sql.streaming.internal.stateStore.partitions`` and no ``streaming.sql.batchId``).
+  Such a task is :attr:`TaskMode.UNNUMBERED`: it runs a micro-batch whose number it cannot
+  know, so nothing can be committed as that batch's version.
 * a streaming task carries the SQL confs of its query's session as local properties; among
   them Spark's internal ``spark.sql.streaming.internal.stateStore.partitions``, the partition
   count of the query's state stores as restored from the checkpoint (a restart with another
@@ -51,6 +57,7 @@ class TaskMode(str, Enum):
     DRIVER = "driver"  # no TaskContext: Spark collects schemas
     BOUNDED = "bounded"  # a batch DataFrame: no batch id
     STREAMING = "streaming"  # a micro-batch of a streaming query
+    UNNUMBERED = "unnumbered"  # a micro-batch's job without its id (Connect's foreachBatch)
 
     def __str__(self) -> str:
         return self.value
@@ -86,7 +93,10 @@ def current_task() -> TaskInfo:
         return TaskInfo(TaskMode.DRIVER)
     batch = tc.getLocalProperty(BATCH_ID_PROPERTY)
     if batch is None or batch == "":
-        return TaskInfo(TaskMode.BOUNDED, tc.partitionId(), attempt=tc.attemptNumber())
+        # a streaming query's session conf without the batch's id: Connect's foreachBatch
+        streaming = bool(tc.getLocalProperty(PARTITIONS_PROPERTY))
+        mode = TaskMode.UNNUMBERED if streaming else TaskMode.BOUNDED
+        return TaskInfo(mode, tc.partitionId(), attempt=tc.attemptNumber())
     query_id = tc.getLocalProperty(QUERY_ID_PROPERTY) or "unknown-query"
     run_id = tc.getLocalProperty(RUN_ID_PROPERTY) or None
     parts = tc.getLocalProperty(PARTITIONS_PROPERTY) or ""

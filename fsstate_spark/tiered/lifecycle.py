@@ -62,6 +62,10 @@ Rules that follow (the invariants of this module):
   in the checkpoint by it.
 * Driver (no TaskContext): an in-memory store, nothing opened on storage.
 * Bounded input (no batch id): an in-memory store that keeps only the current key's state.
+* A micro-batch run without its batch id (Spark Connect's ``foreachBatch``:
+  :attr:`fsstate_spark.runtime.TaskMode.UNNUMBERED`) raises :class:`fsstate.errors.ConfigError`
+  before anything is read or written: its state could be neither restored nor committed, and
+  an in-memory store would silently forget it between batches.
 """
 
 from __future__ import annotations
@@ -374,6 +378,15 @@ def open_store(
             (None: not available; :mod:`fsstate_spark.tiered.lineage`).
         planned_ms: when Spark planned the batch (recorded with the version).
     """
+    if task.mode == TaskMode.UNNUMBERED:
+        raise ConfigError(
+            f"tiered() state {config.name!r}: this micro-batch runs without its batch id (a "
+            "foreachBatch sink on Spark Connect runs the batch's DataFrame as a job of its "
+            "own), so its state can be neither restored nor committed: on Spark Connect give "
+            "a tiered() query another sink (writeStream.format(...), toTable, foreach), or run "
+            "the processor on fsstate's flow driver (fsstate_spark.operators.write_stream), "
+            "whose sink runs on Connect"
+        )
     if task.mode == TaskMode.STREAMING:
         t0 = time.perf_counter()
         try:

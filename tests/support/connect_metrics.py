@@ -6,7 +6,8 @@ Python process is either a classic or a Connect client)::
     SPARK_REMOTE=sc://localhost:PORT/;token=... python -m tests.support.connect_metrics --work DIR
 
 It runs :class:`tests.support.metrics_runs.Ledger` under ``tiered()`` (fsstate's keyed loop)
-and in a flow with :func:`tests.support.metrics_runs.run_query`, each with :func:`listen`
+and in a flow with :func:`tests.support.metrics_runs.run_query` (a ``foreachBatch`` sink, which
+``tiered()`` refuses on Connect: the query's error is pickled instead), each with :func:`listen`
 writing ``<work>/<product>.jsonl`` in this process, and pickles what the client reported
 (``progress_history``, ``progress``, the files each batch wrote, where the state is) to
 ``<work>/<product>.pickle`` for the test to compare with the truth it reads itself. Prints
@@ -52,8 +53,11 @@ def main(argv: list[str] | None = None) -> int:
         ),
     }
     for product, run in runs.items():
-        result = run()
-        del result["fileio"]  # the test makes its own
+        try:
+            result = run()
+        except AssertionError as exc:  # the query failed: its error, for the test
+            result = {"error": str(exc)}
+        result.pop("fileio", None)  # the test makes its own
         (work / f"{product}.pickle").write_bytes(pickle.dumps(result))
     print("RESULT " + json.dumps({"session": type(spark).__module__}), flush=True)
     spark.stop()

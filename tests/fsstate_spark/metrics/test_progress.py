@@ -89,8 +89,10 @@ def _budget_reclaimed(history: list[BatchProgress]) -> None:
 
 def test_figures_on_a_spark_connect_client(spark: SparkSession, tmp_path: Path) -> None:
     """A Connect client (its own process, served from the suite's JVM) has no accumulators:
-    ``progress`` reads every partition's manifest, and its figures equal the truth read here;
-    ``listen()`` runs in the client and writes the same figures as JSON lines."""
+    a flow's ``progress`` reads every partition's manifest, and its figures equal the truth
+    read here; ``listen()`` runs in the client and writes the same figures as JSON lines. A
+    ``tiered()`` query with a ``foreachBatch`` sink fails there with a typed error (its
+    batches run without their ids)."""
     from fsstate_spark.runtime import fileio_for
     from tests.support.connect_flows import connect_server
 
@@ -106,19 +108,18 @@ def test_figures_on_a_spark_connect_client(spark: SparkSession, tmp_path: Path) 
     assert json.loads(lines[-1].removeprefix("RESULT "))["session"] == (
         "pyspark.sql.connect.session"
     )
-    for product in ("flow", "tiered"):
-        result = pickle.loads((work / f"{product}.pickle").read_bytes())
-        result["fileio"] = fileio_for(result["root"], False)
-        if product == "tiered" and not result["history"]:
-            # found with this test: tiered() from a Connect client served by the suite's JVM
-            # (spark.python.worker.module = fsstate's keyed loop) outputs the right rows but
-            # writes no fsstate state at all (a local[2] Connect server of its own does:
-            # test_connect.py); the flow above is checked in full
-            pytest.xfail("tiered() over Connect on the suite's JVM writes no fsstate state")
-        history = check_figures(result, "Ledger", product)
-        assert [b.manifest_reads for b in history] == [2] * len(history)  # no receipts
-        assert result["last"].manifest_reads == 2
-        _lines_equal_history(work / f"{product}.jsonl", result["query"], history)
+    # found with this test: Connect's foreachBatch runs the batch's DataFrame without the
+    # batch's id, and tiered() used to keep such a batch's state in memory only (silently lost
+    # between batches); it now refuses, naming the way out
+    refused = pickle.loads((work / "tiered.pickle").read_bytes())
+    assert "without its batch id" in refused.get("error", ""), refused
+    assert "foreachBatch sink on Spark Connect" in refused["error"]
+    result = pickle.loads((work / "flow.pickle").read_bytes())
+    result["fileio"] = fileio_for(result["root"], False)
+    history = check_figures(result, "Ledger", "flow")
+    assert [b.manifest_reads for b in history] == [2] * len(history)  # no receipts
+    assert result["last"].manifest_reads == 2
+    _lines_equal_history(work / "flow.jsonl", result["query"], history)
 
 
 def test_a_batch_spilling_within_itself(spark: SparkSession, tmp_path: Path) -> None:
