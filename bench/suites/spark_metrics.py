@@ -7,12 +7,14 @@ StreamingQueryListener computing each batch's :class:`fsstate_spark.metrics.mode
 writing its JSON line and feeding a Prometheus exporter) cost at most 2 % of batch time, at 4
 and at 200 partitions.
 
-Per cell (50k rows per batch over 25k keys, Row running aggregate; 4 and 200 partitions), four
-queries run side by side in one SparkSession (local[2]), each on its own hard links of the same
-Parquet batch files, taking turns to go first: ``tiered()`` on fsstate's keyed loop and the flow
-driver, each with metrics on (the session's listener reports it, JSON lines and Prometheus
+Per cell (50k rows per batch over 25k keys, Row running aggregate; 4 and 200 partitions) and
+product (``tiered()`` on fsstate's keyed loop, the flow driver), two queries run side by side in
+one SparkSession (local[2]), each on its own hard links of the same Parquet batch files, taking
+turns to go first: metrics on (the session's listener reports it, JSON lines and a Prometheus
 sink) and off (``metrics=False``: no summary recorded, no receipt, the listener skips the
-query).
+query). A batch's time is Spark's ``triggerExecution``, read from ``lastProgress`` (a query
+runs a batch only when handed a file, so its last progress is that batch's; polling
+``recentProgress`` converts every kept progress on each call and loaded the driver).
 
 Rows: per product and cell, ``metrics on / metrics off`` batch time, paired by batch (goal
 <= 1.02); and each query's batch time (informative).
@@ -37,12 +39,7 @@ import pyarrow.parquet as pq
 
 from bench.harness.common import BenchContext, Result, median, ratio_result, spread_text
 from bench.harness.operator_queries import INPUT_SCHEMA, RunningAggRow, batch_table
-from bench.harness.processor_queries import (
-    OUTPUT_DDL,
-    ChecksumSink,
-    expected_checksum,
-    wait_batch,
-)
+from bench.harness.processor_queries import OUTPUT_DDL, ChecksumSink, expected_checksum
 from bench.harness.spark import hand_in, require_pyspark, session, stop_queries
 
 SUITE = "spark_metrics"
@@ -125,6 +122,24 @@ def _start(spark: Any, job: _Job, cell: Cell) -> None:
     job.query = writer.queryName(job.name).trigger(processingTime=TRIGGER).start()
 
 
+def _wait(job: _Job, batch: int, rows: int) -> float:
+    """The query's ``triggerExecution`` (ms) of ``batch``, once its input rows are in."""
+    import time
+
+    deadline = time.monotonic() + 900
+    while True:
+        p = job.query.lastProgress
+        if p is not None and int(p["batchId"]) == batch and int(p.get("numInputRows") or 0):
+            if int(p["numInputRows"]) != rows:
+                raise RuntimeError(f"{job.name}: batch {batch} read {p['numInputRows']} rows")
+            return float(p["durationMs"]["triggerExecution"])
+        if job.query.exception() is not None:
+            raise RuntimeError(f"{job.name} failed: {job.query.exception()}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{job.name}: batch {batch} did not finish")
+        time.sleep(0.05)
+
+
 def _feed(ctx: BenchContext, cell: Cell, jobs: list[_Job], source: Path, batches: int) -> pa.Table:
     """Every batch to every query, one query at a time (the order rotating); returns the last
     batch's expected checksum inputs."""
@@ -136,9 +151,7 @@ def _feed(ctx: BenchContext, cell: Cell, jobs: list[_Job], source: Path, batches
         pq.write_table(table, path)
         for job in jobs[b % len(jobs) :] + jobs[: b % len(jobs)]:
             hand_in(path, job.input_dir / path.name, 1_600_000_000 + 10 * b)
-            job.wall_ms[b], rows = wait_batch(job.query, job.name, b, cell.rows)
-            if rows != cell.rows:
-                raise RuntimeError(f"{job.name}: batch {b} read {rows} rows, not {cell.rows}")
+            job.wall_ms[b] = _wait(job, b, cell.rows)
             ctx.log(f"  {cell.label} batch {b} {job.name:<28} {job.wall_ms[b] / 1000:7.2f} s")
     want = expected_checksum(inputs)
     for job in jobs:
@@ -171,18 +184,20 @@ def _run_cell(
         for p in PRODUCTS
         for s in SIDES
     ]
-    source = scratch / "batches"
-    source.mkdir(parents=True)
     spark.conf.set("spark.sql.shuffle.partitions", str(cell.partitions))
-    try:
-        for job in jobs:
-            job.input_dir.mkdir(parents=True)
-            _start(spark, job, cell)
-        _feed(ctx, cell, jobs, source, batches)
-    finally:
-        for job in jobs:
-            if job.query is not None:
-                job.query.stop()
+    for product in PRODUCTS:  # a pair at a time: on and off, side by side
+        pair = [j for j in jobs if j.product == product]
+        source = scratch / f"batches-{product}"
+        source.mkdir(parents=True)
+        try:
+            for job in pair:
+                job.input_dir.mkdir(parents=True)
+                _start(spark, job, cell)
+            _feed(ctx, cell, pair, source, batches)
+        finally:
+            for job in pair:
+                if job.query is not None:
+                    job.query.stop()
     reported = _reported(lines)
     for job in jobs:
         got = reported.get(job.name, set())

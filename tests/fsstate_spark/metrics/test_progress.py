@@ -93,7 +93,7 @@ def test_figures_on_a_spark_connect_client(spark: SparkSession, tmp_path: Path) 
     a flow's ``progress`` reads every partition's manifest, and its figures equal the truth
     read here; ``listen()`` runs in the client and writes the same figures as JSON lines. A
     ``tiered()`` query with a ``foreachBatch`` sink fails there with a typed error (its
-    batches run without their ids)."""
+    batches run without their ids); with Spark's memory sink its figures equal the truth."""
     from fsstate_spark.runtime import fileio_for
     from tests.support.connect_flows import connect_server
 
@@ -115,6 +115,10 @@ def test_figures_on_a_spark_connect_client(spark: SparkSession, tmp_path: Path) 
     refused = pickle.loads((work / "tiered.pickle").read_bytes())
     assert "without its batch id" in refused.get("error", ""), refused
     assert "foreachBatch sink on Spark Connect" in refused["error"]
+    on_memory = pickle.loads((work / "tiered-memory.pickle").read_bytes())
+    on_memory["fileio"] = fileio_for(on_memory["root"], False)
+    history = check_figures(on_memory, "Ledger", "tiered")  # another sink: it works there
+    assert [b.manifest_reads for b in history] == [2] * len(history)  # no receipts
     result = pickle.loads((work / "flow.pickle").read_bytes())
     result["fileio"] = fileio_for(result["root"], False)
     history = check_figures(result, "Ledger", "flow")
