@@ -65,7 +65,7 @@ SHARED_DOCS = {
     "(least recently used closed beyond that; 0 disables reuse).",
     "metrics": "Record each version's summary (rows, bytes, memory, spill, commit time) and "
     "send it to the driver with the task's receipt, for `fsstate_spark.progress`, the "
-    "listener and Prometheus ([monitoring](../monitoring.md)); `false`: nothing is recorded "
+    "listener and Prometheus ([monitoring](monitoring.md)); `false`: nothing is recorded "
     "or reported.",
     "storage_options": "Object store settings; they travel to the workers with the processor "
     "or the flow, and win over `spark.fsstate.storage.<name>`, the URI and the environment.",
