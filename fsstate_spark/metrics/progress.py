@@ -253,13 +253,6 @@ def _flow_operators(known: Known, query_id: str, batch: int) -> list[_Operator]:
     return out
 
 
-def _summary_of(manifest: Any) -> Mapping[str, Any] | None:
-    summary = getattr(manifest, "summary", None)
-    if summary is None or isinstance(summary, Mapping):
-        return summary
-    return summary.to_json()  # type: ignore[no-any-return]
-
-
 def _read_partition(op: _Operator, partition: int, batch: int) -> PartitionMetrics | None:
     """A partition's figures from its manifest of version ``batch`` (None: no such version,
     no summary, or unreadable)."""
@@ -268,8 +261,8 @@ def _read_partition(op: _Operator, partition: int, batch: int) -> PartitionMetri
         manifest = read_manifest(op.fileio, store_dir_for(op.name, partition, op.layout), batch)
     except FsStateError:
         return None
-    summary = _summary_of(manifest)
-    return None if summary is None else PartitionMetrics(partition, batch, summary)
+    summary = manifest.summary
+    return None if summary is None else PartitionMetrics(partition, batch, summary.to_json())
 
 
 def _resolve_layout(op: _Operator, batch: int) -> None:

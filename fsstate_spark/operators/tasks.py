@@ -121,7 +121,7 @@ def _receipt(result: EpochResult) -> dict[str, Any]:
     """A task's receipt: the version's meta, with its summary and the commit's duration (the
     driver's figures, :mod:`fsstate_spark.receipts`; no summary when it recorded none)."""
     out = dict(result.meta or {})
-    summary = getattr(result.commit, "summary", None)
+    summary = result.commit.summary
     if summary is not None:
         out[SUMMARY_KEY] = summary.to_json()
     out[COMMIT_MS_KEY] = round(result.commit_ms, 3)

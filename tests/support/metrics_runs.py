@@ -196,7 +196,7 @@ def run_query(
     finally:
         query.stop()
         if listener is not None:
-            time.sleep(0.5)  # the listener bus delivers the last progress event
+            _await_lines(listen_path, len(batches))  # the bus delivers progress asynchronously
             spark.streams.removeListener(listener)
     assert query.exception() is None, query.exception()
     written = {int(f.stem): json.loads(f.read_text()) for f in out_dir.glob("*.json")}
@@ -208,6 +208,16 @@ def run_query(
         "root": root,
         "fileio": fileio_for(root, False),
     }
+
+
+def _await_lines(path: Path | None, count: int, timeout_s: float = 30.0) -> None:
+    """Until the listener wrote ``count`` lines to ``path`` (or ``timeout_s`` passed: the
+    test's own check then says what is missing)."""
+    deadline = time.monotonic() + timeout_s
+    while path is not None and time.monotonic() < deadline:
+        if path.exists() and len(path.read_text().splitlines()) >= count:
+            return
+        time.sleep(0.1)
 
 
 def restore_engine(spark: SparkSession) -> None:

@@ -29,7 +29,9 @@ def _listened(spark: SparkSession, run: Callable[[], object], last: int) -> list
     """What the listener reported while ``run`` ran (waiting for batch ``last``'s report)."""
     got: list[BatchProgress] = []
     exporter = PrometheusExporter()
-    listener = listen(spark, sinks=[got.append, exporter])
+    # through a lambda: the listener forgets a terminated query in sinks that can forget, and
+    # the exporter's figures are read here after the query ended
+    listener = listen(spark, sinks=[got.append, lambda p: exporter(p)])
     try:
         run()
         deadline = time.monotonic() + 30
