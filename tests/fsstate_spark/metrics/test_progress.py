@@ -80,11 +80,14 @@ def _lines_equal_history(lines: Path, query: str, history: list[BatchProgress]) 
 
 
 def _budget_reclaimed(history: list[BatchProgress]) -> None:
-    """Under the small budget batch 0's state is over 1 MiB; where the controller closed the idle
+    """Batch 0's state outgrows the small budget: over 1 MiB in memory at the commit, or
+    spilled before it (which of the two depends on when the controller last ran; the notes'
+    padding compresses, so the spilled files are small); where the controller closed the idle
     stores between batches (it depends on which worker ran which partition before), the next
     batch read them back from storage, and says so in both figures."""
     ops = [b.operator("Ledger") for b in history]
-    assert ops[0].to_json()["memoryUsedBytes"] > 1024 * 1024
+    first = ops[0].custom_metrics()
+    assert ops[0].to_json()["memoryUsedBytes"] > 1024 * 1024 or first["spills"] > 0, first
     assert (ops[1].total("bytes_read") > 0) == (ops[1].total("files_read") > 0)
 
 
