@@ -37,7 +37,7 @@ demo-s3: $(STAMP)  ## the demo with its state on a local S3 server (started and 
 # S3 fixtures start once per worker); TEST_WORKERS=0 runs them in this process.
 TEST_WORKERS ?= 2
 test: $(STAMP) $(PROM_STAMP)  ## run every test (engine and Spark suites, the docs' snippets and their strict build)
-	$(PY) -m pytest -q tests -n $(TEST_WORKERS) --dist loadfile --durations=25
+	$(PY) -m pytest -q tests -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25
 
 # Every other supported PySpark minor, and the default PySpark on the other Pythons, each in a
 # virtualenv of its own under .venv-compat/ (devkit/compat_matrix.py: the entries and suites).

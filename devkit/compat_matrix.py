@@ -213,7 +213,7 @@ def run_entry(
     env = dict(os.environ, PYSPARK_PYTHON=str(py), PYSPARK_DRIVER_PYTHON=str(py), **extra)
     cmd = [str(py), "-m", "pytest", "-q", "-p", "no:cacheprovider", *paths]
     if workers:
-        cmd += ["-n", str(workers), "--dist", "loadfile"]
+        cmd += ["-n", str(workers), "--dist", "loadfile", "--no-loadscope-reorder"]
     said = " ".join(f"{k}={v}" for k, v in extra.items())
     print(f"== {entry.name}: {said} {' '.join(cmd[1:])}", flush=True)
     code = subprocess.run(cmd, cwd=ROOT, env=env).returncode

@@ -26,6 +26,7 @@ import pytest
 
 from devkit.repo import worker_paths
 from devkit.s3_server import S3Info, SeaweedS3
+from tests.support.schedule import longest_first
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -34,7 +35,9 @@ worker_paths()  # before any SparkSession: its workers inherit the environment
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests that use the SparkSession get the ``spark`` marker."""
+    """Tests that use the SparkSession get the ``spark`` marker; the longest files start first
+    (:mod:`tests.support.schedule`)."""
+    longest_first(items)
     for item in items:
         if "spark" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.spark)

@@ -13,13 +13,13 @@ from pathlib import Path
 from click.testing import CliRunner
 from pyspark.sql import SparkSession
 
+from devkit.spark_local import session_conf
 from fsstate.inspect.catalog import find_stores, read_store_manifest
 from fsstate.storage.fileio import FileIO
 from fsstate_spark import tiered
 from fsstate_spark.cli import cli
 from fsstate_spark.metrics import BatchProgress, listen
 from fsstate_spark.metrics.prometheus import PrometheusExporter
-from devkit.spark_local import session_conf
 from tests.support.processors import TTL_SCHEMA, TtlTimers
 from tests.support.stream import StreamRunner
 
