@@ -84,11 +84,13 @@ def _budget_reclaimed(history: list[BatchProgress]) -> None:
     spilled before it (which of the two depends on when the controller last ran; the notes'
     padding compresses, so the spilled files are small); where the controller closed the idle
     stores between batches (it depends on which worker ran which partition before), the next
-    batch read them back from storage, and says so in both figures."""
+    batch read them back from storage: a file read counts its bytes (a row group read from a
+    file whose footer the block cache still holds counts bytes and no file:
+    :class:`fsstate.storage.runs.IoTally`)."""
     ops = [b.operator("Ledger") for b in history]
     first = ops[0].custom_metrics()
     assert ops[0].to_json()["memoryUsedBytes"] > 1024 * 1024 or first["spills"] > 0, first
-    assert (ops[1].total("bytes_read") > 0) == (ops[1].total("files_read") > 0)
+    assert ops[1].total("files_read") == 0 or ops[1].total("bytes_read") > 0
 
 
 def test_figures_on_a_spark_connect_client(spark: SparkSession, tmp_path: Path) -> None:
