@@ -69,7 +69,12 @@ class TableSummary:
 
     def to_json(self) -> dict[str, Any]:
         """JSON form."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        return {
+            "rows_total": self.rows_total,
+            "rows_updated": self.rows_updated,
+            "rows_removed": self.rows_removed,
+            "rows_expired": self.rows_expired,
+        }
 
     @staticmethod
     def from_json(obj: dict[str, Any]) -> TableSummary:
@@ -112,9 +117,8 @@ class VersionSummary:
     def to_json(self) -> dict[str, Any]:
         """JSON form (the manifest's ``summary`` field)."""
         out: dict[str, Any] = dict(self.extra)
-        for f in fields(self):
-            if f.name not in ("tables", "extra"):
-                out[f.name] = getattr(self, f.name)
+        for name in _SUMMARY_FIGURES:
+            out[name] = getattr(self, name)
         out["tables"] = {name: t.to_json() for name, t in sorted(self.tables.items())}
         return out
 
@@ -128,24 +132,27 @@ class VersionSummary:
         if not isinstance(obj, dict):
             raise TypeError(f"a version summary is a JSON object, got {type(obj).__name__}")
         s = VersionSummary()
-        known = set()
-        for f in fields(s):
-            if f.name in ("tables", "extra"):
+        for name in _SUMMARY_FIGURES:
+            if name not in obj:
                 continue
-            known.add(f.name)
-            if f.name not in obj:
-                continue
-            value = obj[f.name]
-            if f.name == "rows_total":
+            value = obj[name]
+            if name == "rows_total":
                 s.rows_total = None if value is None else int(value)
-            elif f.name == "commit_ms":
+            elif name == "commit_ms":
                 s.commit_ms = float(value)
             else:
-                setattr(s, f.name, int(value))
+                setattr(s, name, int(value))
         tables = obj.get("tables") or {}
         s.tables = {str(n): TableSummary.from_json(t) for n, t in tables.items()}
-        s.extra = {k: v for k, v in obj.items() if k not in known and k != "tables"}
+        s.extra = {k: v for k, v in obj.items() if k not in _SUMMARY_KNOWN}
         return s
+
+
+_SUMMARY_FIGURES = tuple(
+    f.name for f in fields(VersionSummary) if f.name not in ("tables", "extra")
+)
+"""The scalar figures of a :class:`VersionSummary`, in field order (computed once)."""
+_SUMMARY_KNOWN = frozenset((*_SUMMARY_FIGURES, "tables"))
 
 
 @dataclass

@@ -20,6 +20,10 @@ Format (``format_version`` 2)::
                  "range_tombstones": "<base64 Arrow IPC stream: lo, hi, seq>" | null}],
      "checksum": "<sha256 of the document without this field>"}
 
+The checksum is over the canonical form (keys sorted, no whitespace: ``json.dumps(...,
+sort_keys=True, separators=(",", ":"))``) of the document without it. Files are written in that
+compact form with the checksum added (older ones were indented; readers parse either).
+
 Version 2 added ``parent_version`` / ``parent_checksum`` (the lineage: which committed manifest
 the store was at when it committed this one; null for a store opened empty) and the tables'
 ``incarnation`` (the sequence number consumed when the table was created, so a table dropped
@@ -231,7 +235,9 @@ class Manifest:
             body["summary"] = self.summary.to_json()
         canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
         body["checksum"] = self.checksum = hashlib.sha256(canonical.encode()).hexdigest()
-        return json.dumps(body, sort_keys=True, indent=1).encode()
+        # compact, as the checksum's form: the C encoder (an indent falls back to Python's
+        # encoder, which took most of a small commit's serializing time)
+        return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
 
     @staticmethod
     def from_bytes(data: bytes, where: str) -> Manifest:

@@ -85,6 +85,7 @@ def _warm_up_values(table: TableCore) -> None:
     one by one. About 0.3 µs per row instead of about 1.5 µs with a Python loop.
     """
     latest: dict[Key, Any] = {}
+    absent: list[Key] = []  # keys whose newest row read so far is a tombstone (few)
     for run in table.runs:  # oldest first: newer runs overwrite
         for seg in run.segments(table.spec, table.ctx):
             batch = seg.batch
@@ -100,12 +101,17 @@ def _warm_up_values(table: TableCore) -> None:
             ops = sub.column(OP).to_numpy(zero_copy_only=False)
             for j in np.flatnonzero(ops != 0).tolist():
                 views[j] = ABSENT
+                absent.append(keys[j])
             latest.update(zip(keys, views))
     views_now = table._views
     if views_now:
         for k in views_now:  # views are authoritative
             latest.pop(k, None)
     views_now.update(latest)
-    if table.counting:
-        table.sealed_rows.update({k: 0 if v is ABSENT else 1 for k, v in latest.items()})
+    if table.counting:  # C-level: every key 1, then the (few) tombstoned ones 0
+        sealed = table.sealed_rows
+        sealed.update(dict.fromkeys(latest, 1))
+        for k in absent:
+            if latest.get(k) is ABSENT:
+                sealed[k] = 0
     table._ctl.growth -= len(latest)

@@ -137,7 +137,9 @@ def test_corrupt_manifest_names_file_and_previous_opens(
     if damage == "truncate":
         mpath.write_bytes(data[: len(data) // 2])
     elif damage == "flip":
-        mpath.write_bytes(data.replace(b'"next_seq": ', b'"next_seq": 9'))
+        flipped = data.replace(b'"next_seq":', b'"next_seq":9', 1)
+        assert flipped != data
+        mpath.write_bytes(flipped)
     else:
         mpath.write_bytes(b"\x00\xff" * 10)
     with pytest.raises(ManifestCorruptError) as info:
