@@ -33,6 +33,15 @@ demo: $(STAMP)  ## run the streaming demo with tiered state on local files
 demo-s3: $(STAMP)  ## the demo with its state on a local S3 server (started and stopped)
 	$(PY) -m examples.demo_s3
 
+# The test suites' JVMs (each worker's Spark driver; the spark-submit, Spark Connect and
+# local-cluster jobs they start) compile with C1 only and collect with the serial collector:
+# the suites run hundreds of short queries over a few rows each, where C2's compiler threads
+# and G1's are most of the JVMs' CPU (a whole `make test` measured with and without: the
+# closing notes of the stop that set it). Not for `make bench` or the demo, which measure or
+# show Spark as users run it.
+TEST_JVM_OPTIONS := -XX:TieredStopAtLevel=1 -XX:+UseSerialGC
+test test-compat test-compat-full test-engine test-spark crash-test: export JDK_JAVA_OPTIONS := $(TEST_JVM_OPTIONS)
+
 # Two pytest workers (pytest-xdist) by default, a test file per worker (session-scoped Spark and
 # S3 fixtures start once per worker); TEST_WORKERS=0 runs them in this process.
 TEST_WORKERS ?= 2

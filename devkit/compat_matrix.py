@@ -100,8 +100,20 @@ test``'s: the worker module, both loops and the UDFs)."""
 CONFORMANCE_FILES = ("test_basics.py", "test_timers.py", "test_initial_state.py")
 """Spark's transformWithState scenarios every other minor runs in CI, on the way that minor's
 ``tiered()`` takes with the worker module (fsstate's loop where the minor has an adapter):
-the ones that cross the task's protocol (input batches, timers, initial state). ``--full``
-runs the whole conformance suite, every way."""
+the ones that cross the task's protocol (input batches, timers, initial state), without the
+``slow`` variants (``make test`` runs those on the default minor). ``--full`` runs the whole
+conformance suite, every way."""
+
+ALL_WAYS = ("tiered-fast", "tiered-stock", "driver")
+"""Every way of the conformance suite (``--full`` runs every scenario in each)."""
+
+SAME_PYSPARK_DESELECT = (
+    "tests/fsstate_spark/tiered/test_fast_loop.py::"
+    "test_another_pyspark_or_a_failing_import_runs_pysparks_loop_with_the_same_rows"
+)
+"""Left out on the default PySpark's other Pythons: it simulates another PySpark minor and a
+broken import in two jobs of their own (about 100 s), on the same PySpark ``make test`` runs it
+on; every other minor runs it."""
 
 FULL_EXTRA = (
     "tests/fsstate/test_cli.py",
@@ -120,14 +132,15 @@ def selection(entry: Entry, full: bool) -> tuple[list[str], dict[str, str]]:
     minor other than :data:`DEFAULT`'s: the default's other Pythons run the suites only)."""
     args = list(SUITES)
     if full:
-        return [*args, *FULL_EXTRA, CONFORMANCE], {}
+        return [*args, *FULL_EXTRA, CONFORMANCE], {CONFORMANCE_WAYS_ENV: ",".join(ALL_WAYS)}
     if entry.minor == DEFAULT.minor:
-        return list(OTHER_PYTHON_SUITES), {}
+        return [*OTHER_PYTHON_SUITES, "--deselect", SAME_PYSPARK_DESELECT], {}
     from fsstate_spark.tiered.adapters import ADAPTERS
 
     fast = tuple(map(int, entry.minor.split("."))) in ADAPTERS
     paths = [f"{CONFORMANCE}/{f}" for f in CONFORMANCE_FILES]
-    return [*args, *paths], {CONFORMANCE_WAYS_ENV: "tiered-fast" if fast else "tiered-stock"}
+    way = "tiered-fast" if fast else "tiered-stock"
+    return [*args, *paths, "-m", "not slow"], {CONFORMANCE_WAYS_ENV: way}
 
 
 def find_python(version: str) -> str | None:

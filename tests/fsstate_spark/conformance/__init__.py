@@ -70,12 +70,20 @@ driver, 5 state identity by class name (schema evolution scenarios and fails), 6
 state field, 7 a non-nullable state schema under Avro encoding, which Spark refuses (not
 nullable fails).
 
-Marked ``slow`` (variants of a behaviour another scenario covers, kept out of the suite's
-five-minute budget): the single-partition reruns (test_transform_with_state_with_timers_single_
-partition, both files), test_transform_with_state_with_wmark_and_non_event_time in time mode
-ProcessingTime, the second grouping of test_transform_with_state_chaining_ops, the
-initial-state twins of the bytes and records limit tests, the outputs of the three metadata
-tests, and the three fuzz tests.
+Which ways run what (to keep ``make test`` in its time; measured in the closing notes of the
+stop that set it): the files of the state API alone (``test_state_variables``,
+``test_schema_evolution``, ``test_tws_fuzz``) run ``tiered-fast`` and ``driver``
+(``harness.STATE_API_WAYS``: the handles are one module for every way; ``tiered-stock``, PySpark's
+own loop, runs the files that cross the loop); a ``slow`` scenario runs ``tiered-fast`` only
+(``harness.SLOW_WAYS``); ``FSSTATE_CONFORMANCE_WAYS`` (the compatibility matrix; ``make
+test-compat-full`` names every way) runs the ways it names for every scenario.
+
+Marked ``slow`` (variants of a behaviour another scenario covers in every way): the
+single-partition reruns (test_transform_with_state_with_timers_single_partition, both
+files),
+test_transform_with_state_with_wmark_and_non_event_time in time mode ProcessingTime, the second
+grouping of test_transform_with_state_chaining_ops, the initial-state twins of the bytes and
+records limit tests, the outputs of the three metadata tests, and the three fuzz tests.
 
 Not ported: the other tests of ``test_tws_tester.py`` exercise Spark's in-memory ``TwsTester``
 alone, with no streaming query. Adaptations: JSON input files instead of text; the session's

@@ -199,16 +199,30 @@ def rows(keys: Sequence[str], *values: Sequence[Any]) -> list[dict[str, Any]]:
     return [dict(zip(keys, v)) for v in values]
 
 
-def cases(scenarios: Sequence[Scenario]) -> list[Any]:
-    """``pytest.param(scenario, way, flavour)`` for every scenario, way and flavour: a skip
-    mark where the scenario cannot apply to the way, a strict xfail where a known difference
-    makes it fail."""
+STATE_API_WAYS = ("tiered-fast", "driver")
+"""The ways of a file whose scenarios exercise the state API alone (state variables, TTL,
+schema evolution, the fuzz tests): the handles a processor gets are one module for every way
+(:mod:`fsstate_spark.state`), so PySpark's own loop (``tiered-stock``) would run the same
+handles again; it runs the files that cross the loop (input batches, timers, initial state,
+Arrow batch limits), and is the way of every scenario on PySpark 4.0 (``make test-compat``)."""
+
+SLOW_WAYS = ("tiered-fast",)
+"""The ways of a ``slow`` scenario (a variant of a behaviour another scenario covers in every
+way): fsstate's keyed loop, against Spark's handles."""
+
+
+def cases(scenarios: Sequence[Scenario], ways: Sequence[str] | None = None) -> list[Any]:
+    """``pytest.param(scenario, way, flavour)`` for every scenario, flavour and way of ``ways``
+    (default: every way; a ``slow`` scenario: :data:`SLOW_WAYS`; the environment's
+    :data:`WAYS_ENV`, when set, instead of both): a skip mark where the scenario cannot apply
+    to the way, a strict xfail where a known difference makes it fail."""
     out = []
     only = [w for w in os.environ.get(WAYS_ENV, "").split(",") if w]
     for scenario in scenarios:
+        allowed = only or (SLOW_WAYS if scenario.slow else (ways or tuple(WAYS)))
         for flavour in scenario.flavours:
             for way in WAYS:
-                if only and way not in only:
+                if way not in allowed:
                     continue
                 marks: list[Any] = [pytest.mark.slow] if scenario.slow else []
                 reason = scenario.skip_reason(way)

@@ -13,6 +13,7 @@ from pyspark.sql.types import StructType
 
 from tests.fsstate_spark.conformance import processors as p
 from tests.fsstate_spark.conformance.harness import (
+    STATE_API_WAYS,
     Batch,
     Conformance,
     Factory,
@@ -75,7 +76,7 @@ SCENARIOS = [
 ]
 
 
-@pytest.mark.parametrize(("scenario", "way", "flavour"), cases(SCENARIOS))
+@pytest.mark.parametrize(("scenario", "way", "flavour"), cases(SCENARIOS, STATE_API_WAYS))
 def test_schema_evolution_scenarios_match_sparks_handles(
     conformance: Conformance, scenario: Scenario, way: str, flavour: str
 ) -> None:

@@ -18,6 +18,7 @@ from pyspark.sql import DataFrame
 from tests.fsstate_spark.conformance import processors as p
 from tests.fsstate_spark.conformance.harness import (
     ALL_WAYS,
+    STATE_API_WAYS,
     Conformance,
     Factory,
     Scenario,
@@ -178,7 +179,7 @@ SCENARIOS = [
 ]
 
 
-@pytest.mark.parametrize(("scenario", "way", "flavour"), cases(SCENARIOS))
+@pytest.mark.parametrize(("scenario", "way", "flavour"), cases(SCENARIOS, STATE_API_WAYS))
 def test_state_variable_scenarios_match_sparks_handles(
     conformance: Conformance, scenario: Scenario, way: str, flavour: str
 ) -> None:

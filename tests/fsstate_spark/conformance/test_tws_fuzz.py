@@ -17,7 +17,14 @@ from typing import Any
 import pytest
 
 from tests.fsstate_spark.conformance import processors as p
-from tests.fsstate_spark.conformance.harness import Conformance, Scenario, cases, flavours, step
+from tests.fsstate_spark.conformance.harness import (
+    STATE_API_WAYS,
+    Conformance,
+    Scenario,
+    cases,
+    flavours,
+    step,
+)
 
 BATCHES, ROWS, KEYS = 3, 40, 6  # Spark's: 5 batches of 200 rows over 10 keys
 
@@ -79,7 +86,7 @@ SCENARIOS = [
 ]
 
 
-@pytest.mark.parametrize(("scenario", "way", "flavour"), cases(SCENARIOS))
+@pytest.mark.parametrize(("scenario", "way", "flavour"), cases(SCENARIOS, STATE_API_WAYS))
 def test_tws_fuzz_scenarios_match_sparks_handles(
     conformance: Conformance, scenario: Scenario, way: str, flavour: str
 ) -> None:
