@@ -34,7 +34,7 @@ from fsstate.store.pool import StorePool
 from fsstate.tables.ttl_index import TtlIndex
 from fsstate_spark import cli as spark_cli
 from fsstate_spark import compat, runtime
-from fsstate_spark.metrics.listen import FsStateListener
+from fsstate_spark.metrics.listen import FsStateListener, _ProgressOnly
 from fsstate_spark.metrics.prometheus import PrometheusExporter, _Quiet
 from fsstate_spark.operators.driver import Driver, _Receipts
 from fsstate_spark.operators.flows import Flow
@@ -138,3 +138,10 @@ FsStateListener.onQueryStarted
 FsStateListener.onQueryIdle
 FsStateListener.onQueryTerminated
 FsStateListener.onQueryProgress
+# PySpark's addListener / removeListener read a listener's _jlistener; Py4J reads the Java
+# interface a Python callback object implements (fsstate_spark.metrics.listen._ProgressOnly)
+FsStateListener._jlistener
+_ProgressOnly.Java
+_ProgressOnly.Java.implements
+_ProgressOnly.onQueryStarted
+_ProgressOnly.onQueryIdle

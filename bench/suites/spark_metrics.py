@@ -16,8 +16,9 @@ query). A batch's time is Spark's ``triggerExecution``, read from ``lastProgress
 runs a batch only when handed a file, so its last progress is that batch's; polling
 ``recentProgress`` converts every kept progress on each call and loaded the driver), plus, on
 the "on" side, the driver's reporting of that batch: the listener's own time in its
-``onQueryProgress`` (figures, JSON line, Prometheus), which runs after the batch on Spark's
-listener bus and so is outside ``triggerExecution``. The next file is handed in only once the
+``onQueryProgress`` from the JVM's call on (its reads of the event, figures, JSON line,
+Prometheus), which runs after the batch on Spark's listener bus and so is outside
+``triggerExecution``. The next file is handed in only once the
 listener has reported the batch, so its work never runs inside another query's batch.
 
 Rows: per product and cell, ``metrics on / metrics off`` batch time, paired by batch (goal
@@ -308,16 +309,16 @@ def _results(cell: Cell, jobs: list[_Job], steady: dict[str, list[int]]) -> list
 
 @contextmanager
 def _timed_listeners() -> Iterator[dict[tuple[str, int], float]]:
-    """Time every Python listener's ``onQueryProgress`` per (query name, batch) in ms, with
-    PySpark's conversion of the JVM's event (part of a Python listener's cost): the returned
-    dict fills as Spark's listener bus calls it. PySpark's Py4J listener class is patched
-    while the context is open."""
+    """Time the listener's handling of each progress event per (query name, batch) in ms, from
+    the JVM's call on (its reads of the event included): the returned dict fills as Spark's
+    listener bus calls it. fsstate's Py4J listener class is patched while the context is
+    open."""
+    import importlib
     import time
 
-    from pyspark.sql.streaming import listener as py_listener
-
+    listen_module = importlib.import_module("fsstate_spark.metrics.listen")
     reports: dict[tuple[str, int], float] = {}
-    cls = py_listener.JStreamingQueryListener
+    cls: Any = listen_module._ProgressOnly  # the bench times fsstate's own listener
     inner = cls.onQueryProgress
 
     def timed(self: Any, jevent: Any) -> None:
@@ -329,11 +330,11 @@ def _timed_listeners() -> Iterator[dict[tuple[str, int], float]]:
             p = jevent.progress()
             reports[(str(p.name()), int(p.batchId()))] = ms
 
-    cls.onQueryProgress = timed  # type: ignore[method-assign]
+    cls.onQueryProgress = timed
     try:
         yield reports
     finally:
-        cls.onQueryProgress = inner  # type: ignore[method-assign]
+        cls.onQueryProgress = inner
 
 
 def measured_batches(ctx: BenchContext, product: str, cell: Cell) -> int:

@@ -26,6 +26,11 @@ Invariants:
   (once per kind and query) and the batch's line skipped; so is a sink's ``forget``.
 * One line per (query, batch) per listener: a progress event Spark repeats is not written
   twice.
+* On a classic session the JVM calls the listener through :class:`_ProgressOnly`, which reads
+  of each event only the four fields the listener uses (query id, run id, batch id, name):
+  PySpark's own wrapper converts the whole progress first, a Py4J call per field, per source
+  and per state operator's metric, which measured ~200 ms of the driver per batch and query
+  (``spark_metrics``' listener row), for every query of the session, fsstate's or not.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Sequence
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.streaming.listener import StreamingQueryListener
@@ -89,6 +95,20 @@ class FsStateListener(StreamingQueryListener):
         self._seen: dict[tuple[str, int], None] = {}
         self._warned: set[tuple[str, str]] = set()
 
+    @property
+    def _jlistener(self) -> Any:
+        """The JVM's handle on this listener (classic sessions; PySpark's ``addListener`` and
+        ``removeListener`` use it): Spark's ``PythonStreamingQueryListenerWrapper`` around a
+        :class:`_ProgressOnly`, made once."""
+        obj = getattr(self, "_jlistenerobj", None)
+        if obj is None:
+            from pyspark import SparkContext
+
+            jvm: Any = SparkContext._jvm
+            obj = jvm.PythonStreamingQueryListenerWrapper(_ProgressOnly(self))
+            self._jlistenerobj = obj
+        return obj
+
     def onQueryStarted(self, event: Any) -> None:
         """Nothing to do."""
 
@@ -140,6 +160,52 @@ class FsStateListener(StreamingQueryListener):
         if (query, what) not in self._warned:
             self._warned.add((query, what))
             log.warning("fsstate: metrics of query %s: %s failed (%r)", query, what, exc)
+
+
+class _ProgressOnly:
+    """Spark's ``PythonStreamingQueryListener`` (a Py4J callback) for a
+    :class:`FsStateListener`: hands it events holding only what it reads (``progress.id``,
+    ``runId``, ``batchId``, ``name``; a terminated query's ``id``), four Py4J calls a batch
+    instead of PySpark's conversion of the whole progress. Never raises into the JVM's
+    listener bus."""
+
+    def __init__(self, listener: FsStateListener) -> None:
+        self.listener = listener
+
+    def onQueryStarted(self, jevent: Any) -> None:
+        """Nothing to do."""
+
+    def onQueryProgress(self, jevent: Any) -> None:
+        """The batch's ids to the listener."""
+        try:
+            p = jevent.progress()
+            progress = SimpleNamespace(
+                id=str(p.id().toString()),
+                runId=str(p.runId().toString()),
+                batchId=int(p.batchId()),
+                name=p.name(),
+            )
+        except Exception as exc:  # the gateway is closing: nothing to report
+            log.debug("fsstate: a progress event could not be read (%r)", exc)
+            return
+        self.listener.onQueryProgress(SimpleNamespace(progress=progress))
+
+    def onQueryIdle(self, jevent: Any) -> None:
+        """Nothing to do (no batch ran)."""
+
+    def onQueryTerminated(self, jevent: Any) -> None:
+        """The query's id to the listener."""
+        try:
+            query = str(jevent.id().toString())
+        except Exception as exc:
+            log.debug("fsstate: a termination event could not be read (%r)", exc)
+            return
+        self.listener.onQueryTerminated(SimpleNamespace(id=query))
+
+    class Java:
+        """Py4J: the interface this object implements."""
+
+        implements = ["org.apache.spark.sql.streaming.PythonStreamingQueryListener"]
 
 
 def listen(
