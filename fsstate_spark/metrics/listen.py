@@ -77,6 +77,10 @@ class JsonLinesSink:
 class FsStateListener(StreamingQueryListener):
     """Computes each batch's fsstate figures and hands them to ``sinks``.
 
+    On a classic session its ``onQueryProgress`` gets an event whose ``progress`` holds only
+    ``id``, ``runId``, ``batchId`` and ``name`` (:class:`_ProgressOnly`); for Spark's whole
+    progress add a StreamingQueryListener of your own.
+
     Args:
         sinks: callables taking a :class:`BatchProgress`.
         state_uri: state locations to look in besides what this process made
