@@ -12,9 +12,14 @@ product (``tiered()`` on fsstate's keyed loop, the flow driver), two queries run
 one SparkSession (local[2]), each on its own hard links of the same Parquet batch files, taking
 turns to go first: metrics on (the session's listener reports it, JSON lines and a Prometheus
 sink) and off (``metrics=False``: no summary recorded, no receipt, the listener skips the
-query). A batch's time is Spark's ``triggerExecution``, read from ``lastProgress`` (a query
-runs a batch only when handed a file, so its last progress is that batch's; polling
-``recentProgress`` converts every kept progress on each call and loaded the driver), plus, on
+query). Half way the pair stops and restarts from its checkpoints in the other order (the
+first batch after is not measured): a query started before the other one in the same session
+waits longer for Spark's state server in its tasks' first calls (~5 ms a task at 200
+partitions, measured with timing wrappers around ``init`` in the workers, whichever side was
+first), so a fixed order biased the ratio by ~2-3 %. A batch's time is Spark's
+``triggerExecution``, read from ``lastProgress`` (a query runs a batch only when handed a
+file, so its last progress is that batch's; polling ``recentProgress`` converts every kept
+progress on each call and loaded the driver), plus, on
 the "on" side, the driver's reporting of that batch: the listener's own time in its
 ``onQueryProgress`` from the JVM's call on (its reads of the event, figures, JSON line,
 Prometheus), which runs after the batch on Spark's listener bus and so is outside
@@ -25,9 +30,10 @@ Rows: per product and cell, ``metrics on / metrics off`` batch time, paired by b
 <= 1.02); each query's batch time and the listener's time per batch (informative).
 
 Invariants: the same input rows per batch for all (checked in each query's progress); batch 0
-and 1 are not measured; every query's output of the last batch is checked against the input
-(:class:`bench.harness.processor_queries.ChecksumSink`); the "on" queries' reported figures
-exist for every measured batch (the listener's lines are counted), the "off" queries' never.
+and 1 and the first after the restart are not measured; every query's output of the last
+batch is checked against the input (:class:`bench.harness.processor_queries.ChecksumSink`);
+the "on" queries' reported figures exist for every measured batch (the listener's lines are
+counted), the "off" queries' never.
 """
 
 from __future__ import annotations
@@ -41,7 +47,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 
 from bench.harness.common import BenchContext, Result, median, ratio_result, spread_text
@@ -55,6 +60,7 @@ SIDES = ("on", "off")
 GOAL = 1.02  # metrics on / off, at most
 TRIGGER = "100 milliseconds"  # the idle query's polling (a listing) competes less often
 MAX_CACHED_STORES = 4096
+WARM = 2  # batches not measured at the start (and one after the restart)
 
 
 @dataclass(frozen=True)
@@ -165,18 +171,14 @@ def _feed(
     cell: Cell,
     jobs: list[_Job],
     source: Path,
-    batches: int,
+    batch_ids: range,
     reports: dict[tuple[str, int], float],
-) -> pa.Table:
-    """Every batch to every query, one query at a time (the order rotating), each after the
-    listener has handled the previous one; returns the last batch's expected checksum
-    inputs."""
-    inputs: list[pa.Table] = []
-    for b in range(batches):
-        table = batch_table(b, cell.rows, cell.rows // 2)
-        inputs.append(table)
+) -> None:
+    """Batches ``batch_ids`` to every query, one query at a time (the order rotating), each
+    after the listener has handled the previous one."""
+    for b in batch_ids:
         path = source / f"batch-{b:05d}.parquet"
-        pq.write_table(table, path)
+        pq.write_table(batch_table(b, cell.rows, cell.rows // 2), path)
         for job in jobs[b % len(jobs) :] + jobs[: b % len(jobs)]:
             hand_in(path, job.input_dir / path.name, 1_600_000_000 + 10 * b)
             job.wall_ms[b] = _wait(job, b, cell.rows)
@@ -185,14 +187,17 @@ def _feed(
                 f"  {cell.label} batch {b} {job.name:<28} {job.wall_ms[b] / 1000:7.2f} s"
                 f" + listener {job.report_ms[b]:.1f} ms"
             )
-    want = expected_checksum(inputs)
+
+
+def _check_output(cell: Cell, jobs: list[_Job], batches: int) -> None:
+    """Every query's output of the last batch matches the input's checksum."""
+    want = expected_checksum([batch_table(b, cell.rows, cell.rows // 2) for b in range(batches)])
     for job in jobs:
         if job.sink.sums.get(batches - 1) != want:
             raise AssertionError(
                 f"{job.name}: batch {batches - 1} output {job.sink.sums.get(batches - 1)} "
                 f"differs from the input's {want}"
             )
-    return inputs[-1]
 
 
 def _reported(lines: Path) -> dict[str, set[int]]:
@@ -230,15 +235,25 @@ def _run_cell(
         pair = [j for j in jobs if j.product == product]
         source = scratch / f"batches-{product}"
         source.mkdir(parents=True)
-        try:
-            for job in pair:
-                job.input_dir.mkdir(parents=True)
-                _start(spark, job, cell)
-            _feed(ctx, cell, pair, source, batches[product], reports)
+        for job in pair:
+            job.input_dir.mkdir(parents=True)
+        restart = restart_batch(batches[product])
+        try:  # the first half started on, off; the second off, on (from their checkpoints)
+            for order, ids in (
+                (pair, range(restart)),
+                (pair[::-1], range(restart, batches[product])),
+            ):
+                for job in order:
+                    _start(spark, job, cell)
+                _feed(ctx, cell, order, source, ids, reports)
+                for job in order:
+                    job.query.stop()
+                    job.query = None
         finally:
             for job in pair:
                 if job.query is not None:
                     job.query.stop()
+        _check_output(cell, pair, batches[product])
     reported = _reported(lines)
     for job in jobs:
         got = reported.get(job.name, set())
@@ -256,7 +271,8 @@ def _results(cell: Cell, jobs: list[_Job], steady: dict[str, list[int]]) -> list
         batches = steady[product]
         work = (
             f"{cell.rows:,} rows per batch over {cell.rows // 2:,} keys, Row running aggregate, "
-            f"{cell.partitions} partitions, local[2], batches {batches[0]}-{batches[-1]}"
+            f"{cell.partitions} partitions, local[2], batches {batches[0]}-{batches[-1]} but "
+            f"{restart_batch(batches[-1] + 1)} (restarted in the other order before it)"
         )
         on, off = by[(product, "on")], by[(product, "off")]
         on_ms = {b: on.wall_ms[b] + on.report_ms[b] for b in batches}
@@ -337,6 +353,12 @@ def _timed_listeners() -> Iterator[dict[tuple[str, int], float]]:
         cls.onQueryProgress = inner
 
 
+def restart_batch(batches: int) -> int:
+    """The batch after which both queries of a pair restart in the other order: the first
+    batch of the second half, a warm-up (Spark plans the restarted query in it)."""
+    return WARM + (batches - WARM) // 2
+
+
 def measured_batches(ctx: BenchContext, product: str, cell: Cell) -> int:
     """Batches measured per query: 19 (quick: 4), except ``tiered()`` at 200 partitions,
     whose batch takes ~25 s here: 11."""
@@ -351,27 +373,27 @@ def run(ctx: BenchContext) -> list[Result]:
     from fsstate_spark.metrics import listen
     from fsstate_spark.metrics.prometheus import PrometheusExporter
 
-    warm = 2
     ctx.tmp_dir.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=f"{SUITE}-", dir=ctx.tmp_dir))
     spark = session(ctx, "fsstate-bench-metrics")
     lines = scratch / "progress.jsonl"
     listen(spark, path=str(lines), sinks=[PrometheusExporter()])
     out: list[Result] = []
-    queries: list[Any] = []
     with _timed_listeners() as reports:
         try:
             for cell in cells(ctx):
                 if not ctx.wants(cell.label):
                     continue
-                counts = {p: warm + measured_batches(ctx, p, cell) for p in PRODUCTS}
-                steady = {p: list(range(warm, n)) for p, n in counts.items()}
+                counts = {p: WARM + measured_batches(ctx, p, cell) + 1 for p in PRODUCTS}
+                steady = {
+                    p: [b for b in range(WARM, n) if b != restart_batch(n)]
+                    for p, n in counts.items()
+                }
                 jobs = _run_cell(
                     ctx, spark, cell, scratch / f"p{cell.partitions}", counts, lines, reports
                 )
-                queries += [j.query for j in jobs]
                 out += _results(cell, jobs, steady)
         finally:
-            stop_queries(queries, spark)
+            stop_queries(spark.streams.active, spark)  # a failure's leftovers
             shutil.rmtree(scratch, ignore_errors=True)
     return out
