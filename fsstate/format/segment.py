@@ -48,6 +48,16 @@ def _struct(
     return pa.StructArray.from_arrays(list(arrays), fields=list(fields), mask=mask)
 
 
+def _transpose(rows: Sequence[Any], width: int) -> list[Sequence[Any]]:
+    """Columns of ``rows`` (tuples of ``width`` items, or None: a row of nulls), transposed by
+    ``zip`` (C-level: no Python per item)."""
+    if not rows:
+        return [() for _ in range(width)]
+    nulls = (None,) * width
+    filled = [nulls if r is None else r for r in rows] if None in rows else rows
+    return list(zip(*filled))
+
+
 def build_batch(
     spec: TableSpec,
     keys: Sequence[tuple[Any, ...]],
@@ -70,14 +80,7 @@ def build_batch(
         for c, f in zip(key_cols, spec.key_schema)
     ]
     value_mask = pa.array([v is None for v in values], type=pa.bool_())
-    value_cols: list[list[Any]] = [[] for _ in spec.value_schema]
-    for v in values:
-        if v is None:
-            for col in value_cols:
-                col.append(None)
-        else:
-            for col, item in zip(value_cols, v):
-                col.append(item)
+    value_cols = _transpose(values, len(spec.value_schema))
     value_arrays = [pa.array(c, type=f.type) for c, f in zip(value_cols, spec.value_schema)]
     columns: dict[str, pa.Array] = {}
     flat_names: list[str] = []
@@ -90,14 +93,7 @@ def build_batch(
     if ukey_schema is not None:
         assert ukeys is not None
         ukey_mask = pa.array([u is None for u in ukeys], type=pa.bool_())
-        ucols: list[list[Any]] = [[] for _ in ukey_schema]
-        for u in ukeys:
-            if u is None:
-                for col in ucols:
-                    col.append(None)
-            else:
-                for col, item in zip(ucols, u):
-                    col.append(item)
+        ucols = _transpose(ukeys, len(ukey_schema))
         ukey_arrays = [
             normalize_key_column(pa.array(c, type=f.type)) for c, f in zip(ucols, ukey_schema)
         ]

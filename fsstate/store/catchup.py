@@ -40,7 +40,7 @@ Invariants:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,14 +77,18 @@ def _delta_rows(t: TableBase, runs: list[Run], seq_min: int) -> dict[Key, list[O
     files of at most :data:`PIN_BYTES_MAX` decoded bytes get pinned.
 
     Only views need the delta (every other key is read from the runs when touched), so a table
-    without views reads nothing, and only the rows of viewed keys become Python objects: the
+    without views reads nothing (a *complete* table, :attr:`fsstate.tables.base.TableBase.
+    complete`, small enough to have been loaded whole, takes every key's rows: it keeps a view
+    of each key), and only the rows of viewed keys become Python objects: the
     delta of a partition another worker filled is the size of that batch's state, which must
     not pass through memory at once. A run that also holds older rows (a merge of old and new
     runs, often most of the table) is filtered by Arrow first.
     """
     out: dict[Key, list[OpRow]] = {}
-    views = t.view_keys()
-    if not views:
+    views: Container[Key] | None = t.view_keys()
+    if t.complete:
+        views = None  # every key: the table keeps a view of each key with rows
+    elif not views:
         return out
     spec, ctx = t.spec, t.ctx
     for run in runs:

@@ -74,15 +74,17 @@ class TableBase(TableCore, interfaces.StateTable):
     def _load(self, key: Key) -> Any:
         """Load (and cache) the complete view of a validated key from the sealed tiers."""
         self._store.check_open()  # a closed store's tables hold nothing any more
-        if not self.runs:
+        if not self.runs or self._whole:  # complete: a key without a view has no rows
             view = self._empty()
         else:
             if not self._warmed:
                 self._warmed = True
                 if warm_up(self):
+                    self._whole = True
                     view = self._views.get(key)
                     if view is not None:
                         return view
+                    return self._load(key)
             view = self._replay(key, self._cold_rows(key))
         self._views[key] = view
         if self.counting:
@@ -388,6 +390,7 @@ class TableBase(TableCore, interfaces.StateTable):
                 freed += estimate_view_bytes(kind, v)
         views.clear()  # in place: key-cursor accessors hold this dict (see fsstate.tables.cursor)
         views.update(keep)
+        self._whole = False
         if self.sealed_rows:
             sealed = self.sealed_rows
             self.sealed_rows = {k: sealed[k] for k in keep if k in sealed}
@@ -395,7 +398,14 @@ class TableBase(TableCore, interfaces.StateTable):
             self._partial = {k for k in self._partial if k in keep}
         return freed
 
+    @property
+    def complete(self) -> bool:
+        """Whether every key with rows in the runs has a view (the table was loaded whole and
+        nothing dropped a view since): a key without a view is empty, with no lookup."""
+        return self._whole
+
     def _forget_views(self, keys: Sequence[Key]) -> None:
+        self._whole = False  # the keys' rows are in the runs (a batched write), not views
         views = self._views
         if views:
             partial = self._partial
@@ -411,6 +421,7 @@ class TableBase(TableCore, interfaces.StateTable):
         self._views.clear()
         self._dirty.clear()
         self._partial = set()
+        self._whole = False
         self.sealed_rows = {}
         self.runs = []
         self._ttl = None
@@ -445,13 +456,19 @@ class TableBase(TableCore, interfaces.StateTable):
         replayed = 0
         kind = self.kind
         ranges = self.ranges
+        complete = self._whole  # then the delta holds every key's new rows (plan_table)
+        added = 0
         for k, rows in delta.items():
             view = views.get(k)
             if view is None:
-                continue
+                if not complete:
+                    continue
+                view = self._empty()
+                added += 1  # no rows before the delta (complete): its view is the delta's
             if k in partial:  # blind appends only: the next read merges them with the runs
                 del views[k]
                 partial.discard(k)
+                self._whole = False
                 continue
             floor = ranges.floor(k) if ranges else -1
             if kind == KIND_VALUE:
@@ -461,6 +478,7 @@ class TableBase(TableCore, interfaces.StateTable):
             if self.counting:
                 self.sealed_rows[k] = view_count(kind, views[k])
             replayed += 1
+        self._ctl.growth -= added
         with self.lock:
             self.runs = runs
         idx = self._ttl
@@ -488,6 +506,7 @@ class TableBase(TableCore, interfaces.StateTable):
         self._partial = set()
         self.sealed_rows = {}
         self._warmed = False
+        self._whole = False
         self.incarnation = entry.incarnation
         self.ttl_refs = list(entry.ttl_runs)
         self._ttl = None if entry.ttl_runs else TtlIndex()

@@ -103,7 +103,7 @@ class BatchedTable(ScanTable):
             cols["ukey"] = ukey_struct
         value_type = pa.struct(list(self.spec.value_schema))
         cols["value"] = pa.nulls(n, value_type) if value_struct is None else value_struct
-        cols[SEQ] = pa.array(range(start, start + n), type=pa.int64())
+        cols[SEQ] = pa.array(np.arange(start, start + n, dtype=np.int64))  # no Python ints
         cols[OP] = pa.nulls(n, pa.int8()).fill_null(op)
         cols[EXPIRES] = pa.nulls(n, pa.int64())
         batch = pa.RecordBatch.from_pydict(cols, schema=self.spec.row_schema())

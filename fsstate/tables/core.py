@@ -139,6 +139,9 @@ class TableCore:
         self._views: dict[Key, Any] = {}
         self._partial: set[Key] = set()  # list views holding only blind appends (see append)
         self._warmed = False  # whether the first cold miss tried to load the table whole
+        # every key with rows in the runs has a view (a whole-table warm-up made it so; cleared
+        # when a view goes without its rows or rows arrive without views): a miss is empty
+        self._whole = False
         self._dirty: dict[Key, Any] = {}
         self.runs: list[Run] = [Run(None, ref) for ref in entry.runs]  # copy-on-write
         self.ttl_refs: list[FileRef] = list(entry.ttl_runs)

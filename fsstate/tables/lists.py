@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from fsstate import interfaces
@@ -203,7 +204,7 @@ class ListTable(BatchedTable, interfaces.ListTableAPI):
         # seal first: _append_batch then numbers the rows from next_seq, as these element ids
         self.seal()
         start = self._store.next_seq
-        elems = pa.array(range(start, start + len(key_list)), type=pa.int64())
+        elems = pa.array(np.arange(start, start + len(key_list), dtype=np.int64))
         ukey = pa.StructArray.from_arrays([elems], fields=list(LIST_UKEY_SCHEMA))
         self._append_batch(key_struct, ukey, value_struct, key_list)
 

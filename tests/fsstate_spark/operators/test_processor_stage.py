@@ -237,7 +237,8 @@ def test_row_input_as_spark_makes_it_with_two_key_columns(tmp_path: Path) -> Non
     assert sorted(got, key=repr) == sorted(want, key=repr)
     for key, rows in got.items():
         assert sorted(rows) == sorted(want[key])
-        assert all(type(r) is Row and r.__fields__ == data_row for r in rows)
+        assert all(isinstance(r, Row) and r.__fields__ == data_row for r in rows)
+        assert all((r.a, r.b, r.v) == (r["a"], r["b"], r["v"]) == tuple(r) for r in rows)
         assert [r.asDict() for r in sorted(rows)] == [r.asDict() for r in sorted(want[key])]
 
 
