@@ -20,6 +20,7 @@ Invariants:
 from __future__ import annotations
 
 from collections.abc import Container, Iterator, Sequence
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -48,14 +49,13 @@ def _struct(
     return pa.StructArray.from_arrays(list(arrays), fields=list(fields), mask=mask)
 
 
-def _transpose(rows: Sequence[Any], width: int) -> list[Sequence[Any]]:
-    """Columns of ``rows`` (tuples of ``width`` items, or None: a row of nulls), transposed by
-    ``zip`` (C-level: no Python per item)."""
-    if not rows:
-        return [() for _ in range(width)]
+def _transpose(rows: Sequence[Any], width: int) -> list[list[Any]]:
+    """Columns of ``rows`` (tuples of ``width`` items, or None: a row of nulls): one
+    ``itemgetter`` pass per column (C-level, and no object per row: ``zip(*rows)`` makes an
+    iterator per row, which also wakes the cyclic garbage collector on large seals)."""
     nulls = (None,) * width
     filled = [nulls if r is None else r for r in rows] if None in rows else rows
-    return list(zip(*filled))
+    return [list(map(itemgetter(i), filled)) for i in range(width)]
 
 
 def build_batch(
@@ -73,11 +73,9 @@ def build_batch(
     Float key fields are stored with ``-0.0`` as ``0.0`` (a view's dict may hold either).
     """
     assert spec.key_schema is not None
-    n = len(keys)
-    key_cols = list(zip(*keys)) if n else [() for _ in spec.key_schema]
+    key_cols = _transpose(keys, len(spec.key_schema))
     key_arrays = [
-        normalize_key_column(pa.array(list(c), type=f.type))
-        for c, f in zip(key_cols, spec.key_schema)
+        normalize_key_column(pa.array(c, type=f.type)) for c, f in zip(key_cols, spec.key_schema)
     ]
     value_mask = pa.array([v is None for v in values], type=pa.bool_())
     value_cols = _transpose(values, len(spec.value_schema))

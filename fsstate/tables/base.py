@@ -36,6 +36,7 @@ from fsstate.format.schema import KIND_MAP, KIND_VALUE, OP_CLEAR
 from fsstate.format.segment import OpRow, Segment
 from fsstate.format.tombstones import ABSENT, RangeTombstones, Timed, in_range, replay_value
 from fsstate.interfaces import Key
+from fsstate.osmem import gc_paused
 from fsstate.stats import TableStats
 from fsstate.storage.depth import needs_merge
 from fsstate.storage.manifest import TableEntry
@@ -294,7 +295,8 @@ class TableBase(TableCore, interfaces.StateTable):
         counted = self._count_seal() if self.counting else None
         chunk = self._chunk_keys(len(dirty))
         parts = dirty_batches(self.spec, self._views, dirty, chunk)
-        run = write_run_stream(self.spec, self.ctx, self.file_prefix, parts)
+        with gc_paused():  # column lists of every dirty key: nothing cyclic to collect
+            run = write_run_stream(self.spec, self.ctx, self.file_prefix, parts)
         if run is not None:
             with self.lock:
                 self.runs = [*self.runs, run]
