@@ -91,6 +91,37 @@ class RunningAggRow(StatefulProcessor):
         """Nothing to release."""
 
 
+_DICT_STATE: dict[Any, tuple[int, int]] = {}  # DictAggRow's state: this worker process's
+
+
+class DictAggRow(StatefulProcessor):
+    """:class:`RunningAggRow` with its state in a plain dict of the worker process: what the
+    processor costs with free state, the reference that isolates fsstate's share under
+    ``tiered()`` (:mod:`bench.suites.spark_key_breakdown`). A cost reference only: the dict is
+    neither fault tolerant nor bounded, and a partition that moves to another worker finds
+    its keys missing there, so its outputs are not checked."""
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        """No state declared."""
+
+    def handleInputRows(
+        self, key: Any, rows: Iterator[Row], timerValues: TimerValues
+    ) -> Iterator[Row]:
+        """Add the key's rows to its count and sum, kept in the dict."""
+        n = s = 0
+        for row in rows:
+            n += 1
+            s += int(row.v)
+        old = _DICT_STATE.get(key)
+        if old is not None:
+            n, s = n + old[0], s + old[1]
+        _DICT_STATE[key] = (n, s)
+        yield Row(k=key[0], n=n, s=s)
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
 def batch_table(batch: int, rows: int, keys: int) -> pa.Table:
     """Micro-batch ``batch`` (seeded by its index): ``rows`` rows over ``keys`` keys, event
     times in ``[10 batch, 10 batch + 10)`` seconds."""

@@ -206,6 +206,16 @@ register(
 )
 register(
     Suite(
+        "spark_key_breakdown",
+        "bench.suites.spark_key_breakdown",
+        engine=False,
+        description="where a key's time goes in tiered() at 500k rows per batch (input, the "
+        "processor, state reads and writes, first touch, commit, output, the loop), from one "
+        "profiled run, against the same processor with its state in a dict",
+    )
+)
+register(
+    Suite(
         "spark_metrics",
         "bench.suites.spark_metrics",
         engine=False,

@@ -66,6 +66,7 @@ from fsstate_spark.state.keyed import (
     run_keys,
 )
 from fsstate_spark.state.keys import normalize_key
+from fsstate_spark.tiered import task_profile
 from fsstate_spark.tiered.adapters import (
     ADAPTERS,
     STOCK_ONLY,
@@ -301,8 +302,19 @@ class FastTask:
         self.client = client
 
     # -- the task ----------------------------------------------------------------------------
-    def run(self, _split: int, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        """PySpark's ``func(split_index, batches)``: the task's output batches."""
+    def run(self, split: int, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """PySpark's ``func(split_index, batches)``: the task's output batches (profiled with
+        ``FSSTATE_PROFILE_DIR`` set: :mod:`fsstate_spark.tiered.task_profile`)."""
+        profile = task_profile.start()
+        if profile is None:
+            yield from self._run(split, batches)
+            return
+        try:
+            yield from self._run(split, batches)
+        finally:
+            task_profile.stop(profile, type(self.proc.processor).__name__)
+
+    def _run(self, _split: int, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark.sql.streaming.stateful_processor import StatefulProcessorHandle, TimerValues
         from pyspark.sql.streaming.stateful_processor_api_client import (
             StatefulProcessorHandleState as S,
