@@ -303,6 +303,11 @@ ENVIRONMENT = {
         "A file each committed epoch of a flow appends "
         "a JSON line to (timings, rows, store outcome): diagnostics.",
     ),
+    "FSSTATE_PROFILE_DIR": (
+        "fsstate's keyed loop (`tiered()` tasks)",
+        "A directory each task writes its cProfile statistics to "
+        "(`<processor>-s<stage>-p<partition>-a<attempt>-<pid>.prof`): diagnostics, slow.",
+    ),
     "ARROW_DEFAULT_MEMORY_POOL": (
         "pyarrow; set to `system` by `pyspark_fsstate.worker`",
         "Arrow's allocator; `system` hands freed memory back, so a "

@@ -7,14 +7,15 @@ processor with its state in a plain dict of the worker process
 (:class:`bench.harness.operator_queries.DictAggRow`, also under ``tiered()``: the loop, the
 conversions and an empty store's open and commit are the same). The two queries run side by
 side in one SparkSession (local[2], 4 shuffle partitions), taking turns to go first, over the
-same Parquet micro-batches (500,000 rows over 250,000 keys in full runs; 50,000 over 25,000 in
-quick ones), with every task profiled (``FSSTATE_PROFILE_DIR``,
+same Parquet micro-batches (500,000 rows over 250,000 keys, 7 batches, in full runs; 50,000
+over 25,000, 3 batches, in quick ones), with every task profiled (``FSSTATE_PROFILE_DIR``,
 :mod:`fsstate_spark.tiered.task_profile`).
 
 Each function's own time in the profiles is charged to a phase: the phase of the function if
 it is one of a phase's entry points (:data:`PHASES`, matched by file and function), else the
-phases of its callers, in the shares its callers' calls took (cProfile keeps per-caller
-times), so a helper called by both the commit and the input conversion is split between them.
+phases of its callers, in the shares of its cumulative time each caller's calls took
+(cProfile keeps per-caller times), so a helper called by both the commit and the input
+conversion is split between them.
 The phases: reading and converting the input (Arrow to Rows), the processor's own code (its
 module), state reads on hot views, first-touch reads (a key without a view: the table's
 whole-load or a point lookup), state writes, the commit (sealing, Parquet, manifest; its fsync
@@ -132,10 +133,8 @@ def phase_times(stats: pstats.Stats) -> dict[str, float]:
             out = {phase or "other": 1.0}
         else:
             callers = table[func][4] if func in table else {}
-            # the function's own time per caller (its cumulative time if that is all zero)
-            weights = {c: v[2] for c, v in callers.items() if c != func}
-            if not sum(weights.values()):
-                weights = {c: v[3] for c, v in callers.items() if c != func}
+            # each caller's share of the function's cumulative time (what came through it)
+            weights = {c: v[3] for c, v in callers.items() if c != func}
             total = sum(weights.values())
             out = defaultdict(float)
             if total <= 0:
@@ -191,7 +190,7 @@ def run(ctx: BenchContext) -> list[Result]:
     require_pyspark()
     rows = ctx.pick(50_000, 500_000)
     keys = rows // 2
-    batches = ctx.pick(3, 4)
+    batches = ctx.pick(3, 7)
     ctx.tmp_dir.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=f"{SUITE}-", dir=ctx.tmp_dir))
     profiles = scratch / "profiles"
