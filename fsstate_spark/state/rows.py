@@ -13,7 +13,8 @@ Invariants:
 
 * Everything else is ``Row``'s own: ``isinstance(row, Row)``, equality and hashing (the tuple),
   ``row["v"]``, ``row[0]``, ``asDict()``, ``repr``, ``in``, pickling (``Row.__reduce__``
-  makes a plain Row of the same fields and values).
+  makes a plain Row of the same fields and values). Only ``type(row)`` differs: the
+  subclass (named ``Row`` too), not ``pyspark.sql.Row`` itself.
 * An attribute read gives what ``Row.__getattr__`` gives: only names ``Row`` does not have
   already (``count`` and ``index`` stay the tuple's methods, as with a plain Row) and that
   do not start with ``__`` become descriptors, each the value of the *first* column of that
