@@ -3,10 +3,11 @@ transformWithState operator costs with nothing to do, against the Java processor
 
 ``spark_jvm`` finds ``tiered()`` (Row, fsstate's loop) ~2x the Java processor's batch time at
 200 partitions, and fsstate's loop no faster than PySpark's there. This suite says how much of
-that any Python processor pays. Per cell (50k rows per batch over 25k keys, 4 and 200 shuffle
-partitions in full runs; 5k rows at 4 and 20 partitions in quick ones), four queries run side
-by side in one SparkSession (local[2]) over the same Parquet micro-batches (hard links),
-taking turns to go first:
+that any Python processor pays, and (issue 46) how much of the running aggregate's time is
+fsstate's state. Per cell ({50k, 500k} rows per batch over rows / 2 keys x {4, 200} shuffle
+partitions in full runs, ~25 minutes on 2 cores; 5k rows at 4 and 20 partitions in quick
+ones), five queries run side by side in one SparkSession (local[2]) over the same Parquet
+micro-batches (hard links), taking turns to go first:
 
 * ``Java``: the running aggregate of ``spark_jvm`` in Java on Spark's ``transformWithState``
   (RocksDB, :mod:`bench.harness.java_processor`): the reference, doing the work;
@@ -17,9 +18,19 @@ taking turns to go first:
 * ``tiered() idle``: that processor under ``tiered()`` on fsstate's loop (adds fsstate's store
   per task: acquire at the previous version, commit);
 * ``tiered() running aggregate``: ``spark_jvm``'s Row processor under ``tiered()`` on
-  fsstate's loop, doing the work.
+  fsstate's loop, doing the work;
+* ``tiered() dict state``: the same processor with its state in a plain dict of the worker
+  (:class:`bench.harness.operator_queries.DictAggRow`) under ``tiered()``: what it would cost
+  with free state (a cost reference: its outputs are not checked).
 
-Rows (informative, no goal), per cell ``<N> partitions, <R>k rows/batch: ...``: each Python
+Goal rows, per cell: ``tiered() running aggregate / tiered() idle`` (paired per batch; goal
+<= 1.1x at 200 partitions, where every Python processor pays Spark's per-task fixed costs
+and the Java processor is not the bar; informative at 4) and ``fsstate's share (running
+aggregate - dict state) / Java`` (per batch, the difference of the two ``tiered()`` queries
+over the Java batch; goal <= 0.25x at 500k rows and 4 partitions, informative elsewhere).
+``spark_jvm`` holds the goals against Java (Row ``tiered()`` <= 1.2x at 4 partitions).
+
+Other rows (informative), per cell ``<N> partitions, <R>k rows/batch: ...``: each Python
 query's batch time over the Java query's (paired per batch); each query's batch time and its
 time per task over the Java query's ((batch - Java's batch) x 2 cores / N tasks, ms); from
 Spark's progress of the operator (``stateOperators[0]``, summed over its tasks) per task:
@@ -41,7 +52,7 @@ import pyarrow.parquet as pq
 
 from bench.harness.common import BenchContext, Result, median, ratio_result, skipped_result
 from bench.harness.java_processor import java_session, start_java
-from bench.harness.operator_queries import INPUT_SCHEMA, RunningAggRow, batch_table
+from bench.harness.operator_queries import INPUT_SCHEMA, DictAggRow, RunningAggRow, batch_table
 from bench.harness.processor_queries import OUTPUT_DDL, ChecksumSink, Idle, wait_batch
 from bench.harness.spark import hand_in, require_pyspark
 
@@ -54,7 +65,12 @@ SIDES = {
     "idle": "idle Python processor",
     "tiered_idle": "tiered() idle",
     "tiered": "tiered() running aggregate",
+    "tiered_dict": "tiered() dict state",
 }
+GOAL_VS_FLOOR = 1.1  # tiered() running aggregate / tiered() idle, at most, at 200 partitions
+GOAL_SHARE = 0.25  # (running aggregate - dict state) / Java batch time, at most, 500k rows, 4p
+FLOOR_GOAL_PARTITIONS = 200
+SHARE_GOAL_CELL = (500_000, 4)
 
 
 @dataclass(frozen=True)
@@ -86,7 +102,12 @@ class FloorJob:
 def cells(ctx: BenchContext) -> list[FloorCell]:
     """The cells of this mode (a full run takes about 10 minutes on 2 cores)."""
     if ctx.mode == "full":
-        return [FloorCell(50_000, 4, 4), FloorCell(50_000, 200, 3)]
+        return [
+            FloorCell(50_000, 4, 4),
+            FloorCell(50_000, 200, 3),
+            FloorCell(500_000, 4, 4),
+            FloorCell(500_000, 200, 3),
+        ]
     return [FloorCell(5_000, 4, 2), FloorCell(5_000, 20, 2)]
 
 
@@ -102,7 +123,7 @@ def _start(spark: Any, job: FloorJob) -> None:
     if job.side == "java":
         job.query = start_java(spark, df, job.root / "checkpoint", name, TRIGGER, set())
         return
-    proc: Any = RunningAggRow() if job.side == "tiered" else Idle()
+    proc: Any = {"tiered": RunningAggRow, "tiered_dict": DictAggRow}.get(job.side, Idle)()
     if job.side != "idle":
         state = str(job.root / "state")
         proc = tiered(proc, state_uri=state, name=name, max_cached_stores=MAX_CACHED_STORES)
@@ -174,7 +195,7 @@ def cell_results(cell: FloorCell, jobs: dict[str, FloorJob], java_skip: str | No
     prefix, work = cell.label, _work(cell)
     steady = range(1, cell.steady + 1)
     java = jobs.get("java")
-    for side in ("idle", "tiered_idle", "tiered"):
+    for side in ("idle", "tiered_idle", "tiered", "tiered_dict"):
         job, what = jobs[side], SIDES[side]
         if java is None:
             reason = f"no Java query: {java_skip}"
@@ -208,6 +229,49 @@ def cell_results(cell: FloorCell, jobs: dict[str, FloorJob], java_skip: str | No
             ("operator processing per task", job.updates_ms, "allUpdatesTimeMs / tasks"),
         ):
             out.append(_ms_row(f"{prefix}: {what} {key}", [figures[b] for b in steady], how, work))
+    return out + _goal_rows(cell, jobs, java_skip)
+
+
+def _goal_rows(cell: FloorCell, jobs: dict[str, FloorJob], java_skip: str | None) -> list[Result]:
+    """``tiered() running aggregate / tiered() idle`` (goal at 200 partitions) and fsstate's
+    share, ``(running aggregate - dict state) / Java`` (goal at 500k rows and 4 partitions)."""
+    prefix, work = cell.label, _work(cell)
+    steady = range(1, cell.steady + 1)
+    agg, idle, free = jobs["tiered"], jobs["tiered_idle"], jobs["tiered_dict"]
+    floor_goal = GOAL_VS_FLOOR if cell.partitions == FLOOR_GOAL_PARTITIONS else None
+    out = [
+        ratio_result(
+            SUITE,
+            f"{prefix}: tiered() running aggregate / tiered() idle",
+            [agg.batch_ms[b] / idle.batch_ms[b] for b in steady],
+            "tiered() running aggregate batch time / tiered() idle's (the floor: Spark's "
+            "Python operator, fsstate's loop and store, a processor that does nothing), "
+            "same batch, paired",
+            work,
+            floor_goal,
+            "<=",
+        )
+    ]
+    name = f"{prefix}: fsstate's share (running aggregate - dict state) / Java"
+    share_goal = GOAL_SHARE if (cell.rows, cell.partitions) == SHARE_GOAL_CELL else None
+    java = jobs.get("java")
+    if java is None:
+        reason = f"no Java query: {java_skip}"
+        out.append(skipped_result(SUITE, name, "x", reason, share_goal, "<="))
+        return out
+    out.append(
+        ratio_result(
+            SUITE,
+            name,
+            [(agg.batch_ms[b] - free.batch_ms[b]) / java.batch_ms[b] for b in steady],
+            "(tiered() running aggregate batch time - the same processor's with its state in a "
+            "dict of the worker, under tiered()) / the Java running aggregate's batch time, "
+            "same batch: what fsstate's state costs against the whole Java batch",
+            work,
+            share_goal,
+            "<=",
+        )
+    )
     return out
 
 

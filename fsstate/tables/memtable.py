@@ -43,7 +43,7 @@ from fsstate.format.schema import (
     TableSpec,
 )
 from fsstate.format.segment import OpRow, build_batch
-from fsstate.format.tombstones import ABSENT, cell_expiry, cell_value
+from fsstate.format.tombstones import ABSENT, Timed, cell_expiry, cell_value
 from fsstate.interfaces import Key
 
 
@@ -82,10 +82,14 @@ def seal_rows(spec: TableSpec, views: dict[Key, Any], dirty: dict[Key, Any]) -> 
         vs = [views[k] for k in keys]
         out.keys = keys
         out.ukeys = [None] * len(keys)
-        out.values = [None if v is ABSENT else cell_value(v) for v in vs]
         out.seqs = list(dirty.values())
         out.ops = [OP_CLEAR if v is ABSENT else OP_PUT for v in vs]
-        out.expires = [None if v is ABSENT else cell_expiry(v) for v in vs]
+        if any(type(v) is Timed for v in vs):
+            out.values = [None if v is ABSENT else cell_value(v) for v in vs]
+            out.expires = [None if v is ABSENT else cell_expiry(v) for v in vs]
+        else:  # no cell expires (no TTL): a cell is its value, no call per key
+            out.values = [None if v is ABSENT else v for v in vs]
+            out.expires = [None] * len(vs)
         return out
     for key, (clear_seq, touched) in dirty.items():
         view = views[key]

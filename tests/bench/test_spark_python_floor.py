@@ -38,13 +38,33 @@ def test_rows_pair_batches_and_count_per_task() -> None:
     assert rows[f"{prefix}: tiered() idle Spark's store commit per task"].value == pytest.approx(
         13.0
     )
-    assert all(r.status == "info" for r in rows.values())
+    # the floor's goal applies at 200 partitions: 4000 / 3000 and 4800 / 3600
+    floor = rows[f"{prefix}: tiered() running aggregate / tiered() idle"]
+    assert floor.value == pytest.approx(4 / 3)
+    assert (floor.goal, floor.status) == (1.1, "miss")
+    share = rows[f"{prefix}: fsstate's share (running aggregate - dict state) / Java"]
+    assert share.goal is None  # the share's goal is at 500k rows and 4 partitions only
+    assert all(r.status == "info" for r in rows.values() if r is not floor)
+
+
+def test_fsstate_share_is_the_running_aggregate_over_dict_state_against_java() -> None:
+    jobs = _jobs(True)
+    jobs["tiered"].batch_ms = {0: 1.0, 1: 1300.0, 2: 1500.0}
+    jobs["tiered_dict"].batch_ms = {0: 1.0, 1: 1100.0, 2: 1200.0}
+    rows = {r.name: r for r in cell_results(FloorCell(500_000, 4, 2), jobs, None)}
+    prefix = "4 partitions, 500k rows/batch"
+    share = rows[f"{prefix}: fsstate's share (running aggregate - dict state) / Java"]
+    # (1300 - 1100) / 1000 and (1500 - 1200) / 1200
+    assert share.samples == pytest.approx([0.2, 0.25])
+    assert (share.goal, share.status) == (0.25, "pass")
+    assert rows[f"{prefix}: tiered() running aggregate / tiered() idle"].goal is None
 
 
 def test_without_java_the_ratio_rows_are_published_as_skipped() -> None:
     cell = FloorCell(5_000, 4, 2)
     rows = cell_results(cell, _jobs(False), "no javac")
     skipped = [r for r in rows if r.status == "skipped"]
-    assert len(skipped) == 6  # a ratio and a per-task row for each of the three Python sides
+    # a ratio and a per-task row for each of the four Python sides, and fsstate's share
+    assert len(skipped) == 9
     assert all("no javac" in r.notes for r in skipped)
     assert not any(r.name.startswith("4 partitions, 5k rows/batch: Java ") for r in rows)
