@@ -131,16 +131,38 @@ class StubClient:
         """Not sent."""
 
 
+class StubTask:
+    """:class:`fsstate_spark.tiered.processor.KeyedTask` without a store: the clock and the
+    key binding go nowhere, the commit only closes the processor."""
+
+    def __init__(self, owner: StubTiered) -> None:
+        self._owner = owner
+
+    def set_clock(self, now_ms: int) -> None:
+        """No clock."""
+
+    def enter(self, store_key: Any) -> None:
+        """Nothing to bind."""
+
+    def commit(self) -> None:
+        """The processor's ``close`` (nothing to commit)."""
+        self._owner.close()
+
+    def fail(self) -> None:
+        """Nothing to fail."""
+        self._owner.fail_task()
+
+
 class StubTiered:
     """The ``tiered()`` proxy as fsstate's loop uses it, without a store."""
 
     def __init__(self, processor: StatefulProcessor) -> None:
         self.processor = processor
 
-    def begin_fast(self, handle: StatefulProcessorHandle) -> Any:
-        """The processor's ``init``; a task state whose clock and key binding go nowhere."""
+    def begin_fast(self, handle: StatefulProcessorHandle) -> StubTask:
+        """The processor's ``init``; the task's seam, whose clock and key binding go nowhere."""
         self.processor.init(handle)
-        return SimpleNamespace(set_clock=lambda _now: None, binding=SimpleNamespace(key=None))
+        return StubTask(self)
 
     def close(self) -> None:
         """The processor's ``close`` (no commit)."""
@@ -158,15 +180,16 @@ def _runner_conf() -> Any:
 
 def fsstate_task(proc: StatefulProcessor, pandas: bool) -> Callable[[list[pa.RecordBatch]], Any]:
     """fsstate's loop over a task's batches (``FastTask.run``), as a function of them."""
+    from fsstate_spark.tiered.adapters.task import TaskConf
     from fsstate_spark.tiered.fast_loop import FastTask, Flavour, parse_offsets
 
-    conf = _runner_conf()
+    conf = TaskConf(timezone="UTC")  # what every minor's adapter reads from _runner_conf()'s
     flavour = Flavour(
         pandas,
         False,
-        conf.timezone or "UTC",
-        conf.arrow_max_records_per_batch,
-        conf.arrow_max_bytes_per_batch,
+        conf.timezone,
+        conf.max_records_per_batch,
+        conf.max_bytes_per_batch,
         conf.prefer_int_ext_dtype,
     )
 

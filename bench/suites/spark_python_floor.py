@@ -287,7 +287,7 @@ def _ms_row(name: str, samples: list[float], how: str, work: str) -> Result:
 
 
 def run(ctx: BenchContext) -> list[Result]:
-    """Each cell's four queries side by side, in one SparkSession."""
+    """Each cell's five queries side by side, in one SparkSession."""
     require_pyspark()
     todo = [c for c in cells(ctx) if ctx.wants(c.label)]
     out: list[Result] = []
@@ -295,6 +295,7 @@ def run(ctx: BenchContext) -> list[Result]:
         return out
     with java_session(ctx, SUITE, "fsstate-bench-python-floor") as js:
         for cell in todo:
-            jobs = _run_cell(ctx, js.spark, cell, js.scratch / f"p{cell.partitions}", js.java)
+            scratch = js.scratch / f"p{cell.partitions}_{cell.rows // 1000}k"
+            jobs = _run_cell(ctx, js.spark, cell, scratch, js.java)
             out += cell_results(cell, jobs, js.java_skip)
     return out
