@@ -29,6 +29,10 @@ call, so the absolute figures are several times the unprofiled ones (Python-heav
 than Arrow-heavy ones); the shares are what the rows are for. Batch 0 (first touch of every
 key) is a row of its own; the others' median over batches 1 on.
 
+``bench/results/spark_key_breakdown_before.json`` is this suite run once on the code before
+issue 46's cuts (2cc2af5 with e463797's profiler hook, suite name changed), the performance
+page's "before" columns; ``make bench`` does not re-run it.
+
 Invariants: both queries read the same rows per batch (checked in their progress); profiles
 are matched to a query by the processor's class in their file names and to a batch by stage
 order (each batch of a query runs one stage of its operator).

@@ -5,9 +5,9 @@ transformWithState operator costs with nothing to do, against the Java processor
 200 partitions, and fsstate's loop no faster than PySpark's there. This suite says how much of
 that any Python processor pays, and (issue 46) how much of the running aggregate's time is
 fsstate's state. Per cell ({50k, 500k} rows per batch over rows / 2 keys x {4, 200} shuffle
-partitions in full runs, 4, 3, 3 and 2 timed batches, ~30 minutes on 2 cores; 5k rows at 4
-and 20 partitions in quick ones), five queries run side by side in one SparkSession (local[2]) over the same Parquet
-micro-batches (hard links), taking turns to go first:
+partitions in full runs, 4, 3, 3 and 2 timed batches, ~23 minutes on 2 cores; 5k rows at 4
+and 20 partitions in quick ones), five queries run side by side in one SparkSession
+(local[2]) over the same Parquet micro-batches (hard links), taking turns to go first:
 
 * ``Java``: the running aggregate of ``spark_jvm`` in Java on Spark's ``transformWithState``
   (RocksDB, :mod:`bench.harness.java_processor`): the reference, doing the work;
