@@ -35,7 +35,7 @@ import math
 from collections.abc import Callable, Iterator
 from functools import partial
 from itertools import repeat
-from operator import add, itemgetter, methodcaller
+from operator import add, methodcaller
 from typing import Any, Protocol
 
 import numpy as np
@@ -330,8 +330,10 @@ class RowOutput(Output):
     def table(self) -> pa.Table:
         rows = self.rows
         if not self._dicts:
-            # one itemgetter pass per column: zip(*rows) made an iterator per row
-            columns = [list(map(itemgetter(i), rows)) for i in range(self._width)]
+            # one pass per column reading the tuple's item directly: itemgetter would call
+            # Row.__getitem__ (Python) per value, zip(*rows) makes an iterator per row
+            item, n = tuple.__getitem__, len(rows)
+            columns = [list(map(item, rows, repeat(i, n))) for i in range(self._width)]
             batch = pa.RecordBatch.from_arrays(columns, schema=self.schema)
         else:
             dicts = [r if isinstance(r, dict) else r.asDict(True) for r in rows]

@@ -6,8 +6,10 @@ tuple) whose ``__fields__`` is the Row of the column names; reading a field as a
 ``Row.__getitem__`` per read, about a third of a simple processor's own time per row.
 :func:`row_class` gives, per tuple of column names, a subclass of ``Row`` whose
 ``__fields__`` is that Row of names (on the class, so no row carries its own) and whose field
-names are attributes of the class (one ``operator.itemgetter`` each): ``row.v`` is one C-level
-call.
+names are attributes of the class: ``row.v`` is one C-level read of the tuple's item, the
+descriptor ``collections.namedtuple`` uses for its fields (``collections._tuplegetter``; where an
+interpreter lacks it, a ``property`` of ``operator.itemgetter``, which goes through
+``Row.__getitem__``: right, ten times slower).
 
 Invariants:
 
@@ -24,10 +26,23 @@ Invariants:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from operator import itemgetter
 from typing import Any
 
 from pyspark.sql.types import Row
+
+
+def _property_getter(index: int, doc: str) -> Any:
+    return property(itemgetter(index), doc=doc)
+
+
+try:  # namedtuple's C descriptor: the tuple's item itself, whatever __getitem__ the class has
+    from collections import _tuplegetter  # type: ignore[attr-defined]
+
+    _field: Callable[[int, str], Any] = _tuplegetter
+except ImportError:  # pragma: no cover - CPython has it (3.8+)
+    _field = _property_getter
 
 CLASSES_MAX = 64  # row classes kept per process (one per distinct tuple of column names)
 
@@ -43,7 +58,7 @@ def row_class(names: tuple[str, ...]) -> type:
         for i, name in enumerate(names):
             if name in attrs or name.startswith("__") or hasattr(Row, name):
                 continue  # a repeated name reads its first column; Row's own names stay
-            attrs[name] = property(itemgetter(i), doc=f"column {i} ({name!r})")
+            attrs[name] = _field(i, f"column {i} ({name!r})")
         cls = type("Row", (Row,), attrs)
         cls.__module__ = Row.__module__
         cls.__qualname__ = "Row"
