@@ -29,6 +29,7 @@ import faulthandler
 import json
 import os
 import random
+import subprocess
 import sys
 import time
 import uuid
@@ -56,6 +57,8 @@ PARTITIONS = 2
 AGGS = [ops.Agg("count"), ops.Agg("sum", "v"), ops.Agg("min", "v"), ops.Agg("avg", "v")]
 STUCK = "stuck"  # ``<work>/stuck-<flow>``: the flow has run for more than STUCK_S
 STUCK_S = 90
+# the JVM threads a stuck query waits in: its stream, its foreachBatch runner, tasks, Connect
+STUCK_THREADS = ("stream execution", "Executor task launch", "python", "foreach", "grpc")
 SINK_ALARM_S = 60  # a flow's process not back in its sink after this prints its threads
 
 
@@ -264,11 +267,7 @@ def _finish(
         waited = time.monotonic() - t0
         if waited > STUCK_S and not (work / f"{STUCK}-{name}").exists():
             print(f"flow {name!r} running for {waited:.0f} s: {query.status}", flush=True)
-            (work / f"{STUCK}-{name}").touch()
-            for _ in range(60):
-                if (work / f"{name}.dumped").exists():
-                    break
-                time.sleep(0.5)
+            mark_stuck(work, name)
             if writer is not None:  # once: the stuck file now exists
                 query.stop()
                 query = _start(writer, name)
@@ -281,6 +280,33 @@ def _finish(
     files = sorted((work / "out" / name).glob("*.json"))
     assert [int(f.stem) for f in files] == list(range(len(files))), (name, files)
     out[name] = [json.loads(f.read_text()) for f in files]
+
+
+def mark_stuck(work: Path, name: str, wait_s: float = 30) -> None:
+    """Say that ``name`` is stuck (``<work>/stuck-<name>``) and wait until the test saved the
+    JVM's threads (``<work>/<name>.dumped``, written by :func:`await_client`) or ``wait_s``
+    passed."""
+    (work / f"{STUCK}-{name}").touch()
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline and not (work / f"{name}.dumped").exists():
+        time.sleep(0.5)
+
+
+def await_client(
+    client: subprocess.Popen[bytes], work: Path, spark: SparkSession, timeout_s: float = 900
+) -> dict[str, str]:
+    """Wait for a Connect client process (at most ``timeout_s``); whenever it says something
+    is stuck (:func:`mark_stuck`), save the stack of every JVM thread that such a wait can be
+    in (:data:`STUCK_THREADS`) to ``<work>/<name>.threads``. Returns those dumps by name."""
+    deadline = time.monotonic() + timeout_s
+    while client.poll() is None and time.monotonic() < deadline:
+        for stuck in work.glob(f"{STUCK}-*"):
+            name = stuck.name.removeprefix(f"{STUCK}-")
+            if not (work / f"{name}.dumped").exists():
+                (work / f"{name}.threads").write_text(jvm_threads(spark, *STUCK_THREADS))
+                (work / f"{name}.dumped").touch()
+        time.sleep(1)
+    return {t.stem: t.read_text() for t in work.glob("*.threads")}
 
 
 def refusals(spark: SparkSession, root: Path) -> dict[str, str]:

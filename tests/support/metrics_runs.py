@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -112,6 +112,10 @@ def expected(batches: list[list[dict[str, Any]]]) -> list[dict[str, int]]:
     return out
 
 
+class QueryStuck(Exception):
+    """A query of :func:`run_query` neither failed nor finished within its deadline."""
+
+
 def data_files(fileio: FileIO, operator: str) -> dict[str, int]:
     """Every data file of ``operator`` under ``fileio`` (path -> size), as storage lists it."""
     return {
@@ -130,6 +134,8 @@ def run_query(
     state_uri: str | None = None,
     listen_path: Path | None = None,
     batches: list[list[dict[str, Any]]] = LEDGER_BATCHES,
+    deadline_s: float = 180,
+    on_stuck: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
     """Run ``processor`` (a ``tiered()`` one, or a plain one in a flow) over ``batches``;
     return ``{"query", "history", "last", "written", "root", "fileio"}``: the query id,
@@ -139,7 +145,11 @@ def run_query(
 
     The sink lists the whole state root and writes each batch's new files to
     ``<work>/written/<batch>.json``: on Spark Connect it runs in a Python process of the server,
-    so files are how they come back (the session may be a classic one or a Connect client)."""
+    so files are how they come back (the session may be a classic one or a Connect client).
+
+    A query that neither failed nor reached its last batch within ``deadline_s`` is stuck:
+    ``on_stuck`` (if given) runs while it still is (to save the JVM's threads), then the query
+    is stopped and :class:`QueryStuck` raised."""
     from fsstate_spark import operators as ops
     from fsstate_spark.metrics import listen
     from fsstate_spark.runtime import fileio_for
@@ -187,10 +197,16 @@ def run_query(
     if not flow:
         root = root.child(str(query.id))
     last = len(batches) - 1
-    deadline = time.monotonic() + 180
+    deadline = time.monotonic() + deadline_s
+    stuck = False
     try:  # until Spark recorded the last data batch's progress
-        while query.isActive and time.monotonic() < deadline and query.exception() is None:
+        while query.isActive and query.exception() is None:
             if any(int(p["batchId"]) >= last for p in query.recentProgress):
+                break
+            if time.monotonic() > deadline:
+                stuck = True
+                if on_stuck is not None:
+                    on_stuck()
                 break
             time.sleep(0.1)
     finally:
@@ -198,6 +214,8 @@ def run_query(
         if listener is not None:
             _await_lines(listen_path, len(batches))  # the bus delivers progress asynchronously
             spark.streams.removeListener(listener)
+    if stuck:
+        raise QueryStuck(f"query {query.id}: not at batch {last} after {deadline_s:.0f} s")
     assert query.exception() is None, query.exception()
     written = {int(f.stem): json.loads(f.read_text()) for f in out_dir.glob("*.json")}
     return {

@@ -19,7 +19,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -27,30 +26,10 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from tests.support.connect_flows import (
-    STUCK,
-    connect_server,
-    jvm_threads,
-    run_flows,
-    write_inputs,
-)
+from tests.support.connect_flows import await_client, connect_server, run_flows, write_inputs
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
 ROOT = Path(__file__).resolve().parents[3]
-# the JVM threads a stuck flow waits in: its stream, its foreachBatch runner, tasks, Connect
-STUCK_THREADS = ("stream execution", "Executor task launch", "python", "foreach", "grpc")
-
-
-def _wait(client: subprocess.Popen[bytes], work: Path, spark: SparkSession) -> None:
-    """Wait for the client; save the JVM's threads for each flow it says is stuck."""
-    deadline = time.monotonic() + 900
-    while client.poll() is None and time.monotonic() < deadline:
-        for stuck in work.glob(f"{STUCK}-*"):
-            name = stuck.name.removeprefix(f"{STUCK}-")
-            if not (work / f"{name}.dumped").exists():
-                (work / f"{name}.threads").write_text(jvm_threads(spark, *STUCK_THREADS))
-                (work / f"{name}.dumped").touch()
-        time.sleep(1)
 
 
 def test_every_operator_kind_from_a_connect_client_equals_the_classic_session(
@@ -67,11 +46,10 @@ def test_every_operator_kind_from_a_connect_client_equals_the_classic_session(
         try:  # the client prepares its flows while the classic ones run, then runs them alone
             classic = run_flows(spark, inputs, tmp_path / "classic", together=True)
             go.touch()
-            _wait(client, tmp_path / "connect", spark)
+            threads = await_client(client, tmp_path / "connect", spark)
         finally:
             client.kill()
     lines = [ln for ln in out.read_text().splitlines() if ln.startswith("RESULT ")]
-    threads = {t.stem: t.read_text() for t in (tmp_path / "connect").glob("*.threads")}
     assert client.returncode == 0 and lines, (
         out.read_text()[-2000:] + err.read_text()[-4000:] + str(threads)
     )
