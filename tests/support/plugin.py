@@ -3,7 +3,9 @@
 * Spark's Python workers are started by the JVM with the driver's environment, so the
   repository root is put on ``PYTHONPATH`` here (:func:`devkit.repo.worker_paths`), before any
   SparkSession exists: workers import processors defined under ``tests/`` and ``examples/``
-  as ``tests.<...>`` and ``examples.<...>``. PySpark is pointed at this interpreter.
+  as ``tests.<...>`` and ``examples.<...>``. PySpark is pointed at this interpreter, started
+  through :data:`devkit.repo.WORKER_LAUNCHER` (pyspark imported from its compiled files, not
+  from Spark's zip: :func:`devkit.repo.compiled_pyspark_workers`).
 * ``s3_server``: a real S3 server (SeaweedFS ``weed mini`` on loopback, credentials checked),
   started once per session when a test asks for it and stopped at the end; ``s3_uri`` gives
   every test its own prefix of the bucket; :func:`s3_options` are the settings that reach it.
@@ -24,13 +26,14 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from devkit.repo import worker_paths
+from devkit.repo import compiled_pyspark_workers, worker_paths
 from devkit.s3_server import S3Info, SeaweedS3
 from tests.support.schedule import longest_first
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+compiled_pyspark_workers()  # the workers import pyspark compiled, not from Spark's zip
 worker_paths()  # before any SparkSession: its workers inherit the environment
 
 
