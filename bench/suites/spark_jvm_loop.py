@@ -149,7 +149,7 @@ class StubTask:
         self._owner.close()
 
     def fail(self) -> None:
-        """Nothing to fail."""
+        """The proxy's ``fail_task`` (no store: nothing to roll back)."""
         self._owner.fail_task()
 
 
@@ -180,10 +180,10 @@ def _runner_conf() -> Any:
 
 def fsstate_task(proc: StatefulProcessor, pandas: bool) -> Callable[[list[pa.RecordBatch]], Any]:
     """fsstate's loop over a task's batches (``FastTask.run``), as a function of them."""
-    from fsstate_spark.tiered.adapters.task import TaskConf
+    from fsstate_spark.tiered.adapters.v4_2 import task_conf
     from fsstate_spark.tiered.fast_loop import FastTask, Flavour, parse_offsets
 
-    conf = TaskConf(timezone="UTC")  # what every minor's adapter reads from _runner_conf()'s
+    conf = task_conf(_runner_conf())  # the settings a real task gets (4.2's and 4.3's adapter)
     flavour = Flavour(
         pandas,
         False,
