@@ -153,7 +153,8 @@ class Run:
         clean them up)."""
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SPARK_HOME")}
         env["PYTHONPATH"] = str(ROOT)
-        env["PYSPARK_PYTHON"] = sys.executable
+        # this interpreter for the workers, through the suite's launcher (pyspark compiled)
+        env["PYSPARK_PYTHON"] = os.environ.get("PYSPARK_PYTHON", sys.executable)
         env["PYSPARK_DRIVER_PYTHON"] = sys.executable
         env["SPARK_LOCAL_IP"] = "127.0.0.1"
         env["SPARK_LOCAL_DIRS"] = str(self.root / "spark-local")
