@@ -370,6 +370,15 @@ class Segment:
         """Distinct grouping keys, in key order (Arrow finds them; only they become tuples)."""
         return self.keys_at(self._last_rows())
 
+    def distinct_count(self, entries: bool = False) -> int:
+        """How many distinct grouping keys the rows hold (``entries``: distinct (key, user key)
+        pairs of a map table), counted at the key changes of the sorted rows (sorts them once,
+        if a batched write handed them over unsorted)."""
+        cols = self._key_columns()
+        if entries:
+            cols = [*cols, *self.batch.column("ukey").flatten()]
+        return int(np.count_nonzero(~same_as_next(cols)))
+
     def distinct_key_hashes(self) -> np.ndarray[Any, Any]:
         """``stable_hash`` of every distinct grouping key, as uint64 (numpy where the key types
         allow, :func:`fsstate.format.keyfilter.stable_hashes`; tuples one by one otherwise)."""

@@ -9,7 +9,8 @@ defined in :mod:`fsstate.stats`; this module states how each is measured.
 * ``rows_total``: per table, its live-row count. A table starts from the count its version's
   summary recorded (0 for a new table or one without runs) and follows every change
   (:mod:`fsstate.tables.counts`: per dirty key once per seal, blind writes resolved in one
-  lookup per seal, batched writes and range deletes where they happen). A table whose count is
+  lookup per seal, batched writes and range deletes where they happen, a batched write into a table without
+  runs when the commit or a spill has sorted it). A table whose count is
   unknown (its version was written by an older fsstate, or without summaries) is counted once by
   reading it whole at the next commit (:meth:`fsstate.tables.scan.ScanTable.count_live_rows`),
   so one commit per store pays a full read and every later one is exact for free. A table
@@ -94,6 +95,7 @@ class SummaryRecorder:
         if not t.counting:
             return
         known = self.base.tables.get(t.name) if self.base is not None else None
+        t.uncounted.clear()  # counted afresh from the base, as the tally is reset
         t.live_rows = 0 if not entry_runs else (known.rows_total if known else None)
 
     def compactions(self) -> int:
@@ -126,6 +128,7 @@ class SummaryRecorder:
             if t is None:
                 tables[name] = TableSummary(known.rows_total if known else None)
                 continue
+            t.settle_counts()
             if t.live_rows is None:
                 t.live_rows = int(t.count_live_rows())  # type: ignore[attr-defined]
             r = t.row_tally

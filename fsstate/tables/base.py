@@ -341,6 +341,7 @@ class TableBase(TableCore, interfaces.StateTable):
             (estimated bytes freed, bytes written to storage).
         """
         before = self.memory_bytes()
+        self.settle_counts()  # the deferred counts sort the segments the write needs sorted
         written = self._write_pinned()
         run = self._write_dirty()
         if run is not None and run.ref is not None:

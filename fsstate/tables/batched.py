@@ -17,6 +17,10 @@ Invariants:
   numbers from ``next_seq``, so runs stay ordered by sequence number; views of the written
   keys are dropped, so the next read replays them from the runs.
 * Key tuples of a batch are built only if someone iterates them (:class:`_LazyKeys`).
+* A counting table counts a batch at the write, or (value and map tables that held no run)
+  when the batch's segment is sorted anyway: the store's summary and a spill call
+  :meth:`fsstate.tables.core.TableCore.settle_counts` before reading the counts or releasing
+  the segment; the figures are the same either way.
 * The vectorized lookup runs only when no view is dirty (clean views mirror the runs), there
   is no range tombstone and every run is in memory; it returns what per-key ``get`` would:
   the newest row of each key, with deleted and expired values not found.
@@ -90,10 +94,12 @@ class BatchedTable(ScanTable):
 
         The run is held unsorted: its segment sorts it, and builds its key index, on the first
         read or commit that needs key order (:attr:`fsstate.format.segment.Segment.batch`), so
-        that work is deferred, not avoided."""
+        that work is deferred, not avoided. So is the count of a batch into a table that holds
+        nothing (no run): its distinct keys, which the sort finds (:meth:`settle_counts`)."""
         self.seal()
         n = len(key_list)
-        if self.counting:
+        defer = self.counting and self.kind != KIND_LIST and not self.runs
+        if self.counting and not defer:
             self._count_batch(key_struct, ukey_struct, op, n)
         st = self._store
         start = st.next_seq
@@ -107,7 +113,10 @@ class BatchedTable(ScanTable):
         cols[OP] = pa.nulls(n, pa.int8()).fill_null(op)
         cols[EXPIRES] = pa.nulls(n, pa.int64())
         batch = pa.RecordBatch.from_pydict(cols, schema=self.spec.row_schema())
-        run = Run(Segment(self.spec, batch, is_sorted=False), None)
+        segment = Segment(self.spec, batch, is_sorted=False)
+        if defer and op == OP_PUT:  # a delete of nothing removes nothing: no count
+            self.uncounted.append(segment)
+        run = Run(segment, None)
         with self.lock:
             self.runs = [*self.runs, run]
         self._forget_views(key_list)
@@ -121,8 +130,8 @@ class BatchedTable(ScanTable):
         """Account a batched write of ``n`` rows (after the seal: the runs answer alone).
 
         List appends are new elements. Value and map rows count once per distinct key (or
-        entry); whether each existed is one batched lookup (:meth:`_existing`), skipped when
-        the table holds nothing yet."""
+        entry); whether each existed is one batched lookup (:meth:`_existing`). Not called
+        for a value or map table that holds nothing yet (its count is deferred)."""
         tally = self.row_tally
         if self.kind == KIND_LIST:
             tally.updated += n
@@ -137,7 +146,7 @@ class BatchedTable(ScanTable):
             distinct = pa.Table.from_arrays([pc.unique(cols[0])], names=names)
         else:
             distinct = pa.Table.from_arrays(cols, names=names).group_by(names).aggregate([])
-        existing = self._existing(distinct, len(key_struct.type)) if self.runs else 0
+        existing = self._existing(distinct, len(key_struct.type))
         if op == OP_PUT:
             tally.updated += distinct.num_rows
             delta = distinct.num_rows - existing

@@ -18,7 +18,9 @@ Fields (owned by the table; the modules of this package read and write them, not
   whether writes maintain it; ``_ttl_ms`` the TTL of new writes;
 * ``ranges``: range tombstones;
 * ``counting`` / ``live_rows`` / ``sealed_rows`` / ``row_tally``: the live-row count and the
-  epoch's row events, when the store records version summaries (:mod:`fsstate.tables.counts`).
+  epoch's row events, when the store records version summaries (:mod:`fsstate.tables.counts`);
+  ``uncounted``: segments of batched writes into a table that held nothing, whose distinct
+  keys are not yet added to both (:meth:`TableCore.settle_counts`).
 
 A table sees its store through :class:`StoreHost` and the process's memory controller through
 :class:`Budget` (annotation-only Protocols: no import of the concrete owners, which live above).
@@ -48,7 +50,7 @@ from fsstate.format.schema import (
     infer_key_schema,
     make_checker,
 )
-from fsstate.format.segment import OpRow
+from fsstate.format.segment import OpRow, Segment
 from fsstate.format.tombstones import ABSENT, RangeTombstones, replay_list, replay_map, replay_value
 from fsstate.interfaces import Key, StateKind
 from fsstate.storage.runs import Run, RunContext
@@ -159,6 +161,23 @@ class TableCore:
         self.live_rows: int | None = None  # set by the store (None: unknown)
         self.sealed_rows: dict[Key, int] = {}
         self.row_tally = RowTally()
+        self.uncounted: list[Segment] = []  # batched writes whose count is deferred
+
+    def settle_counts(self) -> None:
+        """Add the deferred counts of batched writes (``uncounted``) to ``row_tally`` and
+        ``live_rows``: each segment's distinct keys (map: entries), taken from its sorted rows.
+
+        Such a batch went into a table that held nothing, so each of its distinct keys is one
+        row updated and one live row more; the count waits for the sort that a commit or a
+        spill does anyway. Called on the task's thread by the store's summary before it reads
+        the counts, and by a spill before the segments leave memory."""
+        pending, self.uncounted = self.uncounted, []
+        entries = self.kind == KIND_MAP
+        for segment in pending:
+            n = segment.distinct_count(entries)
+            self.row_tally.updated += n
+            if self.live_rows is not None:
+                self.live_rows += n
 
     # -- keys and schema ---------------------------------------------------------------------
     def _set_key_schema(self, schema: pa.Schema) -> Checker:

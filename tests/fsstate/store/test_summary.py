@@ -133,6 +133,8 @@ class Run:
             elif r < 0.85:
                 t.clear(k)  # type: ignore[attr-defined]
                 m.remove(k)
+            elif r < 0.92 and m.ttl_ms is None:
+                self.map_put_many(t, m)
             else:
                 self.range_delete(t, m)
         else:
@@ -144,6 +146,20 @@ class Run:
                 m.remove(k)
             else:
                 self.range_delete(t, m)
+
+    def map_put_many(self, t: Any, m: ModelTable) -> None:
+        """A batched write of map entries (some twice): counted once per distinct entry."""
+        rng = self.rng
+        entries = [(rng.randrange(40), rng.randrange(6)) for _ in range(rng.randrange(1, 8))]
+        m.seal()
+        t.put_many(
+            pa.table({"k": [k for k, _ in entries]}),
+            pa.table({"u": [u for _, u in entries]}),
+            pa.table({"x": [1] * len(entries)}),
+        )
+        for k, u in entries:
+            m.put((k,), (u,), None)
+        m.seal()
 
     def range_delete(self, t: Any, m: ModelTable) -> None:
         lo = self.rng.randrange(40)
@@ -326,3 +342,38 @@ def test_parent_without_summary_is_counted_once(tmp_path: Path) -> None:
     store.commit(3)
     store.close()
     _assert_exact(fileio, 3)
+
+
+@pytest.mark.parametrize("spill", [False, True], ids=["commit", "spill-then-commit"])
+def test_batched_writes_into_empty_tables_count_exactly(tmp_path: Path, spill: bool) -> None:
+    """A batched write into a table without runs is counted when its segment is sorted (the
+    commit, or a spill first): distinct keys (map: entries) once, a delete of nothing 0, and a
+    second batch over the first counts only its new keys as live."""
+    fileio = FileIO(str(tmp_path))
+    store = _declare(PartitionStore.open(fileio, OP, PART, None))
+    v: Any = store.table("v")
+    m: Any = store.table("m")
+    v.delete_many(pa.table({"k": [4, 5]}))  # into nothing: removes nothing
+    v2: Any = store.value_table("v2", VAL, KEY)
+    v2.put_many(pa.table({"k": [1, 2, 2, 3, 3, 3]}), pa.table({"x": [1, 2, 3, 4, 5, 6]}))
+    m.put_many(
+        pa.table({"k": [1, 1, 1, 2]}), pa.table({"u": [1, 1, 2, 1]}), pa.table({"x": [1] * 4})
+    )
+    v.put_many(pa.table({"k": [7, 8]}), pa.table({"x": [1, 2]}))
+    v.put_many(pa.table({"k": [8, 9, 9]}), pa.table({"x": [3, 4, 5]}))  # over the first batch
+    if spill:
+        store.spill()
+        assert not v.uncounted and not m.uncounted and not v2.uncounted
+    store.commit(0)
+    s = _assert_exact(fileio, 0)
+    assert (s.tables["v"].rows_total, s.tables["v"].rows_updated) == (3, 4)
+    assert s.tables["v"].rows_removed == 0
+    assert (s.tables["v2"].rows_total, s.tables["v2"].rows_updated) == (3, 3)
+    assert (s.tables["m"].rows_total, s.tables["m"].rows_updated) == (3, 3)
+    v2.put_many(pa.table({"k": [3, 4]}), pa.table({"x": [1, 1]}))  # runs now: counted at once
+    assert not v2.uncounted
+    store.commit(1)
+    store.close()
+    s = read_summary(fileio, f"{OP}/{PART}", 1)
+    assert s is not None
+    assert (s.tables["v2"].rows_total, s.tables["v2"].rows_updated) == (4, 2)
