@@ -36,6 +36,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from devkit.jvm_archive import OFF_ENV
 from devkit.repo import ROOT
 
 VENVS = ROOT / ".venv-compat"
@@ -224,6 +225,7 @@ def run_entry(
         return ("skipped: no Python " + entry.python if allow_missing else "no Python"), 0.0
     paths, extra = selection(entry, full)
     env = dict(os.environ, PYSPARK_PYTHON=str(py), PYSPARK_DRIVER_PYTHON=str(py), **extra)
+    env[OFF_ENV] = "1"  # an entry's few applications would not earn back building an archive
     cmd = [str(py), "-m", "pytest", "-q", "-p", "no:cacheprovider", *paths]
     if workers:
         cmd += ["-n", str(workers), "--dist", "loadfile", "--no-loadscope-reorder"]

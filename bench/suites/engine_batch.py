@@ -1,8 +1,8 @@
 """Engine benchmarks of whole Arrow batches: the ``batch`` group of the engine suite
 (:mod:`bench.suites.engine` runs it, this module does not).
 
-``put_many`` counted with the work it defers (through the first ``get_many``, through a
-``commit``) and alone (info), and ``get_many`` (runs in memory, hot clean and dirty views,
+``put_many`` timed with a first ``get_many`` (the goal row), with a ``commit`` (all the work
+it defers) and alone (info), and ``get_many`` (runs in memory, hot clean and dirty views,
 first touch), each against building and reading a dict from the same tables.
 
 Invariants:
@@ -97,8 +97,9 @@ def bench_batch(ctx: BenchContext, scratch: Scratch, rng: np.random.Generator) -
             None,
             "rows/s",
             f"{n:,} rows per call, shuffled keys; put_many only appends the unsorted batch: "
-            "its sort and key index are built by the first read or commit, which this row "
-            "leaves out (see the two rows below); baseline: dict(zip(...)) of to_pylist tuples",
+            "its sort, key index and (into an empty table) distinct-key count are left to "
+            "the first read or commit that needs them, which this row leaves out (see the two "
+            "rows below); baseline: dict(zip(...)) of to_pylist tuples",
         )
     ]
     assert fresh.d is not None
@@ -196,11 +197,12 @@ def _batch_put_with_deferred(
     sample_kt: pa.Table,
     repeat: int,
 ) -> list[Result]:
-    """``put_many`` timed together with the work it defers (sort and key index of the batch).
+    """``put_many`` timed together with what a first read, or a commit, does after it.
 
     Two rows, each on a fresh store per sample: ``put_many`` + the first ``get_many`` (of
-    ``sample_kt``'s keys), and ``put_many`` + ``commit`` (Parquet run written and published).
-    Rates count the rows put (``len(kt)``) over the time of both calls.
+    ``sample_kt``'s keys: a join with the unsorted batch), and ``put_many`` + ``commit`` (the
+    batch sorted and counted, its Parquet run written and published: all the work
+    ``put_many`` defers). Rates count the rows put (``len(kt)``) over the time of both calls.
     """
     rows = pa.Table.from_arrays(
         [*kt.columns, *vtab.columns], names=[*kt.column_names, *vtab.column_names]
@@ -217,7 +219,7 @@ def _batch_put_with_deferred(
 def _put_get_row(
     fresh: Fresh, kt: pa.Table, vtab: pa.Table, sample_kt: pa.Table, repeat: int
 ) -> Result:
-    """put_many then the first get_many (which sorts the batch and builds its key index)."""
+    """put_many then the first get_many (a join with the unsorted batch)."""
     n, m = kt.num_rows, sample_kt.num_rows
 
     def eng_put_get() -> None:
@@ -237,10 +239,11 @@ def _put_get_row(
         b,
         GOAL_BATCH_ROWS,
         "rows/s",
-        f"rows put per second, counting the work put_many defers: put_many of {n:,} "
-        f"rows (shuffled keys) then get_many of {m:,} random keys of them on a fresh "
-        "store (the first read sorts the batch and builds its key index); baseline: "
-        "dict(zip(...)) of to_pylist tuples, then dict.get of the same keys",
+        f"rows put per second with the first read: put_many of {n:,} rows (shuffled "
+        f"keys) then get_many of {m:,} random keys of them on a fresh store (the read "
+        "joins them with the unsorted batch; the batch's sort and distinct-key count wait "
+        "for the commit and are timed in put_many + commit); baseline: dict(zip(...)) of "
+        "to_pylist tuples, then dict.get of the same keys",
     )
 
 
@@ -267,8 +270,9 @@ def _put_commit_row(
         b,
         None,
         "rows/s",
-        f"rows put per second, counting the work put_many defers: put_many of {n:,} "
-        "rows (shuffled keys) then commit on a fresh store (sort, key index, Parquet run "
+        f"rows put per second, counting all the work put_many defers: put_many of {n:,} "
+        "rows (shuffled keys) then commit on a fresh store (sort, distinct-key count for "
+        "the version summary, Parquet run "
         f"({cfg.compression}), manifest{', fsync' if cfg.fsync else ''}); baseline: "
         "dict(zip(...)) of to_pylist tuples plus pq.write_table of the same key and value "
         f"columns to one file ({cfg.compression}, row groups of {cfg.row_group_rows:,} "

@@ -5,7 +5,9 @@
   SparkSession exists: workers import processors defined under ``tests/`` and ``examples/``
   as ``tests.<...>`` and ``examples.<...>``. PySpark is pointed at this interpreter, started
   through :data:`devkit.repo.WORKER_LAUNCHER` (pyspark imported from its compiled files, not
-  from Spark's zip: :func:`devkit.repo.compiled_pyspark_workers`).
+  from Spark's zip: :func:`devkit.repo.compiled_pyspark_workers`). Every JVM started from the
+  suite's environment maps Spark's classes from one class-data archive, built once per
+  virtualenv (:func:`devkit.jvm_archive.spark_class_archive`).
 * ``s3_server``: a real S3 server (SeaweedFS ``weed mini`` on loopback, credentials checked),
   started once per session when a test asks for it and stopped at the end; ``s3_uri`` gives
   every test its own prefix of the bucket; :func:`s3_options` are the settings that reach it.
@@ -26,6 +28,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from devkit.jvm_archive import spark_class_archive
 from devkit.repo import compiled_pyspark_workers, worker_paths
 from devkit.s3_server import S3Info, SeaweedS3
 from tests.support.schedule import longest_first
@@ -35,6 +38,7 @@ if TYPE_CHECKING:
 
 compiled_pyspark_workers()  # the workers import pyspark compiled, not from Spark's zip
 worker_paths()  # before any SparkSession: its workers inherit the environment
+spark_class_archive()  # every JVM the suite starts maps Spark's classes from one archive
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
