@@ -258,7 +258,9 @@ def test_sigkill_inside_commits_leaves_complete_versions(
         root = Location.parse(request.getfixturevalue("s3_uri"), s3_options(info))
         kills_min = KILLS_IN_COMMIT_MIN_S3
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["pyarrow", "fsstate", __name__])
+    # pandas too: pyarrow imports it at its first pa.array of a list (0.45 s), which would
+    # otherwise happen inside each child's first commit, where most kills then landed
+    ctx.set_forkserver_preload(["pandas", "pyarrow", "fsstate", __name__])
     ref = Reference(seed)
     durations: list[float] = []
     in_commit = after_commit = 0
