@@ -6,6 +6,8 @@
 * :mod:`devkit.spark_local`: a small local SparkSession from ``conf/spark-defaults.conf``, its
   SQL settings changed for a block, and micro-batch input files.
 * :mod:`devkit.s3_server`: a throwaway, credential-checking S3 server on loopback (SeaweedFS).
+* :mod:`devkit.jvm_archive` (with :mod:`devkit.jvm_archive_job`): the test suite's class-data
+  archive of Spark's driver JVM, so its many short-lived JVMs map Spark's classes.
 
 Invariants: ``devkit`` imports ``fsstate`` and ``fsstate_spark`` at most, never ``tests``,
 ``bench`` or ``examples`` (held by ``make lint``: import-linter); the tests, the benchmarks and
