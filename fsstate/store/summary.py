@@ -9,8 +9,8 @@ defined in :mod:`fsstate.stats`; this module states how each is measured.
 * ``rows_total``: per table, its live-row count. A table starts from the count its version's
   summary recorded (0 for a new table or one without runs) and follows every change
   (:mod:`fsstate.tables.counts`: per dirty key once per seal, blind writes resolved in one
-  lookup per seal, batched writes and range deletes where they happen, a batched write into a table without
-  runs when the commit or a spill has sorted it). A table whose count is
+  lookup per seal, batched writes and range deletes where they happen, a batched write into a
+  table without runs once the commit or a spill has sorted it). A table whose count is
   unknown (its version was written by an older fsstate, or without summaries) is counted once by
   reading it whole at the next commit (:meth:`fsstate.tables.scan.ScanTable.count_live_rows`),
   so one commit per store pays a full read and every later one is exact for free. A table

@@ -169,8 +169,8 @@ class TableCore:
 
         Such a batch went into a table that held nothing, so each of its distinct keys is one
         row updated and one live row more; the count waits for the sort that a commit or a
-        spill does anyway. Called on the task's thread by the store's summary before it reads
-        the counts, and by a spill before the segments leave memory."""
+        spill does anyway. Called by the store's summary before it reads the counts, and by a
+        spill before the segments leave memory."""
         pending, self.uncounted = self.uncounted, []
         entries = self.kind == KIND_MAP
         for segment in pending:
