@@ -1,10 +1,10 @@
 """Running ``examples/recovery_job.py`` as a real application: ``spark-submit --py-files``,
-SIGKILL of its whole process group, and what its sink, Spark's checkpoint and fsstate hold.
+SIGKILL of all its processes (its session), and what its sink, Spark's checkpoint and fsstate hold.
 
 Used by the spark-submit, local-cluster and operator recovery tests.
 
-Invariants: a subprocess never outlives its timeout (on any failure its process group is
-killed); input files get distinct, increasing modification times, one per micro-batch.
+Invariants: a subprocess never outlives its timeout (on any failure every process of its
+session is killed); input files get distinct, increasing modification times, one per micro-batch.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -150,6 +151,17 @@ def job_env() -> dict[str, str]:
 
 def group_alive(pgid: int) -> list[int]:
     """Pids of live (non-zombie) processes in process group ``pgid``."""
+    return _live(lambda fields: int(fields[2]) == pgid)
+
+
+def session_alive(sid: int) -> list[int]:
+    """Pids of live (non-zombie) processes of session ``sid``: a job started in its own session
+    (the Python driver and the JVMs in its process group, and PySpark's worker daemon, which puts
+    itself and its forked workers in a process group of their own)."""
+    return _live(lambda fields: int(fields[3]) == sid)
+
+
+def _live(match: Callable[[list[str]], bool]) -> list[int]:
     alive = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
@@ -158,26 +170,39 @@ def group_alive(pgid: int) -> list[int]:
             stat = (proc / "stat").read_text()
         except OSError:
             continue
-        fields = stat[stat.rindex(")") + 2 :].split()  # state, ppid, pgrp, ...
-        if fields[0] != "Z" and int(fields[2]) == pgid:
+        fields = stat[stat.rindex(")") + 2 :].split()  # state, ppid, pgrp, session, ...
+        if fields[0] not in ("Z", "X") and match(fields):
             alive.append(int(proc.name))
     return alive
 
 
-def kill_group(proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
-    """SIGKILL every process of ``proc``'s group (JVM, Python driver, workers) and wait."""
+def kill_now(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL every process of ``proc``'s session at once: its process group first (the Python
+    driver and the JVM, atomically), then the Python workers' groups, so that no worker goes on
+    to commit state once the JVM is gone (a killed machine's workers do not either)."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
+    for pid in session_alive(proc.pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def kill_group(proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
+    """SIGKILL every process of ``proc``'s session (JVM, Python driver, workers) and wait."""
+    kill_now(proc)
     proc.wait(timeout=timeout)
     deadline = time.monotonic() + timeout
-    while group_alive(proc.pid):
+    while left := session_alive(proc.pid):
         if time.monotonic() > deadline:
-            raise AssertionError(f"processes survived SIGKILL: {group_alive(proc.pid)}")
+            raise AssertionError(f"processes survived SIGKILL: {left}")
+        for pid in left:  # forked after the first round
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         time.sleep(0.1)
 
 
 def start(dirs: JobDirs, log: Path, slow_ms: int = 0) -> subprocess.Popen[bytes]:
-    """Start the job in its own session (so its whole process group can be killed)."""
+    """Start the job in its own session (so all its processes can be killed)."""
     with open(log, "ab") as out:  # the child keeps its own copy of the descriptor
         return subprocess.Popen(
             dirs.command(slow_ms),
@@ -254,8 +279,8 @@ def kill_mid_batch(dirs: JobDirs, min_written: int, committed_by: str) -> int:
     Waits until at least ``min_written`` batch files are in the sink and a batch without a
     sink file has its fsstate version committed by some but not all partitions
     (``committed_by="some"``: partition 1 sleeps before its commit) or by all of them
-    (``"all"``: the job sleeps in foreachBatch before the sink write), then kills the whole
-    process group.
+    (``"all"``: the job sleeps in foreachBatch before the sink write), then kills every
+    process of the job.
 
     Returns:
         The interrupted batch id.
@@ -275,7 +300,7 @@ def kill_mid_batch(dirs: JobDirs, min_written: int, committed_by: str) -> int:
                 committed = every if committed_by == "all" else set.union(*versions) - every
                 pending = sorted(committed - written)
                 if pending:
-                    os.killpg(proc.pid, signal.SIGKILL)
+                    kill_now(proc)
                     return pending[-1]
             time.sleep(0.05)
     finally:

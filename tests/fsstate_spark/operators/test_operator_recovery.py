@@ -6,9 +6,9 @@ own JVM and Python workers) over seeded micro-batches with out-of-order event ti
 close at various batches, some rows arrive late) and duplicates:
 
 1. an uninterrupted run gives the reference sink;
-2. side by side, two runs are SIGKILLed (the whole process group: Python driver, JVM, Python
-   workers) in micro-batches chosen by the seed, while that batch has no sink file, is not in
-   Spark's commit log, and its fsstate versions are committed by
+2. side by side, two runs are SIGKILLed (every process of the job's session: Python driver,
+   JVM, Python workers) in micro-batches chosen by the seed, while that batch has no sink
+   file, is not in Spark's commit log, and its fsstate versions are committed by
 
    * ``some``: some but not all partitions of the first stage (``dedup``), none of the second;
    * ``between``: every partition of ``dedup``, no partition of ``windows``;
@@ -27,14 +27,13 @@ reference exactly, and every kill must have landed where intended (checked on Sp
 checkpoint and the state after the kill; a kill that lands past its point because the poller
 was late is reported and tried again at a later batch). Failures name the seed
 (``FSSTATE_RECOVERY_SEED`` overrides it) and the kill points. A subprocess never outlives its
-timeout: on any failure its process group is killed.
+timeout: on any failure every process of its session is killed.
 """
 
 from __future__ import annotations
 
 import os
 import random
-import signal
 import subprocess
 import sys
 import time
@@ -53,6 +52,7 @@ from tests.support.jobs import (
     JAVA_OPTIONS,
     finish,
     kill_group,
+    kill_now,
     sink_batches,
     spark_log,
     write_inputs,
@@ -164,7 +164,7 @@ class Run:
         return env
 
     def start(self, slow_ms: int, header: str) -> subprocess.Popen[bytes]:
-        """Start the job in its own session (so its whole process group can be killed)."""
+        """Start the job in its own session (so all its processes can be killed)."""
         (self.root / "tmp").mkdir(exist_ok=True)
         with open(self.log, "ab") as out:  # the child keeps its own copy of the descriptor
             out.write(f"\n==== {header} ====\n".encode())
@@ -228,12 +228,14 @@ class Kill:
     landed: str | None = None  # the phase of that batch's state after the kill
     view: dict[str, Any] = field(default_factory=dict)
     # kills that landed past the point (the job moved on between the poll and the kill):
-    # (batch, phase after the kill); the job was started again for the next batch
-    missed: list[tuple[int, str]] = field(default_factory=list)
+    # (batch, phase after the kill, seconds since the poll before the one that saw the phase:
+    # more than the window's SLOW_MS means a starved poller); the job was started again for the
+    # next batch
+    missed: list[tuple[int, str, float]] = field(default_factory=list)
 
 
 def kill_at(run: Run, kill: Kill, header: str) -> None:
-    """Start the job and SIGKILL its process group inside a batch at ``kill.phase``.
+    """Start the job and SIGKILL all its processes inside a batch at ``kill.phase``.
 
     Waits for batch ``kill.target`` to have no sink file and its state at the phase, kills,
     and records where the kill landed in ``kill``. If the job went past the batch's kill window
@@ -244,8 +246,11 @@ def kill_at(run: Run, kill: Kill, header: str) -> None:
     while True:
         proc = run.start(SLOW_MS, header if not kill.missed else f"{header} (again)")
         deadline = time.monotonic() + RUN_TIMEOUT_S
+        polled, gap_s = time.monotonic(), 0.0
         try:
             while True:
+                now = time.monotonic()
+                polled, gap_s = now, now - polled
                 if proc.poll() is not None:
                     raise AssertionError(f"job ended (rc {proc.returncode}) before it was killed")
                 if time.monotonic() > deadline:
@@ -256,7 +261,7 @@ def kill_at(run: Run, kill: Kill, header: str) -> None:
                         raise AssertionError(f"no batch from {kill.target} on was seen in time")
                     continue
                 if run.phase(batch) == kill.phase:
-                    os.killpg(proc.pid, signal.SIGKILL)
+                    kill_now(proc)
                     break
                 time.sleep(POLL_S)
         finally:
@@ -265,7 +270,7 @@ def kill_at(run: Run, kill: Kill, header: str) -> None:
         if landed == kill.phase and not run.written(batch):
             kill.batch, kill.landed, kill.view = batch, landed, run.view()
             return
-        kill.missed.append((batch, landed))
+        kill.missed.append((batch, landed, round(gap_s, 2)))
         batch += 1
         if len(kill.missed) > MISSES_MAX or batch >= N_BATCHES:
             raise AssertionError(f"kills landed past {kill.phase!r}: {kill.missed}")
