@@ -8,6 +8,8 @@
 * :mod:`devkit.s3_server`: a throwaway, credential-checking S3 server on loopback (SeaweedFS).
 * :mod:`devkit.jvm_archive` (with :mod:`devkit.jvm_archive_job`): the test suite's class-data
   archive of Spark's driver JVM, so its many short-lived JVMs map Spark's classes.
+* :mod:`devkit.python_forkserver` (with ``devkit/bin/forkserver_client.py``): the test suite's
+  fork server for the driver-side Python runner of each ``transformWithState`` query start.
 
 Invariants: ``devkit`` imports ``fsstate`` and ``fsstate_spark`` at most, never ``tests``,
 ``bench`` or ``examples`` (held by ``make lint``: import-linter); the tests, the benchmarks and

@@ -7,7 +7,9 @@
   through :data:`devkit.repo.WORKER_LAUNCHER` (pyspark imported from its compiled files, not
   from Spark's zip: :func:`devkit.repo.compiled_pyspark_workers`). Every JVM started from the
   suite's environment maps Spark's classes from one class-data archive, built once per
-  virtualenv (:func:`devkit.jvm_archive.spark_class_archive`).
+  virtualenv (:func:`devkit.jvm_archive.spark_class_archive`). Each pytest process that runs
+  tests starts a :class:`devkit.python_forkserver.ForkServer` (stopped at its end): the
+  driver-side Python runner of every ``transformWithState`` query start is a fork of it.
 * ``s3_server``: a real S3 server (SeaweedFS ``weed mini`` on loopback, credentials checked),
   started once per session when a test asks for it and stopped at the end; ``s3_uri`` gives
   every test its own prefix of the bucket; :func:`s3_options` are the settings that reach it.
@@ -29,6 +31,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from devkit.jvm_archive import spark_class_archive
+from devkit.python_forkserver import ForkServer
 from devkit.repo import compiled_pyspark_workers, worker_paths
 from devkit.s3_server import S3Info, SeaweedS3
 from tests.support.schedule import longest_first
@@ -39,6 +42,23 @@ if TYPE_CHECKING:
 compiled_pyspark_workers()  # the workers import pyspark compiled, not from Spark's zip
 worker_paths()  # before any SparkSession: its workers inherit the environment
 spark_class_archive()  # every JVM the suite starts maps Spark's classes from one archive
+
+
+_FORK_SERVER: list[ForkServer] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Start the process's fork server unless this process is pytest-xdist's controller
+    (which runs no test)."""
+    controller = getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput")
+    if not controller:
+        _FORK_SERVER.append(ForkServer.start())
+
+
+def pytest_unconfigure() -> None:
+    """Stop the fork server."""
+    while _FORK_SERVER:
+        _FORK_SERVER.pop().stop()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
