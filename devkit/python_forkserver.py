@@ -152,6 +152,7 @@ def _run_fork(
         entries = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
         sys.path[:] = [request["cwd"], *entries, *base]
         _own_modules_or_not(sys.path)
+        sys.argv[:] = [module]  # as ``python -m module``: runpy puts the file in argv[0]
         conn.sendall(b"y")
         threading.Thread(target=_exit_with_client, args=(conn,), daemon=True).start()
         try:

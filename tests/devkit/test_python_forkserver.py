@@ -69,7 +69,7 @@ def test_a_served_start_runs_in_a_warm_fork_as_the_client_would(
     assert report["marker"] == "m-1"
     assert report["cwd"] == str(tmp_path)
     assert report["path_head"] == [str(tmp_path), str(ROOT), report["path_head"][2]]
-    assert report["argv0"].endswith(os.path.join("tests", "support", "fork_probe.py"))
+    assert report["argv"] == [str(ROOT / "tests" / "support" / "fork_probe.py")]
     assert err.strip().endswith("probe stderr")
     assert report["own_loaded"]  # the client finds fsstate_spark in the root, as the server did
     assert report["own_file"] == str(ROOT / "fsstate_spark" / "__init__.py")
@@ -107,6 +107,7 @@ def test_a_start_the_server_cannot_take_runs_as_a_new_interpreter(
     assert status == 5
     assert report["ppid"] != server.proc.pid
     assert not report["pandas_loaded"]  # a new interpreter
+    assert report["argv"] == [str(ROOT / "tests" / "support" / "fork_probe.py")]
     assert report["marker"] == "m-2"
     assert report["cwd"] == str(tmp_path)
     assert err.strip().endswith("probe stderr")

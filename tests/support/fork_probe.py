@@ -19,7 +19,7 @@ def main() -> None:
     report = {
         "pid": os.getpid(),
         "ppid": os.getppid(),
-        "argv0": sys.argv[0],
+        "argv": sys.argv,
         "cwd": os.getcwd(),
         "marker": os.environ.get("PROBE_MARKER"),
         "path_head": sys.path[:3],
