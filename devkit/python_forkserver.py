@@ -51,6 +51,7 @@ from typing import Any
 from devkit.repo import ROOT
 
 SOCKET_ENV = "FSSTATE_PYTHON_FORKSERVER"  # the server's socket, for the launcher
+MODULES_ENV = "FSSTATE_PYTHON_FORKSERVER_MODULES"  # what it serves, space-separated
 MODULES = ("pyspark.sql.streaming.transform_with_state_driver_worker",)  # served by fork
 PRELOAD = (*MODULES, "pandas", "pyarrow")  # imported once by the server
 PRELOAD_OWN = ("fsstate_spark",)  # the repository's, kept by a fork whose client has them there
@@ -236,7 +237,8 @@ class ForkServer:
     @classmethod
     def start(cls, modules: tuple[str, ...] = MODULES) -> ForkServer:
         """Start a server with this interpreter and point the launcher at it
-        (``os.environ[SOCKET_ENV]``; set before any SparkSession, whose JVM's environment
+        (``os.environ[SOCKET_ENV]`` and ``[MODULES_ENV]``; set before any SparkSession, whose
+        JVM's environment
         its workers get).
 
         Args:
@@ -254,6 +256,7 @@ class ForkServer:
             cwd=directory,
         )
         os.environ[SOCKET_ENV] = path
+        os.environ[MODULES_ENV] = " ".join(modules)  # the launcher sends only these
         return cls(proc, path)
 
     def wait_ready(self, timeout_s: float = 60.0) -> None:
@@ -272,6 +275,7 @@ class ForkServer:
         """End the server (forks still running end with their clients) and remove its
         socket."""
         os.environ.pop(SOCKET_ENV, None)
+        os.environ.pop(MODULES_ENV, None)
         if self.proc.stdin is not None:
             with contextlib.suppress(OSError):
                 self.proc.stdin.close()

@@ -9,8 +9,9 @@ directory and whole environment, then waits for the fork's exit status and exits
 Invariants:
 
 * Whatever does not go to plan before the server has accepted (no server, a refusal, a
-  broken connection) ends in ``exec`` of the interpreter named by ``FSSTATE_WORKER_PYTHON``
-  with the same arguments: the worker then starts as it would without the server.
+  broken connection, no answer in :data:`HANDSHAKE_TIMEOUT_S`) ends in ``exec`` of the
+  interpreter named by ``FSSTATE_WORKER_PYTHON`` with the same arguments: the worker then
+  starts as it would without the server.
 * Once accepted, this process stands for the fork: the fork exits when this process's
   connection closes (this process killed, as Spark does to end a worker), and this process
   exits with the fork's status (1 if the fork died without sending one).
@@ -26,6 +27,7 @@ import sys
 
 STATUS = struct.Struct("!i")
 LENGTH = struct.Struct("!Q")
+HANDSHAKE_TIMEOUT_S = 10.0
 
 
 def fallback(python: str, args: list[str]) -> None:
@@ -39,12 +41,14 @@ def main() -> None:
     python = os.environ["FSSTATE_WORKER_PYTHON"]
     try:
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        conn.settimeout(HANDSHAKE_TIMEOUT_S)  # a stuck server: start the worker here instead
         conn.connect(path)
         request = json.dumps(
             {"python": python, "argv": args, "cwd": os.getcwd(), "env": dict(os.environ)}
         ).encode()
         socket.send_fds(conn, [LENGTH.pack(len(request)) + request], [0, 1, 2])
         accepted = conn.recv(1) == b"y"
+        conn.settimeout(None)  # the worker runs as long as Spark lets it
     except OSError:
         accepted = False
     if not accepted:

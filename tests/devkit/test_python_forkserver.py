@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from devkit.python_forkserver import SOCKET_ENV, ForkServer
-from devkit.repo import ROOT
+from devkit.python_forkserver import MODULES_ENV, SOCKET_ENV, ForkServer
+from devkit.repo import ROOT, WORKER_LAUNCHER
 
 CLIENT = ROOT / "devkit" / "bin" / "forkserver_client.py"
 PROBE = "tests.support.fork_probe"
@@ -27,7 +27,8 @@ PROBE = "tests.support.fork_probe"
 @pytest.fixture
 def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[ForkServer]:
     """A server of the probe module (the session's own server and its variable put back)."""
-    monkeypatch.setenv(SOCKET_ENV, os.environ.get(SOCKET_ENV, ""))
+    for name in (SOCKET_ENV, MODULES_ENV):
+        monkeypatch.setenv(name, os.environ.get(name, ""))
     started = ForkServer.start(modules=(PROBE,))
     started.wait_ready()
     yield started
@@ -128,3 +129,27 @@ def test_killing_the_client_ends_its_fork(server: ForkServer, tmp_path: Path) ->
     while fork.exists():
         assert time.monotonic() < deadline, f"fork {report['pid']} outlived its client"
         time.sleep(0.05)
+
+
+@pytest.mark.parametrize("served", [True, False])
+def test_the_launcher_hands_the_server_only_the_modules_it_serves(
+    server: ForkServer, tmp_path: Path, served: bool
+) -> None:
+    """Spark's command through the suite's launcher: a listed module goes to the server,
+    any other starts as a new interpreter."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(FSSTATE_WORKER_PYTHON=sys.executable, PYTHONPATH=str(ROOT), PROBE_STATUS="6")
+    if not served:
+        env[MODULES_ENV] = "pyspark.some_other_module"
+    proc = subprocess.run(
+        [str(WORKER_LAUNCHER), "-m", PROBE],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    report = json.loads(proc.stdout.splitlines()[0])
+    assert proc.returncode == 6
+    assert (report["ppid"] == server.proc.pid) is served
+    assert report["pandas_loaded"] is served
