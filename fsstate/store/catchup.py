@@ -23,8 +23,9 @@ Invariants:
   are per store and strictly increasing along a lineage); files holding any such row are the
   only data files read, and only for a table that holds views (only the rows of viewed keys
   become Python objects; everything else is read lazily when touched). A view of a key with
-  such rows is replayed over them (value: the newest row decides; list and map: the view's
-  rows plus the new rows); other views stay valid.
+  such rows is replayed over them (value: the newest row decides, taken for every key of a
+  segment at once by :mod:`fsstate.tables.newest` when the table has no range tombstones;
+  list and map: the view's rows plus the new rows); other views stay valid.
 * A table whose identity changed (dropped and declared again: another ``incarnation``), whose
   shape or range tombstones changed, or that appeared or disappeared, is reset to the target's
   entry (no view kept). So is a table that gained a bottom compaction which may have dropped a
@@ -40,19 +41,21 @@ Invariants:
 
 from __future__ import annotations
 
-from collections.abc import Container, Mapping
+from collections.abc import Container, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow.compute as pc
 
-from fsstate.format.schema import SEQ
+from fsstate.format.schema import KIND_VALUE, SEQ
 from fsstate.format.segment import OpRow, Segment, gather_key_rows
 from fsstate.format.tombstones import RangeTombstones
 from fsstate.interfaces import Key
 from fsstate.storage.manifest import Manifest, TableEntry
 from fsstate.storage.runs import Run
 from fsstate.tables import TableBase
+from fsstate.tables.base import Delta
+from fsstate.tables.newest import newest_values
 
 PIN_BYTES_MAX = 4 * 1024 * 1024  # delta files decoding to at most this stay pinned once read
 
@@ -72,24 +75,10 @@ def same_table(t: TableBase, old: TableEntry | None, new: TableEntry) -> bool:
     return _ranges_equal(t.ranges, RangeTombstones.from_batch(new.range_tombstones))
 
 
-def _delta_rows(t: TableBase, runs: list[Run], seq_min: int) -> dict[Key, list[OpRow]]:
-    """Rows with ``seq >= seq_min`` of ``runs`` of the keys that have a view, by grouping key;
-    files of at most :data:`PIN_BYTES_MAX` decoded bytes get pinned.
-
-    Only views need the delta (every other key is read from the runs when touched), so a table
-    without views reads nothing (a *complete* table, :attr:`fsstate.tables.base.TableBase.
-    complete`, small enough to have been loaded whole, takes every key's rows: it keeps a view
-    of each key), and only the rows of viewed keys become Python objects: the
-    delta of a partition another worker filled is the size of that batch's state, which must
-    not pass through memory at once. A run that also holds older rows (a merge of old and new
-    runs, often most of the table) is filtered by Arrow first.
-    """
-    out: dict[Key, list[OpRow]] = {}
-    views: Container[Key] | None = t.view_keys()
-    if t.complete:
-        views = None  # every key: the table keeps a view of each key with rows
-    elif not views:
-        return out
+def _delta_segments(t: TableBase, runs: list[Run], seq_min: int) -> Iterator[Segment]:
+    """The segments of ``runs`` (oldest first) cut to their rows with ``seq >= seq_min``;
+    files of at most :data:`PIN_BYTES_MAX` decoded bytes get pinned. A run that also holds
+    older rows (a merge of old and new runs, often most of the table) is filtered by Arrow."""
     spec, ctx = t.spec, t.ctx
     for run in runs:
         ref = run.ref
@@ -103,7 +92,31 @@ def _delta_rows(t: TableBase, runs: list[Run], seq_min: int) -> dict[Key, list[O
                 if not newer.num_rows:
                     continue
                 seg = Segment(spec, newer)  # still sorted: a filter keeps the order
-            gather_key_rows(seg, out, views)
+            yield seg
+
+
+def _delta(t: TableBase, runs: list[Run], seq_min: int) -> Delta:
+    """What changed in ``runs`` since ``seq_min`` for the keys that have a view.
+
+    Only views need the delta (every other key is read from the runs when touched), so a table
+    without views reads nothing (a *complete* table, :attr:`fsstate.tables.base.TableBase.
+    complete`, small enough to have been loaded whole, takes every key's rows: it keeps a view
+    of each key), and only the rows of viewed keys become Python objects: the
+    delta of a partition another worker filled is the size of that batch's state, which must
+    not pass through memory at once. A value table without range tombstones gets each key's
+    newest view, vectorized (:mod:`fsstate.tables.newest`); other tables their op rows by key.
+    """
+    views: Container[Key] | None = t.view_keys()
+    if t.complete:
+        views = None  # every key: the table keeps a view of each key with rows
+    elif not views:
+        return {}
+    segments = _delta_segments(t, runs, seq_min)
+    if t.kind == KIND_VALUE and not t.ranges:
+        return newest_values(segments, views)
+    out: dict[Key, list[OpRow]] = {}
+    for seg in segments:
+        gather_key_rows(seg, out, views)
     return out
 
 
@@ -114,7 +127,7 @@ class TablePlan:
     table: TableBase
     new: TableEntry
     runs: list[Run]
-    delta: dict[Key, list[OpRow]]
+    delta: Delta
     ttl_rows: list[tuple[int, int, Any, int | None]] | None  # None: reload the index lazily
     seq_min: int  # every delta row has seq >= seq_min; the views reflect rows below it
 
@@ -175,7 +188,7 @@ def plan_table(t: TableBase, old: TableEntry, new: TableEntry, seq_min: int) -> 
         if r.ref is not None and r.ref.path not in old_paths and r.max_seq >= seq_min
     ]
     runs = _adopt_local_merges(t, runs, old_paths)
-    delta = _delta_rows(t, changed, seq_min)
+    delta = _delta(t, changed, seq_min)
     n_old = len(old.ttl_runs)
     extends = [r.path for r in new.ttl_runs[:n_old]] == [r.path for r in old.ttl_runs]
     ttl_rows: list[tuple[int, int, Any, int | None]] | None = None

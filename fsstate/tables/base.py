@@ -44,8 +44,13 @@ from fsstate.storage.runs import Run, read_table_file, write_run_stream
 from fsstate.tables.core import TableCore
 from fsstate.tables.counts import count_dirty, view_count
 from fsstate.tables.memtable import deep_size, dirty_batches, estimate_view_bytes, view_rows
+from fsstate.tables.newest import NewestValues, install
 from fsstate.tables.ttl_index import TtlIndex, decode_rows
 from fsstate.tables.warmup import warm_up
+
+Delta = dict[Key, list[OpRow]] | NewestValues
+"""What :meth:`TableBase.advance` applies: new op rows by key, or (value tables without range
+tombstones) the keys' newest views (:mod:`fsstate.store.catchup` reads it)."""
 
 
 class TableBase(TableCore, interfaces.StateTable):
@@ -434,26 +439,8 @@ class TableBase(TableCore, interfaces.StateTable):
         """The grouping keys that have a view in memory (a live view of the dict's keys)."""
         return self._views.keys()
 
-    def advance(
-        self,
-        new: TableEntry,
-        runs: list[Run],
-        delta: dict[Key, list[OpRow]],
-        ttl_rows: list[tuple[int, int, Any, int | None]] | None,
-        seq_min: int,
-    ) -> int:
-        """Advance this clean table to ``new``, as :func:`fsstate.store.catchup.plan_table` planned.
-
-        Args:
-            new: the target version's entry of the table.
-            runs: the target's runs (objects of this table reused where the file is the same).
-            delta: rows with ``seq >= seq_min`` of the keys that have a view, by key.
-            ttl_rows: index rows to apply to the loaded TTL index, or None to reload it lazily.
-            seq_min: the ``next_seq`` of the version the views reflect.
-
-        Returns:
-            The number of views replayed.
-        """
+    def _replay_delta(self, delta: dict[Key, list[OpRow]], seq_min: int) -> int:
+        """Replay the new op rows of :meth:`advance` into the views; the number replayed."""
         views = self._views
         partial = self._partial
         replayed = 0
@@ -482,6 +469,34 @@ class TableBase(TableCore, interfaces.StateTable):
                 self.sealed_rows[k] = view_count(kind, views[k])
             replayed += 1
         self._ctl.growth -= added
+        return replayed
+
+    def advance(
+        self,
+        new: TableEntry,
+        runs: list[Run],
+        delta: Delta,
+        ttl_rows: list[tuple[int, int, Any, int | None]] | None,
+        seq_min: int,
+    ) -> int:
+        """Advance this clean table to ``new``, as :func:`fsstate.store.catchup.plan_table` planned.
+
+        Args:
+            new: the target version's entry of the table.
+            runs: the target's runs (objects of this table reused where the file is the same).
+            delta: rows with ``seq >= seq_min`` of the keys that have a view, by key, or
+                (a value table without range tombstones) those keys' newest views.
+            ttl_rows: index rows to apply to the loaded TTL index, or None to reload it lazily.
+            seq_min: the ``next_seq`` of the version the views reflect.
+
+        Returns:
+            The number of views replayed.
+        """
+        if isinstance(delta, NewestValues):
+            replayed = len(delta.views)
+            install(self, delta, overwrite=True)  # (a delta of views only if not complete)
+        else:
+            replayed = self._replay_delta(delta, seq_min)
         with self.lock:
             self.runs = runs
         idx = self._ttl

@@ -21,18 +21,13 @@ Invariants:
 
 from __future__ import annotations
 
-from typing import Any
-
-import numpy as np
-import pyarrow as pa
-
-from fsstate.format.schema import EXPIRES, KIND_VALUE, OP
-from fsstate.format.segment import OpRow, gather_key_rows, key_tuples, same_as_next
-from fsstate.format.tombstones import ABSENT, cell
+from fsstate.format.schema import KIND_VALUE
+from fsstate.format.segment import OpRow, gather_key_rows
 from fsstate.interfaces import Key
 from fsstate.osmem import gc_paused
 from fsstate.tables.core import TableCore
 from fsstate.tables.counts import view_count
+from fsstate.tables.newest import install, newest_values
 
 
 def warm_up(table: TableCore) -> bool:
@@ -77,41 +72,7 @@ def _warm_up_rows(table: TableCore) -> None:
 
 
 def _warm_up_values(table: TableCore) -> None:
-    """Value tables: the newest row of each key, run by run, vectorized.
-
-    Per segment, numpy marks the last row of each key (rows are sorted by key, then seq)
-    and Arrow takes them; the views are then built by C-level ``zip`` and ``dict`` calls,
-    oldest run first so that newer runs overwrite. Only tombstone rows (few) are visited
-    one by one. About 0.3 µs per row instead of about 1.5 µs with a Python loop.
-    """
-    latest: dict[Key, Any] = {}
-    absent: list[Key] = []  # keys whose newest row read so far is a tombstone (few)
-    for run in table.runs:  # oldest first: newer runs overwrite
-        for seg in run.segments(table.spec, table.ctx):
-            batch = seg.batch
-            if not batch.num_rows:
-                continue
-            key_cols = batch.column("key").flatten()
-            sub = batch.filter(pa.array(~same_as_next(key_cols)))
-            keys = key_tuples(sub.column("key").flatten())
-            views: list[Any] = list(zip(*[c.to_pylist() for c in sub.column("value").flatten()]))
-            expires = sub.column(EXPIRES)
-            if expires.null_count < len(expires):  # some values expire: Timed views for those
-                views = [cell(v, e) for v, e in zip(views, expires.to_pylist())]
-            ops = sub.column(OP).to_numpy(zero_copy_only=False)
-            for j in np.flatnonzero(ops != 0).tolist():
-                views[j] = ABSENT
-                absent.append(keys[j])
-            latest.update(zip(keys, views))
-    views_now = table._views
-    if views_now:
-        for k in views_now:  # views are authoritative
-            latest.pop(k, None)
-    views_now.update(latest)
-    if table.counting:  # C-level: every key 1, then the (few) tombstoned ones 0
-        sealed = table.sealed_rows
-        sealed.update(dict.fromkeys(latest, 1))
-        for k in absent:
-            if latest.get(k) is ABSENT:
-                sealed[k] = 0
-    table._ctl.growth -= len(latest)
+    """Value tables: the newest row of each key, run by run, vectorized
+    (:mod:`fsstate.tables.newest`; oldest run first so that newer runs overwrite)."""
+    segments = (seg for run in table.runs for seg in run.segments(table.spec, table.ctx))
+    install(table, newest_values(segments), overwrite=False)

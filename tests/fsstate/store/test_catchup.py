@@ -380,38 +380,60 @@ def test_alternating_copies_cross_many_bottom_merges(tmp_path: Path) -> None:
     assert crossed >= 5  # bottom merges published by one copy, crossed by the other
 
 
+@pytest.mark.parametrize("kind", ["value", "map"])
 def test_refresh_reads_only_what_views_need(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
 ) -> None:
     """The delta of a partition another copy filled is as big as that batch's state: a copy
-    converts only the rows of the keys it holds views of, and without views reads no data."""
+    converts only the rows of the keys it holds views of, and without views reads no data
+    (a value table by its vectorized newest-view path, other kinds by op rows)."""
     from fsstate.format.segment import Segment
     from fsstate.storage.fileio import FileIO
+    from fsstate.tables import newest
+
+    def table(store: PartitionStore) -> Any:
+        if kind == "value":
+            return store.value_table("v", VAL, KEY)
+        return store.map_table("v", UKEY, VAL, KEY)
+
+    def put(t: Any, key: str, value: tuple[Any, ...]) -> None:
+        if kind == "value":
+            t.update((key,), value)
+        else:
+            t.update((key,), ("x",), value)
+
+    def got(t: Any, key: str) -> Any:
+        return t.get((key,)) if kind == "value" else t.get((key,), ("x",))
 
     root = tmp_path / "state"
     a = _open(root, None)
-    va = a.value_table("v", VAL, KEY)
+    va = table(a)
     for u in ("u0", "u1", "u2"):
-        va.update((u,), (0, "a"))
+        put(va, u, (0, "a"))
     a.commit(0)
     b = _open(root, 0)
-    vb = b.value_table("v", VAL, KEY)
+    vb = table(b)
     for i in range(2_000):
-        vb.update((f"n{i}",), (i, "x" * 100))
-    vb.update(("u1",), (1, "b"))
+        put(vb, f"n{i}", (i, "x" * 100))
+    put(vb, "u1", (1, "b"))
     b.commit(1)
-    vb.update(("n5",), (5, "again"))
+    put(vb, "n5", (5, "again"))
     b.commit(2)
 
     converted: list[int] = []
     data_reads: list[str] = []
     rows_at = Segment._rows_at
+    views_of = newest._views_of
     open_parquet = FileIO.open_parquet
     read_bytes = FileIO.read_bytes
 
     def spy_rows_at(self: Segment, indices: list[int]) -> Any:
         converted.append(len(indices))
         return rows_at(self, indices)
+
+    def spy_views_of(rows: Any) -> list[Any]:
+        converted.append(rows.num_rows)
+        return views_of(rows)
 
     def spy_open(self: FileIO, path: str) -> Any:
         data_reads.append(path)
@@ -423,17 +445,18 @@ def test_refresh_reads_only_what_views_need(
         return read_bytes(self, path)
 
     monkeypatch.setattr(Segment, "_rows_at", spy_rows_at)
+    monkeypatch.setattr(newest, "_views_of", spy_views_of)
     monkeypatch.setattr(FileIO, "open_parquet", spy_open)
     monkeypatch.setattr(FileIO, "read_bytes", spy_read)
     assert a.refresh(1) is True
     assert sum(converted) == 1  # u1's one new row, not the 2,000 new keys'
     assert a.stats().tables["v"].hot_keys == 3
-    assert va.get(("u1",)) == (1, "b")
+    assert got(va, "u1") == (1, "b")
     va.evict_clean()  # a copy without views
     data_reads.clear()
     assert a.refresh(2) is True
     assert data_reads == []
     monkeypatch.undo()
     users = ["u0", "u1", "u2", "n0", "n5", "n1999", "never"]
-    fresh = _open(root, 2).value_table("v", VAL, KEY)
-    assert [va.get((u,)) for u in users] == [fresh.get((u,)) for u in users]
+    fresh = table(_open(root, 2))
+    assert [got(va, u) for u in users] == [got(fresh, u) for u in users]
