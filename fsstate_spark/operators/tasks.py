@@ -47,6 +47,7 @@ from pyspark import TaskContext
 from fsstate.errors import ConfigError
 from fsstate.operators.base import Operator
 from fsstate.operators.runner import EpochResult, run_epoch
+from fsstate.osmem import freeze_once, gc_relaxed
 from fsstate.store.pool import store_pool
 from fsstate.store.record import Writer
 from fsstate_spark.operators.settings import FlowSettings
@@ -91,30 +92,47 @@ def stage_task(
             )
         apply_engine_settings(config)
         store_pool().max_idle = config.max_cached_stores
-        parts = [pa.Table.from_batches([b]) for b in batches]
-        table = _checked(pa.concat_tables(parts) if parts else None, task_id, owned, settings)
-        fileio = fileio_for(config.root, config.store.fsync)
-        for partition, rows in _by_partition(table, owned, settings):
-            result = run_epoch(
-                settings.op,
-                fileio,
-                partition,
-                epoch,
-                rows,
-                late_ms=late_ms,
-                evict_ms=evict_ms,
-                config=config.store,
-                writer=settings.writer,
-                now_ms=now_ms,
-                layout=settings.layout,
-                combine_skip_until=settings.combine_skip_until,
-            )
-            if settings.receipts is not None:  # the driver learns the commit without a read
-                settings.receipts.add({(settings.op.name, partition, epoch): _receipt(result)})
-            out = _conform(result.output, settings.output_schema)
-            yield from out.to_batches(max_chunksize=OUTPUT_BATCH_ROWS)
+        freeze_once()  # the modules: never walked by the daemon's collection per task
+        with gc_relaxed():  # many long-lived objects: fsstate.osmem
+            yield from _run(settings, task_id, owned, batches, epoch, late_ms, evict_ms, now_ms)
 
     return task
+
+
+def _run(
+    settings: StageSettings,
+    task_id: int,
+    owned: tuple[int, ...],
+    batches: Iterator[pa.RecordBatch],
+    epoch: int,
+    late_ms: int,
+    evict_ms: int,
+    now_ms: int | None,
+) -> Iterator[pa.RecordBatch]:
+    """Run the epochs of the task's partitions; their outputs as Arrow batches."""
+    config = settings.config
+    parts = [pa.Table.from_batches([b]) for b in batches]
+    table = _checked(pa.concat_tables(parts) if parts else None, task_id, owned, settings)
+    fileio = fileio_for(config.root, config.store.fsync)
+    for partition, rows in _by_partition(table, owned, settings):
+        result = run_epoch(
+            settings.op,
+            fileio,
+            partition,
+            epoch,
+            rows,
+            late_ms=late_ms,
+            evict_ms=evict_ms,
+            config=config.store,
+            writer=settings.writer,
+            now_ms=now_ms,
+            layout=settings.layout,
+            combine_skip_until=settings.combine_skip_until,
+        )
+        if settings.receipts is not None:  # the driver learns the commit without a read
+            settings.receipts.add({(settings.op.name, partition, epoch): _receipt(result)})
+        out = _conform(result.output, settings.output_schema)
+        yield from out.to_batches(max_chunksize=OUTPUT_BATCH_ROWS)
 
 
 def _receipt(result: EpochResult) -> dict[str, Any]:

@@ -56,6 +56,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from fsstate.osmem import freeze_once, gc_relaxed
 from fsstate.tables.resolve import first_of_group
 from fsstate_spark.compat import to_arrow_schema
 from fsstate_spark.state.keyed import (
@@ -304,15 +305,19 @@ class FastTask:
     # -- the task ----------------------------------------------------------------------------
     def run(self, split: int, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """PySpark's ``func(split_index, batches)``: the task's output batches (profiled with
-        ``FSSTATE_PROFILE_DIR`` set: :mod:`fsstate_spark.tiered.task_profile`)."""
-        profile = task_profile.start()
-        if profile is None:
-            yield from self._run(split, batches)
-            return
-        try:
-            yield from self._run(split, batches)
-        finally:
-            task_profile.stop(profile, type(self.proc.processor).__name__)
+        ``FSSTATE_PROFILE_DIR`` set: :mod:`fsstate_spark.tiered.task_profile`), run with the
+        collector's young threshold raised and the process's modules frozen
+        (:mod:`fsstate.osmem`)."""
+        freeze_once()  # the modules: never walked by the daemon's collection per task
+        with gc_relaxed():
+            profile = task_profile.start()
+            if profile is None:
+                yield from self._run(split, batches)
+                return
+            try:
+                yield from self._run(split, batches)
+            finally:
+                task_profile.stop(profile, type(self.proc.processor).__name__)
 
     def _run(self, _split: int, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark.sql.streaming.stateful_processor import StatefulProcessorHandle, TimerValues

@@ -346,3 +346,25 @@ ORDER_BATCHES = [
 
 class KitchenSinkRenamed(KitchenSink):
     """The same processor under another class name (a new release of the user's code)."""
+
+
+class GcProbe(StatefulProcessor):
+    """Row flavour: per key one ``Row(k, young, frozen)``: the worker's young-generation GC
+    threshold and frozen-object count while the key runs (the keyed loop's task settings,
+    :mod:`fsstate.osmem`), after a value-state round trip."""
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.seen = handle.getValueState("seen", "n BIGINT")
+
+    def handleInputRows(self, key: Any, rows: Any, timerValues: TimerValues) -> Iterator[Row]:
+        import gc
+
+        old = self.seen.get()
+        self.seen.update(((old[0] if old else 0) + sum(1 for _ in rows),))
+        yield Row(k=key[0], young=gc.get_threshold()[0], frozen=gc.get_freeze_count())
+
+    def close(self) -> None:
+        pass
+
+
+GC_PROBE_SCHEMA = "k STRING, young BIGINT, frozen BIGINT"

@@ -13,13 +13,16 @@ from typing import Any
 
 import pyspark
 import pytest
-from pyspark.sql import SparkSession
+from pyspark.sql import GroupedData, SparkSession
 from pyspark.sql import functions as F
 
 from devkit.repo import ROOT
 from devkit.spark_local import write_batches
+from fsstate.osmem import YOUNG_OBJECTS_MAX
+from fsstate_spark import tiered
 from fsstate_spark.tiered.adapters import ADAPTERS, minor_of
 from tests.fsstate_spark.conftest import Tiered
+from tests.support.processors import GC_PROBE_SCHEMA, INPUT_SCHEMA, GcProbe
 from tests.support.worker_job import OUTPUT, Totals, key_text
 
 BATCHES = [
@@ -74,6 +77,43 @@ def test_null_and_nan_keys_group_as_the_jvm_groups_them(
         assert _counts([(k, n) for k, n in got if k != "null"]) == _counts(
             [(k, n) for k, n in jvm if key_text(k) != "null"]
         )
+
+
+@pytest.mark.skipif(
+    not hasattr(GroupedData, "transformWithState") or minor_of(pyspark.__version__) not in ADAPTERS,
+    reason="fsstate's keyed loop runs Row processors from PySpark 4.1 on",
+)
+def test_keyed_loop_tasks_collect_young_objects_rarely_and_freeze_the_modules(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """While fsstate's loop runs a key, the worker collects its young generation every
+    :data:`~fsstate.osmem.YOUNG_OBJECTS_MAX` allocations and the objects alive at its first
+    task are frozen (:mod:`fsstate.osmem`); PySpark's loop keeps Python's thresholds."""
+    rows = [{"k": f"k{i % 7}", "v": i} for i in range(40)]
+    write_batches(tmp_path / "input", [rows])
+    got: dict[bool, list[Any]] = {}
+    for fast in (True, False):
+        df = (
+            spark.readStream.schema(INPUT_SCHEMA)
+            .option("maxFilesPerTrigger", 1)
+            .json(str(tmp_path / "input"))
+        )
+        proc = tiered(GcProbe(), state_uri=str(tmp_path / f"state-{fast}"), fast_loop=fast)
+        out = df.groupBy("k").transformWithState(proc, GC_PROBE_SCHEMA, "Update", "None")
+        seen = got.setdefault(fast, [])
+        query = (
+            out.writeStream.foreachBatch(lambda d, b, seen=seen: seen.extend(d.collect()))
+            .option("checkpointLocation", str(tmp_path / f"checkpoint-{fast}"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination(180)
+        assert query.exception() is None, query.exception()
+    assert sorted(r.k for r in got[True]) == [f"k{i}" for i in range(7)]
+    assert {r.young for r in got[True]} == {YOUNG_OBJECTS_MAX}
+    assert min(r.frozen for r in got[True]) > 10_000  # the modules (tens of thousands)
+    assert len(got[False]) == 7
+    assert max(r.young for r in got[False]) < YOUNG_OBJECTS_MAX
 
 
 FALLBACKS = {
