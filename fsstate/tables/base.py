@@ -494,7 +494,7 @@ class TableBase(TableCore, interfaces.StateTable):
         """
         if isinstance(delta, NewestValues):
             replayed = len(delta.views)
-            install(self, delta, overwrite=True)  # (a delta of views only if not complete)
+            install(self, delta, overwrite=True)  # viewed keys only, unless complete
         else:
             replayed = self._replay_delta(delta, seq_min)
         with self.lock:
