@@ -30,9 +30,9 @@ Invariants:
 
 * The collector is re-enabled on exit (also on an exception) only if it was enabled on entry,
   so nested pauses and a user's own ``gc.disable()`` are respected.
-* :func:`gc_relaxed` only ever raises the young threshold (a user's lower positive threshold
-  is kept, a threshold of 0, automatic collection off, stays off) and restores the thresholds
-  it found on exit.
+* :func:`gc_relaxed` only ever raises the young threshold (a user's higher threshold is kept,
+  a threshold of 0, automatic collection off, stays off) and restores the thresholds it found
+  on exit. :func:`task_collector` is the two together, what every fsstate Spark task runs in.
 * :func:`freeze_once` freezes once per process (a forked child freezes again: its pid
   differs). Frozen objects are still freed by reference counting; only a reference cycle
   among them that becomes garbage is never collected, which module-level objects do not
@@ -94,6 +94,15 @@ def freeze_once() -> None:
         return
     _FROZEN_PID[:] = [pid]
     gc.freeze()
+
+
+@contextlib.contextmanager
+def task_collector() -> Iterator[None]:
+    """The collector settings of one fsstate Spark task: the process's objects frozen once
+    (:func:`freeze_once`), young collections relaxed for the task (:func:`gc_relaxed`)."""
+    freeze_once()
+    with gc_relaxed():
+        yield
 
 
 def _load_malloc_trim() -> Any:

@@ -47,7 +47,7 @@ from pyspark import TaskContext
 from fsstate.errors import ConfigError
 from fsstate.operators.base import Operator
 from fsstate.operators.runner import EpochResult, run_epoch
-from fsstate.osmem import freeze_once, gc_relaxed
+from fsstate.osmem import task_collector
 from fsstate.store.pool import store_pool
 from fsstate.store.record import Writer
 from fsstate_spark.operators.settings import FlowSettings
@@ -92,8 +92,7 @@ def stage_task(
             )
         apply_engine_settings(config)
         store_pool().max_idle = config.max_cached_stores
-        freeze_once()  # the modules: never walked by the daemon's collection per task
-        with gc_relaxed():  # many long-lived objects: fsstate.osmem
+        with task_collector():  # many long-lived objects (fsstate.osmem)
             yield from _run(settings, task_id, owned, batches, epoch, late_ms, evict_ms, now_ms)
 
     return task

@@ -56,7 +56,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from fsstate.osmem import freeze_once, gc_relaxed
+from fsstate.osmem import task_collector
 from fsstate.tables.resolve import first_of_group
 from fsstate_spark.compat import to_arrow_schema
 from fsstate_spark.state.keyed import (
@@ -308,8 +308,7 @@ class FastTask:
         ``FSSTATE_PROFILE_DIR`` set: :mod:`fsstate_spark.tiered.task_profile`), run with the
         collector's young threshold raised and the process's modules frozen
         (:mod:`fsstate.osmem`)."""
-        freeze_once()  # the modules: never walked by the daemon's collection per task
-        with gc_relaxed():
+        with task_collector():
             profile = task_profile.start()
             if profile is None:
                 yield from self._run(split, batches)

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from fsstate import osmem
-from fsstate.osmem import YOUNG_OBJECTS_MAX, freeze_once, gc_paused, gc_relaxed
+from fsstate.osmem import YOUNG_OBJECTS_MAX, freeze_once, gc_paused, gc_relaxed, task_collector
 
 
 @pytest.fixture()
@@ -34,6 +34,19 @@ def test_relaxed_collection_raises_only_the_young_threshold_and_restores_it() ->
     with pytest.raises(RuntimeError), gc_relaxed():
         raise RuntimeError("a failing task")
     assert gc.get_threshold() == (700, 10, 10)
+
+
+@pytest.mark.usefixtures("thresholds")
+def test_a_task_runs_relaxed_with_the_process_frozen(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(osmem, "_FROZEN_PID", [])
+    gc.set_threshold(700, 10, 10)
+    try:
+        with task_collector():
+            assert gc.get_threshold() == (YOUNG_OBJECTS_MAX, 10, 10)
+            assert gc.get_freeze_count() > 1_000
+        assert gc.get_threshold() == (700, 10, 10)
+    finally:
+        gc.unfreeze()
 
 
 @pytest.mark.usefixtures("thresholds")
