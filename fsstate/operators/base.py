@@ -16,8 +16,9 @@ Invariants every operator keeps:
 
 * Deterministic: the output and the state an epoch leaves depend only on the store's version
   and on the *set* of input rows (the runner sorts the input canonically,
-  :func:`canonical_order`), so every attempt of an epoch produces the same output and the
-  same state. That is what makes a version published by another attempt safe to adopt, and so
+  :func:`canonical_order`, led by the columns the operator groups by when it names them,
+  :meth:`Operator.leading_order`), so every attempt of an epoch produces the same output and
+  the same state. That is what makes a version published by another attempt safe to adopt, and so
   task retries, recomputed stages and re-run batches exactly-once.
 * Between epochs an operator holds nothing outside its store but caches it can rebuild; a
   cache is valid only for the store object and version it was built from
@@ -62,6 +63,9 @@ class Epoch:
         evict_ms: state at or below this watermark is emitted or removed (this epoch's).
         now_ms: the epoch's processing time, the same for every attempt of the epoch (None
             when the driver gives none); the store's TTL clock is set to it.
+        sorted_by: the columns the batch's canonical order leads with (the operator's
+            :meth:`Operator.leading_order`, when the runner could honour it; empty otherwise):
+            the rows of one value of them are contiguous, in ascending order, nulls last.
     """
 
     epoch: int
@@ -69,6 +73,7 @@ class Epoch:
     late_ms: int = 0
     evict_ms: int = 0
     now_ms: int | None = None
+    sorted_by: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.late_ms > self.evict_ms:
@@ -121,6 +126,12 @@ class Operator(ABC):
         """Event times (µs) of the input per watermark input, for the watermark (default:
         none; single-input operators with a time column return ``{"input": times}``)."""
         return {}
+
+    def leading_order(self, input_schema: pa.Schema) -> tuple[str, ...]:
+        """Top-level columns the runner's canonical order should sort by first (default:
+        none), so that an operator grouping by them needs no sort of its own; the runner says
+        in ``Epoch.sorted_by`` whether it did (:func:`leading_columns`)."""
+        return ()
 
     def reset_caches(self) -> None:  # noqa: B027
         """Forget caches derived from state (called when the store changes identity/version)."""
@@ -217,22 +228,68 @@ def time_us(col: pa.Array | pa.ChunkedArray, op: str, name: str) -> pa.Array:
     )
 
 
-def canonical_order(batch: pa.Table) -> pa.Table:
-    """The rows sorted by every sortable column (struct fields flattened), nulls last: one
-    order for one set of rows, whatever order they arrived in."""
+def _sortable(t: pa.DataType) -> bool:
+    """Whether the canonical order sorts by a column of type ``t``."""
+    return not (pa.types.is_nested(t) or pa.types.is_dictionary(t) or pa.types.is_null(t))
+
+
+def _order_column(col: pa.ChunkedArray) -> pa.ChunkedArray | pa.Array | None:
+    """What the canonical order sorts a column by: the column itself if it sorts, a
+    dictionary's values, the ``repr`` of each value of any other nested column (lists, maps:
+    rows equal in every other column must still come out in one order), nothing for a column
+    of nulls."""
+    t = col.type
+    if _sortable(t):
+        return col
+    if pa.types.is_null(t):
+        return None
+    if pa.types.is_dictionary(t):
+        decoded = col.cast(t.value_type)
+        return decoded if _sortable(decoded.type) else _order_column(decoded)
+    return pa.array([None if v is None else repr(v) for v in col.to_pylist()], pa.string())
+
+
+def leading_columns(schema: pa.Schema, first: Sequence[str]) -> tuple[str, ...]:
+    """``first`` if :func:`canonical_order` can lead with those columns of ``schema`` (each
+    a top-level, sortable column whose name no other column of the flattened batch has),
+    else ``()``."""
+    if not first:
+        return ()
+    flat_names = [n for f in schema for n in _flat_names(f)]
+    for name in first:
+        i = schema.get_field_index(name)
+        if i < 0 or not _sortable(schema.field(i).type) or flat_names.count(name) != 1:
+            return ()
+    return tuple(first)
+
+
+def _flat_names(field: pa.Field) -> list[str]:
+    """The names ``Table.flatten`` gives a field's leaf columns (``parent.child``)."""
+    if not pa.types.is_struct(field.type):
+        return [field.name]
+    return [f"{field.name}.{n}" for child in field.type for n in _flat_names(child)]
+
+
+def canonical_order(batch: pa.Table, first: Sequence[str] = ()) -> pa.Table:
+    """The rows sorted by every column (struct fields flattened; other nested columns by
+    :func:`_order_column`), nulls last: one order for one set of rows, whatever order they
+    arrived in. ``first`` (checked by
+    :func:`leading_columns`) are sorted by before the others, in the given order; the rest
+    follow in schema order."""
     if batch.num_rows < 2:
         return batch
     flat = batch.flatten() if any(pa.types.is_struct(t) for t in batch.schema.types) else batch
     while any(pa.types.is_struct(t) for t in flat.schema.types):
         flat = flat.flatten()
+    lead = [flat.schema.get_field_index(n) for n in first]
     keys = []
     cols = {}
-    for i, field in enumerate(flat.schema):
-        t = field.type
-        if pa.types.is_nested(t) or pa.types.is_dictionary(t) or pa.types.is_null(t):
+    for i in [*lead, *(j for j in range(flat.num_columns) if j not in lead)]:
+        col = _order_column(flat.column(i))
+        if col is None:
             continue
         name = f"c{i}"
-        cols[name] = flat.column(i)
+        cols[name] = col
         keys.append((name, "ascending"))
     if not keys:
         return batch

@@ -42,7 +42,7 @@ from typing import Any
 import pyarrow as pa
 
 from fsstate.config import StoreConfig
-from fsstate.operators.base import Epoch, Operator, canonical_order, max_ms
+from fsstate.operators.base import Epoch, Operator, canonical_order, leading_columns, max_ms
 from fsstate.stats import CommitInfo
 from fsstate.storage.fileio import FileIO
 from fsstate.store.epoch import StoreAddress, begin_epoch, resolve_layout
@@ -132,10 +132,11 @@ def run_epoch(
     with begin_epoch(ref, epoch, config=config, writer=writer, now_ms=now_ms, pool=pool) as run:
         store = run.store
         op.bind(store, batch.schema)
-        batch = canonical_order(batch)
+        lead = leading_columns(batch.schema, op.leading_order(batch.schema))
+        batch = canonical_order(batch, lead)
         t1 = time.perf_counter()
         op.last_stats = None
-        output = op.process(batch, Epoch(epoch, partition, late_ms, evict_ms, now_ms))
+        output = op.process(batch, Epoch(epoch, partition, late_ms, evict_ms, now_ms, lead))
         schema = op.output_schema(batch.schema)
         if not output.schema.equals(schema):
             output = output.cast(schema)

@@ -25,7 +25,7 @@ Invariants:
 from __future__ import annotations
 
 from itertools import compress, repeat
-from operator import is_
+from operator import is_, not_
 from typing import Any
 
 from fsstate.format.schema import KIND_LIST, KIND_MAP, KIND_VALUE
@@ -99,15 +99,22 @@ def _count_values(
     views: dict[Key, Any], dirty: dict[Key, Any], sealed: dict[Key, int]
 ) -> tuple[int, int, dict[Key, int], list[Key]]:
     """:func:`count_dirty` of a value table without a per-key Python loop: C-level passes
-    over the dirty keys (the new counts, the absent ones, the sum of the sealed counts, in
-    which a key without one weighs ``_BLIND``; their set difference only if there are any)."""
-    after = dict.fromkeys(dirty, 1)
-    gone = dict.fromkeys(
-        compress(dirty, map(is_, map(views.__getitem__, dirty), repeat(ABSENT))), 0
-    )
-    if gone:
-        after.update(gone)
-    written = len(after) - len(gone)
+    over the dirty keys (their views, whose absent ones are counted in C; the sum of the
+    sealed counts, in which a key without one weighs ``_BLIND``; their set difference only if
+    there are any). Without blind or removed keys only the counts that change are rebuilt
+    (keys new to the runs: none in a running aggregate's steady state)."""
+    n = len(dirty)
+    states = list(map(views.__getitem__, dirty))
+    n_gone = states.count(ABSENT)
+    written = n - n_gone
     blind_n, before = divmod(sum(map(sealed.get, dirty, repeat(_BLIND))), _BLIND)
     blind = list(dirty.keys() - sealed.keys()) if blind_n else []
+    after: dict[Key, int] = {}
+    if not blind_n and not n_gone:
+        if before != n:  # only the keys absent from the runs change (to 1)
+            after = dict.fromkeys(compress(dirty, map(not_, map(sealed.__getitem__, dirty))), 1)
+    else:
+        after = dict.fromkeys(dirty, 1)
+        if n_gone:
+            after.update(dict.fromkeys(compress(dirty, map(is_, states, repeat(ABSENT))), 0))
     return written - before, written, after, blind

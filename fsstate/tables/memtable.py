@@ -79,12 +79,12 @@ def seal_rows(spec: TableSpec, views: dict[Key, Any], dirty: dict[Key, Any]) -> 
     if spec.kind == KIND_VALUE:
         # column lists by comprehensions: a third of the cost of one add() per row
         keys = list(dirty)
-        vs = [views[k] for k in keys]
+        vs = list(map(views.__getitem__, keys))
         out.keys = keys
         out.ukeys = [None] * len(keys)
         out.seqs = list(dirty.values())
         out.ops = [OP_CLEAR if v is ABSENT else OP_PUT for v in vs]
-        if any(type(v) is Timed for v in vs):
+        if Timed in set(map(type, vs)):  # one C-level pass, no generator frame per key
             out.values = [None if v is ABSENT else cell_value(v) for v in vs]
             out.expires = [None if v is ABSENT else cell_expiry(v) for v in vs]
         else:  # no cell expires (no TTL): a cell is its value, no call per key
@@ -131,7 +131,12 @@ def dirty_batches(
         keys = [keys[i] for i in order.to_numpy()]
     has_ukey = spec.ukey_schema is not None
     for start in range(0, len(keys), chunk_keys):
-        part = {k: dirty[k] for k in keys[start : start + chunk_keys]}
+        # one chunk seals the dirt as it is (no copy of a dict of every dirty key)
+        part = (
+            dirty
+            if start == 0 and len(keys) <= chunk_keys
+            else {k: dirty[k] for k in keys[start : start + chunk_keys]}
+        )
         rows = seal_rows(spec, views, part)
         if len(rows):
             yield build_batch(

@@ -12,8 +12,10 @@ per key (``pyspark.sql.streaming.stateful_processor_util``, pyspark 4.3):
 2. in the first micro-batch, ``handleInitialState`` for every row (Row flavour) or chunk
    (pandas) of the initial state of each key, before that key's input;
 3. ``handleInputRows(key, rows, timerValues)`` once per key with input: the batch is sorted by
-   key once and sliced; ``rows`` is a lazy iterator of pandas DataFrames (chunks of at most
-   ``spark.sql.execution.arrow.maxRecordsPerBatch`` rows, a fresh ``RangeIndex`` each) or of
+   key once (the runner's canonical order leads with the keys when there is no initial
+   state, and no second sort is made) and sliced; ``rows`` is a lazy iterator of pandas
+   DataFrames (chunks of at most ``spark.sql.execution.arrow.maxRecordsPerBatch`` rows, a
+   fresh ``RangeIndex`` each) or of
    ``Row`` objects (all made in bulk on the first read), so a processor that does not read its
    rows pays no conversion;
 4. ``handleExpiredTimer`` for every timer due (processing time in ``ProcessingTime`` mode, the
@@ -174,6 +176,7 @@ class ProcessorStage(Operator):
         self.time = spec.event_time
         self.uses_clock = spec.time_mode != "none"
         self._out_schema = output_arrow_schema(spec.output_type)
+        self._presorted = False  # this epoch's batch is sorted by the keys (Epoch.sorted_by)
 
     # -- the operator contract -----------------------------------------------------------------
     def output_schema(self, input_schema: pa.Schema) -> pa.Schema:
@@ -205,8 +208,15 @@ class ProcessorStage(Operator):
         rows = self._rows(batch, 0)
         return {"input": time_us(rows.column(self.time), self.name, self.time)}
 
+    def leading_order(self, input_schema: pa.Schema) -> tuple[str, ...]:
+        """The grouping key columns (without an initial state the batch's rows are the input
+        rows, keys at the top level): the runner's canonical order then groups the keys, and
+        :meth:`_groups` sorts nothing."""
+        return () if self.spec.initial_state else tuple(self.spec.keys)
+
     def process(self, batch: pa.Table, epoch: Epoch) -> pa.Table:
         spec = self.spec
+        self._presorted = bool(epoch.sorted_by) and epoch.sorted_by == tuple(spec.keys)
         rows = self._rows(batch, 0)
         init = self._rows(batch, 1) if spec.initial_state and epoch.epoch == 0 else None
         if spec.time_mode == "eventtime" and self.time is not None and rows.num_rows:
@@ -265,12 +275,15 @@ class ProcessorStage(Operator):
     def _groups(
         self, table: pa.Table, keys: tuple[str, ...]
     ) -> tuple[pa.Table, np.ndarray[Any, Any]]:
-        """``table`` sorted by ``keys`` (stable) and the row offsets where each key starts."""
+        """``table`` sorted by ``keys`` (stable) and the row offsets where each key starts; a
+        table the runner's canonical order already sorted by ``keys`` (``Epoch.sorted_by``,
+        kept by the late-row filter) is taken as it is."""
         if table.num_rows == 0:
             return table, np.zeros(1, np.int64)
-        sort_keys = [(k, "ascending") for k in keys]
-        order = pc.sort_indices(table, sort_keys=sort_keys)  # nulls last
-        table = table.take(order)
+        if not (self._presorted and tuple(keys) == tuple(self.spec.keys)):
+            sort_keys = [(k, "ascending") for k in keys]
+            order = pc.sort_indices(table, sort_keys=sort_keys)  # nulls last
+            table = table.take(order)
         cols = [table.column(k).combine_chunks() for k in keys]
         starts = np.flatnonzero(first_of_group(cols))
         return table, np.append(starts, table.num_rows)

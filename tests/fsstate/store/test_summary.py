@@ -377,3 +377,32 @@ def test_batched_writes_into_empty_tables_count_exactly(tmp_path: Path, spill: b
     s = read_summary(fileio, f"{OP}/{PART}", 1)
     assert s is not None
     assert (s.tables["v2"].rows_total, s.tables["v2"].rows_updated) == (4, 2)
+
+
+def test_running_aggregate_seals_count_exactly(tmp_path: Path) -> None:
+    """Read-then-update seals of a value table, as a running aggregate makes them: epochs
+    whose keys all had a live value and keep it (the sealed counts are left as they are),
+    epochs adding keys new to the runs among them, and epochs removing some; every version's
+    summary equals a full read, and so does a reopened store's next one."""
+    fileio = FileIO(str(tmp_path))
+    store = _declare(PartitionStore.open(fileio, OP, PART, None))
+    v: Any = store.table("v")
+    steps = [range(0, 40), range(0, 40, 2), range(1, 40, 3), range(30, 60), range(0, 60, 5)]
+    for version, keys in enumerate(steps):
+        for k in keys:
+            old = v.get((k,))
+            v.update((k,), (1 if old is None else old[0] + 1,))
+        if version == 4:
+            for k in range(0, 60, 10):
+                v.clear((k,))
+        store.commit(version)
+        _assert_exact(fileio, version)
+    store.close()
+    store = _declare(PartitionStore.open(fileio, OP, PART, len(steps) - 1))
+    v = store.table("v")
+    for k in range(0, 60, 4):  # some removed in the last version: blind of nothing, re-added
+        old = v.get((k,))
+        v.update((k,), (1 if old is None else old[0] + 1,))
+    store.commit(len(steps))
+    store.close()
+    _assert_exact(fileio, len(steps))

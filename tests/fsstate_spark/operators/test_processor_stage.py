@@ -10,6 +10,7 @@ from typing import Any
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from pyspark.sql import Row
 from pyspark.sql.streaming.stateful_processor import (
@@ -20,10 +21,13 @@ from pyspark.sql.streaming.stateful_processor import (
 )
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
+from fsstate import PartitionStore
+from fsstate.operators.base import Epoch, canonical_order
 from fsstate.operators.runner import run_epoch
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.location import Location
 from fsstate.store.pool import StorePool
+from fsstate_spark.operators import processor_stage
 from fsstate_spark.operators.processor_stage import ProcessorSpec, ProcessorStage
 from fsstate_spark.state.handles import TimerModeError
 
@@ -348,6 +352,61 @@ def test_row_timestamps_as_pyarrow_converts_them(tz: str | None, values: list[An
             continue
         assert (g, g.replace(tzinfo=None), g.fold) == (w, w.replace(tzinfo=None), w.fold)
         assert g.tzinfo is w.tzinfo or (tz is not None and tz.startswith("+"))
+
+
+class _CountingCompute:
+    """``pyarrow.compute`` as the processor stage sees it, counting its sorts."""
+
+    def __init__(self) -> None:
+        self.sorts = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(pc, name)
+
+    def sort_indices(self, *args: Any, **kwargs: Any) -> Any:
+        self.sorts += 1
+        return pc.sort_indices(*args, **kwargs)
+
+
+def test_the_runners_key_led_order_is_not_sorted_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without an initial state the runner's canonical order leads with the grouping keys
+    (``Epoch.sorted_by``), and the stage groups the batch as it is: the same keys and the
+    same rows per key, in the same order, as a stage that sorts a shuffled batch itself."""
+    rng = random.Random(7)
+    rows = [
+        (rng.choice([None, 2, 1]), rng.choice("xyz"), float(rng.randrange(5))) for _ in range(60)
+    ]
+    table = pa.table(
+        {
+            "a": pa.array([r[0] for r in rows], pa.int64()),
+            "b": pa.array([r[1] for r in rows], pa.string()),
+            "v": pa.array([r[2] for r in rows], pa.float64()),
+        }
+    )
+    spec = ProcessorSpec(
+        keys=("a", "b"), output_type=OUT, output_mode="update", time_mode="none", pandas=False
+    )
+    counting = _CountingCompute()
+    monkeypatch.setattr(processor_stage, "pc", counting)
+    by_runner, by_itself = Echo(), Echo()
+    op = ProcessorStage("echo", by_runner, spec)
+    assert op.leading_order(table.schema) == ("a", "b")
+    run_epoch(op, FileIO(Location.parse(str(tmp_path / "runner"))), 0, 0, table, pool=StorePool())
+    assert counting.sorts == 0
+    ordered = canonical_order(table, ("a", "b"))
+    shuffled = ordered.take(pa.array(rng.sample(range(60), 60)))
+    itself = ProcessorStage("echo", by_itself, spec)
+    store = PartitionStore.open(FileIO(Location.parse(str(tmp_path / "itself"))), "echo", 0, None)
+    itself.bind(store, table.schema)
+    itself.process(shuffled, Epoch(0, 0))  # no sorted_by: the stage sorts (stable)
+    store.close()
+    assert counting.sorts == 1
+    assert [k for k, _ in by_runner.seen] == [k for k, _ in by_itself.seen]
+    assert [sorted(r) for _, r in by_runner.seen] == [sorted(r) for _, r in by_itself.seen]
+    with_init = ProcessorSpec(("a", "b"), OUT, "update", "none", False, initial_state=True)
+    assert ProcessorStage("init", Echo(), with_init).leading_order(table.schema) == ()
 
 
 class ChunkSizes(StatefulProcessor):
