@@ -46,6 +46,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from fsstate.errors import ConfigError, SchemaError
+from fsstate.format.segment import same_as_next
 from fsstate.store.partition import PartitionStore
 from fsstate.store.record import CombineRecord
 
@@ -233,19 +234,22 @@ def _sortable(t: pa.DataType) -> bool:
     return not (pa.types.is_nested(t) or pa.types.is_dictionary(t) or pa.types.is_null(t))
 
 
-def _order_column(col: pa.ChunkedArray) -> pa.ChunkedArray | pa.Array | None:
-    """What the canonical order sorts a column by: the column itself if it sorts, a
-    dictionary's values, the ``repr`` of each value of any other nested column (lists, maps:
-    rows equal in every other column must still come out in one order), nothing for a column
-    of nulls."""
+def _order_column(col: pa.ChunkedArray) -> pa.ChunkedArray | None:
+    """A column the canonical order sorts by directly: the column itself if it sorts, a
+    dictionary's values; None for any other nested column (a tie-breaker,
+    :func:`_printed`) and for a column of nulls."""
     t = col.type
     if _sortable(t):
         return col
-    if pa.types.is_null(t):
-        return None
     if pa.types.is_dictionary(t):
         decoded = col.cast(t.value_type)
-        return decoded if _sortable(decoded.type) else _order_column(decoded)
+        return decoded if _sortable(decoded.type) else None
+    return None
+
+
+def _printed(col: pa.ChunkedArray) -> pa.Array:
+    """The ``repr`` of each value of a nested column (lists, maps, dictionaries of them):
+    what rows equal in every other column are ordered by."""
     return pa.array([None if v is None else repr(v) for v in col.to_pylist()], pa.string())
 
 
@@ -271,30 +275,42 @@ def _flat_names(field: pa.Field) -> list[str]:
 
 
 def canonical_order(batch: pa.Table, first: Sequence[str] = ()) -> pa.Table:
-    """The rows sorted by every column (struct fields flattened; other nested columns by
-    :func:`_order_column`), nulls last: one order for one set of rows, whatever order they
-    arrived in. ``first`` (checked by
-    :func:`leading_columns`) are sorted by before the others, in the given order; the rest
-    follow in schema order."""
+    """The rows sorted by every column, nulls last: one order for one set of rows, whatever
+    order they arrived in. Struct fields are flattened; ``first`` (checked by
+    :func:`leading_columns`) lead, the other sortable columns follow in schema order, and
+    rows equal in all of them are ordered by the printed values of the nested columns (lists,
+    maps), converted only when there are such rows."""
     if batch.num_rows < 2:
         return batch
     flat = batch.flatten() if any(pa.types.is_struct(t) for t in batch.schema.types) else batch
     while any(pa.types.is_struct(t) for t in flat.schema.types):
         flat = flat.flatten()
     lead = [flat.schema.get_field_index(n) for n in first]
-    keys = []
-    cols = {}
+    cols: dict[str, Any] = {}
+    nested: list[int] = []
     for i in [*lead, *(j for j in range(flat.num_columns) if j not in lead)]:
         col = _order_column(flat.column(i))
-        if col is None:
-            continue
-        name = f"c{i}"
-        cols[name] = col
-        keys.append((name, "ascending"))
-    if not keys:
-        return batch
-    order = pc.sort_indices(pa.table(cols), sort_keys=keys)  # nulls last by default
-    return batch.take(order)
+        if col is not None:
+            cols[f"c{i}"] = col
+        elif not pa.types.is_null(flat.schema.field(i).type):
+            nested.append(i)
+    order = _sort_order(cols) if cols else None
+    if nested and (order is None or _has_ties(cols, order)):
+        cols.update({f"c{i}": _printed(flat.column(i)) for i in nested})
+        order = _sort_order(cols)
+    return batch if order is None else batch.take(order)
+
+
+def _sort_order(cols: dict[str, Any]) -> pa.Array:
+    """Ascending sort indices by ``cols`` in their order, nulls last."""
+    return pc.sort_indices(pa.table(cols), sort_keys=[(n, "ascending") for n in cols])
+
+
+def _has_ties(cols: dict[str, Any], order: pa.Array) -> bool:
+    """Whether two rows are equal in every one of ``cols`` (nulls equal, NaN equal)."""
+    taken = [pc.take(c, order) for c in cols.values()]
+    arrays = [c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c for c in taken]
+    return bool(same_as_next(arrays).any())
 
 
 def max_ms(times_us: pa.Array) -> int | None:

@@ -8,6 +8,7 @@ import random
 import pyarrow as pa
 import pytest
 
+from fsstate.operators import base
 from fsstate.operators.base import canonical_order, leading_columns
 
 STRUCT = pa.struct([("x", pa.int64()), ("y", pa.string())])
@@ -46,7 +47,7 @@ def _sort_key(row: dict[str, object], cols: list[str]) -> tuple[object, ...]:
     for c in cols:
         v = row[c] if "." not in c else row[c.split(".")[0]][c.split(".")[1]]  # type: ignore[index]
         if isinstance(v, list):
-            v = repr(v)  # lists and maps sort by their repr
+            v = repr(v)  # lists and maps break ties by their repr, after the other columns
         out += [v is None, v if v is not None else 0]
     return tuple(out)
 
@@ -59,7 +60,7 @@ def test_one_order_for_one_set_of_rows_led_by_the_named_columns(first: tuple[str
     want = canonical_order(table, lead)
     for seed in range(5):
         assert canonical_order(_shuffled(table, seed), lead).equals(want)
-    rest = [c for c in ("a", "k", "s.x", "s.y", "l", "d", "m") if c not in lead]
+    rest = [c for c in ("a", "k", "s.x", "s.y", "d") if c not in lead] + ["l", "m"]
     rows = want.to_pylist()
     assert rows == sorted(rows, key=lambda r: _sort_key(r, [*lead, *rest]))
 
@@ -73,3 +74,23 @@ def test_leading_columns_are_top_level_sortable_and_unambiguous() -> None:
     clash = pa.schema([("s.x", pa.int64()), ("s", STRUCT)])  # "s.x" twice once flattened
     assert leading_columns(clash, ("s.x",)) == ()
     assert leading_columns(schema, ()) == ()
+
+
+def test_nested_columns_are_printed_only_to_break_ties(monkeypatch: pytest.MonkeyPatch) -> None:
+    printed: list[int] = []
+    real = base._printed
+
+    def counting(col: pa.ChunkedArray) -> pa.Array:
+        printed.append(len(col))
+        return real(col)
+
+    monkeypatch.setattr(base, "_printed", counting)
+    lists = pa.array([[3], [1], [2], [1]], pa.list_(pa.int64()))
+    distinct = pa.table({"k": [4, 3, 2, 1], "l": lists})
+    assert canonical_order(distinct).column("k").to_pylist() == [1, 2, 3, 4]
+    assert printed == []
+    tied = pa.table({"k": [1, 1, 2, 2], "l": lists})
+    assert canonical_order(tied).column("l").to_pylist() == [[1], [3], [1], [2]]
+    assert printed == [4]
+    only_nested = pa.table({"l": lists})
+    assert canonical_order(only_nested).column("l").to_pylist() == [[1], [1], [2], [3]]

@@ -20,6 +20,7 @@ from pyspark.sql import SparkSession
 
 from devkit.spark_local import session_conf
 from fsstate.errors import ConfigError
+from fsstate.osmem import YOUNG_OBJECTS_MAX
 from fsstate_spark import operators as ops
 from tests.support.driver_processors import (
     EVENT_INPUT,
@@ -38,6 +39,7 @@ from tests.support.migration_processors import INIT_SCHEMA, Basket
 from tests.support.migration_processors import INPUT_SCHEMA as BASKET_INPUT
 from tests.support.migration_processors import OUTPUT_SCHEMA as BASKET_OUTPUT
 from tests.support.processors import (
+    GC_PROBE_SCHEMA,
     ORDER_BATCHES,
     ORDER_INPUT_SCHEMA,
     ORDER_SCHEMA,
@@ -45,6 +47,7 @@ from tests.support.processors import (
     SINK_BATCHES,
     SINK_SCHEMA,
     TTL_SCHEMA,
+    GcProbe,
     KitchenSink,
     KitchenSinkRenamed,
     MapListOrder,
@@ -289,3 +292,15 @@ def test_a_restart_of_tiered_with_a_renamed_processor_class_continues_the_state(
         total_batches=6,
     )
     assert first + second == native
+
+
+def test_driver_stage_tasks_collect_young_objects_rarely_and_freeze_the_modules(
+    runner: StreamRunner,
+) -> None:
+    """The flow driver's stage tasks take fsstate's collector settings while a processor runs
+    (:func:`fsstate.osmem.task_collector`, as fsstate's keyed loop in Spark's operator)."""
+    batches = [[{"k": f"k{i % 5}", "v": i} for i in range(30)]]
+    got = runner.run(GcProbe(), batches, GC_PROBE_SCHEMA, pandas=False, driver=True)
+    assert sorted(r[0] for r in got) == [f"k{i}" for i in range(5)]
+    assert {r[1] for r in got} == {YOUNG_OBJECTS_MAX}
+    assert min(r[2] for r in got) > 10_000  # the modules (tens of thousands of objects)
