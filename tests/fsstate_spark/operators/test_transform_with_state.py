@@ -301,6 +301,7 @@ def test_driver_stage_tasks_collect_young_objects_rarely_and_freeze_the_modules(
     (:func:`fsstate.osmem.task_collector`, as fsstate's keyed loop in Spark's operator)."""
     batches = [[{"k": f"k{i % 5}", "v": i} for i in range(30)]]
     got = runner.run(GcProbe(), batches, GC_PROBE_SCHEMA, pandas=False, driver=True)
-    assert sorted(r[0] for r in got) == [f"k{i}" for i in range(5)]
-    assert {r[1] for r in got} == {YOUNG_OBJECTS_MAX}
-    assert min(r[2] for r in got) > 10_000  # the modules (tens of thousands of objects)
+    # rows: (batch, k, young, frozen)
+    assert sorted(r[1] for r in got) == [f"k{i}" for i in range(5)]
+    assert {r[2] for r in got} == {YOUNG_OBJECTS_MAX}
+    assert min(r[3] for r in got) > 10_000  # the modules (tens of thousands of objects)
