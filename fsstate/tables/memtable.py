@@ -134,7 +134,7 @@ def dirty_batches(
         # one chunk seals the dirt as it is (no copy of a dict of every dirty key)
         part = (
             dirty
-            if start == 0 and len(keys) <= chunk_keys
+            if len(keys) <= chunk_keys
             else {k: dirty[k] for k in keys[start : start + chunk_keys]}
         )
         rows = seal_rows(spec, views, part)

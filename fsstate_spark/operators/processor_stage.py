@@ -176,7 +176,6 @@ class ProcessorStage(Operator):
         self.time = spec.event_time
         self.uses_clock = spec.time_mode != "none"
         self._out_schema = output_arrow_schema(spec.output_type)
-        self._presorted = False  # this epoch's batch is sorted by the keys (Epoch.sorted_by)
 
     # -- the operator contract -----------------------------------------------------------------
     def output_schema(self, input_schema: pa.Schema) -> pa.Schema:
@@ -216,7 +215,6 @@ class ProcessorStage(Operator):
 
     def process(self, batch: pa.Table, epoch: Epoch) -> pa.Table:
         spec = self.spec
-        self._presorted = bool(epoch.sorted_by) and epoch.sorted_by == tuple(spec.keys)
         rows = self._rows(batch, 0)
         init = self._rows(batch, 1) if spec.initial_state and epoch.epoch == 0 else None
         if spec.time_mode == "eventtime" and self.time is not None and rows.num_rows:
@@ -246,7 +244,9 @@ class ProcessorStage(Operator):
             else RowOutput(self._out_schema)
         )
         self.processor.init(handle)
-        self._run_keys(rows, init, binding, values, out)
+        # the runner's canonical order led with the keys: the rows are grouped already
+        presorted = bool(epoch.sorted_by) and epoch.sorted_by == tuple(spec.keys)
+        self._run_keys(rows, init, binding, values, out, presorted)
         if self._timers is not None:
             through = epoch.evict_ms if spec.time_mode == "eventtime" else epoch.now_ms
             if through is not None:
@@ -273,14 +273,14 @@ class ProcessorStage(Operator):
         return pa.Table.from_arrays(col.flatten(), schema=pa.schema(fields))
 
     def _groups(
-        self, table: pa.Table, keys: tuple[str, ...]
+        self, table: pa.Table, keys: tuple[str, ...], presorted: bool = False
     ) -> tuple[pa.Table, np.ndarray[Any, Any]]:
         """``table`` sorted by ``keys`` (stable) and the row offsets where each key starts; a
-        table the runner's canonical order already sorted by ``keys`` (``Epoch.sorted_by``,
-        kept by the late-row filter) is taken as it is."""
+        table already sorted by ``keys`` (``presorted``: the runner's canonical order led with
+        them, ``Epoch.sorted_by``, and the late-row filter keeps the order) is taken as it is."""
         if table.num_rows == 0:
             return table, np.zeros(1, np.int64)
-        if not (self._presorted and tuple(keys) == tuple(self.spec.keys)):
+        if not presorted:
             sort_keys = [(k, "ascending") for k in keys]
             order = pc.sort_indices(table, sort_keys=sort_keys)  # nulls last
             table = table.take(order)
@@ -295,9 +295,10 @@ class ProcessorStage(Operator):
         binding: KeyBinding,
         values: TimerValues,
         out: Output,
+        presorted: bool,
     ) -> None:
         spec = self.spec
-        rows, bounds = self._groups(rows, spec.keys)
+        rows, bounds = self._groups(rows, spec.keys, presorted)
         data = KeyedRows(rows, bounds, spec, spec.keys) if rows.num_rows else None
         if init is not None and init.num_rows:
             init, init_bounds = self._groups(init, spec.init_keys)
