@@ -243,7 +243,10 @@ def listen(
 
     Returns:
         The listener (``spark.streams.removeListener(listener)`` stops it; its exporter,
-        ``listener.exporter``, serves until ``listener.exporter.close()``).
+        ``listener.exporter``, serves until ``listener.exporter.close()``). On a Spark Connect
+        client remove the session's last listener after its queries ended (their termination
+        delivered): PySpark's client joins its event thread there while holding the lock that
+        thread delivers under, and hangs when an event is pending (SPARK-59623).
     """
     every: list[Sink] = [JsonLinesSink(path)] if path is not None else []
     every.extend(sinks)

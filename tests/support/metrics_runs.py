@@ -16,6 +16,7 @@ with :mod:`fsstate.inspect` and the FileIO listing, never from a summary.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -174,7 +175,8 @@ def run_query(
         (out_dir / f"{batch_id}.json").write_text(json.dumps(new))
         time.sleep(0.3)  # the TTL'd rows of this batch expire before the next one
 
-    listener = listen(spark, listen_path) if listen_path is not None else None
+    ended = _Terminated()
+    listener = listen(spark, listen_path, sinks=[ended]) if listen_path is not None else None
     if flow:
         stage = ops.transform_with_state_in_pandas(
             grouped, processor, OUTPUT, "Update", "ProcessingTime"
@@ -213,6 +215,11 @@ def run_query(
         query.stop()
         if listener is not None:
             _await_lines(listen_path, len(batches))  # the bus delivers progress asynchronously
+            # no event in flight when the last listener goes: on a Connect client PySpark's
+            # removeListener joins its event thread holding the lock that thread posts under
+            # (a deadlock when an event is pending: SPARK-59623), and the query's termination
+            # is its last event
+            ended.wait(str(query.id), 30.0)
             spark.streams.removeListener(listener)
     if stuck:
         raise QueryStuck(f"query {query.id}: not at batch {last} after {deadline_s:.0f} s")
@@ -226,6 +233,29 @@ def run_query(
         "root": root,
         "fileio": fileio_for(root, False),
     }
+
+
+class _Terminated:
+    """A listener sink that only records which queries' termination the listener saw (the
+    listener tells each sink with a ``forget`` method)."""
+
+    def __init__(self) -> None:
+        self._ended: set[str] = set()
+        self._changed = threading.Condition()
+
+    def __call__(self, progress: BatchProgress) -> None:
+        """No figures kept."""
+
+    def forget(self, query_id: str) -> None:
+        """The listener saw ``query_id`` terminate."""
+        with self._changed:
+            self._ended.add(query_id)
+            self._changed.notify_all()
+
+    def wait(self, query_id: str, timeout_s: float) -> bool:
+        """Until the listener saw ``query_id`` terminate (False after ``timeout_s``)."""
+        with self._changed:
+            return self._changed.wait_for(lambda: query_id in self._ended, timeout_s)
 
 
 def _await_lines(path: Path | None, count: int, timeout_s: float = 30.0) -> None:
