@@ -385,7 +385,10 @@ class TableBase(TableCore, interfaces.StateTable):
         return int(len(self._views) * self._avg_view_bytes)
 
     def evict_clean(self) -> int:
-        """Drop every clean view (dirty ones stay pinned); returns the estimated bytes freed."""
+        """Drop every clean view (dirty ones stay pinned); returns the estimated bytes freed.
+        A table that lost views may be loaded whole again on its next cold miss
+        (:mod:`fsstate.tables.warmup`), as on its first: else every key it touches after a
+        reclaim is a point lookup in the runs."""
         freed = 0
         kind = self.kind
         dirty = self._dirty
@@ -399,6 +402,8 @@ class TableBase(TableCore, interfaces.StateTable):
         views.clear()  # in place: key-cursor accessors hold this dict (see fsstate.tables.cursor)
         views.update(keep)
         self._whole = False
+        if freed:  # views went: the next cold miss may load the table whole again
+            self._warmed = False
         if self.sealed_rows:
             sealed = self.sealed_rows
             self.sealed_rows = {k: sealed[k] for k in keep if k in sealed}
