@@ -83,8 +83,9 @@ class TableBase(TableCore, interfaces.StateTable):
         if not self.runs or self._whole:  # complete: a key without a view has no rows
             view = self._empty()
         else:
-            if not self._warmed:
-                self._warmed = True
+            version = self._store.version
+            if not self._warmed or (self._evicted and self._warmed_at != version):
+                self._warmed, self._evicted, self._warmed_at = True, False, version
                 if warm_up(self):
                     self._whole = True
                     view = self._views.get(key)
@@ -386,9 +387,10 @@ class TableBase(TableCore, interfaces.StateTable):
 
     def evict_clean(self) -> int:
         """Drop every clean view (dirty ones stay pinned); returns the estimated bytes freed.
-        A table that lost views may be loaded whole again on its next cold miss
-        (:mod:`fsstate.tables.warmup`), as on its first: else every key it touches after a
-        reclaim is a point lookup in the runs."""
+        A table that lost views may be loaded whole again on its first cold miss at a later
+        store version (:mod:`fsstate.tables.warmup`): else every key it touches after a
+        reclaim is a point lookup in the runs; not within the version that evicted them, where
+        a tight budget would evict and load it over and over."""
         freed = 0
         kind = self.kind
         dirty = self._dirty
@@ -402,8 +404,8 @@ class TableBase(TableCore, interfaces.StateTable):
         views.clear()  # in place: key-cursor accessors hold this dict (see fsstate.tables.cursor)
         views.update(keep)
         self._whole = False
-        if freed:  # views went: the next cold miss may load the table whole again
-            self._warmed = False
+        if freed:  # views went: a cold miss of a later version may load the table whole again
+            self._evicted = True
         if self.sealed_rows:
             sealed = self.sealed_rows
             self.sealed_rows = {k: sealed[k] for k in keep if k in sealed}

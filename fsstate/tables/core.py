@@ -68,6 +68,7 @@ class StoreHost(Protocol):
 
     next_seq: int
     now_ms: int
+    version: int | None
     fileio: FileIO
     store_dir: str
     ctx: RunContext
@@ -141,6 +142,10 @@ class TableCore:
         self._views: dict[Key, Any] = {}
         self._partial: set[Key] = set()  # list views holding only blind appends (see append)
         self._warmed = False  # whether the first cold miss tried to load the table whole
+        # the memory budget evicted views since that try, and the store version it was at: a
+        # table may be loaded whole again once per version after an eviction (see warmup)
+        self._evicted = False
+        self._warmed_at: int | None = None
         # every key with rows in the runs has a view (a whole-table warm-up made it so; cleared
         # when a view goes without its rows or rows arrive without views): a miss is empty
         self._whole = False

@@ -5,11 +5,13 @@ rarely returns to the same Python worker) would otherwise pay one point lookup p
 its keys come back one by one; one sequential pass over the runs costs a few microseconds per
 row, and a vectorized pass over a value table about 0.3 µs.
 :meth:`fsstate.tables.base.TableBase._load` calls :func:`warm_up` once per table, on its first
-cold miss, and again on the first cold miss after the memory budget evicted its views
-(:meth:`~fsstate.tables.base.TableBase.evict_clean`): a reclaim in a worker that holds other
-queries' stores too must not leave a partition's table to one point lookup per key for the
-rest of the process (measured: a running aggregate's task at 500k rows went from ~0.55 to
-1.7-2.2 s of CPU after one reclaim).
+cold miss, and again after the memory budget evicted its views
+(:meth:`~fsstate.tables.base.TableBase.evict_clean`), on the first cold miss at a later store
+version: a reclaim in a worker that holds other queries' stores too must not leave a
+partition's table to one point lookup per key for the rest of the process (measured: a running
+aggregate's task at 500k rows went from ~0.55 to 1.7-2.2 s of CPU after one reclaim), and a
+budget too tight for the table must not evict and reload it over and over within one epoch
+(at most one whole load per version after an eviction).
 
 Invariants:
 

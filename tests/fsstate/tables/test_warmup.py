@@ -1,6 +1,7 @@
 """Whole loads of a table's views (:mod:`fsstate.tables.warmup`): a small table is loaded whole
-on its first cold miss, and again on the first cold miss after the memory budget evicted its
-views; what it reads equals a point lookup's answer every time."""
+on its first cold miss, and after the memory budget evicted its views again on its first cold
+miss at a later version, but not twice in one version; what it reads equals a point lookup's
+answer every time."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ def _store(root: Path) -> PartitionStore:
     return PartitionStore.open(str(root), "op", 0, config=StoreConfig())
 
 
-def test_a_table_whose_views_were_evicted_loads_whole_again_on_its_next_cold_miss(
+def test_a_table_whose_views_were_evicted_loads_whole_again_once_per_version(
     tmp_path: Path,
 ) -> None:
     store = _store(tmp_path)
@@ -44,4 +45,7 @@ def test_a_table_whose_views_were_evicted_loads_whole_again_on_its_next_cold_mis
         assert table.get(KEYS[3]) == (3 + epoch - 1,)
         assert table.complete, f"epoch {epoch}: not loaded whole after the eviction"
         assert [table.get(k) for k in KEYS] == [(i + epoch - 1,) for i in range(len(KEYS))]
+    store.spill()  # evicted again in the same version: point lookups, no second whole load
+    assert table.get(KEYS[5]) == (7,)
+    assert not table.complete and len(table._views) == 1
     assert table.get(("absent",)) is None
