@@ -30,7 +30,7 @@ import shutil
 import subprocess
 import tempfile
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -159,7 +159,9 @@ class JavaSession:
 
 
 @contextmanager
-def java_session(ctx: BenchContext, suite: str, app: str) -> Iterator[JavaSession]:
+def java_session(
+    ctx: BenchContext, suite: str, app: str, conf: Mapping[str, str] | None = None
+) -> Iterator[JavaSession]:
     """A local SparkSession with :func:`build_jar`'s jar (when a JDK compiler exists: else the
     reason is logged and yielded), ``noDataMicroBatches`` off, and a scratch directory under
     the run's ``tmp_dir``; the session is stopped and the scratch removed on exit.
@@ -168,6 +170,7 @@ def java_session(ctx: BenchContext, suite: str, app: str) -> Iterator[JavaSessio
         ctx: the run's context.
         suite: the suite's name (the scratch directory's prefix, the log line's).
         app: the Spark application's name.
+        conf: more session settings of the suite (over ``conf/spark-defaults.conf``'s).
     """
     ctx.tmp_dir.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=f"{suite}-", dir=ctx.tmp_dir))
@@ -178,7 +181,9 @@ def java_session(ctx: BenchContext, suite: str, app: str) -> Iterator[JavaSessio
             ctx.log(f"{suite}: the Java side is skipped: {skip}")
         jars = {} if isinstance(jar, str) else {"spark.jars": str(jar)}
         spark = session(
-            ctx, app, **{"spark.sql.streaming.noDataMicroBatches.enabled": "false", **jars}
+            ctx,
+            app,
+            **{"spark.sql.streaming.noDataMicroBatches.enabled": "false", **jars, **(conf or {})},
         )
         try:
             yield JavaSession(spark, scratch, skip)

@@ -62,7 +62,9 @@ Invariants:
 * Every query does the same work: the same processor logic, input files, output rows and sink
   (``foreachBatch`` writing the batch to Spark's ``noop`` format; the Java query's function
   is Java). ``tiered()`` and driver stores stay cached in the workers (``max_cached_stores``
-  fits every store of the run).
+  fits every store of the run), and so do their views: each worker's memory budget is the
+  engine's default 1 GiB (:data:`~bench.suites.spark_jvm_cells.MEMORY_LIMIT`, in the rows'
+  notes), which holds every side's state of a cell at once.
 * Nothing fast but wrong passes: on batch 0 and on one extra small batch after the timed ones,
   every query's sink computes (rows, sum n, sum s, sum crc32(k)) of its output instead; all
   must equal the figures computed from the input files with Arrow, or the suite fails.
@@ -95,6 +97,7 @@ from bench.harness.processor_queries import (
 from bench.harness.spark import hand_in, require_pyspark
 from bench.suites.spark_jvm_cells import (
     FLAVOUR_NAMES,
+    MEMORY_LIMIT,
     SIDES,
     SUITE,
     Cell,
@@ -340,7 +343,8 @@ def run(ctx: BenchContext) -> list[Result]:
     for why in dict.fromkeys(gone.values()):
         which = ", ".join(f"{f}/{s}" for (f, s), w in gone.items() if w == why)
         ctx.log(f"{SUITE}: {which} left out: {why}")
-    with java_session(ctx, SUITE, "fsstate-bench-jvm") as js:
+    conf = {"spark.fsstate.memoryLimit": MEMORY_LIMIT}
+    with java_session(ctx, SUITE, "fsstate-bench-jvm", conf) as js:
         for cell in todo:
             jobs = _run_cell(ctx, js.spark, cell, js.scratch / cell.tag, js.java, gone)
             out += cell_results(cell, jobs, js.java_skip, gone)

@@ -39,6 +39,17 @@ SIDE_NAMES = {
     "driver": "flow driver",
 }
 FLAVOUR_NAMES = {"pandas": "pandas", "row": "Row"}
+
+# Each worker's engine budget in this suite's session (``spark.fsstate.memoryLimit``): the
+# engine's default (:data:`fsstate.config.DEFAULT_MEMORY_LIMIT`), not ``conf/``'s 256 MiB for
+# small examples. A cell's fsstate sides (up to six queries) share each Python worker, so its
+# budget holds all their stores at once: at 500k rows five sides of 250k keys, up to 1.25 M
+# views per worker (~100 MiB per side as the engine estimates them), where 256 MiB reclaims
+# above 192 MiB; a user's one query of the cell's shape holds a fifth of it. Under 256 MiB,
+# reclaims evicted views in the middle of batches (dev runs, n=3: Row tiered() / Java at 500k
+# rows and 4 partitions 1.38x, against 1.15x under 1 GiB).
+MEMORY_LIMIT = "1GiB"
+
 API = {"pandas": "transformWithStateInPandas", "row": "transformWithState"}
 # batch time / the Java processor's, at most, per (flavour, side); issue 46: Row tiered() on
 # fsstate's loop <= 1.2x at 4 partitions; at 200 partitions its goal is against the idle floor
@@ -113,7 +124,9 @@ class Job:
 
 
 def _work(cell: Cell) -> str:
-    return cell.work(f"{cell.partitions} shuffle partitions")
+    return cell.work(
+        f"{cell.partitions} shuffle partitions, fsstate's memoryLimit {MEMORY_LIMIT} per worker"
+    )
 
 
 def cell_results(
