@@ -15,13 +15,21 @@
   100,000 net allocations keeps cycles collected (user code may make them) with at most that
   many objects of garbage waiting, and cut those passes to the one PySpark's daemon runs
   after each task.
-* :func:`freeze_once`: PySpark's daemon runs a full collection after every task of a reused
-  worker; each walks every tracked object of the process, most of them the modules' (pyspark,
-  pyarrow, pandas, numpy, fsstate: ~85k objects, 25-80 ms a pass on a 2-core machine). At 200
-  partitions that was ~500 passes and 41 s of each worker's ~70 s over four batches (measured
-  with ``gc.callbacks``). The first fsstate task of a process moves what is alive then (the
-  modules, PySpark's worker state, that task's unpickled function) into the permanent
-  generation, which collections skip.
+* :func:`freeze_survivors`: PySpark's daemon runs a full collection after every task of a
+  reused worker; each walks every tracked object of the process: the modules' (pyspark,
+  pyarrow, pandas, numpy, fsstate: ~85k objects, 25-80 ms a pass on a 2-core machine) and
+  the state the worker keeps between tasks (the views of its cached stores: their dicts are
+  walked entry by entry). At 200 partitions that was ~500 passes and 41 s of each worker's
+  ~70 s over four batches with the modules alone; with the stores of several queries kept
+  (a worker holding ~300 idle stores) a pass grew to ~50 ms and the passes took a third of a
+  core (measured with ``gc.callbacks``). Every fsstate task starts by moving what is alive
+  then into the permanent generation, which collections skip: what survived the daemon's
+  last collection is what the worker keeps, and the collections during and after the task
+  walk only the objects made since. Frozen objects are still freed by reference counting;
+  a reference cycle among them that becomes garbage waits for the next thaw: once every
+  ``THAW_EVERY_S`` a task starts by thawing everything and collecting the whole process once
+  (one full pass a minute instead of one per task), then freezes. A closed store is no such
+  cycle (it is freed by reference counting alone, tested).
 * :func:`return_memory_to_os`: after a spill, a commit or a compaction round, Arrow's pool
   and glibc's heap keep freed pages; handing them back makes the process's RSS follow what
   the engine holds.
@@ -33,10 +41,10 @@ Invariants:
 * :func:`gc_relaxed` only ever raises the young threshold (a user's higher threshold is kept,
   a threshold of 0, automatic collection off, stays off) and restores the thresholds it found
   on exit. :func:`task_collector` is the two together, what every fsstate Spark task runs in.
-* :func:`freeze_once` freezes once per process (a forked child freezes again: its pid
-  differs). Frozen objects are still freed by reference counting; only a reference cycle
-  among them that becomes garbage is never collected, which module-level objects do not
-  become: at most the objects of the one task that was running are held so.
+* :func:`freeze_survivors` thaws and collects at the first task of a process that starts
+  ``THAW_EVERY_S`` or more after its last thaw (a forked child counts from its own first
+  task: its pid differs), so a cycle of frozen objects that became garbage waits at most
+  until then. Every task runs with what was alive at its start frozen.
 * Returning memory never fails: without glibc's ``malloc_trim`` only Arrow's pool is trimmed.
 """
 
@@ -47,6 +55,7 @@ import ctypes
 import ctypes.util
 import gc
 import os
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -84,23 +93,35 @@ def gc_relaxed(young_objects_max: int = YOUNG_OBJECTS_MAX) -> Iterator[None]:
         gc.set_threshold(*old)
 
 
-_FROZEN_PID: list[int] = []  # the process that froze (a forked child has another pid)
+THAW_EVERY_S = 60.0  # freeze_survivors: a task starts thawed at least this often
+
+_THAWED: list[tuple[int, float]] = []  # (pid, monotonic time of its first freeze or last thaw)
 
 
-def freeze_once() -> None:
-    """Move every object tracked now into the permanent generation, once per process."""
+def freeze_survivors(thaw_every_s: float = THAW_EVERY_S) -> None:
+    """Move every object tracked now into the permanent generation; if the process last
+    thawed ``thaw_every_s`` ago or more, first thaw every frozen object and collect the whole
+    process once (see the module).
+
+    Args:
+        thaw_every_s: seconds between two thaws of this process.
+    """
     pid = os.getpid()
-    if _FROZEN_PID and _FROZEN_PID[0] == pid:
-        return
-    _FROZEN_PID[:] = [pid]
+    now = time.monotonic()
+    if not _THAWED or _THAWED[0][0] != pid:  # this process's first task (a forked child's too)
+        _THAWED[:] = [(pid, now)]
+    elif now - _THAWED[0][1] >= thaw_every_s:
+        _THAWED[:] = [(pid, now)]
+        gc.unfreeze()
+        gc.collect()  # cycles among what was frozen, garbage since
     gc.freeze()
 
 
 @contextlib.contextmanager
 def task_collector() -> Iterator[None]:
-    """The collector settings of one fsstate Spark task: the process's objects frozen once
-    (:func:`freeze_once`), young collections relaxed for the task (:func:`gc_relaxed`)."""
-    freeze_once()
+    """The collector settings of one fsstate Spark task: what the process keeps frozen
+    (:func:`freeze_survivors`), young collections relaxed for the task (:func:`gc_relaxed`)."""
+    freeze_survivors()
     with gc_relaxed():
         yield
 

@@ -87,8 +87,8 @@ def test_keyed_loop_tasks_collect_young_objects_rarely_and_freeze_the_modules(
     spark: SparkSession, tmp_path: Path
 ) -> None:
     """While fsstate's loop runs a key, the worker collects its young generation every
-    :data:`~fsstate.osmem.YOUNG_OBJECTS_MAX` allocations and the objects alive at its first
-    task are frozen (:mod:`fsstate.osmem`); PySpark's loop keeps Python's thresholds."""
+    :data:`~fsstate.osmem.YOUNG_OBJECTS_MAX` allocations and the objects alive at the task's
+    start are frozen (:mod:`fsstate.osmem`); PySpark's loop keeps Python's thresholds."""
     rows = [{"k": f"k{i % 7}", "v": i} for i in range(40)]
     write_batches(tmp_path / "input", [rows])
     got: dict[bool, list[Any]] = {}
