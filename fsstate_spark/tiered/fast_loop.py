@@ -306,8 +306,8 @@ class FastTask:
     def run(self, split: int, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """PySpark's ``func(split_index, batches)``: the task's output batches (profiled with
         ``FSSTATE_PROFILE_DIR`` set: :mod:`fsstate_spark.tiered.task_profile`), run with the
-        collector's young threshold raised and the process's modules frozen
-        (:mod:`fsstate.osmem`)."""
+        collector's young threshold raised and what the process keeps (its modules, its
+        cached stores) frozen (:mod:`fsstate.osmem`)."""
         with task_collector():
             profile = task_profile.start()
             if profile is None:
