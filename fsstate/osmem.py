@@ -20,16 +20,16 @@
   pyarrow, pandas, numpy, fsstate: ~85k objects, 25-80 ms a pass on a 2-core machine) and
   the state the worker keeps between tasks (the views of its cached stores: their dicts are
   walked entry by entry). At 200 partitions that was ~500 passes and 41 s of each worker's
-  ~70 s over four batches with the modules alone; with the stores of several queries kept
-  (a worker holding ~300 idle stores) a pass grew to ~50 ms and the passes took a third of a
-  core (measured with ``gc.callbacks``). Every fsstate task starts by moving what is alive
-  then into the permanent generation, which collections skip: what survived the daemon's
-  last collection is what the worker keeps, and the collections during and after the task
-  walk only the objects made since. Frozen objects are still freed by reference counting;
-  a reference cycle among them that becomes garbage waits for the next thaw: once every
-  ``THAW_EVERY_S`` a task starts by thawing everything and collecting the whole process once
-  (one full pass a minute instead of one per task), then freezes. A closed store is no such
-  cycle (it is freed by reference counting alone, tested).
+  ~70 s over four batches with the modules alone; with the stores of five queries kept (a
+  worker holding ~700 idle stores at 200 partitions) a pass grew to ~50 ms, 128 s of the
+  busier worker's eight minutes (measured with ``gc.callbacks``). Every fsstate task starts
+  by moving what is alive then into the permanent generation, which collections skip: what
+  survived the daemon's last collection is what the worker keeps, and the collections during
+  and after the task walk only the objects made since. Frozen objects are still freed by
+  reference counting; a reference cycle among them that becomes garbage waits for the next
+  thaw: once every ``THAW_EVERY_S`` a task starts by thawing everything and collecting the
+  whole process once (one full pass a minute instead of one per task), then freezes. A
+  closed store is no such cycle (it is freed by reference counting alone, tested).
 * :func:`return_memory_to_os`: after a spill, a commit or a compaction round, Arrow's pool
   and glibc's heap keep freed pages; handing them back makes the process's RSS follow what
   the engine holds.
@@ -93,7 +93,7 @@ def gc_relaxed(young_objects_max: int = YOUNG_OBJECTS_MAX) -> Iterator[None]:
         gc.set_threshold(*old)
 
 
-THAW_EVERY_S = 60.0  # freeze_survivors: a task starts thawed at least this often
+THAW_EVERY_S = 60.0  # freeze_survivors: seconds between two thaws of a process (at least)
 
 _THAWED: list[tuple[int, float]] = []  # (pid, monotonic time of its first freeze or last thaw)
 
