@@ -195,7 +195,9 @@ class EpochRun:
                 f"store {store.store_dir} is at version {store.version}; epoch {epoch} starts "
                 f"from {parent}"
             )
-        return cls(pool or StorePool(), store, epoch, writer, Outcome.HIT, 0.0)
+        return cls(
+            pool if pool is not None else StorePool(), store, epoch, writer, Outcome.HIT, 0.0
+        )
 
     @classmethod
     def of_new_store(
@@ -218,7 +220,9 @@ class EpochRun:
                 f"store {store.store_dir} is at version {store.version}; a new store's first "
                 f"epoch starts from none (begin epoch {epoch} with of_store)"
             )
-        return cls(pool or StorePool(), store, epoch, writer, Outcome.RESTORED, 0.0)
+        return cls(
+            pool if pool is not None else StorePool(), store, epoch, writer, Outcome.RESTORED, 0.0
+        )
 
     @property
     def done(self) -> bool:
@@ -328,7 +332,7 @@ def begin_epoch(
     Raises:
         VersionNotFoundError: ``epoch - 1`` is not on storage (nothing is acquired).
     """
-    pool = pool or store_pool()
+    pool = pool if pool is not None else store_pool()  # an empty pool is falsy (__len__)
     t0 = time.perf_counter()
     parent = epoch - 1 if epoch > 0 else None
     store = pool.acquire(

@@ -75,6 +75,8 @@ import logging
 import time
 from dataclasses import dataclass
 
+from pyspark.sql.types import BooleanType, StructField, StructType
+
 from fsstate.errors import ConfigError, LineageMismatchError, VersionNotFoundError
 from fsstate.interfaces import KeyedStore
 from fsstate.stats import CommitInfo
@@ -92,7 +94,9 @@ from fsstate_spark.tiered.transient import TransientStore
 log = logging.getLogger(__name__)
 
 SPARK_MARKER = "_fsstate_tiered"  # the state variable every tiered processor declares in Spark
-SPARK_MARKER_SCHEMA = "present BOOLEAN"
+# a StructType, not a DDL string: PySpark's handle sends a string to the JVM's SQL parser, a
+# state-server round trip, twice (to declare the variable, then for its client)
+SPARK_MARKER_SCHEMA = StructType([StructField("present", BooleanType(), True)])
 _OPERATIONS = "See docs/operations.md (copying, restoring and rolling back a query)."
 TIERED_KIND = "tiered"  # the kind recorded with a tiered() operator's layout
 

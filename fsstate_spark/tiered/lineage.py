@@ -45,10 +45,22 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
+
 log = logging.getLogger(__name__)
 
 LINEAGE_VAR = "_fsstate_lineage"  # Spark state variable: the lineage a partition committed
-LINEAGE_SCHEMA = "branch STRING, version LONG, checksum STRING, layout STRING, partition INT"
+# "branch STRING, version LONG, checksum STRING, layout STRING, partition INT", as a StructType:
+# a DDL string costs two round trips to the JVM's SQL parser per task (PySpark's handle)
+LINEAGE_SCHEMA = StructType(
+    [
+        StructField("branch", StringType(), True),
+        StructField("version", LongType(), True),
+        StructField("checksum", StringType(), True),
+        StructField("layout", StringType(), True),
+        StructField("partition", IntegerType(), True),
+    ]
+)
 
 
 @dataclass(frozen=True)

@@ -9,17 +9,21 @@ Spark some hundred times)."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
+from pyspark.sql.types import StructType
 
 from devkit.s3_server import S3Info
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.location import Location
 from fsstate.store.branches import list_branches
 from fsstate_spark import tiered
+from fsstate_spark.tiered.lifecycle import SPARK_MARKER_SCHEMA
+from fsstate_spark.tiered.lineage import LINEAGE_SCHEMA
 from tests.support.plugin import s3_options
 from tests.support.processors import ROW_SCHEMA, SINK_SCHEMA, KitchenSink, RowCounter
 from tests.support.stream import StreamRunner
@@ -147,3 +151,26 @@ def test_two_checkpoints_on_one_state_uri_stay_apart(spark: Any, tmp_path: Path)
         for n, b in (("1", [A0, A1]), ("2", [B1, B2]))
     }
     assert got == native
+
+
+@pytest.mark.parametrize(
+    ("schema", "ddl"),
+    [
+        (
+            LINEAGE_SCHEMA,
+            "branch STRING, version LONG, checksum STRING, layout STRING, partition INT",
+        ),
+        (SPARK_MARKER_SCHEMA, "present BOOLEAN"),
+    ],
+    ids=["lineage", "marker"],
+)
+def test_fsstate_s_spark_variables_are_declared_as_struct_types(
+    spark: Any, schema: Any, ddl: str
+) -> None:
+    """fsstate's own variables in Spark's state are declared with StructTypes (a DDL string
+    costs every task two round trips to the JVM's SQL parser: PySpark's handle parses it there
+    to declare the variable and again for its client), equal to what Spark makes of their DDL,
+    the schema earlier checkpoints recorded."""
+    assert isinstance(schema, StructType)
+    parsed = spark._jvm.org.apache.spark.sql.types.StructType.fromDDL(ddl).json()
+    assert json.loads(parsed) == json.loads(schema.json())
