@@ -23,17 +23,17 @@ takes ~3 minutes (``spark_driver``), ``tiered()`` pandas on PySpark's loop about
 per key: the loop cost rows), and at 200 partitions every Python transformWithState query pays
 its 200 tasks' fixed costs whatever the rows (~35 s per batch, ~175 ms per task, measured with
 a load average of 9; the Java query ~20 s). So the full run times 8 batches at 50k rows and 4
-partitions (a round of its sides takes ~75 s; the Row goal there is decided on them: its paired
-batches spread from 0.9 to 1.3, three published runs of 5 gave 1.13, 1.23 and 1.27 and dev runs
-of 6 to 10 about 1.07), 3 at 50k and 200, 5 at 500k and 4 (a round of its sides takes ~80 s,
-and two of the issue's goal rows are decided there: two paired batches were 1.01 and 1.24 for
-one of them), 2 at 500k and 200, and the 500k cells drop three sides,
-published as skipped rows with the reason: pandas on Spark's handles and on PySpark's loop
-(~3 minutes per batch each; the 50k cells and ``spark_driver`` measure them) and Row on
-Spark's handles (informative; ``spark_driver`` measures it). Estimated from those figures:
-about 48 minutes on an idle machine (~10 + 14 + 10 + 9 minutes for the cells in order, 3 for
-the loop cost), more under load. ``--quick``: 5k and 20k rows at 4 and 20 partitions, 2 timed
-batches each, the same drops in the 20k cells (7 minutes with a load average of 5 to 8).
+partitions and 8 at 500k and 4 (a round of a cell's sides takes ~75-80 s; the issue's goal rows
+at 4 partitions are decided on them, and single paired batches spread widely: from 0.9 to 1.3
+at 50k rows, where three published runs of 5 gave 1.13, 1.23 and 1.27 and dev runs of 6 to 10
+about 1.07, and from 0.95 to 1.52 at 500k rows), 3 at 50k and 200, 2 at 500k and 200, and
+the 500k cells drop three sides, published as skipped rows with the reason: pandas on Spark's
+handles and on PySpark's loop (~3 minutes per batch each; the 50k cells and ``spark_driver``
+measure them) and Row on Spark's handles (informative; ``spark_driver`` measures it).
+Estimated from those figures: about 52 minutes on an idle machine (~10 + 14 + 14 + 9 minutes
+for the cells in order, 3 for the loop cost), more under load. ``--quick``: 5k and 20k rows
+at 4 and 20 partitions, 2 timed batches each, the same drops in the 20k cells (7 minutes with a
+load average of 5 to 8).
 ``--only`` narrows by a cell's label (``50k rows/batch, 200 partitions``); ``loop cost`` runs
 only the in-process rows.
 
@@ -130,7 +130,7 @@ def cells(ctx: BenchContext) -> list[Cell]:
         return [
             Cell(50_000, 4, 8),
             Cell(50_000, 200, 3),
-            Cell(500_000, 4, 5, drop),
+            Cell(500_000, 4, 8, drop),
             Cell(500_000, 200, 2, drop),
         ]
     return [

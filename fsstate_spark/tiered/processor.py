@@ -24,7 +24,11 @@ Invariants:
   store's lineage is not provably its run's and writes when its epoch branched: the branch of
   fsstate's state Spark's checkpoint goes with (:mod:`fsstate_spark.tiered.lineage`). A task
   whose marker cannot be written fails (Spark retries it; the retry adopts the committed
-  version).
+  version). Their schemas are StructTypes: PySpark's handle sends a DDL string to the JVM's
+  SQL parser, twice per variable and task.
+* A streaming task on PySpark's own loop starts (``init``) by freezing what the worker keeps,
+  as fsstate's loop does for its tasks (:func:`fsstate.osmem.freeze_survivors`): PySpark
+  collects after every task, and would otherwise walk every cached store each time.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from pyspark.sql.streaming.stateful_processor import (
 
 from fsstate.errors import ConfigError, FsStateError
 from fsstate.interfaces import Key
+from fsstate.osmem import freeze_survivors
 from fsstate_spark.compat import require_supported_pyspark
 from fsstate_spark.receipts import TieredEntry, new_accumulator, receipt, register_tiered
 from fsstate_spark.runtime import TaskInfo, TaskMode, current_task
@@ -249,8 +254,13 @@ class TieredProcessor(StatefulProcessor):
         marker: SparkMarker | None = None
         planned = None
         if task.mode == TaskMode.STREAMING:
-            if not self._fast and self._config.fast_loop:
-                note_stock_loop(self._config.name)
+            if not self._fast:
+                if self._config.fast_loop:
+                    note_stock_loop(self._config.name)
+                # PySpark's loop runs the task: freeze what the worker keeps (its cached
+                # stores) as fsstate's loop does, or PySpark's collection after every task
+                # walks them all (fsstate.osmem)
+                freeze_survivors()
             assert task.partition is not None
             marker = SparkMarker(handle, lineage_state, task.partition)
             planned = planned_ms(handle)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import gc
 import pickle
 import zipfile
 from collections.abc import Iterator
@@ -143,6 +144,26 @@ def test_batches_commit_versions_and_reuse_the_cached_store(
     store = PartitionStore.open(root, "Counter", 0, 1)
     schema = pa.schema([pa.field("v", pa.int64())])
     assert store.list_table("vals", schema).get(("a",)) == [(1,), (2,), (1,)]
+
+
+def test_a_stock_loop_task_freezes_what_the_worker_keeps(
+    task: dict[str, TaskInfo], tmp_path: Path
+) -> None:
+    """On PySpark's own loop, a streaming task's init moves what the worker keeps (the store
+    cached by the task before) into the collector's permanent generation, so that PySpark's
+    collection after every task does not walk it (fsstate.osmem)."""
+    proc = tiered(Counter(), state_uri=str(tmp_path), fast_loop=False)
+    run_task(proc, task, streaming(0), [(("a",), [1])])
+    gc.unfreeze()
+    try:
+        assert gc.get_freeze_count() == 0
+        run_task(proc, task, TaskInfo("driver"), [])
+        assert gc.get_freeze_count() == 0  # the driver's schema pass keeps nothing
+        run_task(proc, task, streaming(1), [(("a",), [1])], close=False)
+        assert gc.get_freeze_count() > 0
+        proc.close()
+    finally:
+        gc.unfreeze()
 
 
 def test_failed_attempt_is_discarded_and_the_retry_restores(
