@@ -23,9 +23,11 @@
   ~70 s over four batches with the modules alone; with the stores of five queries kept (a
   worker holding ~700 idle stores at 200 partitions) a pass grew to ~50 ms, 128 s of the
   busier worker's eight minutes (measured with ``gc.callbacks``). Every fsstate task starts
-  by moving what is alive then into the permanent generation, which collections skip: what
-  survived the daemon's last collection is what the worker keeps, and the collections during
-  and after the task walk only the objects made since. Frozen objects are still freed by
+  (in :func:`task_collector`: fsstate's keyed loop, the flow driver's stage tasks; a
+  ``tiered()`` task on PySpark's own loop, from its ``init``) by moving what is alive then
+  into the permanent generation, which collections skip: what survived the daemon's last
+  collection is what the worker keeps, and the collections during and after the task walk
+  only the objects made since. Frozen objects are still freed by
   reference counting; a reference cycle among them that becomes garbage waits for the next
   thaw: once every ``THAW_EVERY_S`` a task starts by thawing everything and collecting the
   whole process once (one full pass a minute instead of one per task), then freezes. A
