@@ -27,11 +27,11 @@
   ``tiered()`` task on PySpark's own loop, from its ``init``) by moving what is alive then
   into the permanent generation, which collections skip: what survived the daemon's last
   collection is what the worker keeps, and the collections during and after the task walk
-  only the objects made since. Frozen objects are still freed by
-  reference counting; a reference cycle among them that becomes garbage waits for the next
-  thaw: once every ``THAW_EVERY_S`` a task starts by thawing everything and collecting the
-  whole process once (one full pass a minute instead of one per task), then freezes. A
-  closed store is no such cycle (it is freed by reference counting alone, tested).
+  only the objects made since. Frozen objects are still freed by reference counting; a
+  reference cycle among them that becomes garbage waits for the next thaw: once every
+  ``THAW_EVERY_S`` a task starts by thawing everything and collecting the whole process once
+  (one full pass a minute instead of one per task), then freezes. A closed store is no such
+  cycle (it is freed by reference counting alone, tested).
 * :func:`return_memory_to_os`: after a spill, a commit or a compaction round, Arrow's pool
   and glibc's heap keep freed pages; handing them back makes the process's RSS follow what
   the engine holds.
