@@ -86,11 +86,12 @@ class TableBase(TableCore, interfaces.StateTable):
             version = self._store.version
             if not self._warmed or (self._evicted and self._warmed_at != version):
                 self._warmed, self._evicted, self._warmed_at = True, False, version
-                if warm_up(self):
-                    self._whole = True
-                    view = self._views.get(key)
-                    if view is not None:
-                        return view
+                whole = warm_up(self)
+                self._whole = whole
+                view = self._views.get(key)
+                if view is not None:
+                    return view
+                if whole:
                     return self._load(key)
             view = self._replay(key, self._cold_rows(key))
         self._views[key] = view
