@@ -8,7 +8,7 @@ with a ``foreachBatch`` sink writing to Spark's ``noop`` format, as the Python q
 does. :func:`build_jar` compiles it at run time with ``javac`` against the jars of PySpark's
 ``jars/`` directory (the Spark the suite runs) into a jar in a scratch directory; the suite's
 session gets it through ``spark.jars``. :func:`start_java` starts a query through py4j and
-wraps the Java ``StreamingQuery`` in PySpark's, whose ``recentProgress`` and ``stop`` the
+wraps the Java ``StreamingQuery`` in PySpark's, whose progress and ``stop`` the
 suite uses as for every other query; :func:`java_checksum` reads a checked batch's output
 checksum, which the Java sink computes instead of writing that batch.
 

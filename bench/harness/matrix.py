@@ -20,7 +20,6 @@ Invariants:
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,7 @@ import pyarrow as pa
 from bench.harness.common import BenchContext
 from bench.harness.datagen import key_strings
 from bench.harness.operator_queries import WINDOW_MS
+from bench.harness.spark import batch_progress
 
 PER_KEY = (2, 20)
 GROUPS = {"window": "windowed count", "running": "running aggregate"}
@@ -103,25 +103,16 @@ def matrix_table(batch: int, keys: int, per_key: int) -> pa.Table:
 
 def wait_batch(job: Job, batch: int, rows: int, timeout_s: float = 1800) -> None:
     """Wait for ``job``'s progress of ``batch`` and check its input rows and partitions."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        for p in job.query.recentProgress:
-            if int(p["batchId"]) == batch and int(p["numInputRows"] or 0):
-                got = int(p["numInputRows"])
-                if got != rows:
-                    raise RuntimeError(f"{job.name}: batch {batch} read {got} rows, not {rows}")
-                ops = [dict(o) for o in (p["stateOperators"] or [])]
-                job.progress[batch] = {"durationMs": dict(p["durationMs"]), "ops": ops}
-                if job.side == "builtin":
-                    parts = {int(o["numShufflePartitions"]) for o in ops}
-                    if parts != {job.cell.partitions}:
-                        raise RuntimeError(f"{job.name}: {parts} shuffle partitions")
-                return
-        if job.query.exception() is not None:
-            raise RuntimeError(f"{job.name} failed: {job.query.exception()}")
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{job.name}: batch {batch} did not finish")
-        time.sleep(0.05)
+    p = batch_progress(job.query, batch, job.name, timeout_s)
+    got = int(p["numInputRows"])
+    if got != rows:
+        raise RuntimeError(f"{job.name}: batch {batch} read {got} rows, not {rows}")
+    ops = [dict(o) for o in (p["stateOperators"] or [])]
+    job.progress[batch] = {"durationMs": dict(p["durationMs"]), "ops": ops}
+    if job.side == "builtin":
+        parts = {int(o["numShufflePartitions"]) for o in ops}
+        if parts != {job.cell.partitions}:
+            raise RuntimeError(f"{job.name}: {parts} shuffle partitions")
 
 
 def read_epoch_log(path: Path) -> list[dict[str, Any]]:

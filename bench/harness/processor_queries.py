@@ -22,7 +22,6 @@ a timed one; :func:`wait_batch` returns a batch only once its input rows are kno
 
 from __future__ import annotations
 
-import time
 import zlib
 from collections.abc import Iterator
 from typing import Any
@@ -35,6 +34,8 @@ from pyspark.sql.streaming.stateful_processor import (
     TimerValues,
 )
 from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+from bench.harness.spark import batch_progress
 
 OUTPUT_DDL = "k STRING, n BIGINT, s BIGINT"
 OUTPUT_TYPE = StructType(
@@ -147,19 +148,12 @@ class ChecksumSink:
 
 def wait_batch(query: Any, tag: str, batch: int, rows: int) -> tuple[float, int]:
     """Wait until ``query`` (a started ``StreamingQuery``) has run ``batch`` with input rows;
-    returns its ``triggerExecution`` (ms) and input rows.
+    returns its ``triggerExecution`` (ms) and input rows
+    (:func:`bench.harness.spark.batch_progress`).
 
     Raises:
         RuntimeError: the query failed.
         TimeoutError: the batch took over ``max(900 s, rows / 50 rows/s)``.
     """
-    deadline = time.monotonic() + max(900.0, rows / 50)  # 50 rows/s: 10 times too slow
-    while True:
-        for p in query.recentProgress:
-            if int(p["batchId"]) == batch and int(p.get("numInputRows") or 0):
-                return float(p["durationMs"]["triggerExecution"]), int(p["numInputRows"])
-        if query.exception() is not None:
-            raise RuntimeError(f"{tag} failed: {query.exception()}")
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{tag}: batch {batch} did not finish")
-        time.sleep(0.05)
+    p = batch_progress(query, batch, tag, max(900.0, rows / 50))  # 50 rows/s: 10 times too slow
+    return float(p["durationMs"]["triggerExecution"]), int(p["numInputRows"])

@@ -11,6 +11,15 @@ Invariants:
   the JVM's and its workers' stderr go to ``<tmp_dir>/spark-jvm.log``.
 * :func:`hand_in` gives every query the same bytes (a hard link), with the modification time
   that orders it among the query's files.
+* :func:`batch_progress` waits for a query's progress of one batch with input rows by polling
+  ``lastProgress`` (one progress converted per call) and, at most once every
+  :data:`SCAN_EVERY_S`, ``recentProgress`` (for a batch whose progress an idle one has
+  followed). A suite's waiting costs the measured queries almost nothing: polling
+  ``recentProgress`` every 50 ms, as the suites did, converted up to 100 kept progresses per
+  call, and as a query's idle progresses (one per 10 s) filled the list, the suite's driver
+  process and the JVM's Py4J threads used up to half a core of this 2-core machine by the
+  fifth batch of a cell (``spark_jvm``, 50k rows, 4 partitions, a per-thread ``/proc``
+  sampler), slowing every side's later batches.
 """
 
 from __future__ import annotations
@@ -18,11 +27,15 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 from bench.harness.common import BenchContext, SuiteSkipped
+
+POLL_S = 0.05  # batch_progress: between two reads of lastProgress
+SCAN_EVERY_S = 2.0  # batch_progress: between two reads of recentProgress
 
 
 def require_pyspark() -> None:
@@ -94,3 +107,45 @@ def stop_queries(queries: Iterable[Any], spark: Any) -> None:
         if query is not None:
             query.stop()
     spark.stop()
+
+
+def _is_batch(progress: Any, batch: int) -> bool:
+    return (
+        progress is not None
+        and int(progress["batchId"]) == batch
+        and int(progress["numInputRows"] or 0) > 0
+    )
+
+
+def batch_progress(query: Any, batch: int, name: str, timeout_s: float = 900.0) -> Any:
+    """Wait until ``query`` (a started ``StreamingQuery``) has run ``batch`` with input rows.
+
+    Args:
+        query: the query.
+        batch: the batch id.
+        name: the query's name in errors.
+        timeout_s: how long to wait.
+
+    Returns:
+        The batch's progress (``StreamingQueryProgress``; ``p["durationMs"]`` etc.).
+
+    Raises:
+        RuntimeError: the query failed.
+        TimeoutError: no such progress within ``timeout_s``.
+    """
+    deadline = time.monotonic() + timeout_s
+    scan_at = time.monotonic() + SCAN_EVERY_S
+    while True:
+        last = query.lastProgress
+        if _is_batch(last, batch):
+            return last
+        if time.monotonic() >= scan_at:
+            for p in query.recentProgress:
+                if _is_batch(p, batch):
+                    return p
+            scan_at = time.monotonic() + SCAN_EVERY_S
+        if query.exception() is not None:
+            raise RuntimeError(f"{name} failed: {query.exception()}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{name}: batch {batch} did not finish")
+        time.sleep(POLL_S)

@@ -40,7 +40,13 @@ import pyarrow.parquet as pq
 from bench.harness.common import BenchContext, Result, median, ratio_result, spread_text
 from bench.harness.matrix import GROUPS, PER_KEY, TRIGGER, matrix_table, shapes
 from bench.harness.operator_queries import INPUT_SCHEMA, WINDOW_MS, builtin_query, fsstate_flow
-from bench.harness.spark import hand_in, require_pyspark, session, stop_queries
+from bench.harness.spark import (
+    batch_progress,
+    hand_in,
+    require_pyspark,
+    session,
+    stop_queries,
+)
 
 SUITE = "spark_floor"
 PARTITIONS = 4
@@ -123,21 +129,10 @@ def _start(spark: Any, job: _Job) -> None:
 
 
 def _wait(job: _Job, batch: int, rows: int) -> None:
-    import time
-
-    deadline = time.monotonic() + 900
-    while True:
-        for p in job.query.recentProgress:
-            if int(p["batchId"]) == batch and int(p["numInputRows"] or 0):
-                if int(p["numInputRows"]) != rows:
-                    raise RuntimeError(f"{job.name}: batch {batch} read {p['numInputRows']} rows")
-                job.wall_ms[batch] = float(p["durationMs"]["triggerExecution"])
-                return
-        if job.query.exception() is not None:
-            raise RuntimeError(f"{job.name} failed: {job.query.exception()}")
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{job.name}: batch {batch} did not finish")
-        time.sleep(0.05)
+    p = batch_progress(job.query, batch, job.name)
+    if int(p["numInputRows"]) != rows:
+        raise RuntimeError(f"{job.name}: batch {batch} read {p['numInputRows']} rows")
+    job.wall_ms[batch] = float(p["durationMs"]["triggerExecution"])
 
 
 def run(ctx: BenchContext) -> list[Result]:

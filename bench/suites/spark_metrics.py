@@ -17,9 +17,9 @@ first batch after is not measured): a query started before the other one in the 
 waits longer for Spark's state server in its tasks' first calls (~5 ms a task at 200
 partitions, measured with timing wrappers around ``init`` in the workers, whichever side was
 first), so a fixed order biased the ratio by ~2-3 %. A batch's time is Spark's
-``triggerExecution``, read from ``lastProgress`` (a query runs a batch only when handed a
-file, so its last progress is that batch's; polling ``recentProgress`` converts every kept
-progress on each call and loaded the driver), plus, on
+``triggerExecution``, read with :func:`~bench.harness.spark.batch_progress` (``lastProgress``;
+polling ``recentProgress`` converts every kept progress on each call and loaded the driver),
+plus, on
 the "on" side, the driver's reporting of that batch: the listener's own time in its
 ``onQueryProgress`` from the JVM's call on (its reads of the event, figures, JSON line,
 Prometheus), which runs after the batch on Spark's listener bus and so is outside
@@ -52,7 +52,13 @@ import pyarrow.parquet as pq
 from bench.harness.common import BenchContext, Result, median, ratio_result, spread_text
 from bench.harness.operator_queries import INPUT_SCHEMA, RunningAggRow, batch_table
 from bench.harness.processor_queries import OUTPUT_DDL, ChecksumSink, expected_checksum
-from bench.harness.spark import hand_in, require_pyspark, session, stop_queries
+from bench.harness.spark import (
+    batch_progress,
+    hand_in,
+    require_pyspark,
+    session,
+    stop_queries,
+)
 
 SUITE = "spark_metrics"
 PRODUCTS = {"tiered": "tiered() fast loop", "driver": "flow driver"}
@@ -138,20 +144,10 @@ def _start(spark: Any, job: _Job, cell: Cell) -> None:
 
 def _wait(job: _Job, batch: int, rows: int) -> float:
     """The query's ``triggerExecution`` (ms) of ``batch``, once its input rows are in."""
-    import time
-
-    deadline = time.monotonic() + 900
-    while True:
-        p = job.query.lastProgress
-        if p is not None and int(p["batchId"]) == batch and int(p.get("numInputRows") or 0):
-            if int(p["numInputRows"]) != rows:
-                raise RuntimeError(f"{job.name}: batch {batch} read {p['numInputRows']} rows")
-            return float(p["durationMs"]["triggerExecution"])
-        if job.query.exception() is not None:
-            raise RuntimeError(f"{job.name} failed: {job.query.exception()}")
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{job.name}: batch {batch} did not finish")
-        time.sleep(0.05)
+    p = batch_progress(job.query, batch, job.name)
+    if int(p["numInputRows"]) != rows:
+        raise RuntimeError(f"{job.name}: batch {batch} read {p['numInputRows']} rows")
+    return float(p["durationMs"]["triggerExecution"])
 
 
 def _reported_ms(reports: dict[tuple[str, int], float], job: _Job, batch: int) -> float:

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,7 +53,13 @@ from bench.harness.operator_queries import (
     builtin_query,
     fsstate_flow,
 )
-from bench.harness.spark import hand_in, require_pyspark, session, stop_queries
+from bench.harness.spark import (
+    batch_progress,
+    hand_in,
+    require_pyspark,
+    session,
+    stop_queries,
+)
 
 SUITE = "spark_operators"
 GOAL_BUILTIN = 1.5
@@ -184,18 +189,9 @@ def _start(spark: Any, job: Job) -> None:
 
 
 def _wait(job: Job, batch: int, timeout_s: float = 900) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        for p in job.query.recentProgress:
-            if int(p["batchId"]) == batch and int(p.get("numInputRows") or 0):
-                job.wall_ms[batch] = float(p["durationMs"]["triggerExecution"])
-                job.rows[batch] = int(p["numInputRows"])
-                return
-        if job.query.exception() is not None:
-            raise RuntimeError(f"{job.tag} failed: {job.query.exception()}")
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{job.tag}: batch {batch} did not finish")
-        time.sleep(0.05)
+    p = batch_progress(job.query, batch, job.tag, timeout_s)
+    job.wall_ms[batch] = float(p["durationMs"]["triggerExecution"])
+    job.rows[batch] = int(p["numInputRows"])
 
 
 def run(ctx: BenchContext) -> list[Result]:

@@ -53,8 +53,8 @@ import pyarrow.parquet as pq
 from bench.harness.common import BenchContext, Result, median, ratio_result, skipped_result
 from bench.harness.java_processor import java_session, start_java
 from bench.harness.operator_queries import INPUT_SCHEMA, DictAggRow, RunningAggRow, batch_table
-from bench.harness.processor_queries import OUTPUT_DDL, ChecksumSink, Idle, wait_batch
-from bench.harness.spark import hand_in, require_pyspark
+from bench.harness.processor_queries import OUTPUT_DDL, ChecksumSink, Idle
+from bench.harness.spark import batch_progress, hand_in, require_pyspark
 
 SUITE = "spark_python_floor"
 TRIGGER = "500 milliseconds"
@@ -141,14 +141,11 @@ def _start(spark: Any, job: FloorJob) -> None:
 
 def _record(job: FloorJob, batch: int, cell: FloorCell) -> None:
     """The batch's time and the operator's progress figures (per task)."""
-    job.batch_ms[batch], rows = wait_batch(job.query, job.side, batch, cell.rows)
+    progress = batch_progress(job.query, batch, job.side)
+    rows = int(progress["numInputRows"])
     if rows != cell.rows:
         raise RuntimeError(f"{job.side}: batch {batch} read {rows} rows, not {cell.rows}")
-    progress = next(
-        p
-        for p in job.query.recentProgress
-        if int(p["batchId"]) == batch and int(p.get("numInputRows") or 0)
-    )
+    job.batch_ms[batch] = float(progress["durationMs"]["triggerExecution"])
     op = progress["stateOperators"][0]
     job.commit_ms[batch] = float(op["commitTimeMs"]) / cell.partitions
     job.updates_ms[batch] = float(op["allUpdatesTimeMs"]) / cell.partitions
