@@ -141,7 +141,7 @@ def _start(spark: Any, job: FloorJob) -> None:
 
 def _record(job: FloorJob, batch: int, cell: FloorCell) -> None:
     """The batch's time and the operator's progress figures (per task)."""
-    progress = batch_progress(job.query, batch, job.side)
+    progress = batch_progress(job.query, batch, job.side, max(900.0, cell.rows / 50))
     rows = int(progress["numInputRows"])
     if rows != cell.rows:
         raise RuntimeError(f"{job.side}: batch {batch} read {rows} rows, not {cell.rows}")
