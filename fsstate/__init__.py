@@ -18,18 +18,29 @@ Layout, imports only going down (held by the import-linter contracts in ``pyproj
     tables/      value / list / map tables: views, batched ops, TTL index, accessors
     storage/     FileIO, run files, manifests, block cache (the only code touching files)
     format/      schemas, segments, tombstones, key filters, file references
-    errors, interfaces, config, stats, osmem, codegen   (leaves)
+    errors, interfaces, config, stats, osmem, codegen, exports   (leaves)
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from fsstate.config import EngineConfig, StoreConfig, parse_bytes
 from fsstate.errors import FsStateError
-from fsstate.inspect import read_changes, read_table
+from fsstate.exports import lazy_exports
 from fsstate.interfaces import StateKind
 from fsstate.stats import CommitInfo, StoreStats, TableStats
 from fsstate.store import PartitionStore
 from fsstate.tables import ListTable, MapTable, ValueTable
+
+if TYPE_CHECKING:
+    from fsstate.inspect import read_changes, read_table
+
+# the inspection API on first use (:mod:`fsstate.exports`): the engine's own users (a Spark
+# worker's store) never read a version as a table
+__getattr__ = lazy_exports(
+    __name__, {"read_changes": "fsstate.inspect", "read_table": "fsstate.inspect"}
+)
 
 __all__ = [
     "CommitInfo",

@@ -40,9 +40,9 @@ if not _pyspark.__version__.startswith("4."):  # before anything imports PySpark
         f"{_pyspark.__version__}: install a supported PySpark (docs/compatibility.md)"
     )
 
-from fsstate_spark.fork import CheckpointCut, fork_query, rollback_query
-from fsstate_spark.metrics import progress, progress_history
-from fsstate_spark.sources import StateSummary, register_sources, state_summary
+from typing import TYPE_CHECKING
+
+from fsstate.exports import lazy_exports
 from fsstate_spark.state.handles import (
     DeletedStateError,
     EmptyListError,
@@ -53,12 +53,32 @@ from fsstate_spark.state.handles import (
     TieredValueState,
     TimerModeError,
 )
-from fsstate_spark.tiered import (
-    QueryRescale,
-    TieredConfig,
-    TieredProcessor,
-    rescale_query,
-    tiered,
+from fsstate_spark.tiered import TieredConfig, TieredProcessor, tiered
+
+if TYPE_CHECKING:
+    from fsstate_spark.fork import CheckpointCut, fork_query, rollback_query
+    from fsstate_spark.metrics import progress, progress_history
+    from fsstate_spark.sources import StateSummary, register_sources, state_summary
+    from fsstate_spark.tiered.query_rescale import QueryRescale, rescale_query
+
+# Driver-side names, imported on first use (:mod:`fsstate.exports`): a Python worker running a
+# tiered() task imports this package too, and the flow driver, the listener, the state sources
+# and the rescale of a stopped query are no part of its work; ``tiered`` and the handles stay
+# eager (the name ``tiered`` must be the function, not the subpackage).
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "CheckpointCut": "fsstate_spark.fork",
+        "fork_query": "fsstate_spark.fork",
+        "rollback_query": "fsstate_spark.fork",
+        "progress": "fsstate_spark.metrics",
+        "progress_history": "fsstate_spark.metrics",
+        "StateSummary": "fsstate_spark.sources",
+        "register_sources": "fsstate_spark.sources",
+        "state_summary": "fsstate_spark.sources",
+        "QueryRescale": "fsstate_spark.tiered.query_rescale",
+        "rescale_query": "fsstate_spark.tiered.query_rescale",
+    },
 )
 
 __all__ = [

@@ -10,8 +10,8 @@ on what fsstate uses, except for a few internals and late features gathered here
   ``pyspark.sql.conversion.ArrowBatchTransformer`` / ``PandasToArrowConversion`` from 4.2,
   the serializers of ``pyspark.sql.pandas.serializers`` before (the same code the worker of
   that release runs, so values, dtypes and column assignment are that release's).
-* Filter pushdown of Python data sources (:data:`FILTERS_PUSHDOWN`, :data:`Filter`,
-  :data:`EqualTo`, :data:`In`): 4.1 and later; on 4.0 sources read without pushdown.
+* Filter pushdown of Python data sources (:data:`FILTERS_PUSHDOWN`; the filter classes are
+  imported by the source itself): 4.1 and later; on 4.0 sources read without pushdown.
 * Row-flavour ``transformWithState`` (:data:`ROW_TRANSFORM_WITH_STATE`): 4.1 and later.
 
 Invariants: PySpark internals (anything outside its documented API) are touched only in this
@@ -60,19 +60,10 @@ TWS_PANDAS_ARROW_CAST: bool = PYSPARK_MINOR >= (4, 1)
 """Whether Spark's worker casts a ``transformWithStateInPandas`` output column with Arrow when
 its pandas type does not convert directly (4.0's worker does not)."""
 
-FILTERS_PUSHDOWN: bool
-"""Whether Python data sources can take pushed filters (``pyspark.sql.datasource.Filter``)."""
-
-Filter: Any
-EqualTo: Any
-In: Any
-if PYSPARK_MINOR >= (4, 1):
-    from pyspark.sql.datasource import EqualTo, Filter, In
-
-    FILTERS_PUSHDOWN = True
-else:
-    Filter = EqualTo = In = None
-    FILTERS_PUSHDOWN = False
+FILTERS_PUSHDOWN: bool = PYSPARK_MINOR >= (4, 1)
+"""Whether Python data sources can take pushed filters (``pyspark.sql.datasource.Filter``,
+imported by :mod:`fsstate_spark.sources.source`, not here: ``pyspark.sql.datasource`` costs a
+Python worker that never reads a state source ~40 ms to import)."""
 
 
 def to_arrow_schema(struct: StructType) -> pa.Schema:

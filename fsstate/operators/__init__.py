@@ -17,19 +17,50 @@ of operators without Spark (``fsstate_spark.operators`` does it on a cluster).
 
 from __future__ import annotations
 
-from fsstate.operators.aggregates import Agg
-from fsstate.operators.base import Epoch, Operator
-from fsstate.operators.changelog_join import ChangelogJoin
-from fsstate.operators.custom import BatchProcessor
-from fsstate.operators.dedup import Deduplicate
-from fsstate.operators.expiry import DeadlineIndex
-from fsstate.operators.interval_join import IntervalJoin, join_input_schema
-from fsstate.operators.local import LocalQuery, Stage
-from fsstate.operators.planning import WatermarkSpec
-from fsstate.operators.retract import RetractAggregate
-from fsstate.operators.runner import EpochResult, run_epoch
-from fsstate.operators.sessions import SessionAggregate
-from fsstate.operators.windows import Window, WindowAggregate
+from typing import TYPE_CHECKING
+
+from fsstate.exports import lazy_exports
+
+if TYPE_CHECKING:
+    from fsstate.operators.aggregates import Agg
+    from fsstate.operators.base import Epoch, Operator
+    from fsstate.operators.changelog_join import ChangelogJoin
+    from fsstate.operators.custom import BatchProcessor
+    from fsstate.operators.dedup import Deduplicate
+    from fsstate.operators.expiry import DeadlineIndex
+    from fsstate.operators.interval_join import IntervalJoin, join_input_schema
+    from fsstate.operators.local import LocalQuery, Stage
+    from fsstate.operators.planning import WatermarkSpec
+    from fsstate.operators.retract import RetractAggregate
+    from fsstate.operators.runner import EpochResult, run_epoch
+    from fsstate.operators.sessions import SessionAggregate
+    from fsstate.operators.windows import Window, WindowAggregate
+
+# every name on first use (:mod:`fsstate.exports`): a module that needs one operator's helper
+# (``fsstate_spark.state.timers``: :class:`DeadlineIndex`) does not import all the operators
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "Agg": "fsstate.operators.aggregates",
+        "Epoch": "fsstate.operators.base",
+        "Operator": "fsstate.operators.base",
+        "ChangelogJoin": "fsstate.operators.changelog_join",
+        "BatchProcessor": "fsstate.operators.custom",
+        "Deduplicate": "fsstate.operators.dedup",
+        "DeadlineIndex": "fsstate.operators.expiry",
+        "IntervalJoin": "fsstate.operators.interval_join",
+        "join_input_schema": "fsstate.operators.interval_join",
+        "LocalQuery": "fsstate.operators.local",
+        "Stage": "fsstate.operators.local",
+        "WatermarkSpec": "fsstate.operators.planning",
+        "RetractAggregate": "fsstate.operators.retract",
+        "EpochResult": "fsstate.operators.runner",
+        "run_epoch": "fsstate.operators.runner",
+        "SessionAggregate": "fsstate.operators.sessions",
+        "Window": "fsstate.operators.windows",
+        "WindowAggregate": "fsstate.operators.windows",
+    },
+)
 
 __all__ = [
     "Agg",

@@ -78,9 +78,17 @@ from fsstate.inspect.catalog import read_store_manifest
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.location import Location
 from fsstate.tables.resolve import first_of_group
-from fsstate_spark.compat import FILTERS_PUSHDOWN, EqualTo, Filter, In
+from fsstate_spark.compat import FILTERS_PUSHDOWN
 from fsstate_spark.settings import STORAGE_PREFIX, default_state_uri, spark_settings
 from fsstate_spark.sources.selection import EXPIRY_COL, SEQ_COL, Selection, query_root, select
+
+Filter: Any
+EqualTo: Any
+In: Any
+if FILTERS_PUSHDOWN:  # Spark's pushed filters are 4.1+
+    from pyspark.sql.datasource import EqualTo, Filter, In
+else:
+    Filter = EqualTo = In = None
 
 
 def _struct_type(schema: pa.Schema) -> pa.StructType:

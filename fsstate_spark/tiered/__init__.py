@@ -20,8 +20,23 @@ gets are the shared Spark-shaped state API of :mod:`fsstate_spark.state`. Timers
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from fsstate.exports import lazy_exports
 from fsstate_spark.tiered.processor import TieredProcessor, tiered
-from fsstate_spark.tiered.query_rescale import QueryRescale, rescale_query
 from fsstate_spark.tiered.settings import TieredConfig
+
+if TYPE_CHECKING:
+    from fsstate_spark.tiered.query_rescale import QueryRescale, rescale_query
+
+# the rescale of a stopped query (the driver's) on first use (:mod:`fsstate.exports`): a worker
+# running tiered() tasks imports this package and never rescales
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "QueryRescale": "fsstate_spark.tiered.query_rescale",
+        "rescale_query": "fsstate_spark.tiered.query_rescale",
+    },
+)
 
 __all__ = ["QueryRescale", "TieredConfig", "TieredProcessor", "rescale_query", "tiered"]

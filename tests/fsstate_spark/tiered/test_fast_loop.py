@@ -185,19 +185,36 @@ def test_another_pyspark_or_a_failing_import_runs_pysparks_loop_with_the_same_ro
         assert "runs on PySpark's per-key loop" in log, log[-2000:]
 
 
-HOOK_PROBE = """
+# what a worker running tiered() tasks never needs (imported by a driver, on first use:
+# fsstate.exports): the whole-batch operators, the inspection API, the flow driver, the
+# listener, the state sources, forks and rescales, Spark's Python data source API
+DRIVER_SIDE = (
+    "fsstate.inspect",
+    "fsstate.operators.windows",
+    "fsstate.operators.runner",
+    "fsstate_spark.operators",
+    "fsstate_spark.metrics",
+    "fsstate_spark.sources",
+    "fsstate_spark.fork",
+    "fsstate_spark.tiered.query_rescale",
+    "pyspark.sql.datasource",
+)
+
+HOOK_PROBE = f"""
 import json, sys
+DRIVER_SIDE = {DRIVER_SIDE!r}
 import pyspark.worker as w
 from pyspark.util import PythonEvalType
 
 calls = []
 w.read_udfs = lambda *args: calls.append(args[2]) or "stock"
 import pyspark_fsstate.worker  # noqa: F401
-seen = {"after_import": sorted(m for m in sys.modules if m.startswith("fsstate"))}
-seen["other"] = w.read_udfs(None, None, PythonEvalType.SQL_SCALAR_PANDAS_UDF, {}, {})
+seen = {{"after_import": sorted(m for m in sys.modules if m.startswith("fsstate"))}}
+seen["other"] = w.read_udfs(None, None, PythonEvalType.SQL_SCALAR_PANDAS_UDF, {{}}, {{}})
 seen["still_no_fsstate"] = not any(m.startswith("fsstate") for m in sys.modules)
 tws = PythonEvalType.SQL_TRANSFORM_WITH_STATE_PANDAS_UDF
-seen["tws"] = w.read_udfs(None, None, tws, {}, {})
+seen["tws"] = w.read_udfs(None, None, tws, {{}}, {{}})
+seen["driver_side"] = sorted(m for m in sys.modules if m.startswith(DRIVER_SIDE))
 from fsstate_spark.tiered.adapters import ADAPTERS, minor_of
 from fsstate_spark.tiered import fast_loop
 seen["installed"] = fast_loop.installed()
@@ -210,7 +227,9 @@ def test_the_worker_module_loads_fsstate_at_the_first_transform_with_state_task(
     """Importing the worker module (as Spark's daemon does, before a task's ``--py-files`` are on
     the path) imports no fsstate; another eval type runs PySpark's own function and still imports
     none; the first transformWithState task installs fsstate's loop, which hands a task it cannot
-    plan to PySpark's function."""
+    plan to PySpark's function; installing it imports none of the driver-side modules
+    (:data:`DRIVER_SIDE`: a worker Spark replaces, after a minute without tasks, pays its imports
+    again)."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     proc = subprocess.run(
         [sys.executable, "-c", HOOK_PROBE], cwd=ROOT, env=env, capture_output=True, text=True,
@@ -222,6 +241,7 @@ def test_the_worker_module_loads_fsstate_at_the_first_transform_with_state_task(
     assert seen["after_import"] == [] and seen["still_no_fsstate"], seen
     assert seen["other"] == "stock" and seen["tws"] == "stock", seen
     assert len(seen["calls"]) == 2, seen
+    assert seen["driver_side"] == [], seen
     if minor_of(pyspark.__version__) in ADAPTERS:
         assert seen["installed"] is True, seen
         assert "a task's set-up failed" in proc.stderr, proc.stderr[-2000:]
