@@ -7,14 +7,12 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
-import subprocess
 import sys
 
 import pytest
 
-from devkit.repo import ROOT
 from fsstate.exports import lazy_exports
+from tests.support.engine import run_probe
 
 PACKAGES = ("fsstate", "fsstate.operators", "fsstate_spark", "fsstate_spark.tiered")
 
@@ -48,14 +46,7 @@ print("PROBE " + json.dumps({
 
 
 def test_star_and_from_imports_in_a_fresh_interpreter() -> None:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.run(
-        [sys.executable, "-c", STAR_PROBE], cwd=ROOT, env=env, capture_output=True, text=True,
-        timeout=120,
-    )  # fmt: skip
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("PROBE ")]
-    assert proc.returncode == 0 and lines, proc.stdout[-2000:] + proc.stderr[-2000:]
-    seen = json.loads(lines[-1].removeprefix("PROBE "))
+    seen, _ = run_probe(STAR_PROBE)
     assert seen["star"] == ["CheckpointCut", "StateSummary", "WindowAggregate", "progress"]
     assert seen["tiered_is_function"] is True
     assert seen["read_table"].startswith("fsstate.inspect")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -38,6 +39,21 @@ def run_report_job(module: str, *args: object, timeout_s: float = 600) -> dict[s
     report: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
     print(report)
     return report
+
+
+def run_probe(code: str, timeout_s: float = 120) -> tuple[dict[str, Any], str]:
+    """Run ``code`` in a fresh interpreter, the repository on its path, and return the JSON
+    object of the last line it prints as ``PROBE <json>`` and its stderr; fails the test, with
+    the output, if it exits non-zero or prints no such line."""
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+        timeout=timeout_s, check=False,
+    )  # fmt: skip
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("PROBE ")]
+    assert proc.returncode == 0 and lines, proc.stdout[-2000:] + proc.stderr[-2000:]
+    seen: dict[str, Any] = json.loads(lines[-1].removeprefix("PROBE "))
+    return seen, proc.stderr
 
 
 def to_tier(store: PartitionStore, tier: str, version: int) -> PartitionStore:

@@ -22,6 +22,7 @@ from fsstate.osmem import YOUNG_OBJECTS_MAX
 from fsstate_spark import tiered
 from fsstate_spark.tiered.adapters import ADAPTERS, minor_of
 from tests.fsstate_spark.conftest import Tiered
+from tests.support.engine import run_probe
 from tests.support.processors import GC_PROBE_SCHEMA, INPUT_SCHEMA, GcProbe
 from tests.support.worker_job import OUTPUT, Totals, key_text
 
@@ -230,21 +231,14 @@ def test_the_worker_module_loads_fsstate_at_the_first_transform_with_state_task(
     plan to PySpark's function; installing it imports none of the driver-side modules
     (:data:`DRIVER_SIDE`: a worker Spark replaces, after a minute without tasks, pays its imports
     again)."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.run(
-        [sys.executable, "-c", HOOK_PROBE], cwd=ROOT, env=env, capture_output=True, text=True,
-        timeout=120,
-    )  # fmt: skip
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("PROBE ")]
-    assert proc.returncode == 0 and lines, proc.stdout[-2000:] + proc.stderr[-2000:]
-    seen = json.loads(lines[-1].removeprefix("PROBE "))
+    seen, stderr = run_probe(HOOK_PROBE)
     assert seen["after_import"] == [] and seen["still_no_fsstate"], seen
     assert seen["other"] == "stock" and seen["tws"] == "stock", seen
     assert len(seen["calls"]) == 2, seen
     assert seen["driver_side"] == [], seen
     if minor_of(pyspark.__version__) in ADAPTERS:
         assert seen["installed"] is True, seen
-        assert "a task's set-up failed" in proc.stderr, proc.stderr[-2000:]
+        assert "a task's set-up failed" in stderr, stderr[-2000:]
     else:  # PySpark 4.0: PySpark's own loop, said once
         assert seen["installed"] is False, seen
-        assert "runs on PySpark's own loop" in proc.stderr, proc.stderr[-2000:]
+        assert "runs on PySpark's own loop" in stderr, stderr[-2000:]
