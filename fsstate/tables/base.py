@@ -263,11 +263,12 @@ class TableBase(TableCore, interfaces.StateTable):
         dirty = self._dirty
         if not dirty:
             return []
-        counted = self._count_seal() if self.counting else None
         chunk = self._chunk_keys(len(dirty))
+        states = self._dirty_states(chunk)
+        counted = self._count_seal(states) if self.counting else None
         runs = [
             Run(Segment(self.spec, b), None)
-            for b in dirty_batches(self.spec, self._views, dirty, chunk)
+            for b in dirty_batches(self.spec, self._views, dirty, chunk, states)
         ]
         with self.lock:
             self.runs = [*self.runs, *runs]
@@ -299,9 +300,10 @@ class TableBase(TableCore, interfaces.StateTable):
         dirty = self._dirty
         if not dirty:
             return None
-        counted = self._count_seal() if self.counting else None
         chunk = self._chunk_keys(len(dirty))
-        parts = dirty_batches(self.spec, self._views, dirty, chunk)
+        states = self._dirty_states(chunk)
+        counted = self._count_seal(states) if self.counting else None
+        parts = dirty_batches(self.spec, self._views, dirty, chunk, states)
         with gc_paused():  # column lists of every dirty key: nothing cyclic to collect
             run = write_run_stream(self.spec, self.ctx, self.file_prefix, parts)
         if run is not None:
@@ -312,11 +314,20 @@ class TableBase(TableCore, interfaces.StateTable):
         dirty.clear()  # in place: the key-cursor accessors hold this dict
         return run
 
-    def _count_seal(self) -> tuple[int, int, dict[Key, int]]:
+    def _dirty_states(self, chunk: int) -> list[Any] | None:
+        """A value table's views of its dirty keys in the dirty dict's order: one pass that
+        the count and a seal of one chunk (``chunk`` keys or more) share, a lookup per key,
+        each a few cache misses; None for lists and maps, and where only one would use it."""
+        if self.kind != KIND_VALUE or (not self.counting and len(self._dirty) > chunk):
+            return None
+        return list(map(self._views.__getitem__, self._dirty))
+
+    def _count_seal(self, states: list[Any] | None) -> tuple[int, int, dict[Key, int]]:
         """What sealing the dirty views changes in the live-row count (read before the runs
-        change): (delta, rows written, new sealed counts); see :mod:`fsstate.tables.counts`."""
+        change): (delta, rows written, new sealed counts); see :mod:`fsstate.tables.counts`.
+        ``states``: :meth:`_dirty_states`."""
         delta, written, after, blind = count_dirty(
-            self.kind, self._views, self._dirty, self._partial, self.sealed_rows
+            self.kind, self._views, self._dirty, self._partial, self.sealed_rows, states
         )
         if blind:
             delta -= self._runs_rows(blind)

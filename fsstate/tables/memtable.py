@@ -73,13 +73,19 @@ class SealRows:
         return len(self.keys)
 
 
-def seal_rows(spec: TableSpec, views: dict[Key, Any], dirty: dict[Key, Any]) -> SealRows:
-    """The op rows that persist ``dirty`` (see the module docstring)."""
+def seal_rows(
+    spec: TableSpec,
+    views: dict[Key, Any],
+    dirty: dict[Key, Any],
+    states: list[Any] | None = None,
+) -> SealRows:
+    """The op rows that persist ``dirty`` (see the module docstring); ``states``: a value
+    table's views of the dirty keys in ``dirty``'s order, if the caller has them already."""
     out = SealRows()
     if spec.kind == KIND_VALUE:
         # column lists by comprehensions: a third of the cost of one add() per row
         keys = list(dirty)
-        vs = list(map(views.__getitem__, keys))
+        vs = list(map(views.__getitem__, keys)) if states is None else states
         out.keys = keys
         out.ukeys = [None] * len(keys)
         out.seqs = list(dirty.values())
@@ -115,10 +121,15 @@ def seal_rows(spec: TableSpec, views: dict[Key, Any], dirty: dict[Key, Any]) -> 
 
 
 def dirty_batches(
-    spec: TableSpec, views: dict[Key, Any], dirty: dict[Key, Any], chunk_keys: int
+    spec: TableSpec,
+    views: dict[Key, Any],
+    dirty: dict[Key, Any],
+    chunk_keys: int,
+    states: list[Any] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """The op rows of ``dirty`` as sorted batches of at most ``chunk_keys`` keys, in key order
-    across batches (each key's rows in one batch); ``dirty`` is read, not changed."""
+    across batches (each key's rows in one batch); ``dirty`` is read, not changed. ``states``:
+    as for :func:`seal_rows` (used when the seal is one chunk)."""
     keys = list(dirty)
     if len(keys) > chunk_keys:
         assert spec.key_schema is not None
@@ -137,7 +148,7 @@ def dirty_batches(
             if len(keys) <= chunk_keys
             else {k: dirty[k] for k in keys[start : start + chunk_keys]}
         )
-        rows = seal_rows(spec, views, part)
+        rows = seal_rows(spec, views, part, states if part is dirty else None)
         if len(rows):
             yield build_batch(
                 spec,
