@@ -32,6 +32,7 @@ from fsstate.format.keyorder import Bound, bisect_rows, range_mask
 from fsstate.format.schema import (
     EXPIRES,
     OP,
+    OP_PUT,
     SEQ,
     TableSpec,
     canonical,
@@ -58,6 +59,18 @@ def _transpose(rows: Sequence[Any], width: int) -> list[list[Any]]:
     return [list(map(itemgetter(i), filled)) for i in range(width)]
 
 
+def _increasing(arr: pa.Array) -> bool:
+    """Whether ``arr`` is strictly increasing in Arrow's sort order, without nulls or NaNs
+    (False if unsure): rows already in order need no sort."""
+    if len(arr) < 2 or arr.null_count or pa.types.is_floating(arr.type):
+        return len(arr) < 2 and not arr.null_count
+    try:
+        inc = pc.all(pc.less(arr.slice(0, len(arr) - 1), arr.slice(1)))
+    except pa.ArrowNotImplementedError:  # a type without an order kernel: sort as ever
+        return False
+    return bool(inc.as_py())
+
+
 def build_batch(
     spec: TableSpec,
     keys: Sequence[tuple[Any, ...]],
@@ -71,21 +84,39 @@ def build_batch(
 
     ``values[i]`` (and ``ukeys[i]``) may be None on tombstone rows; ``expires[i]`` may be None.
     Float key fields are stored with ``-0.0`` as ``0.0`` (a view's dict may hold either).
+    Rows that come in order (a seal of keys that arrived sorted, as Spark hands them over:
+    one key column, strictly increasing, no user key) are not sorted again; a batch of puts
+    only (no value is None) gets no validity mask, and columns of one constant (every op a
+    put, no expiry) are made without converting a list.
     """
     assert spec.key_schema is not None
+    n = len(keys)
     key_cols = _transpose(keys, len(spec.key_schema))
     key_arrays = [
         normalize_key_column(pa.array(c, type=f.type)) for c, f in zip(key_cols, spec.key_schema)
     ]
-    value_mask = pa.array([v is None for v in values], type=pa.bool_())
+    all_put = ops.count(OP_PUT) == n  # small ints: an identity test per row
+    value_mask = None if all_put else pa.array([v is None for v in values], type=pa.bool_())
     value_cols = _transpose(values, len(spec.value_schema))
     value_arrays = [pa.array(c, type=f.type) for c, f in zip(value_cols, spec.value_schema)]
+    ukey_schema = spec.ukey_schema
+    seq_arr = pa.array(seqs, type=pa.int64())
+    op_arr = (
+        pa.array(np.full(n, OP_PUT, dtype=np.int8)) if all_put else pa.array(ops, type=pa.int8())
+    )
+    exp_arr = (
+        pa.nulls(n, pa.int64()) if expires.count(None) == n else pa.array(expires, type=pa.int64())
+    )
+    if ukey_schema is None and len(key_arrays) == 1 and _increasing(key_arrays[0]):
+        out: dict[str, pa.Array] = {"key": _struct(list(spec.key_schema), key_arrays, None)}
+        out["value"] = _struct(list(spec.value_schema), value_arrays, value_mask)
+        out[SEQ], out[OP], out[EXPIRES] = seq_arr, op_arr, exp_arr
+        return pa.RecordBatch.from_pydict(out, schema=spec.row_schema())
     columns: dict[str, pa.Array] = {}
     flat_names: list[str] = []
     for f, a in zip(spec.key_schema, key_arrays):
         columns[f"k.{f.name}"] = a
         flat_names.append(f"k.{f.name}")
-    ukey_schema = spec.ukey_schema
     ukey_arrays: list[pa.Array] = []
     ukey_mask = None
     if ukey_schema is not None:
@@ -98,23 +129,24 @@ def build_batch(
         for f, a in zip(ukey_schema, ukey_arrays):
             columns[f"u.{f.name}"] = a
             flat_names.append(f"u.{f.name}")
-    seq_arr = pa.array(seqs, type=pa.int64())
     columns[SEQ] = seq_arr
     flat = pa.table(columns)
     order = pc.sort_indices(flat, sort_keys=[(name, "ascending") for name in [*flat_names, SEQ]])
     key_struct = _struct(list(spec.key_schema), [a.take(order) for a in key_arrays], None)
-    out: dict[str, pa.Array] = {"key": key_struct}
+    out = {"key": key_struct}
     if ukey_schema is not None:
         assert ukey_mask is not None
         out["ukey"] = _struct(
             list(ukey_schema), [a.take(order) for a in ukey_arrays], ukey_mask.take(order)
         )
     out["value"] = _struct(
-        list(spec.value_schema), [a.take(order) for a in value_arrays], value_mask.take(order)
+        list(spec.value_schema),
+        [a.take(order) for a in value_arrays],
+        None if value_mask is None else value_mask.take(order),
     )
     out[SEQ] = seq_arr.take(order)
-    out[OP] = pa.array(ops, type=pa.int8()).take(order)
-    out[EXPIRES] = pa.array(expires, type=pa.int64()).take(order)
+    out[OP] = op_arr.take(order)
+    out[EXPIRES] = exp_arr.take(order)
     return pa.RecordBatch.from_pydict(out, schema=spec.row_schema())
 
 
