@@ -122,50 +122,55 @@ class _Cell:
     key: Any = None
 
 
-def _updated_commit_row(ctx: BenchContext, scratch: Scratch) -> Result:
-    """The commit of point updates of most keys: what a running aggregate's task commits.
+class _AggBatches:
+    """A store of ``n`` keys, each a (count, sum) pair, and batches of point updates of it.
 
-    The store holds ``n`` keys, each a (count, sum) pair; before each sample pair (untimed)
-    a batch updates a random 86 % of them (two rows per key on average, as ``spark_jvm``'s
-    500,000 rows over 250,000 keys give each of 4 partitions) through the key-cursor
-    accessors, in key order with new key tuples, as Spark's loop hands keys over. The engine
-    commits; the baseline writes the same keys' new values to one Parquet file (columns from
-    the dict of updated values, the store's compression and fsync)."""
-    n = ctx.pick(20_000, 62_500)
-    repeat = ctx.pick(3, 7)
-    cfg = StoreConfig()
-    st = scratch.store()
-    vt = st.value_table("agg", AGG_SCHEMA, KEY_SCHEMA)
-    cell = _Cell()
-    get, update = vt.cursor_ops(cell, lambda: vt.get(cell.key), lambda v: vt.update(cell.key, v))
-    names = [key_of(i)[0] for i in range(n)]
-    for name in names:
-        vt.update((name,), (1, 1))
-    version = 1
-    st.commit(version)
-    rng = np.random.default_rng(46)
-    parquet = scratch.root / "updated-baseline.parquet"
-    updated: dict[tuple[str], tuple[int, int]] = {}
+    :meth:`batch` (untimed) updates a random 86 % of the keys (two rows per key on average, as
+    ``spark_jvm``'s 500,000 rows over 250,000 keys give each of 4 partitions) through the
+    key-cursor accessors, in key order with new key tuples, as Spark's loop hands keys over;
+    :meth:`commit` commits them, :meth:`write_baseline` writes the same keys' new values to
+    one Parquet file (columns from the dict of updated values, the store's compression and
+    fsync)."""
 
-    def batch() -> None:
-        updated.clear()
-        touched = np.flatnonzero(rng.random(n) < 0.8647)  # 1 - e^-2 of the keys
+    def __init__(self, scratch: Scratch, n: int, cfg: StoreConfig) -> None:
+        self.n, self.cfg = n, cfg
+        self.store = scratch.store()
+        vt = self.store.value_table("agg", AGG_SCHEMA, KEY_SCHEMA)
+        self.cell = cell = _Cell()
+        self.get, self.update = vt.cursor_ops(
+            cell, lambda: vt.get(cell.key), lambda v: vt.update(cell.key, v)
+        )
+        self.names = [key_of(i)[0] for i in range(n)]
+        for name in self.names:
+            vt.update((name,), (1, 1))
+        self.version = 1
+        self.store.commit(self.version)
+        self.rng = np.random.default_rng(46)
+        self.parquet = scratch.root / "updated-baseline.parquet"
+        self.updated: dict[tuple[str], tuple[int, int]] = {}
+
+    def batch(self) -> None:
+        """Update a random 86 % of the keys (untimed), then collect."""
+        self.updated.clear()
+        get, update, cell, names = self.get, self.update, self.cell, self.names
+        touched = np.flatnonzero(self.rng.random(self.n) < 0.8647)  # 1 - e^-2 of the keys
         for i in touched.tolist():
             cell.key = key = (names[i],)  # a new tuple per key, as Spark's loop makes
             old = get()
             value = (1, 1) if old is None else (old[0] + 2, old[1] + 100)
             update(value)
-            updated[key] = value
+            self.updated[key] = value
         gc.collect()
 
-    def eng() -> None:
-        nonlocal version
-        version += 1
-        st.commit(version)
+    def commit(self) -> None:
+        """The engine side: commit the batch."""
+        self.version += 1
+        self.store.commit(self.version)
 
-    def base() -> None:
-        keys = list(updated)
-        values = list(updated.values())
+    def write_baseline(self) -> None:
+        """The baseline: the updated keys' values from the dict to one Parquet file."""
+        keys = list(self.updated)
+        values = list(self.updated.values())
         rows = pa.table(
             {
                 "k": [k[0] for k in keys],
@@ -173,12 +178,25 @@ def _updated_commit_row(ctx: BenchContext, scratch: Scratch) -> Result:
                 "s": [v[1] for v in values],
             }
         )
-        _write_parquet(cfg, rows, parquet)
+        _write_parquet(self.cfg, rows, self.parquet)
 
-    e, b = sample_pair(eng, base, repeat=repeat, setup=batch)
-    st.close()
-    parquet.unlink(missing_ok=True)
-    touched_n = len(updated)
+    def close(self) -> None:
+        """Close the store, remove the baseline's file."""
+        self.store.close()
+        self.parquet.unlink(missing_ok=True)
+
+
+def _updated_commit_row(ctx: BenchContext, scratch: Scratch) -> Result:
+    """The commit of point updates of most keys, what a running aggregate's task commits,
+    against writing the same rows to Parquet (:class:`_AggBatches`)."""
+    n = ctx.pick(20_000, 62_500)
+    cfg = StoreConfig()
+    batches = _AggBatches(scratch, n, cfg)
+    e, b = sample_pair(
+        batches.commit, batches.write_baseline, repeat=ctx.pick(3, 7), setup=batches.batch
+    )
+    batches.close()
+    touched_n = len(batches.updated)
     return Result(
         SUITE,
         "commit of updated keys",
