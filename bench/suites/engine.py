@@ -53,6 +53,7 @@ from bench.suites.engine_batch import bench_batch
 from bench.suites.engine_storage import (
     SUITE,
     VALUE_WIDTH,
+    KeyCell,
     Scratch,
     bench_commit,
     bench_move,
@@ -149,15 +150,9 @@ def _hot_rows(
     return out
 
 
-class _Cell:
-    """A current-key cell, as the Spark adapter's key binding."""
-
-    key: Any = None
-
-
 def _hot_cursor_pair(vt: Any, keys: list[Any], vals: list[Any], repeat: int) -> Result:
     """``get()`` + ``update(v)`` through key-cursor accessors (the Spark handles' path)."""
-    cell = _Cell()
+    cell = KeyCell()
     get, update = vt.cursor_ops(cell, lambda: vt.get(cell.key), lambda v: vt.update(cell.key, v))
     d = dict(zip(keys, vals, strict=True))
 

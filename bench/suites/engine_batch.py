@@ -37,7 +37,7 @@ from bench.harness.datagen import (
     python_values,
     value_table,
 )
-from bench.suites.engine_storage import SUITE, VALUE_WIDTH, Scratch, rate_result
+from bench.suites.engine_storage import SUITE, VALUE_WIDTH, KeyCell, Scratch, rate_result
 from fsstate import StoreConfig
 
 GOAL_BATCH_ROWS = 5_000_000.0
@@ -116,12 +116,6 @@ def bench_batch(ctx: BenchContext, scratch: Scratch, rng: np.random.Generator) -
 AGG_SCHEMA = pa.schema([pa.field("n", pa.int64()), pa.field("s", pa.int64())])
 
 
-class _Cell:
-    """A current-key cell, as the Spark adapter's key binding."""
-
-    key: Any = None
-
-
 class _AggBatches:
     """A store of ``n`` keys, each a (count, sum) pair, and batches of point updates of it.
 
@@ -136,7 +130,7 @@ class _AggBatches:
         self.n, self.cfg = n, cfg
         self.store = scratch.store()
         vt = self.store.value_table("agg", AGG_SCHEMA, KEY_SCHEMA)
-        self.cell = cell = _Cell()
+        self.cell = cell = KeyCell()
         self.get, self.update = vt.cursor_ops(
             cell, lambda: vt.get(cell.key), lambda v: vt.update(cell.key, v)
         )

@@ -6,8 +6,8 @@ Invariants:
 
 * This module imports no other module of the suite: :mod:`bench.suites.engine` imports the
   group functions, it and :mod:`bench.suites.engine_batch` the shared pieces (``SUITE``,
-  ``OPERATOR``, ``VALUE_WIDTH``, :class:`Scratch`, :func:`rate_result`) from here, so the
-  imports only go one way.
+  ``OPERATOR``, ``VALUE_WIDTH``, :class:`KeyCell`, :class:`Scratch`, :func:`rate_result`)
+  from here, so the imports only go one way.
 * Every result row carries ``SUITE`` (``"engine"``): these rows belong to the engine suite's
   file, in the order :func:`bench.suites.engine.run` calls the groups.
 * Each group builds its stores under the ``Scratch`` root it is given (removed by the
@@ -89,6 +89,13 @@ def rate_result(
         notes=notes,
         samples=vals,
     )
+
+
+class KeyCell:
+    """A current-key cell, as the Spark adapter's key binding (the key-cursor accessors'
+    ``cursor``)."""
+
+    key: Any = None
 
 
 class Scratch:

@@ -60,7 +60,7 @@ def _rows(
     values: list[Any] = []
     ops: list[int] = []
     expires: list[Any] = []
-    for i, _k in enumerate(keys):
+    for i in range(len(keys)):
         clear = mixed and rng.random() < 0.3
         values.append(None if clear else (i, f"v{i}"))
         ops.append(OP_CLEAR if clear else OP_PUT)
@@ -116,7 +116,7 @@ def test_increasing_needs_strict_order() -> None:
     assert _increasing(pa.array(["a", "b", "c"]))
     assert not _increasing(pa.array(["a", "a", "b"]))  # equal neighbours: not strict
     assert not _increasing(pa.array(["b", "a"]))
-    assert not _increasing(pa.array([1.0, 2.0]))  # floats: always sorted
+    assert not _increasing(pa.array([1.0, 2.0]))  # floats (NaN, -0.0): always the sort
     assert not _increasing(pa.array(["a", None]))
     assert _increasing(pa.array(["a"])) and _increasing(pa.array([], pa.string()))
     assert not _increasing(pa.array([None], pa.string()))
