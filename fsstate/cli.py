@@ -11,7 +11,7 @@ Invariants:
 
 * ``list``, ``stats``, ``show``, ``diff`` and ``verify`` never write. ``show`` and ``diff`` read
   exactly what the engine's reads return (:mod:`fsstate.inspect`).
-* Branches (lineages of a copied, restored or rolled-back query, :mod:`fsstate.store.branches`)
+* Branches (lineages of a copied, restored or rolled-back query, :mod:`fsstate.store.lineage`)
   are never read silently: ``show``, ``diff`` and ``stats`` read the trunk unless ``--branch``
   names one, and say on stderr which branches the stores read have; ``list`` counts each
   operator's branches; ``verify`` checks every branch's retained versions too.

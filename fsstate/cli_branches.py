@@ -2,14 +2,15 @@
 ``diff`` and ``stats`` choose the one they read (``drop-branch``: :mod:`fsstate.cli_gc`).
 
 A partition store's versions form its trunk and, where a ``tiered()`` query's checkpoint was
-copied, restored or rolled back, branches (:mod:`fsstate.store.branches`): another lineage of
+copied, restored or rolled back, branches (:mod:`fsstate.store.lineage`): another lineage of
 the same query, with state of its own. One divergence of a lineage makes a branch of the same
 name in each partition it reached.
 
 Invariants:
 
-* Nothing is read silently from another lineage: a command that reads the trunk of stores
-  that have branches, no ``--branch`` given, says so on stderr in one note naming them.
+* Nothing is read silently from one of several lineages: a command that reads each operator's
+  current lineage (the one committed to last, no ``--branch`` given) while other lineages are
+  live says so on stderr in one note naming them.
 * ``branches`` never writes; it costs the catalog's listing and one manifest read per
   (query, operator, branch) for the fork point (known while the branch's first version is
   retained).
@@ -23,8 +24,8 @@ import click
 
 from fsstate.cli_tables import branches_table
 from fsstate.console import CommandEnv, Failed
-from fsstate.inspect.catalog import StoreRef, branch_names, on_branch, read_fork
-from fsstate.store.branches import check_branch
+from fsstate.inspect.catalog import StoreRef, branch_names, live_lineages, on_branch, read_fork
+from fsstate.store.lineage import check_branch
 
 __all__ = ["branches_cmd", "pick_branch"]
 
@@ -32,26 +33,29 @@ NOTE_NAMES = 3  # branches a note names before "and N more"
 
 
 def pick_branch(env: CommandEnv, stores: list[StoreRef], branch: str | None) -> list[StoreRef]:
-    """``stores`` seen on ``branch`` (None: their trunks, with a note on stderr naming their
-    branches if they have any).
+    """``stores`` seen on ``branch`` (None: as found, on each operator's current lineage, with
+    a note on stderr naming the other live lineages if there are any).
 
     Raises:
         Failed: no store of ``stores`` has ``branch``.
     """
-    names = branch_names(stores)
     if branch is None:
-        if names:
-            shown = ", ".join(names[:NOTE_NAMES])
-            more = f" and {len(names) - NOTE_NAMES} more" if len(names) > NOTE_NAMES else ""
+        shown = sorted({s.branch for s in stores})
+        others = [n for n in live_lineages(stores) if n not in shown]
+        if others:
+            names = ", ".join(others[:NOTE_NAMES])
+            more = f" and {len(others) - NOTE_NAMES} more" if len(others) > NOTE_NAMES else ""
+            now = ", ".join(n or "the trunk" for n in shown)
             env.err.print(
-                f"note: the trunk is shown; branches: {shown}{more} (--branch NAME)",
+                f"note: {now} shown, the lineage committed last; other live lineages: "
+                f"{names}{more} (--branch NAME)",
                 markup=False,
                 highlight=False,
             )
-        return stores
+        return [s for s in stores if s.versions]
     views = on_branch(stores, check_branch(branch))
     if not views:
-        have = ", ".join(names) if names else "none"
+        have = ", ".join(branch_names(stores)) or "none"
         raise Failed(
             f"no store selected has branch {branch!r} (their branches: {have}); see "
             "fsstate branches"

@@ -27,7 +27,7 @@ from fsstate.config import StoreConfig
 from fsstate.console import CommandEnv, Failed
 from fsstate.inspect.catalog import StoreRef
 from fsstate.storage.fileio import FileIO
-from fsstate.store.branches import drop_branch
+from fsstate.store.lineage import drop_branch
 from fsstate.store.generations import collect_generations
 from fsstate.store.retention import Retention
 

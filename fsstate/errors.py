@@ -109,5 +109,10 @@ class CommitError(FsStateError):
     """A commit failed; the previous version is intact and the store can retry the commit."""
 
 
+class GarbageCollectionError(FsStateError):
+    """A garbage collection could not read everything it decides from (a listing, a manifest,
+    a layout record) or took too long to decide: nothing was deleted; run it again."""
+
+
 class StoreClosedError(FsStateError):
     """A closed store (or a table of it) was used."""

@@ -26,7 +26,7 @@ that batch, and each partition that committed it adopts its version (*in flight*
 its newest manifests deleted or lost, or a state directory restored from an older backup than
 the checkpoint; the restart fails on the missing version; a partition whose trunk is behind
 but a branch of which holds the batch is not behind: the checkpoint's lineage went on there,
-:mod:`fsstate.store.branches`) or *ahead* (above that: a checkpoint restored from an older
+:mod:`fsstate.store.lineage`) or *ahead* (above that: a checkpoint restored from an older
 backup, copied or rolled back beside state that moved on). Ahead is a note, not damage:
 ``tiered()`` records in Spark's state which version and branch each partition committed, and
 the restart's batch, planned anew, goes on on a branch of its own
@@ -53,7 +53,7 @@ from fsstate.errors import ConfigError, StorageNotFoundError
 from fsstate.inspect.catalog import StoreRef, find_stores
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.manifest import list_versions
-from fsstate.store.branches import list_branches
+from fsstate.store.lineage import list_branches
 
 __all__ = [
     "SHUFFLE_PARTITIONS",

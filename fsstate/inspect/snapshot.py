@@ -17,9 +17,9 @@ TTL: rows are resolved at ``now_ms``; by default the clock the version was commi
 manifest's ``clock_ms``: the batch's processing time for a tiered Spark query, when that
 version's expiry ran), so a version reads as its writer left it.
 
-Branches: a store's versions form its trunk and, where its state was forked, branches
-(:mod:`fsstate.store.branches`); a snapshot reads one version of one of them (``branch``,
-default the trunk).
+Lineages: a store's versions form its trunk and branches (:mod:`fsstate.store.lineage`); a
+snapshot reads one version of one lineage's history (``branch``, default the trunk; a version
+below a branch's fork point is its source's).
 
 Invariants:
 
@@ -49,7 +49,7 @@ from fsstate.storage.fileio import FileIO
 from fsstate.storage.location import Location
 from fsstate.storage.manifest import Manifest, list_versions, read_manifest
 from fsstate.store import PartitionStore, store_dir_for
-from fsstate.store.branches import check_branch
+from fsstate.store.lineage import check_branch, read_version
 from fsstate.tables.resolve import out_schema
 from fsstate.tables.scan import ScanTable
 
@@ -69,7 +69,7 @@ class Snapshot:
             generation 0; :func:`fsstate.inspect.catalog.find_stores` resolves it for a
             rescaled operator, :attr:`StoreRef.layout`).
         branch: the branch the version is on (``""``: the trunk; :attr:`StoreRef.branches`
-            lists a store's branches, :mod:`fsstate.store.branches`).
+            lists a store's branches, :mod:`fsstate.store.lineage`).
 
     Raises:
         VersionNotFoundError: the version is not committed or no longer retained (the store
@@ -94,7 +94,7 @@ class Snapshot:
             if not versions:  # raises VersionNotFoundError, naming it
                 read_manifest(fileio, store_dir, 0, branch)
             version = versions[-1]
-        self.manifest: Manifest = read_manifest(fileio, store_dir, version, branch)
+        self.manifest: Manifest = read_version(fileio, store_dir, version, branch)
         self._fileio, self._operator, self._partition = fileio, operator, partition
         self._layout, self.branch = layout, branch
         self._where = fileio.describe(store_dir)
@@ -275,7 +275,7 @@ def read_table(
         with_seq: add the ``_seq`` column.
         layout: the layout generation directory (``""``: generation 0; see
             :func:`fsstate.inspect.catalog.find_stores` for a rescaled operator).
-        branch: the branch to read (``""``: the trunk; see :mod:`fsstate.store.branches`).
+        branch: the branch to read (``""``: the trunk; see :mod:`fsstate.store.lineage`).
 
     Raises:
         VersionNotFoundError: no such committed version (or none at all).

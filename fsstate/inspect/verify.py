@@ -2,7 +2,7 @@
 and the partitions of each operator agree on their latest version.
 
 For each store and each retained version (or only the newest) of its trunk and of every
-branch (:mod:`fsstate.store.branches`: a lineage that forked; damage on a branch is damage),
+branch (:mod:`fsstate.store.lineage`: a lineage that forked; damage on a branch is damage),
 the manifest is read and checked (its SHA-256 checksum, format version), then every file it
 references (data runs and TTL index runs, each once however many versions and branches share
 it) is read whole and checked against the manifest's record: size, CRC-32, that it decodes as
@@ -68,7 +68,7 @@ class Problem:
         versions: the trunk versions whose manifest is damaged or references the file.
         error: what is wrong.
         branches: (branch, its versions) of each branch whose versions' manifest is damaged
-            or references the file (:mod:`fsstate.store.branches`; empty: the trunk's alone).
+            or references the file (:mod:`fsstate.store.lineage`; empty: the trunk's alone).
     """
 
     path: str

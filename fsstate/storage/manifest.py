@@ -42,7 +42,8 @@ referenced that this version no longer does (the garbage it makes): retention de
 the parent leaves the retained window, without listing anything
 (:mod:`fsstate.store.retention`); ``meta``, a small JSON object the store's user keeps with the
 version (operators record the event time they have seen and the watermark they used), carried
-from each version to the next; ``clock_ms``, the store's clock (processing time) when the
+from each version to the next; ``lineage``, the lineage (branch) the version belongs to (``""``: the trunk; absent: written
+before lineages were named, and the directory it is in says: :mod:`fsstate.store.lineage`); ``clock_ms``, the store's clock (processing time) when the
 version was committed: the time at which its TTL expiry was applied, and so the time at which
 readers of the version (:mod:`fsstate.inspect`) resolve TTL by default; a table's
 ``removed_fields``, the value fields earlier schema evolutions removed, with their stored types
@@ -55,7 +56,7 @@ summary this reader cannot decode reads as absent, never as a corrupt manifest.
 :func:`read_summary` reads it.
 
 Branches: a store's versions form its trunk (``<store_dir>/manifests/``) and, where its state
-was forked (:mod:`fsstate.store.branches`), branches (``<store_dir>/branches/<branch>/``); every
+was forked (:mod:`fsstate.store.lineage`), branches (``<store_dir>/branches/<branch>/``); every
 function here takes the branch (``""``: the trunk). Every branch's manifests reference files of
 the one ``<store_dir>/data`` directory; file paths are relative to the store directory.
 
@@ -188,6 +189,7 @@ class Manifest:
     meta: dict[str, Any] = field(default_factory=dict)
     clock_ms: int | None = None
     summary: VersionSummary | None = None
+    lineage: str | None = None  # the branch it belongs to ("" trunk; None: not recorded)
     checksum: str = ""  # set when serialized or parsed
 
     def tombstone_horizon_seq(self) -> int:
@@ -231,6 +233,8 @@ class Manifest:
             body["meta"] = self.meta
         if self.clock_ms is not None:
             body["clock_ms"] = self.clock_ms
+        if self.lineage is not None:
+            body["lineage"] = self.lineage
         if self.summary is not None:
             body["summary"] = self.summary.to_json()
         canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
@@ -286,6 +290,7 @@ class Manifest:
                 meta=dict(body.get("meta") or {}),
                 clock_ms=_opt_int(body.get("clock_ms")),
                 summary=_summary(body.get("summary")),
+                lineage=_opt_str(body.get("lineage")),
                 checksum=str(checksum),
             )
         except (KeyError, TypeError, ValueError, pa.ArrowException) as exc:
@@ -369,6 +374,8 @@ def publish_manifest(
         ``manifest`` if this call published it; else the manifest another attempt published
         for the version (compare checksums to tell).
     """
+    if manifest.lineage is None:
+        manifest.lineage = branch  # every version names its lineage
     data = manifest.to_bytes()
     if fileio.publish_if_absent(manifest_path(store_dir, manifest.version, branch), data):
         return manifest

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import bisect
 import contextlib
-import uuid
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -61,6 +60,7 @@ from fsstate.format.schema import FORMAT_VERSION, TableSpec
 from fsstate.format.segment import OpRow, Segment
 from fsstate.storage.cache import BlockCache
 from fsstate.storage.fileio import FileIO, MissingObject, SizeMismatch
+from fsstate.storage.leases import PendingFiles
 
 WHOLE_FILE_BYTES_MAX = 4 * 1024 * 1024
 WHOLE, FOOTER = -1, -2  # block cache "row groups" of a whole file and of its footer
@@ -94,18 +94,30 @@ class IoTally:
 @dataclass
 class RunContext:
     """Where a table's runs live: storage, directory, settings and the shared block cache;
-    ``tally`` counts the store's data file I/O."""
+    ``tally`` counts the store's data file I/O; ``pending`` holds the files written and not
+    published yet (under the writer's lease, :mod:`fsstate.storage.leases`); ``lineage`` and
+    ``birth`` are what new file names record (:mod:`fsstate.storage.naming`), kept current by
+    the store."""
 
     fileio: FileIO
     store_dir: str
     config: StoreConfig
     cache: BlockCache
     tally: IoTally = field(default_factory=IoTally)
+    pending: PendingFiles | None = None
+    lineage: str = ""
+    birth: int = 0
 
+    def new_path(self, prefix: str) -> str:
+        """A unique path for a new data file (relative to the store directory), pending under
+        the writer's lease until a manifest names it.
 
-def new_data_path(prefix: str) -> str:
-    """A unique relative path for a new Parquet file (attempts never clobber each other)."""
-    return f"data/{prefix}-{uuid.uuid4().hex}.parquet"
+        Raises:
+            StorageError: the lease could not be written.
+        """
+        if self.pending is None:
+            self.pending = PendingFiles(self.fileio)
+        return self.pending.new_path(prefix, self.lineage, self.birth)
 
 
 def file_metadata(spec: TableSpec, role: str) -> dict[bytes, bytes]:
@@ -591,7 +603,7 @@ def write_run_stream(
     file is left).
     """
     cfg = ctx.config
-    path = new_data_path(prefix)
+    path = ctx.new_path(prefix)
     full = f"{ctx.store_dir}/{path}"
     t = _StreamTally()
     with contextlib.ExitStack() as stack:

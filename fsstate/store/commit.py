@@ -43,7 +43,7 @@ Invariants:
     (``planned_ms``, Spark's batch timestamp from the checkpoint's offsets log) at different
     times are two lineages of one query (a copied, restored or rolled-back checkpoint ran the
     batch again, planned anew): :class:`fsstate.errors.LineageConflictError`, which the epoch
-    answers by branching (:mod:`fsstate.store.branches`) when its caller follows a lineage.
+    answers by branching (:mod:`fsstate.store.lineage`) when its caller follows a lineage.
 
   Another operator instance of the same run (two operators sharing a store,
   :meth:`fsstate.store.record.Writer.is_foreign_to`) is adopted here and refused right after by
@@ -65,7 +65,7 @@ from fsstate.format.refs import FileRef
 from fsstate.format.schema import TableSpec
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.manifest import Manifest, TableEntry
-from fsstate.storage.runs import file_metadata, new_data_path, write_table_file
+from fsstate.storage.runs import file_metadata, write_table_file
 from fsstate.store.identity import WRITER_META
 from fsstate.tables import TableBase
 from fsstate.tables.ttl_index import encode_changes, needs_snapshot
@@ -145,7 +145,7 @@ def _write_index(
 ) -> FileRef:
     """Write TTL index rows of ``t`` as a new file; its reference."""
     table = encode_changes(t.spec, rows).replace_schema_metadata(file_metadata(t.spec, "ttl"))
-    path = new_data_path(t.file_prefix + "-ttl")
+    path = t.ctx.new_path(t.file_prefix + "-ttl")
     size, crc = write_table_file(fileio, store_dir, path, table, config)
     t.ctx.tally.wrote(size)
     return FileRef(path, table.num_rows, size, crc32=crc)

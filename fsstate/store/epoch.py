@@ -31,7 +31,7 @@ these steps:
    by another *planning* of the batch (writers recording different ``planned_ms``: another
    lineage of the query, a copied, restored or rolled-back checkpoint) is
    :class:`fsstate.errors.LineageConflictError`; an epoch begun with ``follow_lineage=True``
-   then forks the parent into the branch :func:`fsstate.store.branches.branch_for` names (the
+   then forks the parent into the branch :func:`fsstate.store.lineage.branch_for` names (the
    same for every task and retry of that planning) and publishes there, so each lineage goes
    on with state of its own; its caller learns the branch from :attr:`EpochRun.store`.
 5. **Release** (on success): the store goes back to the pool, clean at ``e``, for the next epoch.
@@ -65,13 +65,20 @@ from fsstate.errors import (
 )
 from fsstate.stats import CommitInfo
 from fsstate.storage.fileio import FileIO
-from fsstate.store.branches import branch_for
+from fsstate.store.lineage import branch_for
 from fsstate.store.layout import Layout, in_force, publish_layout, read_layouts, record_path
 from fsstate.store.partition import PartitionStore
 from fsstate.store.pool import Outcome, StorePool, store_pool
 from fsstate.store.record import RECORD_KEYS, EpochRecord, Writer
 
-__all__ = ["EpochRun", "StoreAddress", "begin_epoch", "resolve_layout"]
+__all__ = [
+    "EpochRun",
+    "StoreAddress",
+    "begin_epoch",
+    "check_count",
+    "record_layouts",
+    "resolve_layout",
+]
 
 log = logging.getLogger(__name__)
 
@@ -80,13 +87,55 @@ log = logging.getLogger(__name__)
 class StoreAddress:
     """Where one partition store lives: the state root, the operator, the partition, the
     layout generation directory (``""``: generation 0) and the branch of its versions
-    (``""``: the trunk; :mod:`fsstate.store.branches`)."""
+    (``""``: the trunk; :mod:`fsstate.store.lineage`)."""
 
     fileio: FileIO
     operator: str
     partition: int
     layout: str = ""
     branch: str = ""
+
+
+def record_layouts(fileio: FileIO, operator: str, *, partitions: int | None, kind: str) -> list[Layout]:
+    """Every generation of ``operator``'s state (:func:`fsstate.store.layout.read_layouts`),
+    recording generation 0 with ``partitions`` and ``kind`` at first use (step 1 of the module
+    docstring).
+
+    Raises:
+        ConfigError: the state was written by another kind of operator, or a layout record
+            is unreadable.
+    """
+    layouts = read_layouts(fileio, operator)
+    if partitions is not None and layouts[0].partitions is None and layouts[0].kind is None:
+        # generation 0 has no record yet: the first run records its count (put-if-absent: of
+        # racing first tasks, one record stands), then reads what stands
+        publish_layout(fileio, operator, Layout(0, partitions, kind=kind))
+        layouts = read_layouts(fileio, operator)
+    if layouts[0].kind not in (None, kind):
+        raise ConfigError(
+            f"operator {operator!r}: the state under {fileio.describe(operator)} was written by "
+            f"a {layouts[0].kind}, this query runs a {kind} under the same name; give it "
+            "another name"
+        )
+    return layouts
+
+
+def check_count(
+    fileio: FileIO, operator: str, layout: Layout, partitions: int | None, remedy: str
+) -> Layout:
+    """``layout`` if it has ``partitions`` partitions (or either count is unknown).
+
+    Raises:
+        PartitionCountError: the generation has another count.
+    """
+    if partitions is not None and layout.partitions is not None and layout.partitions != partitions:
+        where = fileio.describe(record_path(operator, layout.generation))
+        raise PartitionCountError(
+            f"the state of operator {operator!r} has {layout.partitions} partitions (layout "
+            f"generation {layout.generation}, {where}); this run of the query has {partitions}. "
+            f"Keys would meet other keys' state: nothing was read or written. To go on, {remedy}"
+        )
+    return layout
 
 
 def resolve_layout(
@@ -114,25 +163,8 @@ def resolve_layout(
         ConfigError: the state was written by another kind of operator, or a layout record
             is unreadable.
     """
-    first = Layout(0, partitions, kind=kind)
-    if partitions is not None and publish_layout(fileio, operator, first):
-        return first  # the first record: no rescale can exist before it
-    layouts = read_layouts(fileio, operator)
-    if layouts[0].kind not in (None, kind):
-        raise ConfigError(
-            f"operator {operator!r}: the state under {fileio.describe(operator)} was written by "
-            f"a {layouts[0].kind}, this query runs a {kind} under the same name; give it "
-            "another name"
-        )
-    have = in_force(layouts, version)
-    if partitions is not None and have.partitions is not None and have.partitions != partitions:
-        where = fileio.describe(record_path(operator, have.generation))
-        raise PartitionCountError(
-            f"the state of operator {operator!r} has {have.partitions} partitions (layout "
-            f"generation {have.generation}, {where}); this run of the query has {partitions}. "
-            f"Keys would meet other keys' state: nothing was read or written. To go on, {remedy}"
-        )
-    return have
+    layouts = record_layouts(fileio, operator, partitions=partitions, kind=kind)
+    return check_count(fileio, operator, in_force(layouts, version), partitions, remedy)
 
 
 class EpochRun:

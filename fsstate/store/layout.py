@@ -52,6 +52,7 @@ __all__ = [
     "publish_layout",
     "read_layouts",
     "record_path",
+    "source_of",
 ]
 
 LAYOUT_FILE = "operator.json"  # <operator>/operator.json: generation 0, written once
@@ -71,6 +72,12 @@ class Layout:
         since: the first version the generation holds (-1: every version).
         keys: the columns the partition of a row was computed from (None: not recorded).
         kind: the operator's class name, as generation 0 recorded it (None: not recorded).
+        source: the directory of the generation the rescale read (None: not recorded, the
+            generation before it).
+        lineages: the lineage (branch) the rescale read in each old partition (empty: the
+            trunk in every one); the new generation's trunk continues them
+            (:mod:`fsstate.store.lineage`).
+        read: the version of ``source`` the rescale read (None: not recorded; ``since``).
     """
 
     generation: int
@@ -79,6 +86,9 @@ class Layout:
     since: int = -1
     keys: tuple[str, ...] | None = None
     kind: str | None = None
+    source: str | None = None
+    lineages: tuple[str, ...] = ()
+    read: int | None = None
 
 
 def record_path(operator: str, generation: int) -> str:
@@ -109,6 +119,8 @@ def _doc(operator: str, layout: Layout) -> dict[str, Any]:
             keys=None if layout.keys is None else list(layout.keys),
             created_ms=int(time.time() * 1000),
         )
+        if layout.source is not None:
+            doc.update(source=layout.source, lineages=list(layout.lineages), read=layout.read)
     return doc
 
 
@@ -124,6 +136,7 @@ def _parse(fileio: FileIO, operator: str, generation: int, data: bytes) -> Layou
         doc = json.loads(data)
         parts = doc.get("partitions")
         keys = doc.get("keys")
+        source = doc.get("source")
         layout = Layout(
             generation,
             None if parts is None else int(parts),
@@ -131,6 +144,9 @@ def _parse(fileio: FileIO, operator: str, generation: int, data: bytes) -> Layou
             int(doc.get("since", -1)),
             None if keys is None else tuple(str(k) for k in keys),
             doc.get("kind"),
+            None if source is None else str(source),
+            tuple(str(x) for x in doc.get("lineages") or ()),
+            None if doc.get("read") is None else int(doc["read"]),
         )
     except (ValueError, TypeError, AttributeError) as exc:
         raise ConfigError(
@@ -179,6 +195,17 @@ def operators_of_kind(fileio: FileIO, kind: str) -> list[str]:
         }
     )
     return [n for n in names if read_layouts(fileio, n)[0].kind == kind]
+
+
+def source_of(layouts: Sequence[Layout], layout: Layout) -> Layout | None:
+    """The generation ``layout``'s rescale read (None: generation 0, or none recorded that
+    exists)."""
+    if layout.generation == 0:
+        return None
+    if layout.source is not None:
+        return next((g for g in layouts if g.dir == layout.source), None)
+    older = [g for g in layouts if g.generation < layout.generation]
+    return older[-1] if older else None
 
 
 def in_force(layouts: Sequence[Layout], version: int | None = None) -> Layout:

@@ -7,7 +7,7 @@ Directory layout under the root URI::
 
 (``<operator>/<layout>/<partition>/...`` for a store of a later layout generation, written by a
 rescale: :mod:`fsstate.store.layout`; ``<...>/branches/<branch>/<version:020d>.json`` for the
-versions of a branch, a fork of the store's state: :mod:`fsstate.store.branches`.)
+versions of a branch, a fork of the store's state: :mod:`fsstate.store.lineage`.)
 
 Invariants:
 
@@ -95,7 +95,9 @@ from fsstate.storage.manifest import (
     read_manifest,
 )
 from fsstate.storage.runs import RunContext
-from fsstate.store.branches import carried, carried_meta, check_branch, fork_version
+from fsstate.store.collector import request_collection
+from fsstate.store.gc import collect
+from fsstate.store.lineage import carried, carried_meta, check_branch, fork_version, mark_forked
 from fsstate.store.catchup import apply_plan, plan_store
 from fsstate.store.commit import check_adoptable, link_to_base, seal_table, settle, table_entry
 from fsstate.store.identity import WRITER_META, json_copy, safe_name, store_dir_for
@@ -148,7 +150,7 @@ class PartitionStore(interfaces.KeyedStore):
         self.config = config
         self.layout = layout  # the layout generation's directory ("" for generation 0)
         self.store_dir = store_dir_for(operator, partition, layout)
-        self.branch = check_branch(branch)  # "" : the trunk (fsstate.store.branches)
+        self.branch = check_branch(branch)  # "" : the trunk (fsstate.store.lineage)
         self.version: int | None = manifest.version if manifest else None
         self.next_seq: int = manifest.next_seq if manifest else 0
         self.now_ms: int = int(time.time() * 1000)
@@ -168,6 +170,7 @@ class PartitionStore(interfaces.KeyedStore):
         self.last_used = 0
         self.controller = controller or get_controller()
         self.ctx = RunContext(fileio, self.store_dir, config, self.controller.cache)
+        self._track()
         self.summaries = SummaryRecorder(manifest, self.ctx.tally, self._tables)
         self.controller.register(self)
 
@@ -198,7 +201,7 @@ class PartitionStore(interfaces.KeyedStore):
             layout: the directory of the layout generation holding the version (``""``:
                 generation 0; see :mod:`fsstate.store.layout`, which resolves it).
             branch: the branch the version is on (``""``: the trunk; see
-                :mod:`fsstate.store.branches`); commits go on it.
+                :mod:`fsstate.store.lineage`); commits go on it.
 
         Raises:
             VersionNotFoundError: ``version`` was never committed or is no longer retained.
@@ -260,6 +263,7 @@ class PartitionStore(interfaces.KeyedStore):
         self.version = target.version
         self.next_seq = max(self.next_seq, target.next_seq)
         self._dropped = False
+        self._track()
         self._retention.forget_listing()  # other processes committed: listed again if needed
         self._retention.remember(target)
         self.controller.touch(self)
@@ -483,9 +487,10 @@ class PartitionStore(interfaces.KeyedStore):
             tables = {**self._entries, **{name: s.entry for name, s in sealed.items()}}
             meta = json_copy(self.meta, self.fileio.describe(self.store_dir))
             head = (version, self.operator, self.partition, self.next_seq, tables)
-            ours = Manifest(*head, meta=meta, clock_ms=self.now_ms)
+            ours = Manifest(*head, meta=meta, clock_ms=self.now_ms, lineage=self.branch)
             manifest = link_to_base(ours, self._manifest)
             ours.summary = self.summaries.build(self, ours, t0)  # None: not recorded
+            self._check_leases(manifest)
             published = publish_manifest(self.fileio, self.store_dir, manifest, self.branch)
         except ConfigError:
             raise  # the store cannot be used as configured: retrying would not help
@@ -495,8 +500,13 @@ class PartitionStore(interfaces.KeyedStore):
                 f"commit of version {version} of store {self.fileio.describe(self.store_dir)} "
                 f"failed ({exc}); {previous} is intact and the commit can be retried"
             ) from exc
+        pending = self.ctx.pending
         if published.checksum != manifest.checksum:
+            if pending is not None:
+                pending.discard(manifest.files())  # never published now: the tables reset
             return self._lost_race(published, manifest, t0)
+        if pending is not None:
+            pending.published(manifest.files())
         for table in sealed.values():
             settle(table)
         written = sum(table.bytes_written for table in sealed.values())
@@ -512,7 +522,7 @@ class PartitionStore(interfaces.KeyedStore):
 
     def fork_to(self, branch: str) -> None:
         """Move this store, with its uncommitted changes, onto a new ``branch`` that starts at
-        the store's version (:func:`fsstate.store.branches.fork_version`, O(metadata)): its
+        the store's version (:func:`fsstate.store.lineage.fork_version`, O(metadata)): its
         next commit publishes there. Used when a commit meets its version published by another
         lineage (:class:`fsstate.errors.LineageConflictError`).
 
@@ -524,7 +534,9 @@ class PartitionStore(interfaces.KeyedStore):
         self.check_open()
         if self._manifest is None or self.version is None:  # an empty store: nothing to fork
             self.branch = check_branch(branch)
+            mark_forked(self.fileio, self.store_dir)  # the directory holds a branch
             self._retention = Retention(self.fileio, self.store_dir, branch)
+            self._track()
             return
         fork = fork_version(
             self.fileio, self.store_dir, self.version, source=self.branch, branch=branch
@@ -533,6 +545,7 @@ class PartitionStore(interfaces.KeyedStore):
         self._manifest = fork
         self._retention = Retention(self.fileio, self.store_dir, branch)
         self._retention.remember(fork)
+        self._track()
 
     def _committed(self, manifest: Manifest, written: int) -> None:
         """The store is now at the ``manifest`` it published: forget the dropped tables, count
@@ -540,12 +553,15 @@ class PartitionStore(interfaces.KeyedStore):
         self._dropped = False
         self._manifest = manifest  # its meta stays: a writer goes on as the writer it was
         self.version = manifest.version
+        self._track()
         return_memory_to_os()
         self._commits += 1
         self._bytes_written += written
         self._retention.remember(manifest)
         self.summaries.committed(manifest)
-        self._retention.after_commit(manifest, self._live_paths(), self.config)
+        self._retention.after_commit(manifest, self.config)
+        if manifest.version % self.config.orphan_scan_every_commits == 0:
+            request_collection(self)
         self.controller.touch(self)
         max_runs = self.controller.config.compaction_max_runs
         for t in self._tables.values():
@@ -564,6 +580,7 @@ class PartitionStore(interfaces.KeyedStore):
         self.version = published.version
         self.next_seq = max(self.next_seq, published.next_seq)
         self._dropped = False
+        self._track()
         self._retention.remember(published)
         log.info(
             "fsstate: version %s of %s was published by another attempt on the same parent; "
@@ -641,18 +658,49 @@ class PartitionStore(interfaces.KeyedStore):
         return total
 
     # -- retention -----------------------------------------------------------------------------
-    def _live_paths(self) -> list[str]:
-        """Files the loaded tables' runs and TTL index runs reference (never deleted)."""
-        live: list[str] = []
-        for t in self._tables.values():
-            live.extend(r.ref.path for r in t.runs if r.ref is not None)
-            live.extend(r.path for r in t.ttl_refs)
-        return live
+    def _track(self) -> None:
+        """Keep what new file names record current: the lineage, and the first version that
+        can name a file written now (:mod:`fsstate.storage.naming`)."""
+        self.ctx.lineage = self.branch
+        self.ctx.birth = (-1 if self.version is None else self.version) + 1
 
-    def delete_orphans(self) -> int:
-        """Delete unreferenced data files older than the grace time now (see
-        :mod:`fsstate.store.retention`); returns how many were deleted."""
-        return self._retention.delete_orphans(self._live_paths(), self.config.orphan_grace_ms)
+    def _check_leases(self, manifest: Manifest) -> None:
+        """Refuse to publish ``manifest`` if a file it names that this store wrote lost its
+        lease since (:mod:`fsstate.storage.leases`: a collector may have deleted it).
+
+        Raises:
+            CommitError: such a file exists; nothing is published, a retry writes anew.
+        """
+        pending = self.ctx.pending
+        if pending is None or not len(pending):
+            return
+        lost = pending.uncovered(manifest.files())
+        if lost:
+            raise CommitError(
+                f"commit of version {manifest.version} of store "
+                f"{self.fileio.describe(self.store_dir)}: {len(lost)} file(s) this store wrote "
+                f"(e.g. {lost[0]}) outlived the writer's lease (the process was stalled or could "
+                "not renew it), so a garbage collection may have deleted them; nothing was "
+                "published and the previous version is intact: retry the epoch from it"
+            )
+
+    def collect_garbage(self, grace_ms: int | None = None) -> int:
+        """Collect this store's garbage now, across its lineages (:func:`fsstate.store.gc.collect`
+        for this store alone); returns the data files deleted.
+
+        Raises:
+            GarbageCollectionError: a listing or manifest could not be read (nothing deleted).
+        """
+        grace = self.config.orphan_grace_ms if grace_ms is None else grace_ms
+        done = collect(
+            self.fileio,
+            self.operator,
+            retain=self.config.retain_versions,
+            grace_ms=grace,
+            stores=[(self.layout, self.partition)],
+        )
+        self._retention.forget_listing()
+        return done.files
 
     def listed_versions(self) -> list[int] | None:
         """The retained versions if the store knows them without listing, else None."""
@@ -687,6 +735,8 @@ class PartitionStore(interfaces.KeyedStore):
     def close(self) -> None:
         """Release memory; uncommitted changes are discarded."""
         self._closed = True
+        if self.ctx.pending is not None:
+            self.ctx.pending.forget()  # nothing this store wrote will be published by it
         self.controller.unregister(self)
         for t in self._tables.values():
             t.release_all()

@@ -61,10 +61,11 @@ from fsstate.errors import CommitConflictError, ConfigError
 from fsstate.format.schema import EXPIRES, KIND_LIST, KIND_MAP, KIND_VALUE, TableSpec
 from fsstate.format.tombstones import RangeTombstones
 from fsstate.storage.fileio import FileIO
-from fsstate.storage.manifest import Manifest, read_manifest
+from fsstate.storage.manifest import Manifest
 from fsstate.store.epoch import EpochRun
 from fsstate.store.identity import store_dir_for
 from fsstate.store.layout import Layout, in_force, new_layout_dir, publish_layout, read_layouts
+from fsstate.store.lineage import list_branches, read_version
 from fsstate.store.partition import PartitionStore
 from fsstate.store.pool import StorePool
 from fsstate.store.record import EpochRecord, merge_operator_meta
@@ -255,6 +256,7 @@ def rescale(
     chunk_bytes: int = CHUNK_BYTES,
     progress: Callable[[RescaleProgress], None] | None = None,
     as_version: int | None = None,
+    lineages: Sequence[str] | None = None,
 ) -> RescaleResult:
     """Rescale ``operator``'s state to ``partitions`` partitions (see the module docstring).
 
@@ -274,6 +276,9 @@ def rescale(
         as_version: the version the new stores commit the rows as (default ``version``): a
             later one when the rescale itself is a batch of the query (Spark's offline
             repartition of a checkpoint commits a batch ``version + 1`` that only rescales).
+        lineages: the lineage to read in each old partition (:mod:`fsstate.store.lineage`;
+            None: the trunk in every one); the new generation's record names them, and its
+            trunk continues them.
 
     Returns:
         What was done; ``result.layout.dir`` is the new generation's directory.
@@ -296,7 +301,7 @@ def rescale(
             "give a version at or after the one read"
         )
     t0 = time.perf_counter()
-    old, new = _next_layout(fileio, operator, partitions, keys, target_version)
+    old, new = _next_layout(fileio, operator, partitions, keys, target_version, version, lineages)
     job = _Job(fileio, operator, old, new, keys, partition_of, config or StoreConfig(), t0)
     rows_written = 0
     names: tuple[str, ...] = ()
@@ -328,24 +333,66 @@ def _next_layout(
     partitions: int,
     keys: Sequence[str],
     target_version: int | None,
+    version: int | None,
+    lineages: Sequence[str] | None,
 ) -> tuple[Layout, Layout]:
-    """The generation in force and the one the rescale writes.
+    """The generation read (the one holding ``lineages``, else the one in force) and the one
+    the rescale writes.
 
     Raises:
-        ConfigError: no partition count is recorded.
+        ConfigError: no partition count is recorded, or ``lineages`` do not fit its count.
     """
     layouts = read_layouts(fileio, operator)
-    old = in_force(layouts)
+    old = _read_generation(fileio, operator, layouts, lineages)
     if old.partitions is None:
         raise ConfigError(
             f"operator {operator!r}: no partition count is recorded under "
             f"{fileio.describe(operator)}; only state written by the operator runner can be "
             "rescaled here"
         )
-    gen = old.generation + 1
+    if lineages is not None and len(lineages) != old.partitions:
+        raise ConfigError(
+            f"rescale of {operator!r}: {len(lineages)} lineages given for the "
+            f"{old.partitions} partitions of generation {old.generation}; give one per partition"
+        )
+    gen = layouts[-1].generation + 1
     since = -1 if target_version is None else target_version
-    new = Layout(gen, partitions, new_layout_dir(gen), since, tuple(keys), layouts[0].kind)
+    new = Layout(
+        gen,
+        partitions,
+        new_layout_dir(gen),
+        since,
+        tuple(keys),
+        layouts[0].kind,
+        source=old.dir,
+        lineages=tuple(lineages or ()),
+        read=version,
+    )
     return old, new
+
+
+def _read_generation(
+    fileio: FileIO, operator: str, layouts: list[Layout], lineages: Sequence[str] | None
+) -> Layout:
+    """The generation whose stores hold ``lineages`` (partition ``p`` lineage
+    ``lineages[p]``: the newest such generation), else the newest one."""
+    wanted = [line for line in lineages or () if line]
+    if not wanted:
+        return in_force(layouts)
+    for gen in reversed(layouts):
+        if gen.partitions is None:
+            continue
+        found = {
+            b
+            for p in range(gen.partitions)
+            for b in list_branches(fileio, store_dir_for(operator, p, gen.dir))
+        }
+        if set(wanted) <= found:
+            return gen
+    raise ConfigError(
+        f"rescale of {operator!r}: no generation of its state under {fileio.describe(operator)} "
+        f"holds the lineages {sorted(set(wanted))}; give the lineages the checkpoint runs on"
+    )
 
 
 @dataclass(frozen=True)
@@ -371,8 +418,11 @@ class _Job:
         """Copy every old partition's ``version`` into the new stores, committed as
         ``target_version``; returns the rows written and the tables carried over."""
         assert self.old.partitions is not None and self.new.partitions is not None
+        lines = self.new.lineages or ("",) * self.old.partitions
         manifests: list[Manifest] = [
-            read_manifest(self.fileio, store_dir_for(self.operator, q, self.old.dir), version)
+            read_version(
+                self.fileio, store_dir_for(self.operator, q, self.old.dir), version, lines[q]
+            )
             for q in range(self.old.partitions)
         ]
         now_ms = max((m.clock_ms if m.clock_ms is not None else m.created_ms) for m in manifests)

@@ -6,7 +6,7 @@ Invariants:
 * Resolving costs one listing of the query's stores and one manifest read; it writes nothing.
 * A :class:`Selection` is frozen and picklable: the driver resolves it once and it travels to
   the readers unchanged, so every input partition reads the same version of the same state.
-* A read names its branch (option ``branch``; :mod:`fsstate.store.branches`: another lineage
+* A read names its branch (option ``branch``; :mod:`fsstate.store.lineage`: another lineage
   of the query, after its checkpoint was copied, restored or rolled back) or reads the trunk;
   reading the trunk of stores that have branches logs one warning naming them (never silent).
 * A bad, missing or ambiguous option raises :class:`fsstate.errors.ConfigError` naming the
@@ -27,7 +27,7 @@ from fsstate.inspect import StoreRef, find_stores
 from fsstate.inspect.catalog import branch_names, on_branch, read_store_manifest
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.location import Location
-from fsstate.store.branches import check_branch
+from fsstate.store.lineage import check_branch
 from fsstate_spark.settings import STATE_DIR
 
 log = logging.getLogger(__name__)

@@ -82,8 +82,9 @@ from fsstate.interfaces import KeyedStore
 from fsstate.stats import CommitInfo
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.location import Location
-from fsstate.store.epoch import EpochRun, StoreAddress, begin_epoch, resolve_layout
-from fsstate.store.layout import Layout, operators_of_kind, record_path
+from fsstate.store.epoch import EpochRun, StoreAddress, begin_epoch, check_count, record_layouts
+from fsstate.store.layout import Layout, in_force, operators_of_kind, record_path
+from fsstate.store.lineage import lineage_for
 from fsstate.store.pool import Outcome, StorePool, store_pool
 from fsstate.store.record import Writer
 from fsstate_spark.runtime import TaskInfo, TaskMode, apply_engine_settings, fileio_for
@@ -112,10 +113,12 @@ class Finished:
 
 @dataclass
 class TaskStore:
-    """The store a task works on, and its epoch (None: an in-memory store, nothing to commit)."""
+    """The store a task works on, its epoch (None: an in-memory store, nothing to commit), and
+    whether the task started its run's lineage (Spark's state then records it at the end)."""
 
     store: KeyedStore
     epoch: EpochRun | None = None
+    started_lineage: bool = False
 
     def fail(self) -> None:
         """The task failed: discard its epoch's store (never committed, never reused)."""
@@ -138,10 +141,10 @@ class StoreCache:
         # cumulative wall seconds of this process's streaming tasks (benchmarks, diagnostics)
         self.acquire_s = 0.0  # getting the store (reuse, catch-up or open)
         self.finish_s = 0.0  # TTL cleanup, commit and handing the store back
-        # the generation in force per (root, name, run, count): resolved once per query run
-        self._layouts: dict[tuple[str, str, str | None, int | None], tuple[str, Layout]] = {}
-        # the branch each (root, name, partition, run) went on in this process (lineage)
-        self._branches: dict[tuple[str, str, int, str | None], str] = {}
+        # the generations per (root, name, run, count): read once per query run
+        self._layouts: dict[tuple[str, str, str | None, int | None], tuple[str, list[Layout]]] = {}
+        # the (generation, lineage) each (root, name, partition, run) writes, as seen here
+        self._lines: dict[tuple[str, str, int, str | None], tuple[str, str]] = {}
 
     @property
     def hits(self) -> int:
@@ -170,14 +173,19 @@ class StoreCache:
         instance: str | None,
         marker: MarkerSource | None = None,
         planned_ms: int | None = None,
-    ) -> EpochRun:
-        """Begin the streaming task's epoch: its store at version ``batch_id - 1``, on the
-        branch this checkpoint's lineage is on (:mod:`.lineage`; see the module docstring:
+    ) -> tuple[EpochRun, bool]:
+        """Begin the streaming task's epoch: its store at version ``batch_id - 1`` on the
+        lineage this run writes (:mod:`fsstate.store.lineage` rule 1; see the module docstring:
         Spark's state is asked only when the version is not provably this run's).
 
+        Returns:
+            The epoch, and whether Spark's state must record its lineage at the task's end
+            (it started a lineage here: the run's first batch).
+
         Raises:
-            LineageMismatchError: the store's version ``batch_id - 1`` of that branch is not the
-                one this checkpoint committed (another history): nothing was read or written.
+            LineageMismatchError: the store's version ``batch_id - 1`` of the lineage Spark's
+                state names is not the one this checkpoint committed (another history):
+                nothing was read or written.
             VersionNotFoundError: version ``batch_id - 1`` was never committed (state removed,
                 or the query ran without fsstate before); the message says what to do.
             PartitionCountError: the state at ``batch_id - 1`` has another partition count.
@@ -188,47 +196,90 @@ class StoreCache:
         want = task.batch_id - 1 if task.batch_id > 0 else None
         fileio = fileio_for(query_root(config, task.query_id), config.store.fsync)
         self.pool.max_idle = config.max_cached_stores
-        name, layout = self.layout_for(fileio, config, task)
+        name, layouts = self.layouts_for(fileio, config, task)
         here = (fileio.describe(""), name, task.partition, task.run_id)
         writer = Writer(task.run_id, instance, planned_ms)
-        guess = self._branches.get(here, "")
-        run: EpochRun | None = None
-        with contextlib.suppress(VersionNotFoundError):
-            run = self._begin(fileio, name, task, layout.dir, guess, config, writer)
-        ours = want is None or (
-            run is not None
-            and getattr(Writer.from_meta(run.store.committed_writer), "run", None) == task.run_id
-        )
-        if not ours:  # a new run, or another lineage's version: ask Spark's state
-            found = marker.read() if marker is not None else None
-            mine = found if found and found.applies_to(layout.dir, task.partition) else None
-            branch = mine.branch if mine is not None else ""
-            if run is None or branch != guess:
-                if run is not None:
-                    run.fail()
-                run = self._begin(fileio, name, task, layout.dir, branch, config, writer, want)
-            if mine is not None and mine.version == want and run.store.checksum != mine.checksum:
+        known = self._lines.get(here)  # the lineage this run writes, as this process saw it
+        if known is not None and want is not None:
+            with contextlib.suppress(VersionNotFoundError):
+                run = self._begin(fileio, name, task, known, config, writer)
+                if _committed_by(run, task.run_id):
+                    return run, False
                 run.fail()
-                raise self._mismatch(config, task, name, branch, want, run, mine)
-        assert run is not None
-        self._branches[here] = run.store.branch
-        return run
+        found = marker.read() if marker is not None else None
+        source, mine = self._source(fileio, name, layouts, task, found, want)
+        run = self._begin(fileio, name, task, source, config, writer, want)
+        if mine is not None and mine.version == want and run.store.checksum != mine.checksum:
+            run.fail()
+            raise self._mismatch(config, task, name, source[1], want, run, mine)
+        started = want is None or not _committed_by(run, task.run_id)
+        if started:  # the first batch of this run: go on on a lineage of the run's own
+            child = lineage_for(-1 if want is None else want, planned_ms, task.run_id)
+            if run.store.branch != child:
+                try:
+                    run.store.fork_to(child)
+                except BaseException:
+                    run.fail()
+                    raise
+        self._lines[here] = (run.store.layout, run.store.branch)
+        return run, started
+
+    def _source(
+        self,
+        fileio: FileIO,
+        name: str,
+        layouts: list[Layout],
+        task: TaskInfo,
+        found: Lineage | None,
+        want: int | None,
+    ) -> tuple[tuple[str, str], Lineage | None]:
+        """Where the task's state at ``want`` is: (generation directory, lineage), and the
+        marker that said so (None: no marker of this store). Spark's state names it; without
+        a marker of this store (the first batch of a query, or after a rescale moved Spark's
+        rows), the trunk of the generation whose first version is ``want``, else of the one
+        in force at ``want`` (state written before lineages were recorded).
+
+        Raises:
+            PartitionCountError: that generation has another partition count.
+            ConfigError: several generations start at ``want`` (two lineages were rescaled at
+                the same batch) and Spark's state says nothing.
+        """
+        assert task.partition is not None
+        gens = {g.dir: g for g in layouts}
+        remedy = _count_remedy(task)
+        if found is not None and found.partition == task.partition and found.layout in gens:
+            gen = gens[found.layout]
+            if gen.partitions in (None, task.partitions):
+                return (gen.dir, found.branch), found
+        starting = [g for g in layouts if g.generation and g.since == want]
+        if len(starting) > 1:
+            raise ConfigError(
+                f"query {task.query_id}, operator {name!r}: generations "
+                f"{[g.generation for g in starting]} of its state (under "
+                f"{fileio.describe(name)}) both start at version {want}: two lineages of the "
+                "query were rescaled at the same batch, and this checkpoint's Spark state does "
+                "not say which one it goes with. Nothing was read or written; drop the "
+                "generation of the other lineage (fsstate gc) or run its checkpoint's repair "
+                f"(fsstate-spark repair <checkpoint>). {_OPERATIONS}"
+            )
+        gen = starting[0] if starting else in_force(layouts, want)
+        check_count(fileio, name, gen, task.partitions, remedy)
+        return (gen.dir, ""), None
 
     def _begin(
         self,
         fileio: FileIO,
         name: str,
         task: TaskInfo,
-        layout: str,
-        branch: str,
+        where: tuple[str, str],
         config: TieredConfig,
         writer: Writer,
         want: int | None = -1,
     ) -> EpochRun:
-        """:func:`begin_epoch` on ``branch``; with ``want`` given, a missing version raises the
-        message for users."""
+        """:func:`begin_epoch` of the store in generation ``where[0]`` on lineage ``where[1]``;
+        with ``want`` given, a missing version raises the message for users."""
         assert task.batch_id is not None and task.partition is not None
-        ref = StoreAddress(fileio, name, task.partition, layout, branch)
+        ref = StoreAddress(fileio, name, task.partition, where[0], where[1])
         try:
             return begin_epoch(
                 ref,
@@ -245,9 +296,10 @@ class StoreCache:
                 f"fsstate has no committed state for query {task.query_id}, operator "
                 f"{name!r}, partition {task.partition} at version {want} under "
                 f"{config.state_uri!r} (needed by micro-batch {task.batch_id}). The state "
-                "directory must be kept with the checkpoint: restore it, roll the query back "
-                "to a batch whose state is retained (fsstate-spark rollback <checkpoint> "
-                f"--batch N), or start the query with a new checkpoint. {_OPERATIONS} ({exc})"
+                "directory must be kept with the checkpoint: restore it, or roll the query "
+                "back to the newest batch whose state is whole (fsstate-spark repair "
+                "<checkpoint>), or start the query with a new checkpoint. "
+                f"{_OPERATIONS} ({exc})"
             ) from exc
 
     @staticmethod
@@ -267,22 +319,21 @@ class StoreCache:
             f"committed with batch {want} (manifest checksum {run.store.checksum}, the "
             f"checkpoint recorded {mine.checksum}): the state directory holds another "
             "history (restored from another time, or replaced). Nothing was read or "
-            "written. Restore the state directory that goes with this checkpoint, roll the "
-            "query back to a batch of this state (fsstate-spark rollback <checkpoint> "
-            f"--batch N), or start the query from a new checkpoint. {_OPERATIONS}"
+            "written. Restore the state directory that goes with this checkpoint, or roll "
+            "the query back to the newest batch of this state (fsstate-spark repair "
+            f"<checkpoint>), or start the query from a new checkpoint. {_OPERATIONS}"
         )
 
-    def layout_for(
+    def layouts_for(
         self, fileio: FileIO, config: TieredConfig, task: TaskInfo
-    ) -> tuple[str, Layout]:
-        """The operator (store name) the task's state is under and the layout generation its
-        store is in, resolved once per query run and count (:func:`operator_name`,
-        :func:`fsstate.store.epoch.resolve_layout`; see the module docstring).
+    ) -> tuple[str, list[Layout]]:
+        """The operator (store name) the task's state is under and its layout generations,
+        read once per query run and count (:func:`operator_name`,
+        :func:`fsstate.store.epoch.record_layouts`; see the module docstring).
 
         Raises:
-            PartitionCountError: the state at ``b - 1`` was written with another count.
             ConfigError: the processor's default name has no state and several tiered
-                operators of the query do.
+                operators of the query do, or another kind of operator wrote the state.
         """
         n = task.partitions
         key = (fileio.describe(""), config.name, task.run_id, n)
@@ -291,32 +342,35 @@ class StoreCache:
             return have
         assert task.batch_id is not None
         name = operator_name(fileio, config, task)
-        layout = resolve_layout(
-            fileio,
-            name,
-            partitions=n,
-            kind=TIERED_KIND,
-            version=task.batch_id - 1 if task.batch_id > 0 else None,
-            remedy=(
-                f"query {task.query_id}: the count comes from spark.sql.shuffle.partitions, "
-                "which Spark restores from the checkpoint's offsets log. Stop the query and "
-                "rescale Spark's checkpoint and fsstate's state together: "
-                "fsstate_spark.rescale_query(spark, <checkpoint>, partitions) or `python -m "
-                "fsstate_spark rescale <checkpoint> <partitions>` (if only Spark's checkpoint "
-                "was repartitioned, that moves fsstate's state to match it)"
-            ),
-        )
-        self._layouts[key] = (name, layout)
-        return name, layout
+        layouts = record_layouts(fileio, name, partitions=n, kind=TIERED_KIND)
+        self._layouts[key] = (name, layouts)
+        return name, layouts
 
     def clear(self) -> None:
         """Close and forget every store and resolved generation; reset the counters."""
         self.pool.clear()
         self._layouts.clear()
-        self._branches.clear()
+        self._lines.clear()
 
     def __len__(self) -> int:
         return len(self.pool)
+
+
+def _committed_by(run: EpochRun, run_id: str | None) -> bool:
+    """Whether the version ``run``'s store is at was committed by query run ``run_id``."""
+    writer = Writer.from_meta(run.store.committed_writer)
+    return writer is not None and run_id is not None and writer.run == run_id
+
+
+def _count_remedy(task: TaskInfo) -> str:
+    return (
+        f"query {task.query_id}: the count comes from spark.sql.shuffle.partitions, "
+        "which Spark restores from the checkpoint's offsets log. Stop the query and "
+        "rescale Spark's checkpoint and fsstate's state together: "
+        "fsstate_spark.rescale_query(spark, <checkpoint>, partitions) or `python -m "
+        "fsstate_spark rescale <checkpoint> <partitions>` (if only Spark's checkpoint "
+        "was repartitioned, that moves fsstate's state to match it)"
+    )
 
 
 def tiered_operators(fileio: FileIO) -> list[str]:
@@ -394,10 +448,10 @@ def open_store(
     if task.mode == TaskMode.STREAMING:
         t0 = time.perf_counter()
         try:
-            run = _cache.acquire(config, task, instance, marker, planned_ms)
+            run, started = _cache.acquire(config, task, instance, marker, planned_ms)
         finally:
             _cache.acquire_s += time.perf_counter() - t0
-        return TaskStore(run.store, run)
+        return TaskStore(run.store, run, started)
     return TaskStore(TransientStore(per_key=task.mode == TaskMode.BOUNDED))
 
 

@@ -18,7 +18,7 @@ Spark planned the batch (:func:`planned_ms`: the batch timestamp of the checkpoi
 log, the same for every retry and re-run of one planning). If ``b + 1`` is already there from
 another planning (the original went on, or another copy), the epoch forks ``b`` into a branch
 of its own in O(metadata) and commits there (:mod:`fsstate.store.epoch`,
-:mod:`fsstate.store.branches`); the next batch finds the branch in Spark's state.
+:mod:`fsstate.store.lineage`); the next batch finds the branch in Spark's state.
 
 Invariants:
 

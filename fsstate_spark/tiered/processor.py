@@ -344,9 +344,11 @@ class TieredProcessor(StatefulProcessor):
         run = state.task_store.epoch
         if finished is not None and run is not None and self._receipts is not None:
             self._send_receipt(state.task, run.store, finished)
-        forked = run is not None and run.store.branch != state.branch
+        forked = state.task_store.started_lineage or (
+            run is not None and run.store.branch != state.branch
+        )
         if state.marker is not None and state.marker.live and run is not None and forked:
-            store = run.store  # the epoch branched: Spark's state records where it went on
+            store = run.store  # a lineage started here: Spark's state records where it goes on
             assert store.version is not None and store.checksum is not None
             lineage = Lineage(
                 store.branch, store.version, store.checksum, store.layout, store.partition

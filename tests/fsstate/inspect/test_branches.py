@@ -17,7 +17,7 @@ from fsstate.inspect.catalog import BranchRef, Fork, branch_names, on_branch, re
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.location import Location
 from fsstate.storage.manifest import read_manifest
-from fsstate.store.branches import drop_branch, fork_version, list_branches
+from fsstate.store.lineage import drop_branch, fork_version, list_branches
 from fsstate.store.retention import Retention
 from tests.support.lineages import OPERATOR, STATE, files_of, two_lineages
 from tests.support.plugin import s3_options

@@ -197,7 +197,7 @@ def test_requests_of_each_operation(s3_server: S3Info, s3_uri: str) -> None:
         gc_before = fresh_io.stats.snapshot()
         fresh.delete_orphans()
         # two listings (manifests, data files) and the one retained manifest (3) this store
-        # never saw, and whether a fork shares the files (fsstate.store.branches, one HEAD);
+        # never saw, and whether a fork shares the files (fsstate.store.lineage, one HEAD);
         # no orphan, so nothing to delete
         assert _delta(fresh_io, gc_before) == {"list": 2, "get": 1, "head": 1}
 

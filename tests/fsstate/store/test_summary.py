@@ -30,7 +30,7 @@ from fsstate.stats import VersionSummary
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.location import Location
 from fsstate.storage.manifest import read_manifest, read_summary
-from fsstate.store.branches import fork_version
+from fsstate.store.lineage import fork_version
 from tests.support.plugin import s3_options
 from tests.support.summary_model import ModelTable
 

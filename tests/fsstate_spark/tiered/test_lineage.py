@@ -20,7 +20,7 @@ from pyspark.sql.types import StructType
 from devkit.s3_server import S3Info
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.location import Location
-from fsstate.store.branches import list_branches
+from fsstate.store.lineage import list_branches
 from fsstate_spark import tiered
 from fsstate_spark.tiered.lifecycle import SPARK_MARKER_SCHEMA
 from fsstate_spark.tiered.lineage import LINEAGE_SCHEMA
