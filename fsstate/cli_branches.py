@@ -22,7 +22,7 @@ from typing import Any
 import click
 
 from fsstate.cli_tables import branches_table
-from fsstate.console import CommandEnv, Failed
+from fsstate.console import Command, CommandEnv, Failed
 from fsstate.inspect.catalog import StoreRef, branch_names, on_branch, read_fork
 from fsstate.store.branches import check_branch
 
@@ -92,7 +92,7 @@ def branch_docs(env: CommandEnv, root: str, stores: list[StoreRef]) -> list[dict
     return doc
 
 
-@click.command("branches")
+@click.command("branches", cls=Command)
 @click.argument("root")
 @click.option("--query", "-q", help="Only this query: its id, or a prefix of one.")
 @click.option("--operator", help="Only this operator (store name).")

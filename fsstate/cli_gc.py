@@ -24,7 +24,7 @@ import click
 from fsstate.cli_branches import pick_branch
 from fsstate.cli_tables import gc_tables
 from fsstate.config import StoreConfig
-from fsstate.console import CommandEnv, Failed
+from fsstate.console import Command, CommandEnv, Failed, at_least
 from fsstate.inspect.catalog import StoreRef
 from fsstate.storage.fileio import FileIO
 from fsstate.store.branches import drop_branch
@@ -40,7 +40,7 @@ _operator = click.option("--operator", help="Only this operator (store name).")
 _root = click.argument("root")
 
 
-@click.command()
+@click.command(cls=Command)
 @_root
 @_query
 @_operator
@@ -49,9 +49,15 @@ _root = click.argument("root")
     type=int,
     default=StoreConfig().orphan_grace_ms,
     show_default=True,
+    callback=at_least(0, "a number of milliseconds"),
     help="Never delete an unreferenced file younger than this (a commit may be under way).",
 )
-@click.option("--retain", type=int, help="Also drop versions older than the newest N.")
+@click.option(
+    "--retain",
+    type=int,
+    callback=at_least(1, "a number of versions"),
+    help="Also drop versions older than the newest N (N >= 1).",
+)
 @click.pass_obj
 def gc(
     env: CommandEnv,
@@ -62,8 +68,6 @@ def gc(
     retain: int | None,
 ) -> None:
     """Delete files no retained version references (and, with --retain, old versions)."""
-    if grace_ms < 0:
-        raise click.BadParameter("must be >= 0", param_hint="--grace-ms")
     fileio = env.fileio(root)
     stores = env.stores(fileio, query, operator)
     doc = []
@@ -121,7 +125,7 @@ def _gc_generations(fileio: FileIO, stores: list[StoreRef], grace_ms: int) -> li
     return gens
 
 
-@click.command("drop-branch")
+@click.command("drop-branch", cls=Command)
 @click.argument("root")
 @click.option("--query", "-q", help="The query: its id, or a prefix of one.")
 @click.option("--operator", required=True, help="The operator (store name).")
