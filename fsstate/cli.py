@@ -153,7 +153,13 @@ def cli(ctx: click.Context, as_json: bool, debug: bool, options: tuple[str, ...]
 @_operator
 @click.pass_obj
 def list_cmd(env: CommandEnv, root: str, query: str | None, operator: str | None) -> None:
-    """Operators under ROOT with their partitions and committed versions."""
+    """List the operators under ROOT and their committed versions.
+
+    One row per query and operator: its partitions, the oldest and newest retained versions,
+    how many are retained, the latest version and the branches. Reads the stores' listings
+    only. A partition behind or ahead of its operator's others shows in the latest column and
+    is named on stderr (fsstate verify says what to do).
+    """
     stores = env.stores(env.fileio(root), query, operator)
     groups: dict[tuple[str, str], list[StoreRef]] = {}
     for s in stores:
@@ -218,7 +224,14 @@ def stats(
     history: int | None,
     branch: str | None,
 ) -> None:
-    """Tables per operator: kind, files, rows and bytes on storage (from the manifests)."""
+    """Show each state variable's kind, files, rows and bytes.
+
+    One row per query, operator and state variable, summed over its partitions, from the
+    manifests of each store's newest version (--version: another one). Stored rows count every
+    row version on storage, shadowed and deleted ones too; --live-rows reads every table to
+    count what reads return. --history N shows instead the last N versions of each store:
+    rows updated, removed and expired, bytes written and commit time.
+    """
     fileio = env.fileio(root)
     stores = pick_branch(env, env.stores(fileio, query, operator), branch)
     if history is not None:
@@ -337,7 +350,14 @@ def show(
     expiry: bool,
     branch: str | None,
 ) -> None:
-    """Rows of STATE of OPERATOR at a version, across its partitions."""
+    """Print the rows of STATE of OPERATOR at a version.
+
+    The rows every partition (or --partition) holds, with a partition_id column, exactly as
+    the engine's reads return them: TTL resolved at the version's commit clock (--now-ms:
+    another time), superseded and deleted rows left out. Without --version each partition's
+    newest is read, and partitions that disagree are refused, naming the version to pass. The
+    trunk is read unless --branch names a branch.
+    """
     fileio = env.fileio(root)
     stores = _one_query(env.stores(fileio, query, operator, partition))
     stores = pick_branch(env, stores, branch)
@@ -380,8 +400,13 @@ def diff(
     limit: int,
     branch: str | None,
 ) -> None:
-    """Changes of STATE between FROM_VERSION and TO_VERSION (change_type update / delete),
-    both of one branch (--branch; default the trunk)."""
+    """Print what changed in STATE between two versions.
+
+    One row per key (list element, map key) whose value is new or changed at TO_VERSION
+    (change_type update, with the new value) or gone, deleted or expired (change_type delete),
+    with a partition_id column. Both versions are of one branch (--branch; default the trunk)
+    and must be present in every partition read.
+    """
     fileio = env.fileio(root)
     stores = _one_query(env.stores(fileio, query, operator, partition))
     stores = pick_branch(env, stores, branch)
@@ -421,9 +446,15 @@ def _one_query(stores: list[StoreRef]) -> list[StoreRef]:
 def compact(
     env: CommandEnv, root: str, query: str | None, operator: str | None, partition: int | None
 ) -> None:
-    """Merge each table's runs into one and publish that as the next version.
+    """Merge each table's files into one, as a new version.
 
-    Only for stores no streaming writer owns (see the module docstring).
+    In each store under ROOT (or --query, --operator, --partition), the runs of each table
+    (the files its commits and spills wrote) are merged into one, superseded row versions
+    dropped, and published as the store's next version: its reads need fewer files and return
+    exactly what the previous version returns. The older files go with retention (or fsstate
+    gc). Only for stores written through the engine directly (fsstate.PartitionStore):
+    a store a streaming query writes (tiered(), the flow driver) is refused, as its versions
+    are batch ids; those compact in the query's own tasks (StoreConfig's compaction settings).
     """
     fileio = env.fileio(root)
     stores = env.stores(fileio, query, operator, partition)

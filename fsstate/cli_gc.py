@@ -67,7 +67,13 @@ def gc(
     grace_ms: int,
     retain: int | None,
 ) -> None:
-    """Delete files no retained version references (and, with --retain, old versions)."""
+    """Delete files no retained version references.
+
+    With --retain N, also each store's versions older than its newest N. Then, per operator,
+    the layout generations a rescale superseded once no retained version is in them, and the
+    directories of rescales that died. A file any retained version of any branch needs is
+    never deleted, nor one younger than --grace-ms (a commit may be writing it).
+    """
     fileio = env.fileio(root)
     stores = env.stores(fileio, query, operator)
     doc = []
@@ -135,11 +141,14 @@ def _gc_generations(fileio: FileIO, stores: list[StoreRef], grace_ms: int) -> li
 def drop_branch_cmd(
     env: CommandEnv, root: str, query: str | None, operator: str, branch: str, yes: bool
 ) -> None:
-    """Delete BRANCH's manifests in every partition of OPERATOR: a lineage nobody continues
-    (e.g. the original once its checkpoint was deleted). Its files go by fsstate gc once no
-    other branch's retained versions need them. A query still running, or restarted later,
-    on that branch fails its next batch with VersionNotFoundError: stop it and delete or roll
-    back its checkpoint first. The trunk is never dropped."""
+    """Drop a branch of OPERATOR that nobody continues.
+
+    Deletes the branch's manifests in every partition of OPERATOR (asking first; --yes does
+    not), e.g. the original's lineage once its checkpoint was deleted. Its files go by fsstate
+    gc once no other branch's retained versions need them. A query still running, or restarted
+    later, on that branch fails its next batch with VersionNotFoundError: stop it and delete or
+    roll back its checkpoint first. The trunk is never dropped.
+    """
     if not branch:
         raise Failed("--branch: the trunk is never dropped; name a branch (fsstate branches)")
     fileio = env.fileio(root)

@@ -63,9 +63,14 @@ def verify(
     latest_only: bool,
     checkpoint: str | None,
 ) -> None:
-    """Check every file the retained versions reference (checksums, sizes, row counts), that
-    each operator's partitions agree on their latest version and that none has no version;
-    with --checkpoint, that the query's versions match Spark's commit log."""
+    """Check that the state under ROOT is intact and consistent.
+
+    Reads every file the retained versions of the trunk and of every branch reference
+    (checksums, sizes, row counts), and checks that each operator's partitions agree on their
+    latest version and that none has no version; with --checkpoint, that the query's versions
+    match Spark's commit log. Exits 1 naming each damaged or missing file and each partition
+    behind, ahead or without a version; 0 when all is well. Never writes.
+    """
     fileio = env.fileio(root, beside=(checkpoint_uri(checkpoint) if checkpoint else None,))
     check = None
     if checkpoint is None:

@@ -1,7 +1,7 @@
 """Both command lines as an operator following docs/operations.md and docs/cli.md meets them
-(issue 66): ``--json``, ``-o`` and ``--conf`` work after the command name as before it, ``-o``
-is refused where every location is a local path, and bad numbers are refused, each as one line
-(``Error: ConfigError: ...``, exit 2).
+(issue 66): every command's ``--help`` says what it does; ``--json``, ``-o`` and ``--conf`` work
+after the command name as before it, ``-o`` is refused where every location is a local path, and
+bad numbers are refused, each as one line (``Error: ConfigError: ...``, exit 2).
 
 No Spark session: fork, rollback and watch read checkpoints as files (written here as Spark
 writes them), and ``rescale``'s session is replaced by a stand-in that records its settings."""
@@ -18,12 +18,16 @@ import pytest
 from click.testing import CliRunner, Result
 
 from fsstate import PartitionStore
+from fsstate.cli import cli as fsstate_cli
 from fsstate.errors import ConfigError
 from fsstate_spark.cli import _SparkEnv
 from fsstate_spark.cli import cli as spark_cli
 
 KEY = pa.schema([("k", pa.string())])
 VAL = pa.schema([("n", pa.int64())])
+CLIS = {"fsstate": fsstate_cli, "fsstate-spark": spark_cli}
+SUMMARY_WORDS = 4  # the first line: a sentence saying what the command does
+DESCRIPTION_WORDS = 25  # the paragraph after it
 
 
 def _checkpoint(path: Path, committed: int = 1) -> Path:
@@ -53,6 +57,35 @@ def _refused(*args: str) -> str:
     assert len(lines) == 1 and res.stdout == "", res.stderr
     assert lines[0].startswith("Error: ConfigError: "), lines
     return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("prog", "name"),
+    [(prog, name) for prog, group in CLIS.items() for name in group.commands],
+)
+def test_every_commands_help_says_what_it_does(prog: str, name: str) -> None:
+    """``fsstate compact --help`` said 'see the module docstring': every command's help is a
+    one-sentence summary, which the command list shows whole, then a paragraph describing what
+    the command does, and points at nothing the operator cannot see."""
+    group = CLIS[prog]
+    command = group.commands[name]
+    paragraphs = [" ".join(p.split()) for p in (command.help or "").split("\n\n") if p.strip()]
+    assert len(paragraphs) >= 2, (name, command.help)
+    summary, description = paragraphs[0], paragraphs[1]
+    assert summary.endswith(".") and len(summary.split()) >= SUMMARY_WORDS, summary
+    assert summary.count(". ") == 0, f"{name}: the summary is one sentence: {summary}"
+    assert len(description.split()) >= DESCRIPTION_WORDS, (name, description)
+    assert "docstring" not in (command.help or "") and "module" not in (command.help or "")
+    shown = CliRunner().invoke(group, [name, "--help"], prog_name=prog)
+    assert shown.exit_code == 0 and " ".join(shown.stdout.split()).count(description) == 1
+    listing = CliRunner().invoke(group, ["--help"], prog_name=prog, terminal_width=100).stdout
+    assert f"{name} " in listing and summary in " ".join(listing.split()), listing
+
+
+@pytest.mark.parametrize("prog", sorted(CLIS))
+def test_each_groups_help_says_what_its_commands_do(prog: str) -> None:
+    paragraphs = [p for p in (CLIS[prog].help or "").split("\n\n") if p.strip()]
+    assert len(paragraphs) >= 2 and "after it" in paragraphs[-1], CLIS[prog].help
 
 
 def test_json_and_options_work_after_the_command(tmp_path: Path) -> None:
