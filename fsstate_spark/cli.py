@@ -81,7 +81,8 @@ class _SparkEnv(CommandEnv):
     "options",
     multiple=True,
     metavar="NAME=VALUE",
-    help="Object store setting of the state location (as tiered(storage_options=)), repeatable.",
+    help="Object store setting (as tiered(storage_options=)) of the checkpoint and state "
+    "locations the command names, repeatable.",
 )
 @click.option(
     "--conf",
@@ -183,6 +184,7 @@ def fork(env: _SparkEnv, checkpoint: str, target: str, batch: int | None) -> Non
 
     A query started on TARGET (the same code) continues from that batch with state of its
     own: fsstate's state branches from the original's in O(metadata) at its first batch.
+    TARGET is a new location: empty, neither inside CHECKPOINT nor holding it.
     """
     env.check_options(checkpoint, target)
     opts = env.options or None
