@@ -1,5 +1,5 @@
-"""The ``fsstate`` command line: list, stats, show, diff, verify, gc and compact stored state,
-and list and drop its branches (:mod:`fsstate.cli_branches`).
+"""The ``fsstate`` command line: list, stats, show, diff, verify (:mod:`fsstate.cli_verify`), gc
+and compact stored state, and list and drop its branches (:mod:`fsstate.cli_branches`).
 
 ``python -m fsstate --help`` or the ``fsstate`` console script (``pip install 'fsstate[cli]'``:
 click for the commands, rich for tables and progress bars). Every command takes the state
@@ -35,21 +35,22 @@ Invariants:
   partition with no version, or (``--checkpoint``) partitions behind or ahead of the
   checkpoint (each named on stderr);
   2 bad usage (click's usage message) or any error (one line on stderr naming the object and
-  what to do; also for an error fsstate did not type, which is reported as a bug). ``--debug``
-  (before the command) logs the storage client's full reports and tracebacks to stderr.
-* ``--json`` (before the command) prints one JSON document on stdout instead of tables.
+  what to do; also for an error fsstate did not type, which is reported as a bug; refusals of
+  the command's own input, :mod:`fsstate.console`, are ``ConfigError``). ``--debug`` (before
+  the command) logs the storage client's full reports and tracebacks to stderr.
+* ``--json`` prints one JSON document on stdout instead of tables; it and ``-o`` work before
+  the command name or after it (:class:`fsstate.console.ErrorsAsOneLine`).
 """
 
 from __future__ import annotations
 
 import logging
-import sys
 from collections.abc import Callable
 from typing import Any
 
 try:
     import click
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+    import rich  # noqa: F401 - the tables and progress bars (fsstate.console)
 except ImportError as exc:  # pragma: no cover - the cli extra is missing
     raise SystemExit(
         f"fsstate's command line needs click and rich ({exc}): pip install 'fsstate[cli]'"
@@ -66,24 +67,23 @@ from fsstate.cli_tables import (
     rows_table,
     stats_table,
 )
-from fsstate.console import CommandEnv, ErrorsAsOneLine, Failed, debug_to_stderr, option_pairs
+from fsstate.cli_verify import verify
+from fsstate.console import (
+    CommandEnv,
+    ErrorsAsOneLine,
+    Failed,
+    at_least,
+    debug_to_stderr,
+    option_pairs,
+)
 from fsstate.errors import ConfigError, VersionNotFoundError
 from fsstate.format.schema import KIND_LIST
 from fsstate.inspect.catalog import StoreRef, branch_names, read_store_manifest
 from fsstate.inspect.changes import diff_tables
-from fsstate.inspect.checkpoint import (
-    CheckpointCheck,
-    check_checkpoint,
-    checkpoint_uri,
-    query_stores,
-    read_checkpoint,
-)
 from fsstate.inspect.snapshot import Snapshot
 from fsstate.inspect.verify import (
-    VerifyReport,
     mixed_versions,
     skews,
-    verify_stores,
 )
 from fsstate.storage.fileio import FileIO
 from fsstate.store.maintenance import compact_store, streaming_owner
@@ -106,6 +106,15 @@ _branch = click.option(
     help="Read this branch (a lineage of a copied, restored or rolled-back query; see "
     "fsstate branches). Default: the trunk.",
 )
+_limit = click.option(
+    "--limit",
+    "-n",
+    type=int,
+    default=20,
+    show_default=True,
+    callback=at_least(0, "a number of rows", every=-1),
+    help="Rows shown; -1 all.",
+)
 _root = click.argument("root")
 
 
@@ -127,7 +136,12 @@ _root = click.argument("root")
 @click.version_option(package_name="fsstate")
 @click.pass_context
 def cli(ctx: click.Context, as_json: bool, debug: bool, options: tuple[str, ...]) -> None:
-    """Inspect and maintain fsstate state: ROOT is a state_uri (local path or s3://...)."""
+    """Inspect and maintain fsstate state, without Spark.
+
+    ROOT is a state_uri: a local path or an object store URI (s3://bucket/prefix; settings from
+    the AWS_* variables or -o). Every command finds every partition store below ROOT. --json
+    and -o work before the command name or after it.
+    """
     if debug:
         debug_to_stderr(ctx)
     ctx.obj = CommandEnv(as_json, option_pairs(options))
@@ -139,7 +153,13 @@ def cli(ctx: click.Context, as_json: bool, debug: bool, options: tuple[str, ...]
 @_operator
 @click.pass_obj
 def list_cmd(env: CommandEnv, root: str, query: str | None, operator: str | None) -> None:
-    """Operators under ROOT with their partitions and committed versions."""
+    """List the operators under ROOT and their committed versions.
+
+    One row per query and operator: its partitions, the oldest and newest retained versions,
+    how many are retained, the latest version and the branches. Reads the stores' listings
+    only. A partition behind or ahead of its operator's others shows in the latest column and
+    is named on stderr (fsstate verify says what to do).
+    """
     stores = env.stores(env.fileio(root), query, operator)
     groups: dict[tuple[str, str], list[StoreRef]] = {}
     for s in stores:
@@ -186,7 +206,12 @@ def _same_version(operator: str, stores: list[StoreRef], version: int | None) ->
 @_operator
 @click.option("--version", "-v", "version", type=int, help="Version (default each store's newest).")
 @click.option("--live-rows", is_flag=True, help="Also count live rows (reads every table).")
-@click.option("--history", type=int, help="Instead: each store's last N versions' summaries.")
+@click.option(
+    "--history",
+    type=int,
+    callback=at_least(1, "a number of versions"),
+    help="Instead: each store's last N versions' summaries (N >= 1).",
+)
 @_branch
 @click.pass_obj
 def stats(
@@ -199,7 +224,14 @@ def stats(
     history: int | None,
     branch: str | None,
 ) -> None:
-    """Tables per operator: kind, files, rows and bytes on storage (from the manifests)."""
+    """Show each state variable's kind, files, rows and bytes.
+
+    One row per query, operator and state variable, summed over its partitions, from the
+    manifests of each store's newest version (--version: another one). Stored rows count every
+    row version on storage, shadowed and deleted ones too; --live-rows reads every table to
+    count what reads return. --history N shows instead the last N versions of each store:
+    rows updated, removed and expired, bytes written and commit time.
+    """
     fileio = env.fileio(root)
     stores = pick_branch(env, env.stores(fileio, query, operator), branch)
     if history is not None:
@@ -300,7 +332,7 @@ def _print_rows(env: CommandEnv, title: str, table: pa.Table, limit: int) -> Non
 @_query
 @_partition
 @click.option("--version", "-v", "version", type=int, help="Version (default the newest).")
-@click.option("--limit", "-n", type=int, default=20, show_default=True, help="Rows shown; -1 all.")
+@_limit
 @click.option("--now-ms", type=int, help="Resolve TTL at this time (default the commit clock).")
 @click.option("--expiry", is_flag=True, help="Add each row's expiry time (_expires_at_ms).")
 @_branch
@@ -318,7 +350,14 @@ def show(
     expiry: bool,
     branch: str | None,
 ) -> None:
-    """Rows of STATE of OPERATOR at a version, across its partitions."""
+    """Print the rows of STATE of OPERATOR at a version.
+
+    The rows every partition (or --partition) holds, with a partition_id column, exactly as
+    the engine's reads return them: TTL resolved at the version's commit clock (--now-ms:
+    another time), superseded and deleted rows left out. Without --version each partition's
+    newest is read, and partitions that disagree are refused, naming the version to pass. The
+    trunk is read unless --branch names a branch.
+    """
     fileio = env.fileio(root)
     stores = _one_query(env.stores(fileio, query, operator, partition))
     stores = pick_branch(env, stores, branch)
@@ -346,7 +385,7 @@ def show(
 @click.argument("to_version", type=int)
 @_query
 @_partition
-@click.option("--limit", "-n", type=int, default=20, show_default=True, help="Rows shown; -1 all.")
+@_limit
 @_branch
 @click.pass_obj
 def diff(
@@ -361,8 +400,13 @@ def diff(
     limit: int,
     branch: str | None,
 ) -> None:
-    """Changes of STATE between FROM_VERSION and TO_VERSION (change_type update / delete),
-    both of one branch (--branch; default the trunk)."""
+    """Print what changed in STATE between two versions.
+
+    One row per key (list element, map key) whose value is new or changed at TO_VERSION
+    (change_type update, with the new value) or gone, deleted or expired (change_type delete),
+    with a partition_id column. Both versions are of one branch (--branch; default the trunk)
+    and must be present in every partition read.
+    """
     fileio = env.fileio(root)
     stores = _one_query(env.stores(fileio, query, operator, partition))
     stores = pick_branch(env, stores, branch)
@@ -397,122 +441,20 @@ def _one_query(stores: list[StoreRef]) -> list[StoreRef]:
 @_root
 @_query
 @_operator
-@click.option("--latest-only", is_flag=True, help="Check only each store's newest version.")
-@click.option(
-    "--checkpoint",
-    metavar="CHECKPOINT",
-    help="The checkpointLocation of a tiered() query whose state_uri is ROOT: also check that "
-    "each of its operators is at the checkpoint's last committed batch.",
-)
-@click.pass_obj
-def verify(
-    env: CommandEnv,
-    root: str,
-    query: str | None,
-    operator: str | None,
-    latest_only: bool,
-    checkpoint: str | None,
-) -> None:
-    """Check every file the retained versions reference (checksums, sizes, row counts), that
-    each operator's partitions agree on their latest version and that none has no version;
-    with --checkpoint, that the query's versions match Spark's commit log."""
-    fileio = env.fileio(root)
-    check = None
-    if checkpoint is None:
-        stores = env.stores(fileio, query, operator)
-    else:
-        stores, check = _checkpoint_stores(env, fileio, checkpoint, query, operator)
-    report = _verify_with_progress(env, fileio, stores, latest_only)
-    doc = report.to_doc()
-    doc["ok"] = report.ok and (check is None or check.ok)
-    doc["checkpoint"] = None if check is None else check.to_doc()
-    if env.as_json:
-        env.emit(doc, None)
-    else:
-        _print_verify(env, report, check)
-    if not doc["ok"]:
-        sys.exit(1)
-
-
-def _checkpoint_stores(
-    env: CommandEnv, fileio: FileIO, checkpoint: str, query: str | None, operator: str | None
-) -> tuple[list[StoreRef], CheckpointCheck]:
-    """The stores of the query of ``checkpoint`` under the state root ``fileio`` (its
-    ``<query id>`` directory, or the root itself when it is that directory), and how they
-    compare with the checkpoint's commit log."""
-    ckpt = read_checkpoint(env.fileio(checkpoint_uri(checkpoint)))
-    if query is not None and query != ckpt.query_id:
-        raise Failed(
-            f"--query {query} is not the query of checkpoint {ckpt.fileio.describe('')} "
-            f"({ckpt.query_id}): leave --query out"
-        )
-    stores, state = query_stores(fileio, ckpt, operator)
-    return stores, check_checkpoint(ckpt, stores, state.describe(""), fileio)
-
-
-def _verify_with_progress(
-    env: CommandEnv, fileio: FileIO, stores: list[StoreRef], latest_only: bool
-) -> VerifyReport:
-    """:func:`verify_stores` with a progress bar of the files checked (on a terminal)."""
-    bar: dict[str, Any] = {}
-    with Progress(
-        TextColumn("verifying"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        console=env.err,
-        transient=True,
-        disable=env.as_json or not env.err.is_terminal,
-    ) as progress:
-
-        def plan(n: int) -> None:
-            bar["task"] = progress.add_task("verify", total=n)
-
-        return verify_stores(
-            fileio,
-            stores,
-            latest_only=latest_only,
-            on_plan=plan,
-            on_file=lambda _size: progress.advance(bar["task"]),
-        )
-
-
-def _print_verify(env: CommandEnv, report: VerifyReport, check: CheckpointCheck | None) -> None:
-    """The outcome of ``verify`` on stdout, each thing wrong as one line on stderr."""
-    verdict = report.verdict
-    if check is not None:
-        done = "no batch" if check.batch is None else f"batch {check.batch}"
-        said = "matches" if check.ok else "does not match"
-        verdict += f"; the checkpoint (query {check.query}, {done} committed) {said}"
-    env.out.print(
-        f"checked {report.stores} stores, {report.versions} versions, {report.files} files "
-        f"({report.bytes} bytes): {verdict}"
-    )
-    for line in report.lines():
-        click.echo(line, err=True)
-    if check is not None:
-        for line in check.describe():
-            click.echo(f"CHECKPOINT {line}", err=True)
-        if check.in_flight is not None:
-            click.echo(
-                f"note: batch {check.in_flight} was running when the query stopped (planned, "
-                "not committed; some partitions committed it): its restart re-runs it and "
-                "adopts them",
-                err=True,
-            )
-
-
-@cli.command()
-@_root
-@_query
-@_operator
 @_partition
 @click.pass_obj
 def compact(
     env: CommandEnv, root: str, query: str | None, operator: str | None, partition: int | None
 ) -> None:
-    """Merge each table's runs into one and publish that as the next version.
+    """Merge each table's files into one, as a new version.
 
-    Only for stores no streaming writer owns (see the module docstring).
+    In each store under ROOT (or --query, --operator, --partition), the runs of each table
+    (the files its commits and spills wrote) are merged into one, superseded row versions
+    dropped, and published as the store's next version: its reads need fewer files and return
+    exactly what the previous version returns. The older files go with retention (or fsstate
+    gc). Only for stores written through the engine directly (fsstate.PartitionStore):
+    a store a streaming query writes (tiered(), the flow driver) is refused, as its versions
+    are batch ids; those compact in the query's own tasks (StoreConfig's compaction settings).
     """
     fileio = env.fileio(root)
     stores = env.stores(fileio, query, operator, partition)
@@ -543,6 +485,7 @@ def compact(
     env.emit(doc, compact_table(root, doc))
 
 
+cli.add_command(verify)
 cli.add_command(gc)
 cli.add_command(branches_cmd)
 cli.add_command(drop_branch_cmd)

@@ -23,7 +23,7 @@ from typing import Any
 import click
 
 from fsstate.cli_tables import branches_table
-from fsstate.console import CommandEnv, Failed
+from fsstate.console import Command, CommandEnv, Failed
 from fsstate.inspect.catalog import StoreRef, branch_names, live_lineages, on_branch, read_fork
 from fsstate.store.lineage import check_branch
 
@@ -96,14 +96,19 @@ def branch_docs(env: CommandEnv, root: str, stores: list[StoreRef]) -> list[dict
     return doc
 
 
-@click.command("branches")
+@click.command("branches", cls=Command)
 @click.argument("root")
 @click.option("--query", "-q", help="Only this query: its id, or a prefix of one.")
 @click.option("--operator", help="Only this operator (store name).")
 @click.pass_obj
 def branches_cmd(env: CommandEnv, root: str, query: str | None, operator: str | None) -> None:
-    """Branches of each operator's state: lineages a copied, restored or rolled-back
-    checkpoint continued on (fork point, newest version, partitions holding each)."""
+    """List the branches of each operator's state.
+
+    A branch is a lineage a copied, restored or rolled-back checkpoint continued on. One row
+    per query, operator and branch: its fork point (the version and branch it started from,
+    while its first version is retained), its versions and the partitions holding it. show,
+    diff and stats read a branch with --branch NAME; drop-branch drops one nobody continues.
+    """
     stores = env.stores(env.fileio(root), query, operator)
     doc = branch_docs(env, root, stores)
     env.emit(doc, branches_table(root, doc))

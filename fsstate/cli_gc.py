@@ -24,7 +24,7 @@ import click
 from fsstate.cli_branches import pick_branch
 from fsstate.cli_tables import gc_tables
 from fsstate.config import StoreConfig
-from fsstate.console import CommandEnv, Failed
+from fsstate.console import Command, CommandEnv, Failed, at_least
 from fsstate.inspect.catalog import StoreRef
 from fsstate.storage.fileio import FileIO
 from fsstate.store.lineage import drop_branch
@@ -40,7 +40,7 @@ _operator = click.option("--operator", help="Only this operator (store name).")
 _root = click.argument("root")
 
 
-@click.command()
+@click.command(cls=Command)
 @_root
 @_query
 @_operator
@@ -49,9 +49,15 @@ _root = click.argument("root")
     type=int,
     default=StoreConfig().orphan_grace_ms,
     show_default=True,
+    callback=at_least(0, "a number of milliseconds"),
     help="Never delete an unreferenced file younger than this (a commit may be under way).",
 )
-@click.option("--retain", type=int, help="Also drop versions older than the newest N.")
+@click.option(
+    "--retain",
+    type=int,
+    callback=at_least(1, "a number of versions"),
+    help="Also drop versions older than the newest N (N >= 1).",
+)
 @click.pass_obj
 def gc(
     env: CommandEnv,
@@ -61,9 +67,13 @@ def gc(
     grace_ms: int,
     retain: int | None,
 ) -> None:
-    """Delete files no retained version references (and, with --retain, old versions)."""
-    if grace_ms < 0:
-        raise click.BadParameter("must be >= 0", param_hint="--grace-ms")
+    """Delete files no retained version references.
+
+    With --retain N, also each store's versions older than its newest N. Then, per operator,
+    the layout generations a rescale superseded once no retained version is in them, and the
+    directories of rescales that died. A file any retained version of any branch needs is
+    never deleted, nor one younger than --grace-ms (a commit may be writing it).
+    """
     fileio = env.fileio(root)
     stores = env.stores(fileio, query, operator)
     doc = []
@@ -121,7 +131,7 @@ def _gc_generations(fileio: FileIO, stores: list[StoreRef], grace_ms: int) -> li
     return gens
 
 
-@click.command("drop-branch")
+@click.command("drop-branch", cls=Command)
 @click.argument("root")
 @click.option("--query", "-q", help="The query: its id, or a prefix of one.")
 @click.option("--operator", required=True, help="The operator (store name).")
@@ -131,11 +141,14 @@ def _gc_generations(fileio: FileIO, stores: list[StoreRef], grace_ms: int) -> li
 def drop_branch_cmd(
     env: CommandEnv, root: str, query: str | None, operator: str, branch: str, yes: bool
 ) -> None:
-    """Delete BRANCH's manifests in every partition of OPERATOR: a lineage nobody continues
-    (e.g. the original once its checkpoint was deleted). Its files go by fsstate gc once no
-    other branch's retained versions need them. A query still running, or restarted later,
-    on that branch fails its next batch with VersionNotFoundError: stop it and delete or roll
-    back its checkpoint first. The trunk is never dropped."""
+    """Drop a branch of OPERATOR that nobody continues.
+
+    Deletes the branch's manifests in every partition of OPERATOR (asking first; --yes does
+    not), e.g. the original's lineage once its checkpoint was deleted. Its files go by fsstate
+    gc once no other branch's retained versions need them. A query still running, or restarted
+    later, on that branch fails its next batch with VersionNotFoundError: stop it and delete or
+    roll back its checkpoint first. The trunk is never dropped.
+    """
     if not branch:
         raise Failed("--branch: the trunk is never dropped; name a branch (fsstate branches)")
     fileio = env.fileio(root)

@@ -3,7 +3,9 @@
 :class:`StoreConfig` holds the settings of one partition store, :class:`EngineConfig` the
 process-wide ones (the memory budget shared by every store, compaction bounds). The parsers of
 setting values given as text are here too: :func:`parse_bytes` for sizes, :func:`parse_flag`
-for every boolean setting of fsstate and its Spark adapter (one set of words everywhere).
+for every boolean setting of fsstate and its Spark adapter (one set of words everywhere), and
+:func:`local_options_error`, the one refusal of object store settings given with a local path
+(``tiered()``, the flow driver and both command lines say it alike).
 
 Invariants:
 
@@ -18,6 +20,7 @@ Invariants:
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from fsstate.errors import ConfigError
@@ -92,6 +95,22 @@ def check_number(name: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigError(f"{name}={value!r} must be a number")
     return float(value)
+
+
+def local_options_error(names: Iterable[str], given: str, where: str) -> ConfigError:
+    """The refusal of object store settings given with a local path, where they cannot apply.
+
+    Args:
+        names: the settings given (never their values: they may be secrets).
+        given: where they came from, as the user wrote them (``-o``, ``storage_options of
+            tiered() or spark.fsstate.storage.*``).
+        where: the local location as the message shows it (``state_uri='/data/state'``).
+    """
+    return ConfigError(
+        f"object store settings ({', '.join(sorted(names))}; from {given}) were given, but "
+        f"{where} is a local path where they cannot apply: remove them, or give an object "
+        "store URI (s3://bucket/prefix, ...)"
+    )
 
 
 def parse_bytes(value: int | str, setting: str = "memory_limit") -> int:

@@ -15,12 +15,21 @@ Invariants:
 * Every error a command raises reaches the user as one line on stderr with exit code 2
   (:class:`ErrorsAsOneLine`): a typed fsstate error as ``<Type>: <message>``, anything else
   (the object store client's panics included) as a bug to report; click's own usage errors
-  and exits pass through. Tracebacks only with ``--debug`` (logged at DEBUG).
+  and exits pass through. Tracebacks only with ``--debug`` (logged at DEBUG). Refusals of the
+  command line's own input are :class:`fsstate.errors.ConfigError`, so one line too: a value
+  option given twice (:class:`Command`: click would keep the last one silently), a number out
+  of its range (:func:`at_least`), a ``name=value`` without ``=`` (:func:`option_pairs`),
+  object store settings with local paths only (:meth:`CommandEnv.check_options`, the rule and
+  words of ``tiered()``), an operator no store has (with the nearest name, difflib).
+* The group's ``--json``, ``-o`` and ``--conf`` work before the command name and after it
+  (:meth:`ErrorsAsOneLine.add_command` gives every command a copy of them): given in both
+  places, ``--json`` is on, and ``name=value`` pairs merge, the later winning.
 * Progress bars go to stderr, only on a terminal and never with ``--json``.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 import logging
 import os
@@ -42,17 +51,20 @@ except ImportError as exc:  # pragma: no cover - the cli extra is missing
         f"fsstate's command line needs click and rich ({exc}): pip install 'fsstate[cli]'"
     ) from None
 
-from fsstate.errors import FsStateError
+from fsstate.config import local_options_error
+from fsstate.errors import ConfigError, FsStateError
 from fsstate.inspect.catalog import StoreRef, find_stores
 from fsstate.storage.backend import is_panic
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.location import Location
 
 __all__ = [
+    "Command",
     "CommandEnv",
     "ErrorsAsOneLine",
     "Failed",
     "FitTable",
+    "at_least",
     "debug_to_stderr",
     "option_pairs",
     "rich_table",
@@ -70,9 +82,42 @@ class Failed(click.ClickException):
         super().__init__(" ".join(message.split()))
 
 
+class Command(click.Command):
+    """A command whose options that take a value may be given once: ``-p 1 -p 2`` is refused
+    (click keeps the last silently); repeatable options (``multiple``) and flags are not
+    concerned."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if not ctx.resilient_parsing:
+            _, _, order = self.make_parser(ctx).parse_args(args=list(args))
+            for param in dict.fromkeys(order):
+                if not isinstance(param, click.Option) or param.multiple or param.is_flag:
+                    continue
+                if (n := order.count(param)) > 1:
+                    raise ConfigError(f"{_names(param)} is given {n} times: give it once")
+        return super().parse_args(ctx, args)
+
+
+# the group's options that also work after the command name -> the CommandEnv field they set
+_ANYWHERE = {"as_json": "as_json", "options": "options", "confs": "conf"}
+
+
 class ErrorsAsOneLine(click.Group):
     """Turns every error into one line on stderr and exit code 2 (click's own usage errors and
-    exits pass through)."""
+    exits pass through); its commands are :class:`Command` and take the group's ``--json``,
+    ``-o`` and ``--conf`` after their name too."""
+
+    command_class = Command
+
+    def add_command(self, cmd: click.Command, name: str | None = None) -> None:
+        """Register ``cmd`` (a :class:`Command`) with copies of the group's options that work
+        after the command name."""
+        if not isinstance(cmd, Command):
+            raise TypeError(f"{cmd.name}: fsstate's commands are fsstate.console.Command")
+        for param in self.params:
+            if isinstance(param, click.Option) and param.name in _ANYWHERE:
+                cmd.params.append(_after_command(param))
+        super().add_command(cmd, name)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -88,6 +133,38 @@ class ErrorsAsOneLine(click.Group):
             if not is_panic(exc):
                 raise
             raise unexpected(exc) from None
+
+
+def _after_command(param: click.Option) -> click.Option:
+    """A copy of the group's option ``param`` for after the command name: it updates the
+    command's :class:`CommandEnv` (made by the group's callback, which runs first)."""
+    field = _ANYWHERE[str(param.name)]
+
+    def merge(ctx: click.Context, _param: click.Parameter, value: Any) -> None:
+        env = ctx.find_object(CommandEnv)
+        if env is None or not value:
+            return
+        if param.is_flag:
+            setattr(env, field, True)
+        else:
+            getattr(env, field).update(option_pairs(value, param.opts[0]))
+
+    return click.Option(
+        param.opts,
+        is_flag=param.is_flag,
+        multiple=param.multiple,
+        metavar=param.metavar,
+        help=param.help,
+        expose_value=False,
+        callback=merge,
+    )
+
+
+def _names(param: click.Parameter) -> str:
+    """How messages name an option (``-p/--partition``) or an argument (``PARTITIONS``)."""
+    if isinstance(param, click.Option):
+        return "/".join(sorted(param.opts, key=len))
+    return str(param.name).upper()
 
 
 def unexpected(exc: BaseException) -> Failed:
@@ -108,8 +185,35 @@ class CommandEnv:
         self.out = Console(soft_wrap=False, width=200 if wide else None)
         self.err = Console(stderr=True)
 
-    def fileio(self, uri: str) -> FileIO:
+    def fileio(self, uri: str, beside: tuple[str | None, ...] = ()) -> FileIO:
+        """The files under ``uri`` (a location the command names), with the ``-o`` settings.
+
+        Args:
+            uri: a local path or object store URI.
+            beside: the command's other locations, to which ``-o`` applies too (None: not
+                given); see :meth:`check_options`.
+
+        Raises:
+            ConfigError: ``-o`` was given and ``uri`` and every location ``beside`` are local.
+        """
+        self.check_options(uri, *beside)
         return FileIO(Location.parse(uri, self.options))
+
+    def check_options(self, *uris: str | None) -> None:
+        """Refuse the ``-o`` settings when every location of ``uris`` (None: not given) is a
+        local path, where they cannot apply: as ``tiered()`` refuses ``storage_options`` with
+        a local ``state_uri`` (:func:`fsstate.config.local_options_error`).
+
+        Raises:
+            ConfigError: ``-o`` given, and only local paths.
+        """
+        given = [Location.parse(u) for u in uris if u is not None]
+        if not self.options or not given or not all(loc.is_local for loc in given):
+            return
+        shown = " and ".join(repr(loc.uri()) for loc in given)
+        raise local_options_error(
+            self.options, "-o", shown if len(given) == 1 else f"each of {shown}"
+        )
 
     def stores(
         self,
@@ -118,9 +222,23 @@ class CommandEnv:
         operator: str | None,
         partition: int | None = None,
     ) -> list[StoreRef]:
+        """The stores under ``fileio`` of ``query`` (an id or a prefix of one), ``operator``
+        and ``partition`` (None: every one).
+
+        Raises:
+            ConfigError: no store has ``operator`` (named with the nearest operator there).
+            Failed: no store matches, or ``query`` is a prefix of several ids.
+        """
         found = find_stores(fileio, operator=operator, partition=partition)
         if query is not None:
             found = [s for s in found if s.prefix == _query_id(query, found)]
+        if not found and operator is not None:
+            every = find_stores(fileio)
+            if query is not None:
+                every = [s for s in every if s.prefix == _query_id(query, every)]
+            refusal = unknown_operator(operator, every, fileio.describe(""))
+            if refusal is not None:
+                raise refusal
         if not found:
             what = " ".join(
                 f"{k}={v!r}"
@@ -161,14 +279,58 @@ class CommandEnv:
             yield step
 
 
-def option_pairs(values: tuple[str, ...]) -> dict[str, str]:
+def option_pairs(values: tuple[str, ...], option: str = "-o") -> dict[str, str]:
+    """``name=value`` texts of the repeatable ``option`` as a dict (the later value of a name
+    wins).
+
+    Raises:
+        ConfigError: a text without ``=`` or without a name.
+    """
     out = {}
     for v in values:
         name, sep, value = v.partition("=")
-        if not sep or not name:
-            raise click.BadParameter(f"{v!r}: write name=value", param_hint="-o/--option")
+        if not sep or not name.strip():
+            example = (
+                "spark.sql.shuffle.partitions=16" if option == "--conf" else "region=us-east-1"
+            )
+            raise ConfigError(f"{option} {v!r}: write name=value ({option} {example})")
         out[name.strip()] = value
     return out
+
+
+def at_least(minimum: int, what: str, every: int | None = None) -> Callable[..., Any]:
+    """A click callback refusing a number below ``minimum`` (``every``, if given, is allowed
+    too and means all) with a one-line :class:`ConfigError` naming the option and ``what`` to
+    give (``a number of rows``)."""
+
+    def check(_ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
+        if value is None or value >= minimum or value == every:
+            return value
+        name = _names(param)
+        also = f", or {every} for all" if every is not None else ""
+        raise ConfigError(f"{name} {value}: give {what} >= {minimum}{also}")
+
+    return check
+
+
+def unknown_operator(operator: str, stores: list[StoreRef], where: str) -> ConfigError | None:
+    """The refusal of ``operator`` that no store of ``stores`` (those the command could have
+    read) has, naming the nearest operator name there (difflib) and the names; None when one
+    has it, or when there is no store at all (nothing to name)."""
+    names = sorted({s.operator for s in stores})
+    if not names or operator in names:
+        return None
+    near = difflib.get_close_matches(operator, names, n=1, cutoff=0.6)
+    hint = f"; did you mean {near[0]!r}?" if near else ""
+    shown = ", ".join(map(repr, names[:_NAMES_SHOWN]))
+    more = f" and {len(names) - _NAMES_SHOWN} more" if len(names) > _NAMES_SHOWN else ""
+    return ConfigError(
+        f"no operator {operator!r} under {where}{hint} (operators there: {shown}{more}; "
+        "fsstate list shows them)"
+    )
+
+
+_NAMES_SHOWN = 8  # operator names an error shows before "and N more"
 
 
 def _query_id(query: str, stores: list[StoreRef]) -> str:

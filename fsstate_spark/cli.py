@@ -16,7 +16,8 @@ Invariants:
 
 * Errors, exit codes and progress as the ``fsstate`` command line's
   (:mod:`fsstate.console`): one line on stderr and exit code 2 for any error, a progress bar
-  on a terminal, ``--json`` for scripts.
+  on a terminal, ``--json`` for scripts; ``--json``, ``-o`` and ``--conf`` before the command
+  name or after it; ``-o`` refused where every location the command names is a local path.
 * The SparkSession is the active one (tests, ``spark-submit``) or one built from ``--conf``
   settings; the command never stops a session it did not build.
 """
@@ -38,6 +39,7 @@ from pyspark.sql import SparkSession
 from fsstate.console import (
     CommandEnv,
     ErrorsAsOneLine,
+    at_least,
     debug_to_stderr,
     option_pairs,
     rich_table,
@@ -79,7 +81,8 @@ class _SparkEnv(CommandEnv):
     "options",
     multiple=True,
     metavar="NAME=VALUE",
-    help="Object store setting of the state location (as tiered(storage_options=)), repeatable.",
+    help="Object store setting (as tiered(storage_options=)) of the checkpoint and state "
+    "locations the command names, repeatable.",
 )
 @click.option(
     "--conf",
@@ -93,15 +96,21 @@ class _SparkEnv(CommandEnv):
 def cli(
     ctx: click.Context, as_json: bool, debug: bool, options: tuple[str, ...], confs: tuple[str, ...]
 ) -> None:
-    """Steps on a stopped Spark streaming query's fsstate state that need Spark."""
+    """Steps on a Spark streaming query's checkpoint and fsstate state.
+
+    fork and rollback copy or cut a stopped query's checkpoint at a committed batch (no Spark
+    session); rescale changes a stopped tiered() query's partition count (with Spark, as the
+    query's driver runs it: --conf); watch shows each operator's newest versions, live.
+    --json, -o and --conf work before the command name or after it.
+    """
     if debug:
         debug_to_stderr(ctx, ("fsstate", "fsstate_spark"))
-    ctx.obj = _SparkEnv(as_json, option_pairs(options), option_pairs(confs))
+    ctx.obj = _SparkEnv(as_json, option_pairs(options), option_pairs(confs, "--conf"))
 
 
 @cli.command()
 @click.argument("checkpoint")
-@click.argument("partitions", type=click.IntRange(min=1))
+@click.argument("partitions", type=int, callback=at_least(1, "a partition count"))
 @click.option("--state-uri", help="The query's tiered() state_uri (default: as tiered() finds it).")
 @click.pass_obj
 def rescale(env: _SparkEnv, checkpoint: str, partitions: int, state_uri: str | None) -> None:
@@ -111,6 +120,7 @@ def rescale(env: _SparkEnv, checkpoint: str, partitions: int, state_uri: str | N
     Spark's own offline repartition and the query's tiered state moved to match; start the
     query again afterwards. Safe to run again if it was interrupted.
     """
+    env.check_options(state_uri)  # None: the state_uri tiered() resolves, checked there
     spark, built = env.session()
     extra: dict[str, Any] = {"storage_options": env.options} if env.options else {}
     try:
@@ -163,7 +173,10 @@ def _cut_doc(cut: CheckpointCut, what: str) -> tuple[dict[str, Any], Any]:
 @click.argument("checkpoint")
 @click.argument("target")
 @click.option(
-    "--batch", type=click.IntRange(min=0), help="Committed batch to fork at (default: the last)."
+    "--batch",
+    type=int,
+    callback=at_least(0, "a committed batch id"),
+    help="Committed batch to fork at (default: the last).",
 )
 @click.pass_obj
 def fork(env: _SparkEnv, checkpoint: str, target: str, batch: int | None) -> None:
@@ -171,7 +184,9 @@ def fork(env: _SparkEnv, checkpoint: str, target: str, batch: int | None) -> Non
 
     A query started on TARGET (the same code) continues from that batch with state of its
     own: fsstate's state branches from the original's in O(metadata) at its first batch.
+    TARGET is a new location: empty, neither inside CHECKPOINT nor holding it.
     """
+    env.check_options(checkpoint, target)
     opts = env.options or None
     cut = fork_query(checkpoint, target, batch=batch, storage_options=opts)
     env.emit(*_cut_doc(cut, "forked to"))
@@ -180,7 +195,11 @@ def fork(env: _SparkEnv, checkpoint: str, target: str, batch: int | None) -> Non
 @cli.command()
 @click.argument("checkpoint")
 @click.option(
-    "--batch", type=click.IntRange(min=0), required=True, help="Committed batch to go back to."
+    "--batch",
+    type=int,
+    required=True,
+    callback=at_least(0, "a committed batch id"),
+    help="Committed batch to go back to.",
 )
 @click.pass_obj
 def rollback(env: _SparkEnv, checkpoint: str, batch: int) -> None:
@@ -190,6 +209,7 @@ def rollback(env: _SparkEnv, checkpoint: str, batch: int) -> None:
     go on on a branch of their own). A sink that remembers batch ids (a file sink's
     _spark_metadata) must be rolled back or replaced as well.
     """
+    env.check_options(checkpoint)
     cut = rollback_query(checkpoint, batch, storage_options=env.options or None)
     env.emit(*_cut_doc(cut, "rolled back"))
 

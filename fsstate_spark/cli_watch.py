@@ -25,8 +25,8 @@ from typing import Any
 import click
 from rich.live import Live
 
-from fsstate.console import CommandEnv, FitTable, rich_table
-from fsstate.inspect.checkpoint import read_checkpoint
+from fsstate.console import Command, CommandEnv, FitTable, rich_table
+from fsstate.inspect.checkpoint import checkpoint_uri, read_checkpoint
 from fsstate_spark.metrics.watch import OperatorView, WatchTarget, now_ms, read_views, resolve
 
 __all__ = ["watch"]
@@ -124,7 +124,7 @@ def _refresh(target: WatchTarget) -> tuple[dict[str, Any], FitTable]:
     return watch_doc(target, views, at), watch_table(target, views, at)
 
 
-@click.command()
+@click.command(cls=Command)
 @click.argument("location")
 @click.option(
     "--state-uri",
@@ -151,6 +151,7 @@ def watch(
     (summed over partitions), the newest version (* when on a branch) and the lag in batches.
     Reads the state's manifests only: no Spark session, no driver needed.
     """
+    env.check_options(checkpoint_uri(location), state_uri)
     target = resolve(location, state_uri=state_uri, options=env.options)
     if once:
         env.emit(*_refresh(target))

@@ -27,7 +27,9 @@ Invariants:
 
 * Only a stopped query's checkpoint is cut (the caller's promise: a running query would write
   behind the cut); ``n`` must be a committed batch, else :class:`fsstate.errors.ConfigError`
-  and nothing changes. A fork's target must be empty.
+  and nothing changes. A fork's target must be empty and apart from its source: neither the
+  same location, nor inside it (the copy would be a part of what it copies), nor holding it;
+  refused before any I/O.
 * A rollback deletes the cut files newest batch first, the commit log before the offsets log,
   so an interrupted rollback leaves a checkpoint Spark restarts from a batch at or after ``n``
   (run it again to finish). A fork writes the copy's ``metadata`` last: a fork interrupted
@@ -39,6 +41,7 @@ Invariants:
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -138,6 +141,37 @@ def _committed(fileio: FileIO, batch: int | None, where: str) -> tuple[str, int]
     return ckpt.query_id, batch
 
 
+def _apart(source: Location, target: Location) -> None:
+    """Refuse a fork target that is the source checkpoint, inside it or holding it (local
+    paths compared with symbolic links resolved).
+
+    Raises:
+        ConfigError: the two locations overlap.
+    """
+    src, dst = _path_of(source), _path_of(target)
+    if (source.scheme, source.bucket) != (target.scheme, target.bucket):
+        return
+    if dst == src:
+        how = "is the source checkpoint"
+    elif dst.startswith(src + "/") or not src:
+        how = f"is inside the source checkpoint {source.describe('')}"
+    elif src.startswith(dst + "/") or not dst:
+        how = f"holds the source checkpoint {source.describe('')}"
+    else:
+        return
+    raise ConfigError(
+        f"fork target {target.describe('')} {how}: give a new location outside the source "
+        "checkpoint and not holding it"
+    )
+
+
+def _path_of(location: Location) -> str:
+    """The path of ``location`` to compare (a local one's symbolic links resolved), without a
+    trailing ``/``."""
+    path = os.path.realpath(location.path) if location.is_local else location.path
+    return path.rstrip("/")
+
+
 def _fileio(location: str, storage_options: dict[str, Any] | None) -> FileIO:
     return FileIO(Location.parse(checkpoint_uri(location), storage_options or {}))
 
@@ -190,10 +224,12 @@ def fork_query(
 
     Raises:
         ConfigError: not a checkpoint, ``batch`` not a retained committed batch, or
-            ``target`` not empty.
+            ``target`` not empty, or ``target`` and ``checkpoint`` the same location or one
+            inside the other.
     """
     source = _fileio(checkpoint, storage_options)
     dest = _fileio(target, storage_options)
+    _apart(source.location, dest.location)
     where = source.describe("")
     query_id, keep = _committed(source, batch, where)
     if dest.list("", recursive=True):

@@ -22,9 +22,11 @@ Invariants:
   product's call (:class:`Product`), never in a worker.
 * A state location is checked by writing and deleting a probe file (and, on object stores,
   that conditional writes are honoured) before a query starts. Refused before any I/O: an empty
-  ``state_uri`` (never replaced by the default), a process-local store (``memory://``: each
-  Python worker would have a store of its own), and object store settings
-  (``storage_options``, ``spark.fsstate.storage.*``) with a local path, where they cannot apply.
+  ``state_uri`` (never replaced by the default) or one that is no string or path, a
+  process-local store (``memory://``: each Python worker would have a store of its own),
+  ``storage_options`` that is no mapping, and object store settings (``storage_options``,
+  ``spark.fsstate.storage.*``) with a local path, where they cannot apply
+  (:func:`fsstate.config.local_options_error`, as the command lines refuse ``-o``).
 * A number setting takes a number (:func:`fsstate.config.check_whole`): ``True`` is refused,
   not read as 1.
 * An unknown setting is named as the user wrote it (``spark.fsstate.memoryLimt``, or the call's
@@ -40,11 +42,18 @@ import difflib
 import os
 import re
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from fsstate.config import EngineConfig, StoreConfig, check_whole, parse_bytes, parse_flag
+from fsstate.config import (
+    EngineConfig,
+    StoreConfig,
+    check_whole,
+    local_options_error,
+    parse_bytes,
+    parse_flag,
+)
 from fsstate.errors import ConfigError, FsStateError
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.location import Location, redact
@@ -401,26 +410,7 @@ def resolve_state_settings(
     max_cached = coerce("max_cached_stores", merged.pop("max_cached_stores", None), 0)
     if max_cached is None:
         max_cached = MAX_CACHED_STORES_DEFAULT
-    uri = merged.pop("state_uri", None)
-    if uri is not None and (not isinstance(uri, str) or not uri.strip()):
-        raise ConfigError(
-            f"state_uri={uri!r} of {product.call} is empty: give a directory or URI via "
-            f"{product.state_uri_hint} or spark.fsstate.stateUri, or leave it out for the default "
-            "(<checkpoint>/fsstate)"
-        )
-    uri = uri or default_state_uri(checkpoint)
-    storage = {**storage_conf, **dict(merged.pop("storage_options", None) or {})}
-    target = Location.parse(str(uri))
-    check_shared_location(target)
-    if storage and target.is_local:
-        names = ", ".join(sorted(storage))
-        raise ConfigError(
-            f"object store settings ({names}; from storage_options of {product.call} or "
-            f"spark.fsstate.storage.*) were given, but state_uri={target.uri()!r} is a local "
-            "path where they cannot apply: remove them, or give an object store URI "
-            "(s3://bucket/prefix, ...)"
-        )
-    location = check_state_uri(str(uri), storage, product)
+    location = _state_location(product, merged, storage_conf, checkpoint)
     return {
         "state_uri": location.uri(),
         "location": location,
@@ -430,3 +420,55 @@ def resolve_state_settings(
         "max_cached_stores": max_cached,
         "metrics": metrics,
     }
+
+
+def _state_location(
+    product: Product, merged: dict[str, Any], storage_conf: dict[str, str], checkpoint: str | None
+) -> Location:
+    """The state location of ``merged``'s ``state_uri`` and ``storage_options`` (both popped),
+    checked (:func:`check_state_uri`).
+
+    Raises:
+        ConfigError: ``state_uri`` is not a non-empty string or path, ``storage_options`` is
+            not a mapping, object store settings were given with a local path, or the location
+            is unusable. Values are never shown: they may hold a secret.
+    """
+    uri = merged.pop("state_uri", None)
+    if isinstance(uri, os.PathLike):
+        uri = os.fspath(uri)
+    if uri is not None and not isinstance(uri, str):
+        raise ConfigError(
+            f"state_uri of {product.call} is {_a(uri)}: give a directory path or URI as a "
+            f"string (/data/state, s3://bucket/prefix, ...) via {product.state_uri_hint} or "
+            "spark.fsstate.stateUri, or leave it out for the default (<checkpoint>/fsstate)"
+        )
+    if uri is not None and not uri.strip():
+        raise ConfigError(
+            f"state_uri={uri!r} of {product.call} is empty: give a directory or URI via "
+            f"{product.state_uri_hint} or spark.fsstate.stateUri, or leave it out for the default "
+            "(<checkpoint>/fsstate)"
+        )
+    uri = uri or default_state_uri(checkpoint)
+    given = merged.pop("storage_options", None)
+    if given is not None and not isinstance(given, Mapping):
+        raise ConfigError(
+            f"storage_options of {product.call} is {_a(given)}: give a dict of object store "
+            "settings, name -> value (storage_options={'region': 'eu-west-1'}; in Spark conf: "
+            "spark.fsstate.storage.<name>)"
+        )
+    storage = {**storage_conf, **dict(given or {})}
+    target = Location.parse(uri)
+    check_shared_location(target)
+    if storage and target.is_local:
+        raise local_options_error(
+            storage,
+            f"storage_options of {product.call} or spark.fsstate.storage.*",
+            f"state_uri={target.uri()!r}",
+        )
+    return check_state_uri(uri, storage, product)
+
+
+def _a(value: object) -> str:
+    """``value``'s type for a message, with its article (``an int``, ``a str``)."""
+    name = type(value).__name__
+    return f"{'an' if name[:1] in 'aeiou' else 'a'} {name}"

@@ -23,7 +23,7 @@ from typing import Any, cast
 from fsstate import cli
 from fsstate.codegen import _SourceLoader
 from fsstate.compaction import Compactor
-from fsstate.console import Failed
+from fsstate.console import ErrorsAsOneLine, Failed
 from fsstate.operators.local import LocalQuery
 from fsstate.stats import CommitInfo, ProcessStats, TableStats, VersionSummary
 from fsstate.storage.fileio import _CrcSink
@@ -63,7 +63,8 @@ FsStatePushdownReader.pushFilters
 _Receipts.addInPlace
 
 # Python protocols: file objects handed to pyarrow, the loader linecache asks for generated
-# source, click's exit code of an exception, click commands registered by their decorator
+# source, click's exit code of an exception and the class a group's command decorator makes,
+# click commands registered by their decorator
 _CrcSink.tell
 _CrcSink.writable
 _RangeReader.readable
@@ -73,6 +74,7 @@ _RangeReader.tell
 _RangeReader.seek
 _SourceLoader.get_source
 Failed.exit_code
+ErrorsAsOneLine.command_class
 cli.list_cmd
 cli.show
 spark_cli.rollback

@@ -27,6 +27,8 @@ Invariants:
   task's branch changed (a fork; the trunk needs no record): measured on 4.3, reading it costs
   a task 1-8 ms of Spark's state server (its first state access) and writing it 13 ms, so a
   running query on one lineage does neither; every task asks the batch's timestamp (0.1 ms).
+  A read asks ``exists`` before ``get`` (one more round trip only where a marker was written):
+  Spark's state server logs a WARN for a ``get`` of an empty value state.
 * The marker key is a valid grouping key of the query's key schema, distinct per partition
   where the first key field is a string or an integer; it lives only in :data:`LINEAGE_VAR`,
   a column family of its own, so it never meets the user's state.
@@ -154,6 +156,10 @@ class SparkMarker:
             return None
         self._client.set_implicit_key(self._key)
         try:
+            # exists() first: Spark's state server logs a WARN for every get() of an empty
+            # value state, and on the trunk (no fork yet) the marker is never written
+            if not self._state.exists():
+                return None
             return Lineage.from_row(self._state.get())
         finally:
             self._client.remove_implicit_key()

@@ -33,6 +33,7 @@ Invariants:
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -396,7 +397,7 @@ def note_stock_loop(name: str) -> None:
 def tiered(
     processor: StatefulProcessor,
     *,
-    state_uri: str | None = None,
+    state_uri: str | os.PathLike[str] | None = None,
     memory_limit: int | str | None = None,
     name: str | None = None,
     **options: Any,
@@ -414,7 +415,8 @@ def tiered(
 
     Args:
         processor: any pyspark StatefulProcessor; it is not modified.
-        state_uri: where state is stored: a local directory or a URI (``s3://...``).
+        state_uri: where state is stored: a local directory (a string or a path) or a URI
+            (``s3://...``).
         memory_limit: byte budget of the engine in each Python worker (``"512MiB"``).
         name: operator name, unique within a query (default: the processor's class name).
         **options: store settings (``retain_versions``, ``compression``, ``row_group_rows``,

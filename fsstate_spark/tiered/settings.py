@@ -20,6 +20,7 @@ Invariants:
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -84,7 +85,7 @@ class TieredConfig(StateSettings):
 
 def resolve_config(
     processor_name: str,
-    state_uri: str | None,
+    state_uri: str | os.PathLike[str] | None,
     memory_limit: int | str | None,
     name: str | None,
     options: dict[str, Any],

@@ -1,19 +1,22 @@
 """Bad settings of the Spark products refused where they are made, each with one line naming
 the setting (issue 45): a process-local store, an empty URI, a bool for a number, object store
-settings with a local path, an unknown setting (named as written, with the nearest one).
+settings with a local path, an unknown setting (named as written, with the nearest one), a
+``state_uri`` or ``storage_options`` of the wrong type (issue 66).
 
 No Spark session: the ``spark.fsstate.*`` settings are given explicitly, as
 :func:`fsstate_spark.settings.spark_settings` returns them."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
 from fsstate.errors import ConfigError
+from fsstate_spark import tiered
 from fsstate_spark.operators.settings import FlowSettings, resolve_flow_settings
 from fsstate_spark.settings import SparkConf, StateSettings
 from fsstate_spark.tiered.settings import TieredConfig, resolve_config
@@ -131,3 +134,44 @@ def test_an_unknown_keyword_gets_the_nearest_too(
 def test_good_settings_still_resolve(tmp_path: Path) -> None:
     assert _tiered(tmp_path)(retain_versions=3).store.retain_versions == 3
     assert _flows(tmp_path)(state_uri=None).state_uri == str(tmp_path / "ckpt" / "fsstate")
+
+
+class _Counter(StatefulProcessor):
+    """A processor for tiered() to wrap (never run)."""
+
+    def init(self, handle: Any) -> None:
+        pass
+
+    def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Iterator[Any]:
+        yield from ()
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    ("options", "words"),
+    [
+        ({"storage_options": "x"}, ["storage_options of tiered() is a str", "give a dict"]),
+        ({"storage_options": ["region"]}, ["storage_options of tiered() is a list"]),
+        ({"state_uri": 123}, ["state_uri of tiered() is an int", "give a directory path or URI"]),
+        ({"state_uri": b"/tmp/x"}, ["state_uri of tiered() is a bytes"]),
+    ],
+)
+def test_a_setting_of_the_wrong_type_is_a_config_error_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, options: dict[str, Any], words: list[str]
+) -> None:
+    """``tiered(P(), storage_options="x")`` was a ValueError from ``dict("x")`` deep in the
+    settings, ``state_uri=123`` a ConfigError saying the URI is empty (issue 66)."""
+    monkeypatch.chdir(tmp_path)  # the default state_uri, were one taken, is under here
+    with pytest.raises(ConfigError) as err:
+        tiered(_Counter(), **options)
+    assert all(w in str(err.value) for w in words), str(err.value)
+    assert "\n" not in str(err.value)
+    assert _nothing_written(tmp_path)
+
+
+@PRODUCTS
+def test_a_state_uri_may_be_a_path(tmp_path: Path, product: Callable[[Path], Resolve]) -> None:
+    got = product(tmp_path)(state_uri=tmp_path / "state")
+    assert got.state_uri == str(tmp_path / "state")
