@@ -4,12 +4,15 @@ of fsstate operators whose figures the driver can report.
 A *receipt* is what a task knows once its epoch committed version ``b`` of a partition store:
 the version's summary (the manifest's ``summary``, :class:`fsstate.stats.VersionSummary` as
 JSON: rows, bytes, memory, spill, compaction), the whole commit's duration as the task timed
-it (the manifest's publish included) and the branch. Tasks add receipts to a Spark accumulator
-the driver created (:class:`ReceiptParam`: ``tiered()`` makes one per processor on a classic
-session; a flow's :class:`~fsstate_spark.operators.driver.Driver` puts the summary into the
-receipts its stages already send, :data:`SUMMARY_KEY`, :data:`COMMIT_MS_KEY`), so the driver
-learns a batch's figures without reading any manifest. Spark Connect has no accumulators: there
-the figures are read from the manifests (:mod:`fsstate_spark.metrics.progress`).
+it (the manifest's publish included), the branch (the lineage the version is on) and the
+query run whose task committed it (Spark's run id: a rolled-back, forked or restarted query
+keeps its query id and re-runs batch ids under a new run id). Tasks add receipts to a Spark
+accumulator the driver created (:class:`ReceiptParam`: ``tiered()`` makes one per processor on
+a classic session; a flow's :class:`~fsstate_spark.operators.driver.Driver` puts the summary
+into the receipts its stages already send, :data:`SUMMARY_KEY`, :data:`COMMIT_MS_KEY`), so the
+driver learns a batch's figures without reading any manifest. Spark Connect has no
+accumulators: there the figures are read from the manifests
+(:mod:`fsstate_spark.metrics.progress`).
 
 The registry (:func:`register_tiered`, :func:`register_flow`, :func:`registered`) lists what
 this process created that may run in a query: each ``tiered()`` processor's state location,
@@ -23,6 +26,12 @@ Invariants:
 * Receipts are keyed ``query id -> batch -> (operator, partition) -> receipt`` and idempotent:
   a retried, speculative or recomputed task adds the same key with the same figures (the
   version it committed or adopted), so merging is ``dict.update``.
+* A receipt belongs to (query id, run id, batch): a partition's receipt of batch ``b`` from a
+  later run (the re-run of a rolled-back or forked query) replaces the earlier run's, and
+  :func:`batch_receipts` given a run returns that run's receipts only (a receipt that names no
+  run, a flow driver's, is any run's: a flow's re-run adopts the versions already committed,
+  flows never branch). An earlier run's figures are then read from its lineage's manifests
+  (:mod:`fsstate_spark.metrics.progress`), never taken from another run's receipt.
 * Bounded: an accumulator's (and a driver's) receipts keep the newest :data:`KEEP_BATCHES`
   batches per query; the registry keeps the newest :data:`REGISTRY_MAX` entries.
 * Thread-safe: Spark merges task updates on its accumulator server thread while the listener
@@ -52,12 +61,25 @@ Receipts = dict[str, dict[int, dict[tuple[str, int], dict[str, Any]]]]
 _lock = threading.Lock()
 
 
-def receipt(summary: Any, commit_ms: float, branch: str = "") -> dict[str, Any]:
+def receipt(
+    summary: Any, commit_ms: float, branch: str = "", run: str | None = None
+) -> dict[str, Any]:
     """A receipt: the summary (a :class:`fsstate.stats.VersionSummary`, its JSON dict, or None
-    when the version recorded none), the commit's duration in ms and the branch."""
+    when the version recorded none), the commit's duration in ms, the branch and the query run
+    whose task committed the version (None: not known, then the receipt is any run's)."""
     if summary is not None and not isinstance(summary, Mapping):
         summary = summary.to_json()
-    return {"summary": summary, "commit_ms": round(float(commit_ms), 3), "branch": branch}
+    out = {"summary": summary, "commit_ms": round(float(commit_ms), 3), "branch": branch}
+    if run:
+        out["run"] = str(run)
+    return out
+
+
+def of_run(got: Mapping[str, Any], run: str | None) -> bool:
+    """Whether receipt ``got`` may be ``run``'s: it names that run, or no run (or ``run`` is
+    None: any run's)."""
+    named = got.get("run")
+    return run is None or not named or named == run
 
 
 def merge_receipts(into: Receipts, more: Receipts, keep: int = KEEP_BATCHES) -> Receipts:
@@ -74,13 +96,15 @@ def merge_receipts(into: Receipts, more: Receipts, keep: int = KEEP_BATCHES) -> 
 
 
 def batch_receipts(
-    receipts: Receipts | None, query: str, batch: int
+    receipts: Receipts | None, query: str, batch: int, run: str | None = None
 ) -> dict[tuple[str, int], dict[str, Any]]:
-    """A copy of one batch's receipts of ``query`` (empty if none)."""
+    """A copy of one batch's receipts of ``query`` (empty if none): of run ``run`` only when
+    given (:func:`of_run`)."""
     if not receipts:
         return {}
     with _lock:
-        return dict(receipts.get(query, {}).get(batch, {}))
+        got = receipts.get(query, {}).get(batch, {})
+        return {key: r for key, r in got.items() if of_run(r, run)}
 
 
 class ReceiptParam(AccumulatorParam[Receipts]):

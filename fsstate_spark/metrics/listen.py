@@ -24,8 +24,11 @@ Invariants:
 * A batch without fsstate operators writes nothing; queries without fsstate are ignored.
 * Never fails the query or Spark's listener bus: a sink's or a read's exception is logged
   (once per kind and query) and the batch's line skipped; so is a sink's ``forget``.
-* One line per (query, batch) per listener: a progress event Spark repeats is not written
-  twice.
+* One line per (query id, run id, batch id) per listener: a progress event Spark repeats is
+  not written twice, and a batch id a rolled-back, forked or restarted query runs again (same
+  query id, a new run id) is written again, with that run's figures
+  (:func:`fsstate_spark.metrics.progress.batch_progress`: its receipts, its lineage's
+  versions) and handed to every sink again.
 * On a classic session the JVM calls the listener through :class:`_ProgressOnly`, which reads
   of each event only the four fields the listener uses (query id, run id, batch id, name):
   PySpark's own wrapper converts the whole progress first, a Py4J call per field, per source
@@ -54,7 +57,7 @@ if TYPE_CHECKING:  # prometheus_client is optional: imported when an exporter is
 log = logging.getLogger(__name__)
 
 Sink = Callable[[BatchProgress], None]
-SEEN_MAX = 4096  # (query, batch) pairs a listener remembers to skip repeats
+SEEN_MAX = 4096  # (query, run, batch) keys a listener remembers to skip repeats
 
 
 class JsonLinesSink:
@@ -96,7 +99,7 @@ class FsStateListener(StreamingQueryListener):
         self.sinks = list(sinks)
         self.state_uri = state_uri
         self.exporter = exporter  # the one listen() serves (also among the sinks), else None
-        self._seen: dict[tuple[str, int], None] = {}
+        self._seen: dict[tuple[str, str, int], None] = {}  # (query, run, batch), oldest first
         self._warned: set[tuple[str, str]] = set()
 
     @property
@@ -134,17 +137,17 @@ class FsStateListener(StreamingQueryListener):
     def onQueryProgress(self, event: Any) -> None:
         """The finished batch's figures to every sink."""
         p = event.progress
-        query, batch = str(p.id), int(p.batchId)
-        if (query, batch) in self._seen:
+        query, run, batch = str(p.id), str(p.runId), int(p.batchId)
+        if (query, run, batch) in self._seen:
             return
         try:
-            got = self.figures(query, batch, str(p.runId), p.name)
+            got = self.figures(query, batch, run, p.name)
         except Exception as exc:  # never break Spark's listener bus
             self._warn(query, "read", exc)
             return
         if got is None:
             return
-        self._seen[(query, batch)] = None
+        self._seen[(query, run, batch)] = None
         while len(self._seen) > SEEN_MAX:
             del self._seen[next(iter(self._seen))]
         for sink in self.sinks:

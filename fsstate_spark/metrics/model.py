@@ -22,6 +22,10 @@ Invariants:
   in ``numStateStoreInstances`` but not in ``partitionsReported``; its figures are absent, not
   zero.
 * ``to_json`` of every class gives JSON-ready dicts (ints, floats, strings, lists, dicts).
+* A batch is identified by (query id, run id, batch id) (:attr:`BatchProgress.key`), its
+  versions' lineage by their branches (:attr:`OperatorProgress.branches`): a rolled-back,
+  forked or restarted query keeps its query id and runs a batch id again under a new run id,
+  on a branch of its own when the state went on past the batch.
 """
 
 from __future__ import annotations
@@ -29,6 +33,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from fsstate.storage.manifest import Manifest
+from fsstate.store.identity import WRITER_META
+from fsstate.store.record import Writer
 
 TOP_PARTITIONS = 5  # partitions listed per operator, largest by rows first
 
@@ -65,6 +73,8 @@ class PartitionMetrics:
         commit_ms: the whole commit, the manifest's publish included, when the task's receipt
             says (None when the figures come from the manifest: its ``commit_ms`` then).
         branch: the branch the version is on ("" for the trunk).
+        run: the query run that committed the version, when known (the receipt's run, the
+            manifest's writer run).
     """
 
     partition: int
@@ -72,6 +82,7 @@ class PartitionMetrics:
     summary: Mapping[str, Any]
     commit_ms: float | None = None
     branch: str = ""
+    run: str | None = None
 
     @property
     def rows_total(self) -> int:
@@ -137,6 +148,12 @@ class OperatorProgress:
         """Commit time summed over partitions (Spark sums its store instances' too)."""
         return sum(p.commit_time_ms for p in self.partitions)
 
+    @property
+    def branches(self) -> tuple[str, ...]:
+        """The branches the reporting partitions' versions are on, sorted ("" for the trunk):
+        the lineage the figures are of."""
+        return tuple(sorted({p.branch for p in self.partitions}))
+
     def top_partitions(self, k: int = TOP_PARTITIONS) -> list[PartitionMetrics]:
         """The ``k`` largest partitions by rows (ties: lower partition first)."""
         return sorted(self.partitions, key=lambda p: (-p.rows_total, p.partition))[:k]
@@ -154,8 +171,8 @@ class OperatorProgress:
         return out
 
     def to_json(self) -> dict[str, Any]:
-        """Spark's ``StateOperatorProgress`` JSON fields, plus ``product``, ``batchId`` and
-        ``topPartitions``."""
+        """Spark's ``StateOperatorProgress`` JSON fields, plus ``product``, ``batchId``,
+        ``branches`` (:attr:`branches`) and ``topPartitions``."""
         return {
             "operatorName": self.operator_name,
             "product": self.product,
@@ -168,6 +185,7 @@ class OperatorProgress:
             "numShufflePartitions": self.num_partitions,
             "numStateStoreInstances": self.num_partitions,
             "customMetrics": self.custom_metrics(),
+            "branches": list(self.branches),
             "topPartitions": [p.to_json() for p in self.top_partitions()],
         }
 
@@ -195,6 +213,12 @@ class BatchProgress:
     operators: tuple[OperatorProgress, ...]
     manifest_reads: int = 0
 
+    @property
+    def key(self) -> tuple[str, str | None, int]:
+        """(query id, run id, batch id): what tells this batch from the same batch id run
+        again by another run of the query (a roll-back, a fork, a restart)."""
+        return (self.query_id, self.run_id, self.batch_id)
+
     def operator(self, name: str) -> OperatorProgress:
         """The operator of that name (KeyError naming the operators there are)."""
         for op in self.operators:
@@ -217,6 +241,12 @@ class BatchProgress:
             "manifestReads": self.manifest_reads,
             "stateOperators": [op.to_json() for op in self.operators],
         }
+
+
+def writer_run(manifest: Manifest) -> str | None:
+    """The query run that committed a version (its ``writer`` meta; None: not recorded)."""
+    writer = Writer.from_meta(manifest.meta.get(WRITER_META))
+    return None if writer is None else writer.run
 
 
 def operator_progress(

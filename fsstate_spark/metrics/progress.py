@@ -17,13 +17,29 @@ is read (one GET each, at most :data:`READ_THREADS` at once; counted in
 Measured at 200 partitions on the S3 test server (``python -m devkit.metrics_receipts``,
 medians of 7): from receipts 0.4 ms and no request; from the manifests 235 ms and 200 GETs.
 
+Re-runs: a rolled-back, forked or restarted query keeps its query id and runs batch ids again
+under a new run id, on a branch (lineage) of its own where the state went on past the batch
+(:mod:`fsstate_spark.tiered.lineage`). So a batch is (query id, run id, batch id): only the
+run's receipts count (:func:`fsstate_spark.receipts.batch_receipts`), and a partition without
+one has the version of the lineage its run committed read: the branch its run's receipts name,
+else the one whose version ``b`` records the run as its writer (``meta["writer"]["run"]``;
+the trunk first, then the store's branches, one LIST), else, when no lineage's version names
+the run (it adopted a version an earlier run of the same planning published: a restart
+re-running the batch the run before did not record as committed), the one committed last.
+A flow's stores never branch and record the flow driver's writer, not Spark's run: the
+trunk's. :func:`progress` reports the newest batch the query's *run* executed: Spark's
+progress of a trigger that executed no batch (a restart that found no new data; an idle
+trigger) names the batch id to come, which never ran.
+
 Invariants:
 
 * Reads only: nothing here writes state; one operator's or partition's failure to read is
   that partition's absence (not reported), never an error of the query or of the listener.
 * Per-process caches, bounded: a layout (partition count, generation directory) is read once
-  per operator; a complete batch's :class:`BatchProgress` is computed once
-  (:data:`CACHE_BATCHES` kept); an operator's existence is checked once per query.
+  per operator; a complete batch's :class:`BatchProgress` is computed once per (query id, run
+  id, batch id, lineage of the run's receipts) (:data:`CACHE_BATCHES` kept), never handed to
+  another run; the branch a run committed on is remembered per store (:data:`CACHE_BRANCHES`
+  kept); an operator's existence is checked once per query.
 * A partition whose version holds no summary (written with ``spark.fsstate.metrics=false``, or
   by an older fsstate) is not reported, as one without the version.
 """
@@ -43,7 +59,8 @@ from fsstate.errors import FsStateError
 from fsstate.inspect.checkpoint import read_query_id
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.location import Location
-from fsstate.storage.manifest import read_manifest
+from fsstate.storage.manifest import Manifest, read_manifest
+from fsstate.store.branches import list_branches
 from fsstate.store.identity import store_dir_for
 from fsstate.store.layout import LAYOUT_FILE, in_force, read_layouts, record_path
 from fsstate_spark.metrics.model import (
@@ -51,6 +68,7 @@ from fsstate_spark.metrics.model import (
     OperatorProgress,
     PartitionMetrics,
     operator_progress,
+    writer_run,
 )
 from fsstate_spark.operators.lineage import OWNER_FILE, FlowLineage, Owner
 from fsstate_spark.receipts import TieredEntry, batch_receipts, registered
@@ -61,10 +79,13 @@ log = logging.getLogger(__name__)
 
 READ_THREADS = 16  # manifests read at once
 CACHE_BATCHES = 512  # complete BatchProgress kept per process
+CACHE_BRANCHES = 4096  # (store, run) -> the branch the run committed on, kept per process
 HISTORY_DEFAULT = 20  # batches progress_history() returns by default
 RECHECK_S = 30.0  # an operator not found under a query is looked for again after this
 
 Receipt = Mapping[str, Any]
+# (query id, run id, batch id, the branches of the run's receipts): a BatchProgress cached
+BatchKey = tuple[str, str | None, int, tuple[str, ...]]
 
 
 @dataclass(frozen=True)
@@ -123,22 +144,40 @@ class _Operator:
     partitions: int | None = None  # known (a flow's driver) or read from the layout
     layout: str | None = None
 
+    @property
+    def branches(self) -> list[str]:
+        """The branches the run's receipts name (where its partitions without one are looked
+        for first)."""
+        return sorted({str(r.get("branch") or "") for r in self.receipts.values()})
+
 
 class _Caches:
     """The process's caches (see the module docstring)."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.batches: OrderedDict[tuple[str, int], BatchProgress] = OrderedDict()
+        self.batches: OrderedDict[BatchKey, BatchProgress] = OrderedDict()
         self.layouts: dict[tuple[str, str], list[Any]] = {}
         self.exists: dict[tuple[str, str], tuple[bool, float]] = {}
         self.flow_queries: dict[int, str | None] = {}
+        self.run_branches: OrderedDict[tuple[str, str], str] = OrderedDict()
 
-    def keep(self, progress: BatchProgress) -> None:
+    def keep(self, key: BatchKey, progress: BatchProgress) -> None:
         with self.lock:
-            self.batches[(progress.query_id, progress.batch_id)] = progress
+            self.batches[key] = progress
             while len(self.batches) > CACHE_BATCHES:
                 self.batches.popitem(last=False)
+
+    def branch_of(self, store: str, run: str) -> str | None:
+        """The branch ``run`` committed on in ``store`` (None: not known yet)."""
+        with self.lock:
+            return self.run_branches.get((store, run))
+
+    def keep_branch(self, store: str, run: str, branch: str) -> None:
+        with self.lock:
+            self.run_branches[(store, run)] = branch
+            while len(self.run_branches) > CACHE_BRANCHES:
+                self.run_branches.popitem(last=False)
 
 
 _caches = _Caches()
@@ -183,10 +222,10 @@ def _layouts(fileio: FileIO, name: str) -> list[Any]:
     return have
 
 
-def _tiered_operators(known: Known, query_id: str, batch: int) -> list[_Operator]:
-    """The query's ``tiered()`` operators: from receipts where the accumulators have them,
-    else the registered names whose state exists under the query, else (a named state URI)
-    the tiered operators listed there."""
+def _tiered_operators(known: Known, query_id: str, batch: int, run: str | None) -> list[_Operator]:
+    """The query's ``tiered()`` operators: from the run's receipts where the accumulators
+    have them, else the registered names whose state exists under the query, else (a named
+    state URI) the tiered operators listed there."""
     roots: dict[Location, list[TieredEntry]] = {}
     for entry in known.tiered:
         roots.setdefault(entry.location, []).append(entry)
@@ -197,7 +236,8 @@ def _tiered_operators(known: Known, query_id: str, batch: int) -> list[_Operator
         fileio = fileio_for(root.child(query_id), False)
         ops: dict[str, _Operator] = {}
         for entry in entries:
-            for (name, part), got in batch_receipts(entry.receipts(), query_id, batch).items():
+            got_all = batch_receipts(entry.receipts(), query_id, batch, run)
+            for (name, part), got in got_all.items():
                 op = ops.setdefault(name, _Operator("tiered", name, fileio))
                 op.receipts[part] = got
         if not ops:
@@ -223,7 +263,7 @@ def _flow_query(ref: FlowRef) -> str | None:
     return _caches.flow_queries[key]
 
 
-def _flow_operators(known: Known, query_id: str, batch: int) -> list[_Operator]:
+def _flow_operators(known: Known, query_id: str, batch: int, run: str | None) -> list[_Operator]:
     """The query's flow stages: registered flows whose query it is, and flows whose state a
     named state URI holds (its owner record names the query)."""
     out: list[_Operator] = []
@@ -234,7 +274,7 @@ def _flow_operators(known: Known, query_id: str, batch: int) -> list[_Operator]:
         seen.add(ref.root)
         fileio = fileio_for(ref.root, False)
         history = ref.driver.history if ref.driver is not None else None
-        got = batch_receipts(history, query_id, batch)
+        got = batch_receipts(history, query_id, batch, run)
         for name in ref.stages:
             layout = ref.driver.layouts.get(name) if ref.driver is not None else None
             op = _Operator("flow", name, fileio, partitions=ref.partitions, layout=layout)
@@ -253,16 +293,74 @@ def _flow_operators(known: Known, query_id: str, batch: int) -> list[_Operator]:
     return out
 
 
-def _read_partition(op: _Operator, partition: int, batch: int) -> PartitionMetrics | None:
-    """A partition's figures from its manifest of version ``batch`` (None: no such version,
-    no summary, or unreadable)."""
-    assert op.layout is not None
-    try:
-        manifest = read_manifest(op.fileio, store_dir_for(op.name, partition, op.layout), batch)
-    except FsStateError:
+class _Lookup:
+    """Version ``batch`` of one partition store, on the lineage run ``run`` committed (see
+    the module docstring); counts the manifests it reads."""
+
+    def __init__(self, op: _Operator, store_dir: str, batch: int, run: str | None) -> None:
+        self.op, self.store_dir, self.batch, self.run = op, store_dir, batch, run
+        self.reads = 0
+        self.found: dict[str, Manifest] = {}  # branch -> its version ``batch`` (read)
+        self.tried: set[str] = set()
+
+    def read(self, branch: str) -> Manifest | None:
+        """The branch's version (None: not there or unreadable), read once."""
+        if branch not in self.tried:
+            self.tried.add(branch)
+            self.reads += 1
+            try:
+                manifest = read_manifest(self.op.fileio, self.store_dir, self.batch, branch)
+            except FsStateError:
+                return None
+            self.found[branch] = manifest
+        return self.found.get(branch)
+
+    def first(self, branches: list[str]) -> tuple[str, Manifest] | None:
+        """The first of ``branches`` holding the version whose writer is the run."""
+        for branch in branches:
+            manifest = self.read(branch)
+            if manifest is not None and writer_run(manifest) == self.run:
+                return branch, manifest
         return None
-    summary = manifest.summary
-    return None if summary is None else PartitionMetrics(partition, batch, summary.to_json())
+
+    def version(self) -> tuple[str, Manifest] | None:
+        """(branch, manifest) of the run's version; None when no lineage has one."""
+        hints = [*self.op.branches, ""]
+        if self.run is None or self.op.product == "flow":  # no run to match: hint, else trunk
+            return next(((b, m) for b in hints if (m := self.read(b)) is not None), None)
+        where = self.op.fileio.describe(self.store_dir)
+        cached = _caches.branch_of(where, self.run)
+        got = self.first(([cached] if cached is not None else []) + hints)
+        if got is None:
+            try:
+                others = list_branches(self.op.fileio, self.store_dir)
+            except FsStateError:
+                others = []
+            got = self.first([b for b in others if b not in self.tried])
+        if got is not None:
+            _caches.keep_branch(where, self.run, got[0])
+            return got
+        if not self.found:
+            return None
+        # no version names the run: it adopted one an earlier run of its planning published
+        return max(self.found.items(), key=lambda f: (f[1].created_ms, f[0]))
+
+
+def _read_partition(
+    op: _Operator, partition: int, batch: int, run: str | None
+) -> tuple[PartitionMetrics | None, int]:
+    """A partition's figures from its manifest of version ``batch`` on the run's lineage
+    (None: no such version, no summary, or unreadable), and the manifests read."""
+    assert op.layout is not None
+    lookup = _Lookup(op, store_dir_for(op.name, partition, op.layout), batch, run)
+    found = lookup.version()
+    if found is None or found[1].summary is None:
+        return None, lookup.reads
+    branch, manifest = found
+    assert manifest.summary is not None
+    summary = manifest.summary.to_json()
+    metrics = PartitionMetrics(partition, batch, summary, None, branch, writer_run(manifest))
+    return metrics, lookup.reads
 
 
 def _resolve_layout(op: _Operator, batch: int) -> None:
@@ -281,8 +379,11 @@ def _resolve_layout(op: _Operator, batch: int) -> None:
         op.partitions = max(op.receipts, default=-1) + 1
 
 
-def _gather(ops: Sequence[_Operator], batch: int) -> tuple[list[OperatorProgress], int]:
-    """Every operator's progress: receipts, then the manifests of the partitions without."""
+def _gather(
+    ops: Sequence[_Operator], batch: int, run: str | None = None
+) -> tuple[list[OperatorProgress], int]:
+    """Every operator's progress: the run's receipts, then the manifests of the partitions
+    without (on the run's lineage); and the manifests read."""
     found: dict[int, list[PartitionMetrics]] = {}
     todo: list[tuple[int, int]] = []
     for i, op in enumerate(ops):
@@ -293,19 +394,37 @@ def _gather(ops: Sequence[_Operator], batch: int) -> tuple[list[OperatorProgress
             if summary is not None:
                 commit_ms = got.get("commit_ms")
                 branch = str(got.get("branch") or "")
-                found[i].append(PartitionMetrics(p, batch, summary, commit_ms, branch))
+                by = got.get("run") or None
+                found[i].append(PartitionMetrics(p, batch, summary, commit_ms, branch, by))
         todo.extend((i, p) for p in range(op.partitions or 0) if p not in op.receipts)
+    reads = 0
     if todo:
         with ThreadPoolExecutor(max_workers=min(READ_THREADS, len(todo))) as pool:
-            read = pool.map(lambda t: (t[0], _read_partition(ops[t[0]], t[1], batch)), todo)
-            for i, metrics in read:
+            read = pool.map(lambda t: (t[0], _read_partition(ops[t[0]], t[1], batch, run)), todo)
+            for i, (metrics, n) in read:
+                reads += n
                 if metrics is not None:
                     found[i].append(metrics)
     progress = [
         operator_progress(op.name, op.product, batch, op.partitions or 0, found[i])
         for i, op in enumerate(ops)
     ]
-    return progress, len(todo)
+    return progress, reads
+
+
+def _receipt_lineage(known: Known, query_id: str, batch: int, run: str | None) -> tuple[str, ...]:
+    """The branches the run's receipts of the batch name, sorted (no storage request): part of
+    a cached batch's key, so that batches of one run id but of two lineages (receipts naming no
+    run) are never one."""
+    branches: set[str] = set()
+    for entry in known.tiered:
+        for got in batch_receipts(entry.receipts(), query_id, batch, run).values():
+            branches.add(str(got.get("branch") or ""))
+    for ref in known.flows:
+        history = ref.driver.history if ref.driver is not None else None
+        for got in batch_receipts(history, query_id, batch, run).values():
+            branches.add(str(got.get("branch") or ""))
+    return tuple(sorted(branches))
 
 
 def batch_progress(
@@ -316,31 +435,38 @@ def batch_progress(
     name: str | None = None,
     known: Known | None = None,
 ) -> BatchProgress | None:
-    """The fsstate figures of batch ``batch_id`` of query ``query_id``.
+    """The fsstate figures of batch ``batch_id`` of run ``run_id`` of query ``query_id``.
+
+    A query rolled back, forked or restarted runs batch ids again under a new run id: the
+    figures are the run's own (its receipts, the versions of the lineage it committed; see the
+    module docstring), never another run's of the same batch id.
 
     Args:
         query_id: the query's id (``StreamingQuery.id``).
         batch_id: the batch.
-        run_id: the run's id, recorded in the result.
+        run_id: the run's id (``StreamingQuery.runId``; None: not known, then the receipts'
+            lineage, else the trunk's versions).
         name: the query's name, recorded in the result.
         known: where to look (default: what this process made, :func:`known_here`).
 
     Returns:
         The batch's figures; None when no fsstate operator of the query is known.
     """
+    known = known_here() if known is None else known
+    key = (query_id, run_id, batch_id, _receipt_lineage(known, query_id, batch_id, run_id))
     with _caches.lock:
-        done = _caches.batches.get((query_id, batch_id))
+        done = _caches.batches.get(key)
     if done is not None:
         return done
-    known = known_here() if known is None else known
-    ops = _tiered_operators(known, query_id, batch_id) + _flow_operators(known, query_id, batch_id)
+    ops = _tiered_operators(known, query_id, batch_id, run_id)
+    ops += _flow_operators(known, query_id, batch_id, run_id)
     if not ops:
         return None
-    operators, reads = _gather(ops, batch_id)
+    operators, reads = _gather(ops, batch_id, run_id)
     now = int(time.time() * 1000)
     result = BatchProgress(query_id, run_id, name, batch_id, now, tuple(operators), reads)
     if all(op.partitions_reported == op.num_partitions for op in operators):
-        _caches.keep(result)
+        _caches.keep(key, result)
     return result
 
 
@@ -352,12 +478,36 @@ def _field(progress: Any, key: str) -> Any:
     return getattr(progress, key, None)
 
 
+def executed(progress: Any) -> bool:
+    """Whether a progress of Spark's is of a trigger that executed its batch.
+
+    Spark also records the progress of a trigger that found no new data (a restart with
+    nothing to do, an idle trigger): it names the batch id to come and times no ``addBatch``.
+    A progress without ``durationMs`` (not Spark's) counts as executed.
+    """
+    durations = _field(progress, "durationMs")
+    return _field(progress, "batchId") is not None and (
+        durations is None or "addBatch" in durations
+    )
+
+
+def _executed(query: Any) -> list[Any]:
+    """The progress of each batch the query's run executed (``recentProgress``), oldest
+    first; ``lastProgress`` alone when it is one (no copy of Spark's whole buffer)."""
+    last = query.lastProgress
+    if last is not None and executed(last):
+        return [last]
+    return [p for p in query.recentProgress or [] if executed(p)]
+
+
 def progress(query: Any, *, state_uri: str | Sequence[str] | None = None) -> BatchProgress | None:
-    """fsstate's figures of a streaming query's last batch (``query.lastProgress``), per
-    operator in the shape of Spark's ``StateOperatorProgress``.
+    """fsstate's figures of the newest batch the query's run executed, per operator in the
+    shape of Spark's ``StateOperatorProgress``.
 
     Works for ``tiered()`` and flows, on classic sessions (from the tasks' receipts) and Spark
     Connect clients (from the manifests). See the module docstring for how operators are found.
+    The figures are the run's (``query.runId``): a rolled-back or forked query's re-run of a
+    batch id reports the re-run, on the lineage it committed.
 
     Args:
         query: a started ``StreamingQuery`` (classic or Spark Connect).
@@ -365,28 +515,44 @@ def progress(query: Any, *, state_uri: str | Sequence[str] | None = None) -> Bat
             elsewhere; a ``tiered()`` query's state is ``<state_uri>/<query id>``, a flow's
             ``state_uri`` itself).
 
+    When every progress Spark keeps is an idle trigger's (a query idle for longer than Spark's
+    buffer of recent progress holds, ``spark.sql.streaming.numRecentProgressUpdates`` triggers
+    of ``spark.sql.streaming.noDataProgressEventInterval``), the batch before the one they name
+    is reported if this run committed it (a receipt or a version naming the run).
+
     Returns:
-        The last batch's figures; None before the first batch, or when no fsstate operator of
-        the query is known.
+        The newest executed batch's figures; None before this run executed a batch (a restart
+        that found no new data ran none: the batches before it are an earlier run's, read them
+        with :func:`batch_progress` and that run's id), or when no fsstate operator of the
+        query is known.
     """
-    last = query.lastProgress
+    ran = _executed(query)
+    last = ran[-1] if ran else query.lastProgress
     batch = _field(last, "batchId")
     if batch is None:
         return None
-    return batch_progress(
-        str(query.id),
-        int(batch),
-        run_id=str(query.runId),
-        name=_field(last, "name"),
-        known=known_here(state_uri),
-    )
+    batch = int(batch) if ran else int(batch) - 1  # idle: the batch before the one it names
+    if batch < 0:
+        return None
+    run = str(query.runId)
+    known = known_here(state_uri)
+    got = batch_progress(str(query.id), batch, run_id=run, name=_field(last, "name"), known=known)
+    if got is None or ran or _committed_by(got, run):
+        return got
+    return None
+
+
+def _committed_by(progress: BatchProgress, run: str) -> bool:
+    """Whether some partition's version of the batch names ``run`` as its committer."""
+    return any(p.run == run for op in progress.operators for p in op.partitions)
 
 
 def progress_history(
     query: Any, *, limit: int = HISTORY_DEFAULT, state_uri: str | Sequence[str] | None = None
 ) -> list[BatchProgress]:
-    """fsstate's figures of the query's recent batches (``query.recentProgress``, at most
-    ``limit``, oldest first); batches whose figures are gone (retention) are left out.
+    """fsstate's figures of the batches the query's run executed recently
+    (``query.recentProgress``, at most ``limit``, oldest first); batches whose figures are gone
+    (retention) are left out, and so are triggers that executed no batch.
 
     Args:
         query: a started ``StreamingQuery``.
@@ -395,9 +561,8 @@ def progress_history(
     """
     batches: dict[int, Any] = {}
     for p in query.recentProgress or []:
-        b = _field(p, "batchId")
-        if b is not None:
-            batches[int(b)] = p
+        if executed(p):
+            batches[int(_field(p, "batchId"))] = p
     known = known_here(state_uri)
     out = []
     for b in sorted(batches)[-limit:]:

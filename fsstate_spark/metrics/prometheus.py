@@ -18,9 +18,12 @@ Invariants:
 
 * Gauges are the newest batch's figures (state size, memory, disk, the batch's commit time);
   counters (``_total``) are the sums of the batches this exporter received, kept per
-  (query id, operator): a batch is added once (a second delivery of the same batch id, as
-  the previous one, is ignored), and the counters only grow (a rolled-back query's re-run
-  batches add again: they did the work again).
+  (query id, operator): a batch is added once (a second delivery of the batch just taken, the
+  same (run id, branches, batch id), is ignored), and the counters only grow. A batch id run
+  again by another run of the query (a roll-back's or a fork's re-run, the same query id under
+  a new run id, on a lineage of its own) is another batch: its figures become the gauges (the
+  query follows the lineage it runs on, so ``fsstate_batch_id`` may go down) and add to the
+  counters (the batch did the work again).
 * What the exporter keeps is bounded: at most ``max_series`` (query, operator) entries; past
   it the one updated longest ago is dropped (``forget`` drops a query's at once).
 * Collection reads a snapshot taken under a lock: a scrape never sees half of a batch.
@@ -106,7 +109,7 @@ class _Series:
     """The figures of one (query id, operator): the newest batch and the running sums."""
 
     labels: tuple[str, str, str, str]
-    batch_id: int
+    batch: tuple[str | None, tuple[str, ...], int]  # the newest: (run id, branches, batch id)
     timestamp_s: float
     latest: OperatorProgress
     sums: dict[str, float] = field(default_factory=dict)
@@ -129,7 +132,7 @@ def _gauges(s: _Series) -> dict[str, float]:
     op = s.latest
     custom = op.custom_metrics()
     return {
-        "fsstate_batch_id": s.batch_id,
+        "fsstate_batch_id": s.batch[2],
         "fsstate_batch_timestamp_seconds": s.timestamp_s,
         "fsstate_partitions": op.num_partitions,
         "fsstate_partitions_reported": op.partitions_reported,
@@ -179,13 +182,14 @@ class PrometheusExporter(Collector):
             for op in progress.operators:
                 key = (progress.query_id, op.operator_name)
                 labels = (query, progress.query_id, op.operator_name, op.product)
+                batch = (progress.run_id, op.branches, progress.batch_id)
                 s = self._series.pop(key, None)
                 if s is None:
-                    s = _Series(labels, progress.batch_id, 0.0, op)
-                elif s.batch_id == progress.batch_id:
+                    s = _Series(labels, batch, 0.0, op)
+                elif s.batch == batch:
                     self._series[key] = s  # delivered again: counted already
                     continue
-                s.labels, s.batch_id, s.latest = labels, progress.batch_id, op
+                s.labels, s.batch, s.latest = labels, batch, op
                 s.timestamp_s = progress.timestamp_ms / 1000.0
                 s.add(op)
                 self._series[key] = s

@@ -17,6 +17,12 @@ Invariants:
 * A store's newest version is the head committed last (the largest ``created_ms``) among its
   trunk's and its branches' newest: after a fork or a roll-back the query writes on a branch,
   whose head may have a lower version than the trunk's.
+* An operator's newest batch is keyed by (run, lineage, batch), as the listener's are: the run
+  that committed its partition head committed last (the manifest's writer), that head's branch
+  and version (:attr:`OperatorView.latest`), not the largest version number among the heads
+  (after a roll-back or a fork the batch ids start again lower, on another lineage, while a
+  partition not yet re-run still has the other lineage's higher version). Which lineage a
+  rolled-back checkpoint runs on is not decided here: the head committed last stands for it.
 * ``lag`` counts batches: with a checkpoint, the checkpoint's newest committed batch minus the
   operator's oldest partition head (never below 0: a partition may have committed a batch
   Spark has not yet); with a state root only, the newest partition head minus the oldest.
@@ -39,7 +45,12 @@ from fsstate.inspect.checkpoint import SparkCheckpoint, checkpoint_uri, read_che
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.location import Location
 from fsstate.storage.manifest import Manifest
-from fsstate_spark.metrics.model import OperatorProgress, PartitionMetrics, operator_progress
+from fsstate_spark.metrics.model import (
+    OperatorProgress,
+    PartitionMetrics,
+    operator_progress,
+    writer_run,
+)
 from fsstate_spark.settings import state_dir_of
 
 __all__ = ["OperatorView", "WatchTarget", "read_views", "resolve"]
@@ -110,10 +121,14 @@ class OperatorView:
     Attributes:
         query: the query id the stores are under ("" for a flow's root).
         progress: the figures of each partition's newest version.
-        latest: the newest version of any partition.
+        latest: the version of the partition head committed last (the newest batch).
         lag: batches behind (see the module docstring).
         committed_ms: when the newest of those versions was committed (epoch ms).
         branches: the branches the heads are on ("" for the trunk), sorted.
+        run: the run the newest head records as its writer (Spark's run id for a ``tiered()``
+            query; a flow driver's own writer id for a flow; None: not recorded).
+        branch: the branch of the newest head: with ``run`` and ``latest``, the newest
+            batch's key.
     """
 
     query: str
@@ -122,14 +137,19 @@ class OperatorView:
     lag: int
     committed_ms: int
     branches: tuple[str, ...]
+    run: str | None = None
+    branch: str = ""
 
     def to_json(self, now_ms: int) -> dict[str, Any]:
         """The operator's progress document (``OperatorProgress.to_json``) plus ``query``,
-        ``latestVersion``, ``lag``, ``ageSeconds`` and ``branches``."""
+        ``latestVersion``, ``runId`` and ``branch`` (the newest batch's key), ``lag``,
+        ``ageSeconds`` and ``branches``."""
         return {
             "query": self.query,
             **self.progress.to_json(),
             "latestVersion": self.latest,
+            "runId": self.run,
+            "branch": self.branch,
             "lag": self.lag,
             "ageSeconds": round(max(0, now_ms - self.committed_ms) / 1000, 1),
             "branches": list(self.branches),
@@ -180,29 +200,44 @@ def read_views(target: WatchTarget) -> list[OperatorView]:
     state, stores = _stores(target)
     for store in stores:
         manifest, branch = _head(state, store)
-        part = PartitionMetrics(store.partition, manifest.version, _summary(manifest), None, branch)
+        part = PartitionMetrics(
+            store.partition,
+            manifest.version,
+            _summary(manifest),
+            None,
+            branch,
+            writer_run(manifest),
+        )
         groups.setdefault((store.prefix, store.operator), []).append((part, manifest.created_ms))
     committed = target.checkpoint.committed if target.checkpoint is not None else None
-    out = []
-    for (query, operator), found in sorted(groups.items()):
-        parts = [p for p, _ in found]
-        heads = [p.version for p in parts]
-        newest = max(heads)
-        lag = (newest if committed is None else committed) - min(heads)
-        progress = operator_progress(
-            operator, "tiered" if query else "flow", newest, len(parts), parts
-        )
-        out.append(
-            OperatorView(
-                query,
-                progress,
-                newest,
-                max(0, lag),
-                max(ms for _, ms in found),
-                tuple(sorted({p.branch for p in parts})),
-            )
-        )
-    return out
+    return [
+        _view(query, operator, found, committed)
+        for (query, operator), found in sorted(groups.items())
+    ]
+
+
+def _view(
+    query: str, operator: str, found: list[tuple[PartitionMetrics, int]], committed: int | None
+) -> OperatorView:
+    """One operator's view of its partitions' heads (with when each was committed), keyed by
+    the head committed last (see the module docstring)."""
+    parts = [p for p, _ in found]
+    newest, committed_ms = max(found, key=lambda f: (f[1], f[0].version))
+    lag = (newest.version if committed is None else committed) - min(p.version for p in parts)
+    progress = operator_progress(
+        operator, "tiered" if query else "flow", newest.version, len(parts), parts
+    )
+    branches = tuple(sorted({p.branch for p in parts}))
+    return OperatorView(
+        query,
+        progress,
+        newest.version,
+        max(0, lag),
+        committed_ms,
+        branches,
+        newest.run,
+        newest.branch,
+    )
 
 
 def now_ms() -> int:

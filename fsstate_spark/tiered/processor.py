@@ -360,7 +360,7 @@ class TieredProcessor(StatefulProcessor):
         """Hand the driver the committed version's figures (:mod:`fsstate_spark.receipts`)."""
         assert task.query_id is not None and task.batch_id is not None
         assert task.partition is not None
-        got = receipt(finished.commit.summary, finished.commit_ms, store.branch)
+        got = receipt(finished.commit.summary, finished.commit_ms, store.branch, task.run_id)
         self._receipts.add(
             {task.query_id: {task.batch_id: {(store.operator, task.partition): got}}}
         )

@@ -1,4 +1,5 @@
-"""Receipts (:mod:`fsstate_spark.receipts`): merged idempotently, bounded per query, and
+"""Receipts (:mod:`fsstate_spark.receipts`): merged idempotently, bounded per query, a batch's
+receipts asked for by run (a re-run's replace the earlier run's), and
 ``spark.fsstate.metrics=false`` turns the figures off (no accumulator, no summary recorded)."""
 
 from __future__ import annotations
@@ -28,3 +29,21 @@ def test_metrics_off_records_no_summary(tmp_path: Path) -> None:
     off = resolve_config("P", str(tmp_path), None, None, {}, conf={"metrics": "false"})
     assert on.metrics and on.store.record_summary
     assert not off.metrics and not off.store.record_summary
+
+
+def test_a_batchs_receipts_are_its_runs() -> None:
+    """A re-run of batch 3 by another run (a roll-back's, on a branch) replaces the earlier
+    run's receipt of each partition it committed; asked for a run, only that run's receipts
+    come back (a receipt naming no run, a flow driver's, is any run's)."""
+    param = ReceiptParam()
+    acc = param.zero({})
+    first = {("op", p): receipt({"rows_total": 1}, 1.0, "", "run1") for p in (0, 1)}
+    acc = param.addInPlace(acc, {"q": {3: first}})
+    again = receipt({"rows_total": 2}, 1.0, "v2-abc", "run2")
+    acc = param.addInPlace(acc, {"q": {3: {("op", 0): again}}})
+    assert batch_receipts(acc, "q", 3, "run2") == {("op", 0): again}
+    assert batch_receipts(acc, "q", 3, "run1") == {("op", 1): first[("op", 1)]}
+    assert batch_receipts(acc, "q", 3) == {("op", 0): again, ("op", 1): first[("op", 1)]}
+    assert again["run"] == "run2" and "run" not in receipt(None, 1.0)
+    flow = {"q": {3: {("stage", 0): receipt({"rows_total": 5}, 1.0)}}}
+    assert batch_receipts(flow, "q", 3, "run9") == flow["q"][3]
