@@ -25,7 +25,7 @@ from pyspark.sql import SparkSession
 from devkit.spark_local import write_batches
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.manifest import read_manifest
-from fsstate.store.branches import list_branches
+from fsstate.store.lineage import list_branches
 from fsstate.store.identity import store_dir_for
 from fsstate_spark import tiered
 from fsstate_spark.metrics import BatchProgress, listen
