@@ -68,7 +68,7 @@ from fsstate.store.layout import Layout, in_force, new_layout_dir, publish_layou
 from fsstate.store.lineage import list_branches, read_version
 from fsstate.store.partition import PartitionStore
 from fsstate.store.pool import StorePool
-from fsstate.store.record import EpochRecord, merge_operator_meta
+from fsstate.store.record import EpochRecord, Writer, merge_operator_meta
 from fsstate.tables import ListTable, MapTable, TableBase, ValueTable
 from fsstate.tables.scan import ScanTable
 
@@ -257,6 +257,8 @@ def rescale(
     progress: Callable[[RescaleProgress], None] | None = None,
     as_version: int | None = None,
     lineages: Sequence[str] | None = None,
+    planned_ms: int | None = None,
+    source: str | None = None,
 ) -> RescaleResult:
     """Rescale ``operator``'s state to ``partitions`` partitions (see the module docstring).
 
@@ -279,6 +281,11 @@ def rescale(
         lineages: the lineage to read in each old partition (:mod:`fsstate.store.lineage`;
             None: the trunk in every one); the new generation's record names them, and its
             trunk continues them.
+        planned_ms: when the batch the rescale commits was planned (a query's repartition
+            batch), recorded with each new store's first version
+            (:class:`fsstate.store.record.Writer`: no run, that planning).
+        source: the directory of the generation to read (None: the one holding
+            ``lineages``, else the newest).
 
     Returns:
         What was done; ``result.layout.dir`` is the new generation's directory.
@@ -301,8 +308,12 @@ def rescale(
             "give a version at or after the one read"
         )
     t0 = time.perf_counter()
-    old, new = _next_layout(fileio, operator, partitions, keys, target_version, version, lineages)
-    job = _Job(fileio, operator, old, new, keys, partition_of, config or StoreConfig(), t0)
+    where = (version, lineages, source)
+    old, new = _next_layout(fileio, operator, partitions, keys, target_version, where)
+    writer = None if planned_ms is None else Writer(None, None, planned_ms)
+    job = _Job(
+        fileio, operator, old, new, keys, partition_of, config or StoreConfig(), t0, writer
+    )
     rows_written = 0
     names: tuple[str, ...] = ()
     if version is not None:
@@ -333,8 +344,7 @@ def _next_layout(
     partitions: int,
     keys: Sequence[str],
     target_version: int | None,
-    version: int | None,
-    lineages: Sequence[str] | None,
+    where: tuple[int | None, Sequence[str] | None, str | None],
 ) -> tuple[Layout, Layout]:
     """The generation read (the one holding ``lineages``, else the one in force) and the one
     the rescale writes.
@@ -342,8 +352,11 @@ def _next_layout(
     Raises:
         ConfigError: no partition count is recorded, or ``lineages`` do not fit its count.
     """
+    version, lineages, source = where
     layouts = read_layouts(fileio, operator)
-    old = _read_generation(fileio, operator, layouts, lineages)
+    old = next((g for g in layouts if g.dir == source), None)
+    if old is None:
+        old = _read_generation(fileio, operator, layouts, lineages)
     if old.partitions is None:
         raise ConfigError(
             f"operator {operator!r}: no partition count is recorded under "
@@ -407,6 +420,7 @@ class _Job:
     partition_of: PartitionOf
     config: StoreConfig
     t0: float
+    writer: Writer | None = None
 
     def copy(
         self,
@@ -442,7 +456,10 @@ class _Job:
             record = EpochRecord.merge(EpochRecord.from_meta(m.meta) for m in manifests)
             published = StorePool(max_idle=0)
             for target in targets:
-                EpochRun.of_new_store(target, target_version, pool=published).commit(record)
+                run = EpochRun.of_new_store(
+                    target, target_version, writer=self.writer, pool=published
+                )
+                run.commit(record)
         finally:
             for target in targets:
                 if not target.closed:

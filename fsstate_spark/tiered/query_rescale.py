@@ -58,13 +58,15 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql.types import StructType
 
-from fsstate.errors import ConfigError, FsStateError, VersionNotFoundError
+from fsstate.errors import ConfigError, FsStateError
+from fsstate.inspect.catalog import all_stores
 from fsstate.inspect.checkpoint import SparkCheckpoint, checkpoint_uri, read_checkpoint
+from fsstate.inspect.lineage import batch_state, planning_of
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.location import Location
-from fsstate.storage.manifest import read_manifest
 from fsstate.store.identity import store_dir_for
-from fsstate.store.layout import Layout, in_force, read_layouts
+from fsstate.store.layout import Layout, read_layouts
+from fsstate.store.lineage import read_version
 from fsstate.store.rescale import RescaleProgress, RescaleResult, log_progress, rescale
 from fsstate_spark.compat import PYSPARK_MINOR
 from fsstate_spark.runtime import fileio_for
@@ -103,10 +105,12 @@ class QueryRescale:
 
 @dataclass(frozen=True)
 class _Operator:
-    """A tiered operator's state under the query's root."""
+    """A tiered operator's state under the query's root, where the checkpoint's lineage has it
+    at the version the rescale reads."""
 
     name: str
-    layout: Layout  # the generation in force now
+    layout: Layout  # the generation holding that version
+    lineages: tuple[str, ...]  # the lineage holding it, per partition
 
 
 def _checkpoint_fileio(checkpoint_location: str, config: TieredConfig) -> FileIO:
@@ -114,9 +118,20 @@ def _checkpoint_fileio(checkpoint_location: str, config: TieredConfig) -> FileIO
     return FileIO(Location.parse(checkpoint_uri(checkpoint_location), options))
 
 
-def _tiered_operators(fileio: FileIO) -> list[_Operator]:
-    """The tiered operators of a query's state root (each with a generation-0 record)."""
-    return [_Operator(n, in_force(read_layouts(fileio, n))) for n in tiered_operators(fileio)]
+def _located(
+    state: FileIO, name: str, ckpt: SparkCheckpoint, batch: int, count: int
+) -> _Operator | None:
+    """Operator ``name``'s state at the checkpoint's ``batch`` with ``count`` partitions,
+    on the lineage the checkpoint runs on (:mod:`fsstate.inspect.lineage`); None if a
+    partition does not hold it."""
+    stores = all_stores(state, prefix="", operator=name)
+    if not stores:
+        return None
+    got = batch_state(state, stores, batch, planning_of(ckpt, batch), count=count)
+    if not got.whole:
+        return None
+    layout = next(g for g in read_layouts(state, name) if g.dir == got.layout)
+    return _Operator(name, layout, tuple(got.lineages[p] for p in range(got.partitions)))
 
 
 def _marked_operators(spark: SparkSession, checkpoint: str) -> list[int]:
@@ -149,26 +164,14 @@ def _spark_key_type(spark: SparkSession, checkpoint: str, operator_id: int) -> S
 
 
 def _key_names(fileio: FileIO, op: _Operator, version: int) -> list[str] | None:
-    """The grouping key columns of an operator's tables at ``version``, once every partition
-    is known to have committed it (None: no partition wrote a table, so no key to place; a
-    table declared but never written has no key schema in its partition).
-
-    Raises:
-        ConfigError: a partition did not commit ``version`` (nothing is changed).
-    """
+    """The grouping key columns of an operator's tables at ``version`` (None: no partition
+    wrote a table, so no key to place; a table declared but never written has no key schema
+    in its partition)."""
     assert op.layout.partitions is not None
     names: list[str] | None = None
     for p in range(op.layout.partitions):
         store_dir = store_dir_for(op.name, p, op.layout.dir)
-        try:
-            manifest = read_manifest(fileio, store_dir, version)
-        except VersionNotFoundError:
-            raise ConfigError(
-                f"tiered operator {op.name!r} has no committed state for batch {version} "
-                f"in partition {p} ({fileio.describe(store_dir)}), the checkpoint's last "
-                "completed batch: the state location does not belong to this checkpoint, or "
-                "was not kept with it; nothing was changed"
-            ) from None
+        manifest = read_version(fileio, store_dir, version, op.lineages[p])
         for entry in manifest.tables.values():
             if names is None and entry.spec.key_schema is not None:
                 names = list(entry.spec.key_schema.names)
@@ -254,14 +257,15 @@ def rescale_query(
             f"(start it with spark.sql.shuffle.partitions={partitions} instead)"
         )
     state = fileio_for(query_root(config, ckpt.query_id), config.store.fsync)
-    ops, marked = _checked_operators(spark, checkpoint_location, state, ckpt.query_id)
-    spark_now = ckpt.partitions_at(ckpt.committed)
-    counts = {o.layout.partitions for o in ops}
-    if spark_now == partitions and counts == {partitions}:
+    names, marked = _checked_operators(spark, checkpoint_location, state, ckpt.query_id)
+    c = ckpt.committed
+    spark_now = ckpt.partitions_at(c)
+    if spark_now == partitions and all(_located(state, n, ckpt, c, partitions) for n in names):
         log.info("fsstate: query %s has %d partitions already", ckpt.query_id, partitions)
         return QueryRescale(ckpt.query_id, partitions, partitions, None, False, ())
-    previous, version = _starting_point(ckpt, counts, partitions)
-    todo = [o for o in ops if o.layout.partitions != partitions]
+    previous, version = _starting_point(ckpt, partitions)
+    ops = [_needed(state, n, ckpt, version, previous, partitions) for n in names]
+    todo = [op for op in ops if op is not None]
     spark_keys = [_spark_key_type(spark, checkpoint_location, i) for i in marked]
     plans = [(op, *_key_plan(state, op, version, spark_keys)) for op in todo]
     repartitioned = spark_now != partitions
@@ -270,10 +274,13 @@ def rescale_query(
         ckpt = read_checkpoint(ckpt.fileio)
         assert ckpt.committed is not None and ckpt.committed == version + 1
     batch = version + 1
+    planned = planning_of(ckpt, batch)
     done: list[RescaleResult] = []
     for op, keys, key_type in plans:
         done.append(
-            _rescale_operator(spark, state, op, config, partitions, batch, keys, key_type, progress)
+            _rescale_operator(
+                spark, state, op, config, (partitions, batch, planned), keys, key_type, progress
+            )
         )
     log.warning(
         "fsstate: rescaled tiered query %s from %d to %d partitions at batch %d (%s)",
@@ -286,16 +293,43 @@ def rescale_query(
     return QueryRescale(ckpt.query_id, previous, partitions, batch, repartitioned, tuple(done))
 
 
+def _needed(
+    state: FileIO, name: str, ckpt: SparkCheckpoint, version: int, previous: int, partitions: int
+) -> _Operator | None:
+    """Operator ``name``'s state to rescale (at ``version``, ``previous`` partitions), or None
+    when it has the checkpoint's last batch in ``partitions`` already (a rescale that died
+    after this operator).
+
+    Raises:
+        ConfigError: the checkpoint's lineage does not hold the version in every partition.
+    """
+    assert ckpt.committed is not None
+    if version < ckpt.committed and _located(state, name, ckpt, ckpt.committed, partitions):
+        return None
+    op = _located(state, name, ckpt, version, previous)
+    if op is None:
+        stores = all_stores(state, prefix="", operator=name)
+        got = batch_state(state, stores, version, planning_of(ckpt, version), count=previous)
+        raise ConfigError(
+            f"tiered operator {name!r} of query {ckpt.query_id}: the state the checkpoint's "
+            f"batch {version} goes with is not whole under {state.describe(name)} "
+            f"({got.describe()}): the state location does not belong to this checkpoint, or "
+            "was not kept with it (fsstate-spark repair <checkpoint> finds the newest batch "
+            "whose state is whole); nothing was changed"
+        )
+    return op
+
+
 def _checked_operators(
     spark: SparkSession, checkpoint_location: str, state: FileIO, query_id: str
-) -> tuple[list[_Operator], list[int]]:
+) -> tuple[list[str], list[int]]:
     """The tiered operators of the query's state and the checkpoint's marked operator ids.
 
     Raises:
         ConfigError: no tiered state, or the checkpoint marks another number of operators.
     """
-    ops = _tiered_operators(state)
-    if not ops:
+    names = tiered_operators(state)
+    if not names:
         raise ConfigError(
             f"no tiered() state of query {query_id} under {state.describe('')}: give "
             "rescale_query(state_uri=...) as the query's tiered() was given it (for a query "
@@ -303,43 +337,35 @@ def _checked_operators(
             "is the step); nothing was changed"
         )
     marked = _marked_operators(spark, checkpoint_location)
-    if len(marked) != len(ops):
+    if len(marked) != len(names):
         raise ConfigError(
             f"the checkpoint declares {len(marked)} tiered operator(s) ({SPARK_MARKER!r} state "
-            f"variables) and the state location holds {len(ops)} ({[o.name for o in ops]}): "
-            "run the query for one batch with this version of fsstate_spark (its operators "
-            "declare the marker), or give the state_uri the query uses; nothing was changed"
+            f"variables) and the state location holds {len(names)} ({names}): run the query "
+            "for one batch with this version of fsstate_spark (its operators declare the "
+            "marker), or give the state_uri the query uses; nothing was changed"
         )
-    return ops, marked
+    return names, marked
 
 
-def _starting_point(
-    ckpt: SparkCheckpoint, counts: set[int | None], partitions: int
-) -> tuple[int, int]:
-    """(the count before the rescale, the version fsstate's state is read at).
+def _starting_point(ckpt: SparkCheckpoint, partitions: int) -> tuple[int, int]:
+    """(the count before the rescale, the version fsstate's state is read at): the
+    checkpoint's last completed batch, or the one before when that is Spark's repartition
+    batch already (a rescale that died after Spark's step).
 
     Raises:
-        ConfigError: the two sides' counts are not explained by any step of the rescale.
+        ConfigError: Spark's checkpoint has ``partitions`` since before its last batch.
     """
     assert ckpt.committed is not None
     spark_now = ckpt.partitions_at(ckpt.committed)
     if spark_now != partitions:
-        if counts != {spark_now}:
-            raise ConfigError(
-                f"query {ckpt.query_id}: Spark's checkpoint has {spark_now} partitions at batch "
-                f"{ckpt.committed}, its tiered state {sorted(map(str, counts))}; a rescale "
-                f"cannot start from counts that differ (rescale to {spark_now} first to make "
-                "them agree); nothing was changed"
-            )
         return spark_now, ckpt.committed  # Spark's repartition reads it
-    # Spark's part is done: its last completed batch is the repartition batch
     previous = ckpt.partitions_at(ckpt.committed - 1) if ckpt.committed > 0 else spark_now
-    if previous == partitions or not counts <= {previous, partitions}:
+    if previous == partitions:
         raise ConfigError(
             f"query {ckpt.query_id}: Spark's checkpoint has {partitions} partitions since "
-            f"before its last completed batch {ckpt.committed}, its tiered state "
-            f"{sorted(map(str, counts))}: the state is not the one this checkpoint ran "
-            "with at that batch; nothing was changed"
+            f"before its last completed batch {ckpt.committed}, and its tiered state does not "
+            "hold that batch in that count: the state is not the one this checkpoint ran with "
+            "(fsstate-spark repair <checkpoint>); nothing was changed"
         )
     return previous, ckpt.committed - 1
 
@@ -374,13 +400,15 @@ def _rescale_operator(
     state: FileIO,
     op: _Operator,
     config: TieredConfig,
-    partitions: int,
-    batch: int,
+    target: tuple[int, int, int | None],
     keys: list[str],
     key_type: StructType | None,
     progress: Progress | None,
 ) -> RescaleResult:
-    """fsstate's part for one operator: version ``batch - 1`` as ``batch``, ``partitions``."""
+    """fsstate's part for one operator: version ``batch - 1`` of the checkpoint's lineage as
+    ``batch`` of a new generation of ``partitions`` (``target``: partitions, batch, when
+    Spark planned the repartition batch)."""
+    partitions, batch, planned = target
 
     def report(p: RescaleProgress) -> None:
         log_progress(p)
@@ -397,4 +425,7 @@ def _rescale_operator(
         as_version=batch,
         config=config.store,
         progress=report,
+        lineages=op.lineages,
+        planned_ms=planned,
+        source=op.layout.dir,
     )

@@ -101,15 +101,15 @@ def test_a_copied_checkpoint_continues_with_state_of_its_own(
     )
     for label in native:
         assert got[label] == native[label], label
-    # one query id, two lineages: the copy went on on a branch of each partition's store
+    # one query id; each of its four runs (A0, A1, B1-B2, A2-A4) wrote a lineage of its own
+    # in every partition's store, and nothing is on a trunk (fsstate.store.lineage rule 1)
     fileio = FileIO(location)
-    (query,) = {e.path.split("/", 1)[0] for e in fileio.list("", recursive=True)}
-    stores = {
-        e.path.rsplit("/manifests/", 1)[0]
-        for e in fileio.list(query, recursive=True)
-        if "/manifests/" in e.path
-    }
-    assert stores and all(list_branches(fileio, s) for s in stores)
+    query = {e.path.split("/", 1)[0] for e in fileio.list("", recursive=True)} - {"_fsstate"}
+    (qid,) = query
+    listed = fileio.list(qid, recursive=True)
+    stores = {e.path.rsplit("/branches/", 1)[0] for e in listed if "/branches/" in e.path}
+    assert stores and all(len(list_branches(fileio, s)) == 4 for s in stores)
+    assert not [e.path for e in listed if "/manifests/" in e.path]
 
 
 def test_a_checkpoint_restored_from_a_backup_goes_on_from_its_batch(
