@@ -1,18 +1,17 @@
-"""The ``fsstate`` commands that delete stored state: ``gc`` (files no retained version
-references, old versions, superseded layout generations) and ``drop-branch`` (a lineage's
-manifests).
+"""The ``fsstate`` commands that delete stored state: ``gc`` (what no lineage reaches) and
+``drop-branch`` (a lineage's manifests).
 
 Invariants:
 
-* ``gc`` deletes only what no retained manifest of any branch references and is older than
-  the grace time (:mod:`fsstate.store.retention`); ``--retain`` also drops trunk versions older
-  than the window. Then, per operator, the stores of layout generations a rescale superseded
-  once no retained version is in them, and directories of rescales that died
-  (:mod:`fsstate.store.generations`).
+* ``gc`` deletes only what :func:`fsstate.store.gc.collect` decides nothing reaches: versions
+  outside every live lineage's retained history (``--retain``; without it, no version of a live
+  lineage's history), files no retained version names that are older than ``--grace-ms`` and
+  under no writer's lease, and the directories of rescales that died. Any read error deletes
+  nothing (one line, exit 2); ``--dry-run`` deletes nothing and reports what would go.
 * ``drop-branch`` deletes only the named branch's manifests (never the trunk's, never a
-  file): its files go by ``fsstate gc`` (or a remaining branch's retention) once no retained
-  manifest of any branch references them and they are older than the grace time. A query still
-  writing on the dropped branch fails its next batch with ``VersionNotFoundError``.
+  file): its files go by ``fsstate gc``. It refuses (exit 1, saying what would break) a live
+  lineage, a lineage other lineages' histories go through, or one a ``--checkpoint`` given
+  runs on, unless ``--force``.
 """
 
 from __future__ import annotations
@@ -25,11 +24,12 @@ from fsstate.cli_branches import pick_branch
 from fsstate.cli_tables import gc_tables
 from fsstate.config import StoreConfig
 from fsstate.console import Command, CommandEnv, Failed, at_least
-from fsstate.inspect.catalog import StoreRef
+from fsstate.inspect.catalog import StoreRef, live_lineages
+from fsstate.inspect.checkpoint import checkpoint_uri, read_checkpoint
+from fsstate.inspect.lineage import batch_state, planning_of
 from fsstate.storage.fileio import FileIO
+from fsstate.store.gc import ABANDONED_MS, collect
 from fsstate.store.lineage import drop_branch
-from fsstate.store.generations import collect_generations
-from fsstate.store.retention import Retention
 
 __all__ = ["drop_branch_cmd", "gc"]
 
@@ -50,14 +50,25 @@ _root = click.argument("root")
     default=StoreConfig().orphan_grace_ms,
     show_default=True,
     callback=at_least(0, "a number of milliseconds"),
-    help="Never delete an unreferenced file younger than this (a commit may be under way).",
+    help="Never delete an unreferenced file younger than this.",
 )
 @click.option(
     "--retain",
     type=int,
     callback=at_least(1, "a number of versions"),
-    help="Also drop versions older than the newest N (N >= 1).",
+    help="Keep each live lineage's newest N versions along its history, drop the rest "
+    "(N >= 1; default: drop no version of a live lineage's history).",
 )
+@click.option(
+    "--abandoned-ms",
+    type=int,
+    default=ABANDONED_MS,
+    show_default=True,
+    callback=at_least(0, "a number of milliseconds"),
+    help="A lineage another went on from counts as continued once it had no commit for this "
+    "long (before, a writer may still be on it).",
+)
+@click.option("--dry-run", is_flag=True, help="Delete nothing: report what would be deleted.")
 @click.pass_obj
 def gc(
     env: CommandEnv,
@@ -66,69 +77,54 @@ def gc(
     operator: str | None,
     grace_ms: int,
     retain: int | None,
+    abandoned_ms: int,
+    dry_run: bool,
 ) -> None:
-    """Delete files no retained version references.
+    """Delete what no lineage of the state reaches.
 
-    With --retain N, also each store's versions older than its newest N. Then, per operator,
-    the layout generations a rescale superseded once no retained version is in them, and the
-    directories of rescales that died. A file any retained version of any branch needs is
-    never deleted, nor one younger than --grace-ms (a commit may be writing it).
+    Keeps, for every live lineage (one no other lineage continues), its history: all of it, or
+    with --retain N its newest N versions, into the lineages it forked from and across a
+    rescale into the generation it read. Deletes every other version, then every file no
+    kept version names that is older than --grace-ms and no running writer holds (its
+    lease), and the directories of rescales that died. Any read error deletes nothing.
     """
     fileio = env.fileio(root)
-    stores = env.stores(fileio, query, operator)
-    doc = []
-    with env.progress("collecting garbage", len(stores)) as step:
-        for s in stores:
-            doc.append(_gc_store(fileio, s, grace_ms, retain))
-            step(1)
-    # then whole layout generations a rescale superseded, once no retained version is in
-    # them, and the directories of rescales that died (fsstate.store.generations)
-    gens = _gc_generations(fileio, stores, grace_ms)
-    if env.as_json:
-        env.emit({"stores": doc, "generations": gens}, None)
-        return
-    for table in gc_tables(root, doc, gens):
-        env.out.print(table)
-
-
-def _gc_store(fileio: FileIO, s: StoreRef, grace_ms: int, retain: int | None) -> dict[str, Any]:
-    """Collect the garbage of one store: its orphans older than ``grace_ms`` and, with
-    ``retain``, its versions older than the newest ``retain`` (the orphans are then not
-    counted: ``orphans_deleted`` is None)."""
-    ret = Retention(s.root(fileio), s.store_dir)
-    before = ret.versions()
-    if retain is not None:
-        cfg = StoreConfig(retain_versions=retain, orphan_grace_ms=grace_ms)
-        ret.full_scan(before[-1], [], cfg)  # also deletes the orphans
-        files = -1
-    else:
-        files = ret.delete_orphans([], grace_ms)
-    return {
-        "query": s.prefix,
-        "operator": s.operator,
-        "partition": s.partition,
-        "versions_dropped": len(before) - len(ret.versions()),
-        "orphans_deleted": files if files >= 0 else None,
-    }
-
-
-def _gc_generations(fileio: FileIO, stores: list[StoreRef], grace_ms: int) -> list[dict[str, Any]]:
-    """Per (query, operator) of ``stores``: drop the layout generations a rescale superseded
-    and the directories of dead rescales; what was dropped where something was."""
-    gens = []
-    for prefix, op in sorted({(s.prefix, s.operator) for s in stores}):
-        got = collect_generations(fileio.child(prefix) if prefix else fileio, op, grace_ms=grace_ms)
-        if got.files:
-            gens.append(
+    stores = env.stores(fileio, query, operator, every=True)
+    doc: list[dict[str, Any]] = []
+    gens: list[dict[str, Any]] = []
+    groups = sorted({(s.prefix, s.operator) for s in stores})
+    with env.progress("collecting garbage", len(groups)) as step:
+        for prefix, op in groups:
+            base = fileio.child(prefix) if prefix else fileio
+            done = collect(
+                base,
+                op,
+                retain=retain if retain is not None else 1 << 40,
+                grace_ms=grace_ms,
+                abandoned_ms=abandoned_ms,
+                dry_run=dry_run,
+            )
+            doc += [
                 {
                     "query": prefix,
                     "operator": op,
-                    "generations_dropped": list(got.generations),
-                    "unreferenced_dirs": list(got.unreferenced),
-                    "files_deleted": got.files,
+                    "layout": s.layout,
+                    "partition": s.partition,
+                    "versions_dropped": len(s.manifests),
+                    "files_deleted": s.files,
+                    "bytes_deleted": s.bytes,
+                    "files_kept_for_a_fork": s.kept_files,
                 }
-            )
-    return gens
+                for s in done.stores
+            ]
+            if done.dead_dirs:
+                gens.append({"query": prefix, "operator": op, "dead_files": len(done.dead_dirs)})
+            step(1)
+    if env.as_json:
+        env.emit({"dry_run": dry_run, "stores": doc, "generations": gens}, None)
+        return
+    for table in gc_tables(root, doc, gens):
+        env.out.print(table)
 
 
 @click.command("drop-branch", cls=Command)
@@ -136,27 +132,43 @@ def _gc_generations(fileio: FileIO, stores: list[StoreRef], grace_ms: int) -> li
 @click.option("--query", "-q", help="The query: its id, or a prefix of one.")
 @click.option("--operator", required=True, help="The operator (store name).")
 @click.option("--branch", "branch", required=True, help="The branch to drop (never the trunk).")
+@click.option(
+    "--checkpoint",
+    "checkpoints",
+    multiple=True,
+    metavar="CHECKPOINT",
+    help="A checkpointLocation of the query: refuse if it runs on the branch (repeatable).",
+)
+@click.option("--force", is_flag=True, help="Drop a branch that is live or that others need.")
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 @click.pass_obj
 def drop_branch_cmd(
-    env: CommandEnv, root: str, query: str | None, operator: str, branch: str, yes: bool
+    env: CommandEnv,
+    root: str,
+    query: str | None,
+    operator: str,
+    branch: str,
+    checkpoints: tuple[str, ...],
+    force: bool,
+    yes: bool,
 ) -> None:
     """Drop a branch of OPERATOR that nobody continues.
 
     Deletes the branch's manifests in every partition of OPERATOR (asking first; --yes does
-    not), e.g. the original's lineage once its checkpoint was deleted. Its files go by fsstate
-    gc once no other branch's retained versions need them. A query still running, or restarted
-    later, on that branch fails its next batch with VersionNotFoundError: stop it and delete or
-    roll back its checkpoint first. The trunk is never dropped.
+    not): a lineage no checkpoint runs on any more. Its files go by fsstate gc. Refused, saying
+    what would break, when a --checkpoint given runs on it, when it is live (a query whose
+    checkpoint runs on it would fail its next batch with VersionNotFoundError) or when other
+    lineages' histories go through it, unless --force. The trunk is never dropped.
     """
     if not branch:
         raise Failed("--branch: the trunk is never dropped; name a branch (fsstate branches)")
     fileio = env.fileio(root)
-    stores = env.stores(fileio, query, operator)
+    stores = env.stores(fileio, query, operator, every=True)
     queries = sorted({s.prefix for s in stores})
     if len(queries) > 1:
         raise Failed(f"operator {operator!r} is in several queries {queries}: pick --query")
     holding = pick_branch(env, stores, branch)
+    _refuse_if_needed(env, fileio, stores, branch, checkpoints, force)
     if not yes:
         click.confirm(
             f"drop branch {branch} of operator {operator!r} in {len(holding)} partition(s)?",
@@ -166,7 +178,7 @@ def drop_branch_cmd(
     doc = []
     for s in holding:
         dropped = drop_branch(s.root(fileio), s.store_dir, branch)
-        doc.append({"partition": s.partition, "manifests_deleted": dropped})
+        doc.append({"partition": s.partition, "layout": s.layout, "manifests_deleted": dropped})
     if env.as_json:
         env.emit({"query": queries[0], "operator": operator, "branch": branch, "stores": doc}, None)
         return
@@ -177,3 +189,54 @@ def drop_branch_cmd(
         markup=False,
         highlight=False,
     )
+
+
+def _refuse_if_needed(
+    env: CommandEnv,
+    fileio: FileIO,
+    stores: list[StoreRef],
+    branch: str,
+    checkpoints: tuple[str, ...],
+    force: bool,
+) -> None:
+    """Refuse (exit 1) to drop ``branch`` a checkpoint runs on, or (without ``force``) a live
+    one or one other lineages' histories go through, saying what would break."""
+    for location in checkpoints:
+        ckpt = read_checkpoint(env.fileio(checkpoint_uri(location), beside=(fileio.describe(""),)))
+        if ckpt.committed is None:
+            continue
+        mine = [s for s in stores if s.prefix in (ckpt.query_id, "")]
+        if not mine:
+            continue
+        got = batch_state(fileio, mine, ckpt.committed, planning_of(ckpt, ckpt.committed))
+        if branch in got.lineages.values():
+            raise _Refused(
+                f"checkpoint {ckpt.fileio.describe('')} runs on branch {branch} (its batch "
+                f"{ckpt.committed}): its next batch would fail with VersionNotFoundError; roll "
+                "it back or delete it first; nothing was dropped"
+            )
+    if force:
+        return
+    said = []
+    if branch in live_lineages(stores):
+        said.append(
+            "it is a live lineage: a query whose checkpoint runs on it fails its next batch "
+            "with VersionNotFoundError"
+        )
+    children = sorted({m.lineage for s in stores for m in s.marks if m.source == branch})
+    if children:
+        said.append(f"branches {children} forked from it: their versions before the fork go")
+    if said:
+        raise _Refused(
+            f"branch {branch}: {'; '.join(said)}. Give --checkpoint for each checkpoint of the "
+            "query to check them, and --force to drop it anyway; nothing was dropped"
+        )
+
+
+class _Refused(click.ClickException):
+    """A refusal of ``drop-branch``: one line, exit 1."""
+
+    exit_code = 1
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"Refused: {self.message}", err=True)

@@ -127,26 +127,24 @@ def rows_table(title: str, table: pa.Table) -> FitTable:
 
 
 def gc_tables(root: str, doc: list[dict[str, Any]], gens: list[dict[str, Any]]) -> list[FitTable]:
-    """``gc``: a row per store, then (if any) a table of the (query, operator)s whose layout
-    generations were collected."""
+    """``gc``: a row per store, then (if any) a table of the (query, operator)s whose dead
+    rescales' directories were deleted."""
     rows = [
         [
             d["query"] or "-",
             d["operator"],
-            d["partition"],
+            (d["layout"] + "/" if d["layout"] else "") + str(d["partition"]),
             d["versions_dropped"],
-            "-" if d["orphans_deleted"] is None else d["orphans_deleted"],
+            d["files_deleted"],
+            d["bytes_deleted"],
         ]
         for d in doc
     ]
-    cols = ["query", "operator", "partition", "versions dropped", "orphan files deleted"]
+    cols = ["query", "operator", "partition", "versions dropped", "files deleted", "bytes"]
     out = [rich_table(f"gc of {root}", cols, rows, heading=_QUERY_AND_OPERATOR)]
     if gens:
-        grows = [
-            [g["query"] or "-", g["operator"], g["generations_dropped"], g["unreferenced_dirs"]]
-            for g in gens
-        ]
-        gcols = ["query", "operator", "generations dropped", "dead rescale dirs"]
+        grows = [[g["query"] or "-", g["operator"], g["dead_files"]] for g in gens]
+        gcols = ["query", "operator", "files of dead rescales deleted"]
         out.append(rich_table(f"layout generations under {root}", gcols, grows))
     return out
 

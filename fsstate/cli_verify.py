@@ -18,6 +18,7 @@ Invariants:
 from __future__ import annotations
 
 import sys
+import textwrap
 from typing import Any
 
 import click
@@ -25,13 +26,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from fsstate.console import Command, CommandEnv, Failed, unknown_operator
 from fsstate.inspect.catalog import StoreRef
-from fsstate.inspect.checkpoint import (
-    CheckpointCheck,
-    check_checkpoint,
-    checkpoint_uri,
-    query_stores,
-    read_checkpoint,
-)
+from fsstate.inspect.checkpoint import checkpoint_uri, query_stores, read_checkpoint
+from fsstate.inspect.lineage import CheckpointCheck, check_checkpoint
 from fsstate.inspect.verify import VerifyReport, verify_stores
 from fsstate.storage.fileio import FileIO
 
@@ -74,7 +70,7 @@ def verify(
     fileio = env.fileio(root, beside=(checkpoint_uri(checkpoint) if checkpoint else None,))
     check = None
     if checkpoint is None:
-        stores = env.stores(fileio, query, operator)
+        stores = env.stores(fileio, query, operator, every=True)
     else:
         stores, check = _checkpoint_stores(env, fileio, checkpoint, query, operator)
     report = _verify_with_progress(env, fileio, stores, latest_only)
@@ -107,7 +103,7 @@ def _checkpoint_stores(
         refusal = unknown_operator(operator, every, state.describe(""))
         if refusal is not None:
             raise refusal
-    return stores, check_checkpoint(ckpt, stores, state.describe(""), fileio)
+    return stores, check_checkpoint(ckpt, stores, fileio, state.describe(""))
 
 
 def _verify_with_progress(
@@ -137,25 +133,41 @@ def _verify_with_progress(
 
 
 def _print_verify(env: CommandEnv, report: VerifyReport, check: CheckpointCheck | None) -> None:
-    """The outcome of ``verify`` on stdout, each thing wrong as one line on stderr."""
+    """The outcome of ``verify`` on stdout, each thing wrong on stderr, every line within
+    :data:`WIDTH` columns (a path longer than that on a line of its own)."""
     verdict = report.verdict
     if check is not None:
         done = "no batch" if check.batch is None else f"batch {check.batch}"
         said = "matches" if check.ok else "does not match"
         verdict += f"; the checkpoint (query {check.query}, {done} committed) {said}"
-    env.out.print(
+    summary = (
         f"checked {report.stores} stores, {report.versions} versions, {report.files} files "
         f"({report.bytes} bytes): {verdict}"
     )
-    for line in report.lines():
-        click.echo(line, err=True)
+    click.echo(_wrap(summary))
+    lines = list(report.lines())
     if check is not None:
-        for line in check.describe():
-            click.echo(f"CHECKPOINT {line}", err=True)
+        lines += [f"CHECKPOINT {line}" for line in check.describe()]
         if check.in_flight is not None:
-            click.echo(
-                f"note: batch {check.in_flight} was running when the query stopped (planned, "
-                "not committed; some partitions committed it): its restart re-runs it and "
-                "adopts them",
-                err=True,
+            lines.append(
+                f"note: batch {check.in_flight} was planned and not committed when the query "
+                "stopped: its restart plans it anew and runs it on a lineage of its own"
             )
+        for op, parts in check.ahead:
+            lines.append(
+                f"note: operator {op!r} holds versions after batch {check.batch} in partitions "
+                f"{list(parts)}: the checkpoint is older than its state (restored, copied or "
+                "rolled back); its restart goes on on a lineage of its own"
+            )
+    for line in lines:
+        click.echo(_wrap(line), err=True)
+
+
+WIDTH = 80  # the columns verify's lines fit in
+
+
+def _wrap(text: str) -> str:
+    """``text`` in lines of at most :data:`WIDTH` columns, continued with two spaces."""
+    return textwrap.fill(
+        text, WIDTH, subsequent_indent="  ", break_long_words=False, break_on_hyphens=False
+    )

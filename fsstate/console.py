@@ -53,7 +53,7 @@ except ImportError as exc:  # pragma: no cover - the cli extra is missing
 
 from fsstate.config import local_options_error
 from fsstate.errors import ConfigError, FsStateError
-from fsstate.inspect.catalog import StoreRef, find_stores
+from fsstate.inspect.catalog import StoreRef, all_stores, find_stores
 from fsstate.storage.backend import is_panic
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.location import Location
@@ -221,15 +221,26 @@ class CommandEnv:
         query: str | None,
         operator: str | None,
         partition: int | None = None,
+        *,
+        every: bool = False,
     ) -> list[StoreRef]:
         """The stores under ``fileio`` of ``query`` (an id or a prefix of one), ``operator``
-        and ``partition`` (None: every one).
+        and ``partition`` (None: every one): as readers see them, each operator's current
+        lineage of its newest generation (:func:`fsstate.inspect.catalog.find_stores`;
+        partitions without it left out), or with ``every`` every store of every generation
+        (:func:`fsstate.inspect.catalog.all_stores`).
 
         Raises:
             ConfigError: no store has ``operator`` (named with the nearest operator there).
             Failed: no store matches, or ``query`` is a prefix of several ids.
         """
-        found = find_stores(fileio, operator=operator, partition=partition)
+        if every:
+            found = all_stores(fileio, operator=operator)
+            if partition is not None:
+                found = [s for s in found if s.partition == partition]
+        else:
+            found = find_stores(fileio, operator=operator, partition=partition)
+            found = [s for s in found if s.versions]
         if query is not None:
             found = [s for s in found if s.prefix == _query_id(query, found)]
         if not found and operator is not None:

@@ -18,20 +18,9 @@ here too):
 * ``commits/<batch id>``: written when the batch completed, after its tasks committed.
 
 A ``tiered()`` task of batch ``b`` commits version ``b`` of its partition's store (a rescale
-commits the batch Spark's repartition adds), so once a query stopped every partition of each
-of its operators is at the checkpoint's last committed batch ``c``, or at ``c + 1`` when batch
-``c + 1`` was planned (``offsets/<c + 1>``) and stopped before its commit: its restart re-runs
-that batch, and each partition that committed it adopts its version (*in flight*, not damage).
-:func:`check_checkpoint` reports every other partition: *behind* (newest version below ``c``:
-its newest manifests deleted or lost, or a state directory restored from an older backup than
-the checkpoint; the restart fails on the missing version; a partition whose trunk is behind
-but a branch of which holds the batch is not behind: the checkpoint's lineage went on there,
-:mod:`fsstate.store.lineage`) or *ahead* (above that: a checkpoint restored from an older
-backup, copied or rolled back beside state that moved on). Ahead is a note, not damage:
-``tiered()`` records in Spark's state which version and branch each partition committed, and
-the restart's batch, planned anew, goes on on a branch of its own
-(:mod:`fsstate_spark.tiered.lineage`); only state written by a fsstate without lineages
-(no ``planned_ms`` in its versions) would be adopted.
+commits the batch Spark's repartition adds), recording when its batch was planned; which
+lineage of the state a checkpoint runs on, and whether it is whole, is
+:mod:`fsstate.inspect.lineage`'s (:func:`fsstate.inspect.lineage.check_checkpoint`).
 
 Invariants:
 
@@ -39,8 +28,6 @@ Invariants:
   HEAD for the batch after the last committed one); nothing here writes to a checkpoint.
 * A file that is missing or does not parse is a :class:`fsstate.errors.ConfigError` naming
   the file: a checkpoint fsstate cannot read is never guessed at.
-* Every gap names the query, the operator, the checkpoint's last committed batch, each
-  partition off it with its newest version, and what to do.
 """
 
 from __future__ import annotations
@@ -50,18 +37,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from fsstate.errors import ConfigError, StorageNotFoundError
-from fsstate.inspect.catalog import StoreRef, find_stores
+from fsstate.inspect.catalog import StoreRef, all_stores
 from fsstate.storage.fileio import FileIO
-from fsstate.storage.manifest import list_versions
-from fsstate.store.lineage import list_branches
 
 __all__ = [
     "SHUFFLE_PARTITIONS",
-    "CheckpointCheck",
-    "CheckpointGap",
     "SparkCheckpoint",
     "batch_timestamp_ms",
-    "check_checkpoint",
     "checkpoint_uri",
     "offsets_metadata",
     "query_stores",
@@ -203,181 +185,15 @@ def read_checkpoint(fileio: FileIO) -> SparkCheckpoint:
     return SparkCheckpoint(fileio, query_id, tuple(_batches(fileio, "commits")))
 
 
-BEHIND_REMEDY = (
-    "the query's restart fails on the missing versions: restore the state directory and the "
-    "checkpoint from one backup, or start the query on a new checkpoint and state_uri"
-)
-AHEAD_REMEDY = (
-    "the checkpoint is older than the state (restored from a backup, copied or rolled back?): "
-    "its restart goes on on a branch of its own from the checkpoint's batch (the later "
-    "versions are another lineage's and are never read by it)"
-)
-
-
-@dataclass(frozen=True)
-class CheckpointGap:
-    """The partitions of one operator whose newest version does not match the checkpoint.
-
-    Attributes:
-        query: the query id.
-        operator: the operator (store) name.
-        batch: the checkpoint's last committed batch (None: it committed none).
-        behind: (partition, its newest version) of each partition below ``batch``.
-        ahead: (partition, its newest version) of each partition above ``batch`` (and above
-            the batch in flight).
-    """
-
-    query: str
-    operator: str
-    batch: int | None
-    behind: tuple[tuple[int, int], ...]
-    ahead: tuple[tuple[int, int], ...]
-
-    def describe(self) -> str:
-        """One line naming the operator, each partition off the checkpoint, and the remedy."""
-        done = "no batch" if self.batch is None else f"batch {self.batch}"
-        parts = [f"partition {p} is behind at {v}" for p, v in self.behind]
-        parts += [f"partition {p} is ahead at {v}" for p, v in self.ahead]
-        remedy = BEHIND_REMEDY if self.behind else AHEAD_REMEDY
-        return (
-            f"operator {self.operator!r} of query {self.query}: the checkpoint committed "
-            f"{done}; {', '.join(parts)}. {remedy[0].upper()}{remedy[1:]}"
-        )
-
-    def to_doc(self) -> dict[str, Any]:
-        """The gap as a JSON document."""
-        return {
-            "query": self.query,
-            "operator": self.operator,
-            "committed_batch": self.batch,
-            "behind": dict(self.behind),
-            "ahead": dict(self.ahead),
-        }
-
-
-@dataclass(frozen=True)
-class CheckpointCheck:
-    """What :func:`check_checkpoint` found.
-
-    Attributes:
-        location: the checkpoint directory (full location).
-        query: its query id.
-        batch: its last committed batch (None: none).
-        in_flight: the planned batch after it, when some partition committed it already (the
-            restart re-runs and adopts it; None: none).
-        gaps: operators with partitions behind or ahead.
-        state: where the query's state was looked for (full location).
-        stores: stores compared (0 with a committed batch: the query's state is not there).
-    """
-
-    location: str
-    query: str
-    batch: int | None
-    in_flight: int | None
-    gaps: tuple[CheckpointGap, ...]
-    state: str
-    stores: int
-
-    @property
-    def no_state(self) -> bool:
-        """Whether the checkpoint committed a batch and no state of its query was found."""
-        return self.batch is not None and not self.stores
-
-    @property
-    def ok(self) -> bool:
-        """Whether every partition can continue the checkpoint (ahead is a note: the
-        checkpoint's restart branches)."""
-        return not any(g.behind for g in self.gaps) and not self.no_state
-
-    def describe(self) -> list[str]:
-        """One line per thing that does not match (empty when it all does)."""
-        lines = [g.describe() for g in self.gaps]
-        if self.no_state:
-            lines.append(
-                f"query {self.query}: the checkpoint committed batch {self.batch}, but no state "
-                f"of the query is under {self.state}. If that is where its tiered() state lives "
-                f"(<state_uri>/<query id>), {BEHIND_REMEDY}; else give the query's state_uri"
-            )
-        return lines
-
-    def to_doc(self) -> dict[str, Any]:
-        """The check as a JSON document."""
-        return {
-            "location": self.location,
-            "query": self.query,
-            "committed_batch": self.batch,
-            "in_flight_batch": self.in_flight,
-            "state": self.state,
-            "stores": self.stores,
-            "gaps": [g.to_doc() for g in self.gaps],
-        }
-
-
 def query_stores(
     fileio: FileIO, ckpt: SparkCheckpoint, operator: str | None = None
 ) -> tuple[list[StoreRef], FileIO]:
-    """The stores of ``ckpt``'s query under the state root ``fileio`` (a ``tiered()``
-    state_uri: its ``<query id>`` directory; or that directory itself), and that query root.
+    """Every store (every generation, :func:`fsstate.inspect.catalog.all_stores`) of
+    ``ckpt``'s query under the state root ``fileio`` (a ``tiered()`` state_uri: its
+    ``<query id>`` directory; or that directory itself), and that query root.
 
     Costs one recursive listing (two when the first finds nothing)."""
-    stores = find_stores(fileio, prefix=ckpt.query_id, operator=operator)
+    stores = all_stores(fileio, prefix=ckpt.query_id, operator=operator)
     if not stores and fileio.describe("").rstrip("/").endswith("/" + ckpt.query_id):
-        return find_stores(fileio, prefix="", operator=operator), fileio
+        return all_stores(fileio, prefix="", operator=operator), fileio
     return stores, fileio.child(ckpt.query_id)
-
-
-def _on_a_branch(state: FileIO | None, store: StoreRef, batch: int) -> bool:
-    """Whether a branch of ``store`` holds ``batch`` or a newer version (one LIST, and one
-    per branch)."""
-    if state is None:
-        return False
-    root = store.root(state)
-    return any(
-        (list_versions(root, store.store_dir, b) or [-1])[-1] >= batch
-        for b in list_branches(root, store.store_dir)
-    )
-
-
-def check_checkpoint(
-    ckpt: SparkCheckpoint,
-    stores: list[StoreRef],
-    state: str,
-    state_io: FileIO | None = None,
-) -> CheckpointCheck:
-    """Compare the newest version of each store of ``ckpt``'s query with its commit log (see
-    the module docstring).
-
-    Args:
-        ckpt: the query's checkpoint.
-        stores: the query's stores (:func:`fsstate.inspect.catalog.find_stores` under its state
-            root, ``<state_uri>/<query id>``).
-        state: the full location of that state root (for messages).
-        state_io: the state root the stores were found under (their branches are looked at
-            for partitions whose trunk is behind; None: not looked at).
-
-    Returns:
-        The check (an operator with no store at all is not known here:
-        :func:`fsstate.inspect.verify.missing_partitions` finds partitions without a version).
-    """
-    batch = ckpt.committed
-    where = ckpt.fileio.describe("")
-    ckpt_state = state_io
-    base = -1 if batch is None else batch
-    at_next = any(s.latest == base + 1 for s in stores)
-    flight = base + 1 if at_next and ckpt.planned(base + 1) else None
-    groups: dict[str, list[StoreRef]] = {}
-    for s in stores:
-        groups.setdefault(s.operator, []).append(s)
-    out: list[CheckpointGap] = []
-    for operator, members in groups.items():
-        behind = tuple(
-            (s.partition, s.latest)
-            for s in members
-            if s.latest < base and not _on_a_branch(ckpt_state, s, base)
-        )
-        ahead = tuple(
-            (s.partition, s.latest) for s in members if s.latest > base and s.latest != flight
-        )
-        if behind or ahead:
-            out.append(CheckpointGap(ckpt.query_id, operator, batch, behind, ahead))
-    return CheckpointCheck(where, ckpt.query_id, batch, flight, tuple(out), state, len(stores))

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from fsstate.errors import ConfigError, FsStateError, StorageNotFoundError
 from fsstate.inspect.catalog import StoreRef, current_lineage
@@ -39,7 +40,7 @@ from fsstate.store.identity import WRITER_META
 from fsstate.store.layout import Layout, read_layouts
 from fsstate.store.record import Writer
 
-__all__ = ["BatchState", "batch_state", "planning_of"]
+__all__ = ["BatchState", "CheckpointCheck", "batch_state", "check_checkpoint", "planning_of"]
 
 
 @dataclass(frozen=True)
@@ -236,3 +237,127 @@ def _files_missing(root: FileIO, s: StoreRef, manifest: Manifest) -> str | None:
                     f"which has {size}"
                 )
     return None
+
+
+@dataclass(frozen=True)
+class CheckpointCheck:
+    """What :func:`check_checkpoint` found.
+
+    Attributes:
+        location: the checkpoint directory (full location).
+        query: its query id.
+        batch: its last committed batch (None: none).
+        in_flight: the batch planned after it and never committed (None: none); its restart
+            plans it anew and runs it on a lineage of its own.
+        states: per operator, where the checkpoint's lineage holds ``batch``.
+        ahead: (operator, partitions) whose lineage holds versions after ``batch`` (the
+            checkpoint is older than its state: restored, copied or rolled back); a note.
+        state: where the query's state was looked for (full location).
+        stores: stores found there.
+    """
+
+    location: str
+    query: str
+    batch: int | None
+    in_flight: int | None
+    states: tuple[BatchState, ...]
+    ahead: tuple[tuple[str, tuple[int, ...]], ...]
+    state: str
+    stores: int
+
+    @property
+    def no_state(self) -> bool:
+        """Whether the checkpoint committed a batch and no state of its query was found."""
+        return self.batch is not None and not self.stores
+
+    @property
+    def ok(self) -> bool:
+        """Whether the checkpoint committed a batch and its lineage holds it whole."""
+        return self.batch is not None and not self.no_state and all(s.whole for s in self.states)
+
+    def describe(self) -> list[str]:
+        """One line per thing that does not match (empty when it all does)."""
+        if self.batch is None:
+            return [
+                f"query {self.query}: the checkpoint committed no batch, so there is no state "
+                "to check against it (run the query first, or give the checkpoint it runs on)"
+            ]
+        lines = [f"{s.describe()}. {_REMEDY}" for s in self.states if not s.whole]
+        if self.no_state:
+            lines.append(
+                f"query {self.query}: the checkpoint committed batch {self.batch}, but no state "
+                f"of the query is under {self.state}. If that is where its tiered() state lives "
+                f"(<state_uri>/<query id>), {_REMEDY}; else give the query's state_uri"
+            )
+        return lines
+
+    def to_doc(self) -> dict[str, Any]:
+        """The check as a JSON document."""
+        return {
+            "location": self.location,
+            "query": self.query,
+            "committed_batch": self.batch,
+            "in_flight_batch": self.in_flight,
+            "state": self.state,
+            "stores": self.stores,
+            "operators": [
+                {
+                    "operator": s.operator,
+                    "layout": s.layout,
+                    "lineages": {str(p): n for p, n in sorted(s.lineages.items())},
+                    "missing": list(s.missing),
+                    "damaged": {str(p): e for p, e in s.damaged},
+                }
+                for s in self.states
+            ],
+            "gaps": [s.describe() for s in self.states if not s.whole],
+            "ahead": {op: list(ps) for op, ps in self.ahead},
+        }
+
+
+_REMEDY = (
+    "The query's restart fails there: restore the state directory and the checkpoint from one "
+    "backup, or roll the query back to the newest batch whose state is whole "
+    "(fsstate-spark repair <checkpoint>)"
+)
+
+
+def check_checkpoint(
+    ckpt: SparkCheckpoint, stores: Sequence[StoreRef], state: FileIO, where: str
+) -> CheckpointCheck:
+    """Whether the lineage ``ckpt`` runs on holds its last committed batch whole, in every
+    partition of every operator of ``stores`` (every generation of the query's stores,
+    :func:`fsstate.inspect.catalog.all_stores`, found under ``state``; ``where`` names the
+    query's state root in messages). Files are checked to be present at their sizes."""
+    c = ckpt.committed
+    flight = None
+    if (c if c is not None else -1) >= -1 and ckpt.planned((-1 if c is None else c) + 1):
+        flight = (-1 if c is None else c) + 1
+    groups: dict[str, list[StoreRef]] = {}
+    for s in stores:
+        groups.setdefault(s.operator, []).append(s)
+    states: list[BatchState] = []
+    ahead: list[tuple[str, tuple[int, ...]]] = []
+    if c is not None:
+        planned = planning_of(ckpt, c)
+        try:
+            count: int | None = ckpt.partitions_at(c)
+        except ConfigError:
+            count = None
+        for op, members in sorted(groups.items()):
+            got = batch_state(state, members, c, planned, count=count, files=True)
+            states.append(got)
+            later = tuple(
+                sorted(
+                    s.partition
+                    for s in members
+                    if s.layout == got.layout
+                    and any(b.name == got.lineages.get(s.partition) and b.latest > c for b in s.lineages)
+                )
+            )
+            if later:
+                ahead.append((op, later))
+    location = ckpt.fileio.describe("")
+    return CheckpointCheck(
+        location, ckpt.query_id, c, flight, tuple(states), tuple(ahead), where, len(stores)
+    )

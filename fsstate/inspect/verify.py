@@ -49,11 +49,16 @@ from typing import Any
 
 from fsstate.errors import CorruptFileError, VersionNotFoundError
 from fsstate.format.refs import FileRef
-from fsstate.inspect.catalog import StoreRef, read_store_manifest
+from fsstate.inspect.catalog import StoreRef, current_lineage
+from fsstate.inspect.completeness import Gap, Seen, check_operator
 from fsstate.storage.fileio import FileIO
+from fsstate.storage.manifest import Manifest, read_manifest
+from fsstate.storage.naming import origin_of
 from fsstate.storage.runs import read_table_file
-from fsstate.store.identity import operator_dir, store_dir_for
+from fsstate.store.identity import WRITER_META, operator_dir, store_dir_for
 from fsstate.store.layout import read_layouts
+from fsstate.store.lineage import FORKED_PATH, fork_source
+from fsstate.store.record import Writer
 
 # a data file of a store: <prefix>/<operator dir>/[<layout>/]<partition>/data/<file>
 _DATA = re.compile(r"^(?:(.*)/)?([^/@]+)/(?:(@[^/]+)/)?(\d+)/data/[^/]+$")
@@ -288,11 +293,13 @@ class VerifyReport:
     problems: list[Problem] = field(default_factory=list)
     skews: list[Skew] = field(default_factory=list)
     missing: list[MissingPartition] = field(default_factory=list)
+    gaps: list[Gap] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        """Whether every file is intact and every operator's partitions agree."""
-        return not self.problems and not self.skews and not self.missing
+        """Whether every file is intact, every operator's partitions agree, and nothing the
+        state needs is gone."""
+        return not self.problems and not self.skews and not self.missing and not self.gaps
 
     def to_doc(self) -> dict[str, Any]:
         """The report as a JSON document."""
@@ -313,6 +320,7 @@ class VerifyReport:
             ],
             "skews": [k.to_doc() for k in self.skews],
             "missing_partitions": [m.to_doc() for m in self.missing],
+            "gaps": [g.to_doc() for g in self.gaps],
         }
 
     def lines(self) -> list[str]:
@@ -321,6 +329,7 @@ class VerifyReport:
         out = [f"DAMAGED {p.path} ({p.needed_by()}): {p.error}" for p in self.problems]
         out += [f"SKEWED {k.describe()}" for k in self.skews]
         out += [f"MISSING {m.describe()}" for m in self.missing]
+        out += [f"INCOMPLETE {g.describe()}" for g in self.gaps]
         return out
 
     @property
@@ -333,6 +342,8 @@ class VerifyReport:
             said.append(f"{len(self.skews)} operator(s) with partitions at different versions")
         if self.missing:
             said.append(f"{len(self.missing)} partition(s) with no version")
+        if self.gaps:
+            said.append(f"{len(self.gaps)} thing(s) the state needs gone")
         return ", ".join(said)
 
 
@@ -349,18 +360,22 @@ def _problem(path: str, users: _Users, error: str) -> Problem:
 
 
 def plan_files(
-    fileio: FileIO, views: list[tuple[StoreRef, list[int]]], report: VerifyReport
+    fileio: FileIO,
+    views: list[tuple[StoreRef, list[int]]],
+    report: VerifyReport,
+    seen: dict[tuple[str, int, str, int], Seen] | None = None,
 ) -> dict[str, tuple[FileRef, _Users]]:
-    """The files the given versions of one store's trunk and branches reference (``views``:
-    the store seen on each, :meth:`StoreRef.on`, with the versions to check), each once:
-    path -> (record, the (branch, version)s that need it). Damaged manifests go to
-    ``report``; versions deleted since the listing are skipped."""
+    """The files the given versions of one store's lineages reference (``views``: the store
+    seen on each, :meth:`StoreRef.on`, with the versions to check), each once: path ->
+    (record, the (lineage, version)s that need it). Damaged manifests go to ``report``;
+    versions deleted since the listing are skipped; what each manifest read says of its
+    lineage goes to ``seen``."""
     refs: dict[str, FileRef] = {}
     users: dict[str, _Users] = {}
     for view, versions in views:
         for v in versions:
             try:
-                manifest = read_store_manifest(fileio, view, v)
+                manifest = read_manifest(view.root(fileio), view.store_dir, v, view.branch)
             except VersionNotFoundError:
                 continue  # retention deleted it since the listing: not damage
             except CorruptFileError as exc:
@@ -368,6 +383,8 @@ def plan_files(
                 report.problems.append(_problem(exc.path, [(view.branch, v)], str(exc)))
                 continue
             report.versions += 1
+            if seen is not None:
+                seen[(view.layout, view.partition, view.branch, v)] = _seen(manifest)
             for entry in manifest.tables.values():
                 for ref in [*entry.runs, *entry.ttl_runs]:
                     refs.setdefault(ref.path, ref)
@@ -375,10 +392,36 @@ def plan_files(
     return {p: (refs[p], users[p]) for p in sorted(refs)}
 
 
+def _seen(manifest: Manifest) -> Seen:
+    writer = Writer.from_meta(manifest.meta.get(WRITER_META))
+    return Seen(
+        manifest.parent_version,
+        fork_source(manifest),
+        None if writer is None else writer.planned_ms,
+        writer is not None and writer.run is not None,
+        any(origin_of(f) is not None for f in manifest.files()),
+    )
+
+
 def _views(store: StoreRef, latest_only: bool) -> list[tuple[StoreRef, list[int]]]:
-    """The store on its trunk and on each of its branches, with the versions to check."""
-    seen = [store, *(v for b in store.branches if (v := store.on(b.name)) is not None)]
+    """The store on each of its lineages, with the versions to check."""
+    seen = [v for b in store.lineages if (v := store.on(b.name)) is not None]
     return [(v, [v.latest] if latest_only else list(v.versions)) for v in seen]
+
+
+def current_views(stores: list[StoreRef]) -> list[StoreRef]:
+    """Of ``stores`` (every generation, :func:`fsstate.inspect.catalog.all_stores`), each
+    operator's newest generation seen on its current lineage (what readers read)."""
+    groups: dict[tuple[str, str], list[StoreRef]] = {}
+    for s in stores:
+        groups.setdefault((s.prefix, s.operator), []).append(s)
+    out: list[StoreRef] = []
+    for members in groups.values():
+        newest = max({s.layout for s in members}, key=lambda d: (d != "", d))
+        gen = [s for s in members if s.layout == newest]
+        line = current_lineage(gen)
+        out += [v for s in gen if (v := s.on(line)) is not None]
+    return out
 
 
 def verify_stores(
@@ -389,22 +432,28 @@ def verify_stores(
     on_file: Callable[[int], None] | None = None,
     on_plan: Callable[[int], None] | None = None,
 ) -> VerifyReport:
-    """Check every file the retained versions of ``stores`` reference, on their trunks and
-    every branch, that each operator's partitions agree on their latest version, and that
-    none has no version at all.
+    """Check every file the retained versions of ``stores`` reference, on every lineage; that
+    each operator's partitions agree on their latest version on its current lineage; that
+    none has no version at all; and that nothing the state needs is gone
+    (:mod:`fsstate.inspect.completeness`).
 
     Args:
         fileio: the root the stores were found under.
-        stores: from :func:`fsstate.inspect.catalog.find_stores`.
-        latest_only: check only the newest version of each store's trunk and branches.
+        stores: from :func:`fsstate.inspect.catalog.all_stores` (every generation; stores
+            found by :func:`fsstate.inspect.catalog.find_stores` check their generation only).
+        latest_only: check only the newest version of each store's lineages.
         on_file: called with a file's size after each file is checked (progress).
         on_plan: called once with the number of files to check, before checking them.
     """
-    report = VerifyReport(skews=skews(stores), missing=missing_partitions(fileio, stores))
+    current = current_views(stores)
+    report = VerifyReport(skews=skews(current), missing=missing_partitions(fileio, current))
+    seen: dict[tuple[str, str], dict[tuple[str, int, str, int], Seen]] = {}
     plans: list[tuple[StoreRef, dict[str, tuple[FileRef, _Users]]]] = []
     for store in stores:
         report.stores += 1
-        plans.append((store, plan_files(fileio, _views(store, latest_only), report)))
+        mine = seen.setdefault((store.prefix, store.operator), {})
+        plans.append((store, plan_files(fileio, _views(store, latest_only), report, mine)))
+    report.gaps = _gaps(fileio, stores, seen)
     if on_plan is not None:
         on_plan(sum(len(p) for _, p in plans))
     for store, files in plans:
@@ -419,3 +468,28 @@ def verify_stores(
             if on_file is not None:
                 on_file(ref.size_bytes)
     return report
+
+
+def _gaps(
+    fileio: FileIO,
+    stores: list[StoreRef],
+    seen: dict[tuple[str, str], dict[tuple[str, int, str, int], Seen]],
+) -> list[Gap]:
+    """Every operator's gaps (:func:`fsstate.inspect.completeness.check_operator`)."""
+    groups: dict[tuple[str, str], list[StoreRef]] = {}
+    for s in stores:
+        groups.setdefault((s.prefix, s.operator), []).append(s)
+    flagged = {
+        e.path.rsplit("/", 1)[0]
+        for e in fileio.list("", recursive=True)
+        if e.path.endswith("/" + FORKED_PATH)
+    }
+    out: list[Gap] = []
+    for (prefix, operator), members in groups.items():
+        forked = {
+            (s.layout, s.partition)
+            for s in members
+            if (f"{prefix}/" if prefix else "") + s.store_dir in flagged
+        }
+        out += check_operator(fileio, members, seen.get((prefix, operator), {}), forked)
+    return out

@@ -59,6 +59,7 @@ Invariants:
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import hashlib
 import json
@@ -388,19 +389,23 @@ def live_heads(graph: Graph, planning: Planning | None = None) -> list[str]:
 
 def history(graph: Graph, lineage: str, newest: int, count: int) -> list[tuple[str, int]]:
     """The ``count`` versions ``newest``, ``newest - 1``, ... of ``lineage``'s history as
-    (lineage, version) where each is stored: below a branch's fork point, in its source (the
-    fork point itself in the branch, which names the same files). Versions missing on
-    storage are left out."""
+    (lineage, version) where each is stored, newest first: below a branch's fork point, in
+    its source (the fork point itself in the branch, which names the same files). Versions
+    missing on storage are left out; the cost is that of the versions found, whatever
+    ``count``."""
     out: list[tuple[str, int]] = []
     line, seen = lineage, {lineage}
-    v = newest
-    while v > newest - count and v >= 0:
+    hi, lo = newest, newest - count + 1
+    while hi >= lo:
         fork = graph.forks.get(line)
-        if fork is not None and v < fork.version and fork.source not in seen:
-            line = fork.source
-            seen.add(line)
-            continue
-        if v in graph.versions.get(line, ()):
-            out.append((line, v))
-        v -= 1
+        going = fork is not None and fork.source not in seen
+        floor = fork.version if going and fork is not None else lo
+        versions = graph.versions.get(line, ())
+        start = bisect.bisect_left(versions, max(lo, floor))
+        stop = bisect.bisect_right(versions, hi)
+        out += [(line, v) for v in reversed(versions[start:stop])]
+        if not going or fork is None or floor <= lo:
+            break
+        hi, line = floor - 1, fork.source
+        seen.add(line)
     return out

@@ -60,40 +60,48 @@ def test_versions_match_the_commit_log_or_each_partition_off_it_is_named(tmp_pat
     _state(state, {0: 3, 1: 3})
     done = _checkpoint(tmp_path / "done", committed=3, planned=3)
     res, doc = _verify(str(state), "--checkpoint", done, code=0)
-    said = " ".join(res.stdout.split())  # the verdict wraps at the terminal's width
+    said = " ".join(res.stdout.split())  # the verdict wraps at 80 columns
     assert "the checkpoint (query 6f1c2e0a-query, batch 3 committed) matches" in said
     check = doc["checkpoint"]
     assert (check["committed_batch"], check["in_flight_batch"], check["gaps"]) == (3, None, [])
     assert check["stores"] == 2 and check["state"] == str(state / QUERY)
+    assert check["operators"][0]["lineages"] == {"0": "", "1": ""}
     # the query's own directory as the root reads the same
     assert _verify(str(state / QUERY), "--checkpoint", done, code=0)[1]["checkpoint"]["stores"] == 2
+    assert all(len(line) <= 80 for line in (res.stdout + res.stderr).splitlines())
 
-    # batch 3 planned, not committed, and committed by the partitions: in flight, not damage
+    # batch 3 planned, not committed: its restart plans it anew (a note, not damage)
     flight = _checkpoint(tmp_path / "flight", committed=2, planned=3)
     res, doc = _verify(str(state), "--checkpoint", flight, code=0)
     assert doc["checkpoint"]["in_flight_batch"] == 3 and doc["ok"]
-    assert "batch 3 was running when the query stopped" in res.stderr
+    assert "batch 3 was planned and not committed" in " ".join(res.stderr.split())
 
-    # a checkpoint restored from an older backup beside state that moved on: ahead, a note
-    # (its restart branches: fsstate_spark.tiered.lineage)
+    # a checkpoint restored from an older backup beside state that moved on: a note (its
+    # restart goes on on a lineage of its own: fsstate.store.lineage)
     old = _checkpoint(tmp_path / "old", committed=1, planned=1)
     res, doc = _verify(str(state), "--checkpoint", old, code=0)
-    assert (
-        "CHECKPOINT operator 'Counter' of query 6f1c2e0a-query: the checkpoint committed "
-        "batch 1; partition 0 is ahead at 3, partition 1 is ahead at 3. The checkpoint is "
-        "older than the state"
-    ) in res.stderr
-    assert "goes on on a branch of its own" in res.stderr
-    [gap] = doc["checkpoint"]["gaps"]
-    assert gap["ahead"] == {"0": 3, "1": 3} and gap["behind"] == {} and doc["ok"]
+    said = " ".join(res.stderr.split())
+    assert "operator 'Counter' holds versions after batch 1 in partitions [0, 1]" in said
+    assert doc["checkpoint"]["ahead"] == {"Counter": [0, 1]} and doc["ok"]
 
-    # a partition whose newest manifests were lost: behind (the files are intact)
+    # a partition whose newest manifests were lost: the checkpoint's batch is missing there
     manifests = state / QUERY / "Counter" / "1" / "manifests"
     for v in (2, 3):
         (manifests / f"{v:020d}.json").unlink()
     res, doc = _verify(str(state), "--checkpoint", done, code=1)
-    assert "partition 1 is behind at 1. The query's restart fails on the missing" in res.stderr
-    assert doc["checkpoint"]["gaps"][0]["behind"] == {"1": 1} and doc["problems"] == []
+    said = " ".join(res.stderr.split())
+    assert "operator 'Counter', batch 3 on the trunk: missing in partition(s) [1] of 2" in said
+    assert "fsstate-spark repair <checkpoint>" in said
+    assert doc["checkpoint"]["operators"][0]["missing"] == [1] and doc["problems"] == []
+
+
+def test_a_checkpoint_that_committed_no_batch_is_said_so(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    _state(state, {0: 1})
+    nothing = _checkpoint(tmp_path / "nothing", committed=-1, planned=0)
+    res, doc = _verify(str(state), "--checkpoint", nothing, code=1)
+    assert "committed no batch" in " ".join(res.stderr.split())
+    assert doc["checkpoint"]["committed_batch"] is None and not doc["ok"]
 
 
 def test_no_state_of_the_query_and_another_query_are_refused(tmp_path: Path) -> None:
@@ -103,7 +111,7 @@ def test_no_state_of_the_query_and_another_query_are_refused(tmp_path: Path) -> 
     empty = tmp_path / "elsewhere"
     empty.mkdir()
     res, doc = _verify(str(empty), "--checkpoint", done, code=1)
-    assert f"no state of the query is under {empty / QUERY}" in res.stderr
+    assert f"no state of the query is under {empty / QUERY}" in " ".join(res.stderr.split())
     assert doc["checkpoint"]["stores"] == 0 and not doc["ok"]
     res = CliRunner().invoke(cli, ["verify", str(state), "--checkpoint", done, "-q", "other"])
     assert res.exit_code == 2 and "is not the query of checkpoint" in res.stderr

@@ -42,7 +42,8 @@ from fsstate.operators.local import partition_ids
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.location import Location
 from fsstate.store import PartitionStore
-from fsstate.store.generations import collect_generations
+from fsstate.store.gc import collect
+from fsstate.storage.leases import lease_book
 from fsstate.store.layout import Layout, in_force, publish_layout, read_layouts
 from fsstate.store.pool import store_pool
 from fsstate.store.rescale import rescale
@@ -373,22 +374,25 @@ def test_merged_operator_meta_unions_lists_of_numbers() -> None:
 def test_superseded_generations_and_dead_rescale_directories_are_collected(
     tmp_path: Path,
 ) -> None:
-    """``collect_generations`` (and ``fsstate gc``) deletes the old generation once the new
-    one's retention moved past its first version, and a dead rescale's directory at once (grace
-    0); never what the generation in force holds."""
+    """The collection (``fsstate gc``) deletes a dead rescale's directory at once (grace 0),
+    keeps of the old generation what the new one's retained history reaches below its first
+    version, and the rest once the new one's history no longer reaches it; never what the
+    generation in force holds."""
     fileio = FileIO(str(tmp_path / "s"))
     v = write_state(fileio, 3, seed=5)
-    before = rows_of(fileio, 3, v, "")
+    before = rows_of(fileio, 3, v - 1, "")
     faulty = FaultyBackend(fileio.backend, fail_at=4)
     fileio.backend = faulty  # type: ignore[assignment]
     with pytest.raises((StorageError, CommitError)):
         rescale(fileio, OP, partitions=4, keys=["k"], partition_of=by_k(4), version=v)
     fileio.backend = faulty.inner
     new = rescale(fileio, OP, partitions=4, keys=["k"], partition_of=by_k(4), version=v).layout
-    got = collect_generations(fileio, OP, grace_ms=0)
-    assert got.generations == () and len(got.unreferenced) == 1  # the dead rescale's
-    assert rows_of(fileio, 3, v, "") == before  # still in the window: kept
-    assert collect_generations(fileio, OP, grace_ms=0).files == 0
+    lease_book().rotate()  # what was written is no writer's pending output any more
+    lease_book().keep()
+    got = collect(fileio, OP, retain=2, grace_ms=0, abandoned_ms=0)
+    assert len({d.split("/")[1] for d in got.dead_dirs}) == 1  # the dead rescale's
+    assert rows_of(fileio, 3, v - 1, "") == before  # in the new generation's history: kept
+    assert collect(fileio, OP, retain=2, grace_ms=0, abandoned_ms=0).files == 0
     config = StoreConfig(retain_versions=2)
     for p in range(4):
         for w in (v + 1, v + 2):
@@ -397,10 +401,12 @@ def test_superseded_generations_and_dead_rescale_directories_are_collected(
             store.commit(w)
             store.close()
     live = rows_of(fileio, 4, v + 2, new.dir)
-    got = collect_generations(fileio, OP, grace_ms=0)
-    assert got.generations == (0,) and got.files > 0 and got.unreferenced == ()
+    lease_book().rotate()
+    lease_book().keep()
+    got = collect(fileio, OP, retain=2, grace_ms=0, abandoned_ms=0)
+    assert got.files > 0 and got.dead_dirs == ()
     assert not [f for f in (tmp_path / "s" / OP).glob("[0-9]/**/*") if f.is_file()]
     assert rows_of(fileio, 4, v + 2, new.dir) == live
     assert [x.generation for x in read_layouts(fileio, OP)] == [0, 1]  # records stay
     with pytest.raises(VersionNotFoundError):
-        rows_of(fileio, 3, v, "")
+        rows_of(fileio, 3, v - 1, "")
