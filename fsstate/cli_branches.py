@@ -43,7 +43,7 @@ def pick_branch(env: CommandEnv, stores: list[StoreRef], branch: str | None) -> 
         shown = sorted({s.branch for s in stores})
         others = [n for n in live_lineages(stores) if n not in shown]
         if others:
-            names = ", ".join(others[:NOTE_NAMES])
+            names = ", ".join(n or "the trunk" for n in others[:NOTE_NAMES])
             more = f" and {len(others) - NOTE_NAMES} more" if len(others) > NOTE_NAMES else ""
             now = ", ".join(n or "the trunk" for n in shown)
             env.err.print(

@@ -4,9 +4,8 @@
 this module checks what a file check cannot see, from the catalog's listing and the manifests
 verify reads anyway (:func:`check_operator`, one :class:`Gap` per thing missing):
 
-* ``record``: an operator whose stores were written by a query (their versions record a
-  writer) has no generation-0 record (``operator.json``), or a layout record does not read;
-  the other operators are checked all the same.
+* ``record``: a layout record does not read; the other operators are checked all the same
+  (a record gone is found against a checkpoint: :func:`fsstate.inspect.lineage.check_checkpoint`).
 * ``partition``: a live lineage of a generation (:mod:`fsstate.store.lineage` rule 4) is
   missing in some of its partitions (a branch dropped, or deleted, in one of them: every
   partition of a run forks at its first batch). A partition with no version at all is
@@ -69,7 +68,12 @@ class Gap:
 
     def to_doc(self) -> dict[str, Any]:
         """The gap as a JSON document."""
-        return {"kind": self.kind, "query": self.prefix, "operator": self.operator, "text": self.text}
+        return {
+            "kind": self.kind,
+            "query": self.prefix,
+            "operator": self.operator,
+            "text": self.text,
+        }
 
 
 @dataclass(frozen=True)
@@ -106,15 +110,6 @@ def check_operator(
     except ConfigError as exc:
         return [gap("record", f"{exc}; the other checks ran as if it were absent")]
     out: list[Gap] = []
-    if layouts[0].partitions is None and any(s.written_by_query for s in seen.values()):
-        where = first.root(fileio).describe(f"{first.operator}/operator.json")
-        out.append(
-            gap(
-                "record",
-                f"its partition count record {where} is gone though a query wrote its state: "
-                f"its count can no longer be checked at restart; {REMEDY}",
-            )
-        )
     for gen in layouts:
         members = [s for s in stores if s.layout == gen.dir]
         if members or gen is layouts[-1]:

@@ -138,9 +138,7 @@ def batch_state(
     if best is not None:
         return best
     n = count if count is not None else 0
-    return BatchState(
-        first.prefix, first.operator, batch, planned_ms, "", n, {}, tuple(range(n))
-    )
+    return BatchState(first.prefix, first.operator, batch, planned_ms, "", n, {}, tuple(range(n)))
 
 
 def _in_generation(
@@ -352,7 +350,9 @@ def check_checkpoint(
                     s.partition
                     for s in members
                     if s.layout == got.layout
-                    and any(b.name == got.lineages.get(s.partition) and b.latest > c for b in s.lineages)
+                    and any(
+                        b.name == got.lineages.get(s.partition) and b.latest > c for b in s.lineages
+                    )
                 )
             )
             if later:

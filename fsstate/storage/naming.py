@@ -60,7 +60,9 @@ def data_path(prefix: str, origin: Origin) -> str:
     """A new unique path (relative to the store directory) for a data file of ``origin``."""
     lineage = origin.lineage or TRUNK_TAG
     unique = uuid.uuid4().hex[:12]
-    return f"data/{prefix}{_SEP}{lineage}{_SEP}{origin.birth}{_SEP}{origin.tag}{_SEP}{unique}.parquet"
+    return (
+        f"data/{prefix}{_SEP}{lineage}{_SEP}{origin.birth}{_SEP}{origin.tag}{_SEP}{unique}.parquet"
+    )
 
 
 def origin_of(path: str) -> Origin | None:

@@ -65,8 +65,8 @@ from fsstate.errors import (
 )
 from fsstate.stats import CommitInfo
 from fsstate.storage.fileio import FileIO
-from fsstate.store.lineage import branch_for
 from fsstate.store.layout import Layout, in_force, publish_layout, read_layouts, record_path
+from fsstate.store.lineage import branch_for
 from fsstate.store.partition import PartitionStore
 from fsstate.store.pool import Outcome, StorePool, store_pool
 from fsstate.store.record import RECORD_KEYS, EpochRecord, Writer
@@ -96,7 +96,9 @@ class StoreAddress:
     branch: str = ""
 
 
-def record_layouts(fileio: FileIO, operator: str, *, partitions: int | None, kind: str) -> list[Layout]:
+def record_layouts(
+    fileio: FileIO, operator: str, *, partitions: int | None, kind: str
+) -> list[Layout]:
     """Every generation of ``operator``'s state (:func:`fsstate.store.layout.read_layouts`),
     recording generation 0 with ``partitions`` and ``kind`` at first use (step 1 of the module
     docstring).

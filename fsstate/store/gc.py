@@ -54,10 +54,9 @@ from fsstate.storage.fileio import FileEntry, FileIO
 from fsstate.storage.leases import lease_in_force, read_leases
 from fsstate.storage.manifest import BRANCH_DIR, MANIFEST_DIR, Manifest, manifest_path
 from fsstate.storage.naming import origin_of
-from fsstate.store.identity import LAYOUT_PREFIX, WRITER_META, operator_dir, store_dir_for
-from fsstate.store.layout import LAYOUTS_DIR, Layout, read_layouts, source_of
+from fsstate.store.identity import LAYOUT_PREFIX, WRITER_META, operator_dir
+from fsstate.store.layout import Layout, read_layouts, source_of
 from fsstate.store.lineage import (
-    FORKED_PATH,
     FORKS_DIR,
     ForkMark,
     Graph,
@@ -235,7 +234,9 @@ class _Run:
     def path(self, s: _Store, rel: str) -> str:
         return f"{self.base}/{s.store_dir}/{rel}"
 
-    def info(self, s: _Store, lineage: str, version: int) -> tuple[frozenset[str], int | None, object]:
+    def info(
+        self, s: _Store, lineage: str, version: int
+    ) -> tuple[frozenset[str], int | None, object]:
         rel = manifest_path(s.store_dir, version, lineage)
         return _read(self.fileio, f"{self.base}/{rel}", s.manifests[(lineage, version)])
 
@@ -444,7 +445,9 @@ class _Plan:
         if not dry_run:
             for key, doomed in self.manifests.items():
                 s = run.stores[key]
-                fileio.delete_many([f"{run.base}/{manifest_path(s.store_dir, v, ln)}" for ln, v in doomed])
+                fileio.delete_many(
+                    [f"{run.base}/{manifest_path(s.store_dir, v, ln)}" for ln, v in doomed]
+                )
             for key, doomed in self.manifests.items():  # the fork handshake
                 s = run.stores[key]
                 seen = {m for m, _ in s.marks}
@@ -455,7 +458,9 @@ class _Plan:
         for key, s in sorted(run.stores.items()):
             files = [e for e in self.files.get(key, []) if self.deletable(e, key in raced)]
             if not dry_run:
-                fileio.delete_many([e.path for e in files] + [e.path for e in self.marks.get(key, [])])
+                fileio.delete_many(
+                    [e.path for e in files] + [e.path for e in self.marks.get(key, [])]
+                )
             out.append(
                 StoreCollection(
                     s.layout,

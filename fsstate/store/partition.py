@@ -95,12 +95,12 @@ from fsstate.storage.manifest import (
     read_manifest,
 )
 from fsstate.storage.runs import RunContext
-from fsstate.store.collector import request_collection
-from fsstate.store.gc import collect
-from fsstate.store.lineage import carried, carried_meta, check_branch, fork_version, mark_forked
 from fsstate.store.catchup import apply_plan, plan_store
+from fsstate.store.collector import request_collection
 from fsstate.store.commit import check_adoptable, link_to_base, seal_table, settle, table_entry
+from fsstate.store.gc import collect
 from fsstate.store.identity import WRITER_META, json_copy, safe_name, store_dir_for
+from fsstate.store.lineage import carried, carried_meta, check_branch, fork_version, mark_forked
 from fsstate.store.retention import Retention
 from fsstate.store.summary import SummaryRecorder
 from fsstate.tables import ListTable, MapTable, TableBase, ValueTable

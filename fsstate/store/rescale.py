@@ -311,9 +311,7 @@ def rescale(
     where = (version, lineages, source)
     old, new = _next_layout(fileio, operator, partitions, keys, target_version, where)
     writer = None if planned_ms is None else Writer(None, None, planned_ms)
-    job = _Job(
-        fileio, operator, old, new, keys, partition_of, config or StoreConfig(), t0, writer
-    )
+    job = _Job(fileio, operator, old, new, keys, partition_of, config or StoreConfig(), t0, writer)
     rows_written = 0
     names: tuple[str, ...] = ()
     if version is not None:

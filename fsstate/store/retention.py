@@ -137,7 +137,9 @@ class Retention:
             out += older
         if own:
             if self._marks is None or self._marks_to < dropped:
-                self._marks = [m.version for m in fork_marks(self.fileio, self.store_dir, self.branch)]
+                self._marks = [
+                    m.version for m in fork_marks(self.fileio, self.store_dir, self.branch)
+                ]
                 self._marks_to = dropped
             forks = self._marks
             out += [p for p, birth in own if not any(birth <= f <= dropped for f in forks)]

@@ -60,9 +60,9 @@ from fsstate.inspect.checkpoint import read_query_id
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.location import Location
 from fsstate.storage.manifest import Manifest, read_manifest
-from fsstate.store.lineage import list_branches
 from fsstate.store.identity import store_dir_for
 from fsstate.store.layout import LAYOUT_FILE, in_force, read_layouts, record_path
+from fsstate.store.lineage import list_branches
 from fsstate_spark.metrics.model import (
     BatchProgress,
     OperatorProgress,

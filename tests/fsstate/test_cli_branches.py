@@ -16,6 +16,7 @@ from click.testing import CliRunner, Result
 from fsstate.cli import cli
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.location import Location
+from tests.support.engine import settle_leases
 from tests.support.lineages import OPERATOR, STATE, files_of, two_lineages
 from tests.support.plugin import s3_options
 
@@ -67,10 +68,13 @@ def test_list_branches_show_diff_and_stats_read_a_branch(
     }
     table = _run(["branches", uri, "--operator", OPERATOR], opts).stdout
     assert branch in table and "0 of trunk" in table and "2 of 2" in table
-    # the trunk, said so on stderr; the branch with --branch
-    trunk = _run(["show", uri, OPERATOR, STATE], opts)
-    assert "a0" in trunk.stdout and "b0" not in trunk.stdout
-    assert f"note: the trunk is shown; branches: {branch}" in trunk.stderr
+    # the lineage committed last (the branch), the other live one named on stderr; the trunk
+    # with --branch ''
+    newest = _run(["show", uri, OPERATOR, STATE], opts)
+    assert "b0" in newest.stdout
+    assert "other live lineages: the trunk" in " ".join(newest.stderr.split())
+    trunk = _run(["show", uri, OPERATOR, STATE, "--branch", ""], opts)
+    assert "a0" in trunk.stdout and "b0" not in trunk.stdout and "note:" not in trunk.stderr
     shown = _json(["show", uri, OPERATOR, STATE, "--branch", branch], opts)
     got = {(r["user"], r["count"]) for r in shown["shown"]}
     assert got == {("a0", 1), ("b0", 10), ("a1", 1), ("b1", 10)}
@@ -83,7 +87,7 @@ def test_list_branches_show_diff_and_stats_read_a_branch(
     }
     (stats,) = _json(["stats", uri, "--branch", branch], opts)
     assert stats["versions"] == [2] and stats["partitions"] == 2
-    assert "note: the trunk is shown" in _run(["stats", uri], opts).stderr
+    assert "other live lineages: the trunk" in " ".join(_run(["stats", uri], opts).stderr.split())
     missing = _run(["show", uri, OPERATOR, STATE, "--branch", "nope"], opts, code=2)
     assert f"has branch 'nope' (their branches: {branch})" in missing.stderr
 
@@ -112,10 +116,15 @@ def test_drop_branch_then_gc_keeps_the_trunk_and_deletes_the_branch_files(
     drop = ["drop-branch", uri, "--operator", OPERATOR]
     assert "never dropped" in _run([*drop, "--branch", "", "--yes"], opts, code=2).stderr
     _run([*drop, "--branch", "nope", "--yes"], opts, code=2)
-    _run([*drop, "--branch", branch], opts, code=1)  # not confirmed: nothing dropped
+    _run([*drop, "--branch", branch, "--force"], opts, code=1)  # not confirmed: nothing dropped
     assert _json(["list", uri], opts)[0]["branches"] == 1
-    done = _run([*drop, "--branch", branch, "--yes"], opts)
+    # a live lineage: refused, saying what breaks, unless --force
+    refused = _run([*drop, "--branch", branch, "--yes"], opts, code=1)
+    assert "is a live lineage" in " ".join(refused.stderr.split())
+    assert _json(["list", uri], opts)[0]["branches"] == 1
+    done = _run([*drop, "--branch", branch, "--yes", "--force"], opts)
     assert "6 manifest(s) in 2 partition(s)" in " ".join(done.stdout.split())
+    settle_leases()  # the writer of the lineages (this process) holds no pending file
     _run(["gc", uri, "--grace-ms", "0"], opts)
     for p in range(2):
         have = {e.path.split("/", 2)[2] for e in q.list(f"{OPERATOR}/{p}/data")}

@@ -106,3 +106,13 @@ def as_another_process(store: PartitionStore) -> None:
     """Empty the block cache ``store`` uses, so later reads see storage as a process that did
     not write its files would (a process caches the small files it writes: write-through)."""
     store.controller.cache.shrink_to(0)
+
+
+def settle_leases() -> None:
+    """Let go of this process's writer leases that protect no pending file (a new tag for what
+    is written next): a collection in the test then sees what the writers left as another
+    process would once they stopped (:mod:`fsstate.storage.leases`)."""
+    from fsstate.storage.leases import lease_book
+
+    lease_book().rotate()
+    lease_book().keep()

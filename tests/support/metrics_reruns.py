@@ -25,8 +25,8 @@ from pyspark.sql import SparkSession
 from devkit.spark_local import write_batches
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.manifest import read_manifest
-from fsstate.store.lineage import list_branches
 from fsstate.store.identity import store_dir_for
+from fsstate.store.lineage import list_branches
 from fsstate_spark import tiered
 from fsstate_spark.metrics import BatchProgress, listen
 from fsstate_spark.metrics.prometheus import PrometheusExporter

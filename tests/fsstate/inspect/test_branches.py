@@ -1,7 +1,8 @@
 """fsstate.inspect on stores with branches (issue 45), local and on the S3 server: the catalog
 finds each store's branches in its one listing (never as stores or trunk versions of their
 own, whatever they are named), snapshots and change feeds read a branch, verify checks every
-branch's files, and a dropped branch's files go by the listing GC while the trunk's stay."""
+branch's files, and a dropped branch's files go by the collection while the trunk's stay.
+Readers see each operator on the lineage committed last unless told which."""
 
 from __future__ import annotations
 
@@ -17,8 +18,9 @@ from fsstate.inspect.catalog import BranchRef, Fork, branch_names, on_branch, re
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.location import Location
 from fsstate.storage.manifest import read_manifest
+from fsstate.store.gc import collect
 from fsstate.store.lineage import drop_branch, fork_version, list_branches
-from fsstate.store.retention import Retention
+from tests.support.engine import settle_leases
 from tests.support.lineages import OPERATOR, STATE, files_of, two_lineages
 from tests.support.plugin import s3_options
 
@@ -41,11 +43,14 @@ def test_the_catalog_finds_branches_in_its_one_listing(root: Location) -> None:
     before = dataclasses.replace(fileio.stats)
     stores = find_stores(fileio)
     assert (fileio.stats.list - before.list, fileio.stats.get - before.get) == (1, 0)
+    # seen on the lineage committed last (both are live: the branch forked an older version)
     assert [(s.partition, s.versions, s.branch) for s in stores] == [
-        (0, (0, 1, 2), ""),
-        (1, (0, 1, 2), ""),
+        (0, (0, 1, 2), branch),
+        (1, (0, 1, 2), branch),
     ]
-    assert all(s.branches == (BranchRef(branch, (0, 1, 2)),) for s in stores)
+    assert all([(b.name, b.versions) for b in s.branches] == [(branch, (0, 1, 2))] for s in stores)
+    assert all(s.trunk == (0, 1, 2) for s in stores)
+    stores = find_stores(fileio, branch="")
     assert branch_names(stores) == [branch]
     assert read_fork(fileio, stores[0], branch) == Fork("", 0)
     assert read_fork(fileio, stores[0], "nope") is None
@@ -55,6 +60,7 @@ def test_the_catalog_finds_branches_in_its_one_listing(root: Location) -> None:
         (1, (0, 1, 2), branch),
     ]
     assert on_branch(stores, "nope") == [] and on_branch(stores, "") == stores
+    assert all(isinstance(b, BranchRef) for s in stores for b in s.lineages)
 
 
 def test_branches_named_like_the_layout_are_never_stores_or_trunk_versions(root: Location) -> None:
@@ -65,7 +71,7 @@ def test_branches_named_like_the_layout_are_never_stores_or_trunk_versions(root:
     odd = ["manifests", "layouts", "data", "7", "0"]
     for name in odd:
         fork_version(fileio, f"{OPERATOR}/0", 1, branch=name)
-    (store,) = find_stores(fileio)
+    (store,) = find_stores(fileio, branch="")
     assert store.versions == (0, 1, 2) and store.since == -1
     assert set(odd) <= set(store.branch_names)
     assert all(b.versions == (1,) for b in store.branches if b.name in odd)
@@ -75,7 +81,7 @@ def test_branches_named_like_the_layout_are_never_stores_or_trunk_versions(root:
 def test_snapshots_and_change_feeds_read_a_branch(root: Location) -> None:
     fileio = FileIO(root)
     branch = two_lineages(fileio)
-    stores = find_stores(fileio)
+    stores = find_stores(fileio, branch="")
     with Snapshot.of(fileio, stores[0]) as trunk:
         assert _values(trunk.read(STATE)) == {"a0": 3}
     (view,) = on_branch(stores[1:], branch)
@@ -114,18 +120,20 @@ def test_verify_checks_every_branch_and_names_it(root: Location) -> None:
 def test_a_dropped_branch_goes_and_gc_keeps_every_trunk_file(root: Location) -> None:
     fileio = FileIO(root)
     branch = two_lineages(fileio)
-    fork_version(fileio, f"{OPERATOR}/0", 1, source=branch, branch="child")
+    for p in range(2):  # a lineage is in every partition (each of its run's tasks forks)
+        fork_version(fileio, f"{OPERATOR}/{p}", 1, source=branch, branch="child")
     trunk = [files_of(fileio, p, "") for p in range(2)]
     child = files_of(fileio, 0, "child")
-    doomed = [files_of(fileio, p, branch) - trunk[p] for p in range(2)]
-    doomed[0] -= child
+    doomed = [files_of(fileio, p, branch) - trunk[p] - files_of(fileio, p, "child") for p in (0, 1)]
     assert all(doomed)
     with pytest.raises(ConfigError, match="trunk"):
         drop_branch(fileio, f"{OPERATOR}/0", "")
     for p in range(2):
         assert drop_branch(fileio, f"{OPERATOR}/{p}", branch) == 3
         assert drop_branch(fileio, f"{OPERATOR}/{p}", branch) == 0
-        Retention(fileio, f"{OPERATOR}/{p}").delete_orphans([], 0)
+    settle_leases()
+    collect(fileio, OPERATOR, retain=1 << 40, grace_ms=0, abandoned_ms=0)
+    for p in range(2):
         have = {e.path.split("/", 2)[2] for e in fileio.list(f"{OPERATOR}/{p}/data")}
         assert trunk[p] <= have and not doomed[p] & have
     assert list_branches(fileio, f"{OPERATOR}/0") == ["child"]

@@ -17,7 +17,7 @@ from fsstate.errors import ConfigError
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.location import Location
 from fsstate.storage.manifest import read_manifest
-from tests.support.engine import KEY, VAL
+from tests.support.engine import KEY, VAL, settle_leases
 from tests.support.faultproxy import CountingProxy
 from tests.support.plugin import s3_options
 
@@ -106,11 +106,12 @@ def test_two_writers_race_to_publish_each_version(root: Location) -> None:
             store.close()
     assert len(losers) >= ROUNDS and wins["a"] and wins["b"]  # both sides won some rounds
     last = PartitionStore.open(root, "race", 0, ROUNDS, config)
-    assert last.delete_orphans() == 0  # younger than the grace time: they may be in flight
+    settle_leases()  # the attempts' stores are closed: their files are nobody's pending output
+    assert last.collect_garbage() == 0  # younger than the grace time: they may be in flight
     assert losers <= _data_files(fileio, store_dir)
     time.sleep(1.5)
     short = StoreConfig(orphan_grace_ms=1_000)
-    assert PartitionStore.open(root, "race", 0, ROUNDS, short).delete_orphans() == len(losers)
+    assert PartitionStore.open(root, "race", 0, ROUNDS, short).collect_garbage() == len(losers)
     assert not (losers & _data_files(fileio, store_dir))
     for version in last.retained_versions()[-5:]:  # winners' files all still there
         again = PartitionStore.open(root, "race", 0, version, config)
@@ -142,8 +143,10 @@ def test_requests_of_each_operation(s3_server: S3Info, s3_uri: str) -> None:
         proxy.reset_counts()
         before = fileio.stats.snapshot()
         s.commit(1)  # version numbers not divisible by orphan_scan_every_commits: no listing
-        assert _delta(fileio, before) == {"put": 2}  # the table's run + the manifest
-        assert dict(proxy.counts) == {"PUT": 2}
+        # the table's run + the manifest, and the writer's lease before the run (once per
+        # lease tag and root: fsstate.storage.leases)
+        assert _delta(fileio, before) == {"put": 3}
+        assert dict(proxy.counts) == {"PUT": 3}
         before = fileio.stats.snapshot()
         s.commit(2)  # nothing changed: the manifest only
         assert _delta(fileio, before) == {"put": 1}
@@ -152,7 +155,8 @@ def test_requests_of_each_operation(s3_server: S3Info, s3_uri: str) -> None:
         before = fileio.stats.snapshot()
         v.update(("k2",), (2, "y"))
         s.commit(4)  # the window drops version 1: its manifest (and files 2 retired), 1 request
-        assert _delta(fileio, before) == {"put": 2, "delete": 1}
+        # and, once per process and store, a listing of the lineage's manifests
+        assert _delta(fileio, before) == {"put": 2, "delete": 1, "list": 1}
         # a worker that served version 2 catches up to 4: two manifests, the new data files of
         # the viewed keys' tables
         copy = PartitionStore.open(loc, "req", 0, 2, config)
@@ -191,15 +195,17 @@ def test_requests_of_each_operation(s3_server: S3Info, s3_uri: str) -> None:
         written = fresh.compact(force=True)
         # (the runs it merges are in the block cache already; cold, one GET per small run)
         assert written > 0 and _delta(fresh_io, before) == {"put": 1}
-        # the garbage collection that lists: manifests and data files, then one bulk delete
-        before = fresh_io.stats.snapshot()
+        # the collection of the store (fsstate.store.gc), out of the commit path: the leases
+        # (two listings), the layout records (a listing; operator.json absent here), the
+        # store's directory (one listing), each retained manifest not read before in this
+        # process (3, 4, 5); nothing is garbage, so nothing to delete
         fresh.commit(5)
         gc_before = fresh_io.stats.snapshot()
-        fresh.delete_orphans()
-        # two listings (manifests, data files) and the one retained manifest (3) this store
-        # never saw, and whether a fork shares the files (fsstate.store.lineage, one HEAD);
-        # no orphan, so nothing to delete
-        assert _delta(fresh_io, gc_before) == {"list": 2, "get": 1, "head": 1}
+        assert fresh.collect_garbage(grace_ms=0) == 0
+        assert _delta(fresh_io, gc_before) == {"list": 4, "get": 3}
+        gc_before = fresh_io.stats.snapshot()
+        fresh.collect_garbage(grace_ms=0)  # again: the manifests' file sets are known
+        assert _delta(fresh_io, gc_before) == {"list": 4}
 
 
 def test_a_store_that_ignores_conditional_writes_is_refused(s3_server: S3Info, s3_uri: str) -> None:

@@ -16,8 +16,8 @@ from fsstate.errors import CommitConflictError, LineageConflictError, VersionNot
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.location import Location
 from fsstate.storage.manifest import list_versions
-from fsstate.store.lineage import FORKED_META, branch_for, fork_version, list_branches
 from fsstate.store.epoch import EpochRun, StoreAddress, begin_epoch
+from fsstate.store.lineage import FORKED_META, branch_for, fork_version, list_branches
 from fsstate.store.pool import StorePool
 from fsstate.store.record import EpochRecord, Writer
 from tests.support.engine import KEY, VAL

@@ -182,9 +182,7 @@ def test_a_collection_that_cannot_read_deletes_nothing(
     monkeypatch.undo()
     done = collect(fileio, OPERATOR, retain=1, grace_ms=0, abandoned_ms=0)
     assert done.manifests >= 5
-    assert read_back(root, [(0, 5, "next")])[key_of(0, 5, "next")] == {
-        f"k{v}": v for v in range(6)
-    }
+    assert read_back(root, [(0, 5, "next")])[key_of(0, 5, "next")] == {f"k{v}": v for v in range(6)}
 
 
 @pytest.mark.parametrize("fork_first", [False, True])

@@ -40,10 +40,10 @@ from fsstate.operators import (
 )
 from fsstate.operators.local import partition_ids
 from fsstate.storage.fileio import FileIO
+from fsstate.storage.leases import lease_book
 from fsstate.storage.location import Location
 from fsstate.store import PartitionStore
 from fsstate.store.gc import collect
-from fsstate.storage.leases import lease_book
 from fsstate.store.layout import Layout, in_force, publish_layout, read_layouts
 from fsstate.store.pool import store_pool
 from fsstate.store.rescale import rescale

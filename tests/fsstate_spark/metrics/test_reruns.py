@@ -24,8 +24,8 @@ from pyspark.sql import SparkSession
 
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.location import Location
-from fsstate.store.lineage import branch_for
 from fsstate.store.epoch import StoreAddress, begin_epoch
+from fsstate.store.lineage import branch_for
 from fsstate.store.pool import StorePool
 from fsstate.store.record import EpochRecord, Writer
 from fsstate_spark import fork_query, rollback_query
