@@ -58,7 +58,7 @@ except ImportError as exc:  # pragma: no cover - the cli extra is missing
 
 import pyarrow as pa
 
-from fsstate.cli_branches import branches_cmd, pick_branch
+from fsstate.cli_branches import branches_cmd, pick_branch, require_whole
 from fsstate.cli_gc import drop_branch_cmd, gc
 from fsstate.cli_history import history_doc, history_table
 from fsstate.cli_tables import (
@@ -103,8 +103,14 @@ _branch = click.option(
     "--branch",
     "-b",
     metavar="NAME",
-    help="Read this branch (a lineage of a copied, restored or rolled-back query; see "
-    "fsstate branches). Default: the trunk.",
+    help="Read this lineage ('' for the trunk; see fsstate branches). Default: each "
+    "operator's lineage committed last.",
+)
+_partial = click.option(
+    "--partial",
+    is_flag=True,
+    help="Read the partitions there are when some hold no version of the lineage read "
+    "(default: refuse, exit 1).",
 )
 _limit = click.option(
     "--limit",
@@ -213,6 +219,7 @@ def _same_version(operator: str, stores: list[StoreRef], version: int | None) ->
     help="Instead: each store's last N versions' summaries (N >= 1).",
 )
 @_branch
+@_partial
 @click.pass_obj
 def stats(
     env: CommandEnv,
@@ -223,6 +230,7 @@ def stats(
     live_rows: bool,
     history: int | None,
     branch: str | None,
+    partial: bool,
 ) -> None:
     """Show each state variable's kind, files, rows and bytes.
 
@@ -234,6 +242,7 @@ def stats(
     """
     fileio = env.fileio(root)
     stores = pick_branch(env, env.stores(fileio, query, operator), branch)
+    require_whole(fileio, stores, not partial)
     if history is not None:
         doc_h = history_doc(fileio, stores, history)
         env.emit(doc_h, history_table(root, doc_h))
@@ -336,6 +345,7 @@ def _print_rows(env: CommandEnv, title: str, table: pa.Table, limit: int) -> Non
 @click.option("--now-ms", type=int, help="Resolve TTL at this time (default the commit clock).")
 @click.option("--expiry", is_flag=True, help="Add each row's expiry time (_expires_at_ms).")
 @_branch
+@_partial
 @click.pass_obj
 def show(
     env: CommandEnv,
@@ -349,6 +359,7 @@ def show(
     now_ms: int | None,
     expiry: bool,
     branch: str | None,
+    partial: bool,
 ) -> None:
     """Print the rows of STATE of OPERATOR at a version.
 
@@ -356,11 +367,13 @@ def show(
     the engine's reads return them: TTL resolved at the version's commit clock (--now-ms:
     another time), superseded and deleted rows left out. Without --version each partition's
     newest is read, and partitions that disagree are refused, naming the version to pass. The
-    trunk is read unless --branch names a branch.
+    lineage committed last is read unless --branch names another; partitions without it are
+    refused (exit 1) unless --partial.
     """
     fileio = env.fileio(root)
     stores = _one_query(env.stores(fileio, query, operator, partition))
     stores = pick_branch(env, stores, branch)
+    require_whole(fileio, stores, partition is None and not partial)
     _same_version(operator, stores, version)
     seen: set[int] = set()
     table = _read_all(
@@ -387,6 +400,7 @@ def show(
 @_partition
 @_limit
 @_branch
+@_partial
 @click.pass_obj
 def diff(
     env: CommandEnv,
@@ -399,17 +413,19 @@ def diff(
     partition: int | None,
     limit: int,
     branch: str | None,
+    partial: bool,
 ) -> None:
     """Print what changed in STATE between two versions.
 
     One row per key (list element, map key) whose value is new or changed at TO_VERSION
     (change_type update, with the new value) or gone, deleted or expired (change_type delete),
-    with a partition_id column. Both versions are of one branch (--branch; default the trunk)
-    and must be present in every partition read.
+    with a partition_id column. Both versions are of one lineage (--branch; default the one
+    committed last) and must be present in every partition read.
     """
     fileio = env.fileio(root)
     stores = _one_query(env.stores(fileio, query, operator, partition))
     stores = pick_branch(env, stores, branch)
+    require_whole(fileio, stores, partition is None and not partial)
     _same_version(operator, stores, from_version)
     _same_version(operator, stores, to_version)
 

@@ -23,11 +23,19 @@ from typing import Any
 import click
 
 from fsstate.cli_tables import branches_table
-from fsstate.console import Command, CommandEnv, Failed
-from fsstate.inspect.catalog import StoreRef, branch_names, live_lineages, on_branch, read_fork
+from fsstate.console import Command, CommandEnv, Failed, Refused
+from fsstate.inspect.catalog import (
+    StoreRef,
+    branch_names,
+    live_lineages,
+    missing_partitions,
+    on_branch,
+    read_fork,
+)
+from fsstate.storage.fileio import FileIO
 from fsstate.store.lineage import check_branch
 
-__all__ = ["branches_cmd", "pick_branch"]
+__all__ = ["branches_cmd", "pick_branch", "require_whole"]
 
 NOTE_NAMES = 3  # branches a note names before "and N more"
 
@@ -114,3 +122,20 @@ def branches_cmd(env: CommandEnv, root: str, query: str | None, operator: str | 
     env.emit(doc, branches_table(root, doc))
     if not env.as_json and not doc:
         env.err.print("no branches: every store has its trunk only", highlight=False)
+
+
+def require_whole(fileio: FileIO, stores: list[StoreRef], asked: bool) -> None:
+    """Refuse (exit 1, one line) to read ``stores`` when their operator's generation has
+    partitions they do not hold on the lineage read, unless ``asked`` is False (a partition
+    was picked, or --partial given)."""
+    if not asked or not stores:
+        return
+    for (prefix, op), lacking in missing_partitions(fileio, stores).items():
+        line = stores[0].branch
+        on = f"branch {line}" if line else "the trunk"
+        where = f"operator {op!r}" + (f" of query {prefix}" if prefix else "")
+        raise Refused(
+            f"{where}: partitions {lacking} hold no version of {on}, the lineage read, so the "
+            "state shown would be partial; nothing was read. See fsstate verify; pass "
+            "--partial to read the partitions there are"
+        )

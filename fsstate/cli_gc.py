@@ -23,7 +23,7 @@ import click
 from fsstate.cli_branches import pick_branch
 from fsstate.cli_tables import gc_tables
 from fsstate.config import StoreConfig
-from fsstate.console import Command, CommandEnv, Failed, at_least
+from fsstate.console import Command, CommandEnv, Failed, Refused, at_least
 from fsstate.inspect.catalog import StoreRef, live_lineages
 from fsstate.inspect.checkpoint import checkpoint_uri, read_checkpoint
 from fsstate.inspect.lineage import batch_state, planning_of
@@ -210,7 +210,7 @@ def _refuse_if_needed(
             continue
         got = batch_state(fileio, mine, ckpt.committed, planning_of(ckpt, ckpt.committed))
         if branch in got.lineages.values():
-            raise _Refused(
+            raise Refused(
                 f"checkpoint {ckpt.fileio.describe('')} runs on branch {branch} (its batch "
                 f"{ckpt.committed}): its next batch would fail with VersionNotFoundError; roll "
                 "it back or delete it first; nothing was dropped"
@@ -227,16 +227,7 @@ def _refuse_if_needed(
     if children:
         said.append(f"branches {children} forked from it: their versions before the fork go")
     if said:
-        raise _Refused(
+        raise Refused(
             f"branch {branch}: {'; '.join(said)}. Give --checkpoint for each checkpoint of the "
             "query to check them, and --force to drop it anyway; nothing was dropped"
         )
-
-
-class _Refused(click.ClickException):
-    """A refusal of ``drop-branch``: one line, exit 1."""
-
-    exit_code = 1
-
-    def show(self, file: Any = None) -> None:
-        click.echo(f"Refused: {self.message}", err=True)

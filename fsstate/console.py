@@ -82,6 +82,16 @@ class Failed(click.ClickException):
         super().__init__(" ".join(message.split()))
 
 
+class Refused(Failed):
+    """A refusal because of the state's condition (partial state, a live lineage): one line
+    (``Refused: ...``) on stderr, exit code 1, as ``verify``'s findings."""
+
+    exit_code = 1
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"Refused: {self.message}", err=True)
+
+
 class Command(click.Command):
     """A command whose options that take a value may be given once: ``-p 1 -p 2`` is refused
     (click keeps the last silently); repeatable options (``multiple``) and flags are not

@@ -109,6 +109,12 @@ class CommitError(FsStateError):
     """A commit failed; the previous version is intact and the store can retry the commit."""
 
 
+class PartialStateError(FsStateError):
+    """A read would return part of an operator's state: some of its partitions hold no version
+    of the lineage read. Nothing was read; the message names the partitions and how to read
+    the others anyway."""
+
+
 class GarbageCollectionError(FsStateError):
     """A garbage collection could not read everything it decides from (a listing, a manifest,
     a layout record) or took too long to decide: nothing was deleted; run it again."""

@@ -47,7 +47,9 @@ from fsstate.console import (
 from fsstate.store.rescale import RescaleProgress
 from fsstate_spark.cli_watch import watch
 from fsstate_spark.fork import CheckpointCut, fork_query, rollback_query
+from fsstate_spark.repair import repair_query
 from fsstate_spark.tiered.query_rescale import rescale_query
+from fsstate_spark.tiered.settings import resolve_config
 
 __all__ = ["cli", "main"]
 
@@ -212,6 +214,51 @@ def rollback(env: _SparkEnv, checkpoint: str, batch: int) -> None:
     env.check_options(checkpoint)
     cut = rollback_query(checkpoint, batch, storage_options=env.options or None)
     env.emit(*_cut_doc(cut, "rolled back"))
+
+
+@cli.command()
+@click.argument("checkpoint")
+@click.option(
+    "--state-uri",
+    help="The query's tiered() state_uri (default: as tiered() finds it, from Spark's settings).",
+)
+@click.option("--apply", is_flag=True, help="Roll the query back (default: only say what to do).")
+@click.pass_obj
+def repair(env: _SparkEnv, checkpoint: str, state_uri: str | None, apply: bool) -> None:
+    """Roll a stopped tiered() query back to its newest batch whose state is whole.
+
+    Looks at CHECKPOINT's committed batches, newest first, for the first whose state is in
+    every partition of every tiered() operator, on the lineage the checkpoint runs on, with
+    every file present; says which and why the later ones are not (a dry run). With --apply,
+    cuts the checkpoint after that batch (as rollback does): the restarted query re-runs the
+    later batches from whole state. Never writes fsstate's state.
+    """
+    env.check_options(checkpoint, state_uri)
+    if state_uri is None:
+        spark, built = env.session()
+        try:
+            state_uri = resolve_config("tiered", None, None, None, {}).state_uri
+        finally:
+            if built:
+                spark.stop()
+    got = repair_query(checkpoint, state_uri, apply=apply, storage_options=env.options or None)
+    if env.as_json:
+        env.emit(got.to_doc(), None)
+        return
+    for s in got.broken:
+        click.echo(f"batch {s.batch}: {s.describe()}", err=True)
+    if not got.needed:
+        click.echo(f"batch {got.committed}, the last committed, is whole: nothing to repair")
+    elif got.applied is not None:
+        click.echo(
+            f"rolled back to batch {got.batch}: the query restarts at {got.batch + 1} and "
+            f"re-runs the batches to {got.committed} on a lineage of its own"
+        )
+    else:
+        click.echo(
+            f"batch {got.batch} is the newest whole batch: `fsstate-spark repair {checkpoint} "
+            "--apply` rolls the query back to it (the batches after it re-run)"
+        )
 
 
 cli.add_command(watch)

@@ -56,7 +56,14 @@ from fsstate.storage.location import Location
 from fsstate.storage.manifest import BRANCH_DIR, Manifest, read_manifest
 from fsstate.store import store_dir_for
 from fsstate.store.layout import LAYOUTS_DIR, Layout, in_force, read_layouts
-from fsstate.store.lineage import FORKS_DIR, ForkMark, Graph, live_heads, read_version
+from fsstate.store.lineage import (
+    FORKS_DIR,
+    ForkMark,
+    Graph,
+    history,
+    live_heads,
+    read_version,
+)
 
 _MANIFEST = re.compile(r"^(?:(.*)/)?([^/@]+)/(?:(@[^/]+)/)?(\d+)/manifests/(\d{20})\.json$")
 _BRANCH = re.compile(
@@ -161,6 +168,14 @@ class StoreRef:
     def graph(self) -> Graph:
         """The store's lineage graph, from the listing (forks without a mark are roots)."""
         return Graph.of({b.name: b.versions for b in self.lineages}, self.marks)
+
+    def history(self) -> tuple[int, ...]:
+        """Every version of the lineage seen that the store holds, its own and, below its fork
+        point, its sources' (ascending): what reads of this lineage can open."""
+        if not self.versions:
+            return ()
+        got = history(self.graph(), self.branch, self.latest, self.latest + 1)
+        return tuple(sorted(v for _, v in got))
 
     def on(self, branch: str) -> StoreRef | None:
         """The store seen on lineage ``branch`` (``""``: the trunk); None if it holds no

@@ -102,6 +102,10 @@ from fsstate.stats import VersionSummary
 from fsstate.storage.fileio import FileIO
 
 MANIFEST_FORMAT_VERSION = 2
+DAMAGE_REMEDY = (  # what every error about a damaged state file tells the user to do
+    "restore the state directory from a backup taken with its checkpoint, or go back to the "
+    "newest version whose files are whole (a Spark query: fsstate-spark repair <checkpoint>)"
+)
 LINEAGE_STEPS_MAX = 32  # manifests read at most to prove that a target descends from a base
 MANIFEST_DIR = "manifests"
 BRANCH_DIR = "branches"  # <store_dir>/branches/<branch>/<version>.json: a branch's manifests
@@ -253,7 +257,7 @@ class Manifest:
         except (UnicodeDecodeError, ValueError) as exc:
             raise ManifestCorruptError(
                 f"manifest {where} is not valid JSON ({exc}): it is truncated or corrupted; "
-                "open an older version",
+                f"{DAMAGE_REMEDY}",
                 where,
             ) from exc
         checksum = body.pop("checksum", None)
@@ -261,7 +265,7 @@ class Manifest:
         if checksum != hashlib.sha256(canonical.encode()).hexdigest():
             raise ManifestCorruptError(
                 f"manifest {where} fails its checksum: it was modified or corrupted; "
-                "open an older version",
+                f"{DAMAGE_REMEDY}",
                 where,
             )
         fmt = body.get("format_version")
@@ -295,7 +299,7 @@ class Manifest:
             )
         except (KeyError, TypeError, ValueError, pa.ArrowException) as exc:
             raise ManifestCorruptError(
-                f"manifest {where} has a bad field ({exc}); open an older version", where
+                f"manifest {where} has a bad field ({exc}); {DAMAGE_REMEDY}", where
             ) from exc
 
 

@@ -61,6 +61,7 @@ from fsstate.format.segment import OpRow, Segment
 from fsstate.storage.cache import BlockCache
 from fsstate.storage.fileio import FileIO, MissingObject, SizeMismatch
 from fsstate.storage.leases import PendingFiles
+from fsstate.storage.manifest import DAMAGE_REMEDY
 
 WHOLE_FILE_BYTES_MAX = 4 * 1024 * 1024
 WHOLE, FOOTER = -1, -2  # block cache "row groups" of a whole file and of its footer
@@ -151,7 +152,7 @@ def write_table_file(
 
 def _corrupt(where: str, what: str) -> DataFileCorruptError:
     return DataFileCorruptError(
-        f"state file {where} {what}; open an older version that does not use it", where
+        f"state file {where} {what}; {DAMAGE_REMEDY}", where
     )
 
 

@@ -229,7 +229,6 @@ class _Run:
         self.t0 = clock()
         self.stores: dict[tuple[str, int], _Store] = {}
         self.retained: dict[tuple[str, int], set[tuple[str, int]]] = {}
-        self.since: dict[str, int] = {}  # source generation dir -> the newer one's first version
 
     def path(self, s: _Store, rel: str) -> str:
         return f"{self.base}/{s.store_dir}/{rel}"
@@ -347,47 +346,56 @@ def _estimate(entries: Sequence[FileEntry]) -> int:
     return sum(3 * len(e.path) + 200 for e in entries)
 
 
+@dataclass(frozen=True)
+class _Rescale:
+    """A generation's rescale as the generation it read sees it: the version read, the new
+    generation's first version, the lineage read per partition, and the lowest version the
+    new generation's retained histories reach (None: none below its first version)."""
+
+    read: int
+    since: int
+    lineages: tuple[str, ...]
+    need: int | None
+
+
 def _retain(run: _Run, layouts: list[Layout], complete: bool) -> None:
     """Fill ``run.retained``: what every store keeps (newest generation first, so a newer
-    generation's needs reach the older ones)."""
-    needs: dict[str, int] = {}  # generation dir -> lowest version a newer one needs there
-    continued: dict[str, tuple[int, tuple[str, ...]]] = {}  # source dir -> (read, lineages)
+    generation's needs reach the ones it read)."""
     listed = {s.layout for s in run.stores.values()}
-    for g in layouts[1:]:
-        src = source_of(layouts, g)
-        if src is None:
-            continue
-        read = g.since if g.read is None else g.read
-        continued[src.dir] = (read, g.lineages)
-        run.since[src.dir] = min(run.since.get(src.dir, g.since), g.since)
-        if not complete or g.dir not in listed:  # not looked at: all it could need
-            needs[src.dir] = min(needs.get(src.dir, g.since), g.since - run.retain + 1)
+    by_source: dict[str, list[_Rescale]] = {}
     for g in sorted(layouts, key=lambda x: -x.generation):
         lowest: int | None = None
         for s in [x for x in run.stores.values() if x.layout == g.dir]:
-            low = _retain_store(run, s, continued.get(g.dir), needs.get(g.dir))
+            low = _retain_store(run, s, by_source.get(g.dir, []))
             lowest = low if lowest is None or (low is not None and low < lowest) else lowest
         src = source_of(layouts, g)
-        if src is not None and lowest is not None and lowest < g.since:
-            needs[src.dir] = min(needs.get(src.dir, lowest), lowest)
+        if src is None:
+            continue
+        if not complete or g.dir not in listed:  # not looked at: all it could need
+            need: int | None = g.since - run.retain + 1
+        else:
+            need = lowest if lowest is not None and lowest < g.since else None
+        read = g.since if g.read is None else g.read
+        by_source.setdefault(src.dir, []).append(_Rescale(read, g.since, g.lineages, need))
     for s in run.stores.values():  # stores of no recorded generation keep everything
         if not any(g.dir == s.layout for g in layouts):
             run.retained[(s.layout, s.partition)] = set(s.manifests)
 
 
-def _retain_store(
-    run: _Run, s: _Store, continued: tuple[int, tuple[str, ...]] | None, need: int | None
-) -> int | None:
-    """Fill what store ``s`` retains; returns the lowest version its live heads need."""
+def _retain_store(run: _Run, s: _Store, rescales: list[_Rescale]) -> int | None:
+    """Fill what store ``s`` retains; returns the lowest version kept for its live heads and
+    for the generations that read it."""
     graph = run.graph(s)
     by_rescale: set[str] = set()
-    if continued is not None:
-        read, lineages = continued
-        line = lineages[s.partition] if s.partition < len(lineages) else ""
-        if line in graph.versions and graph.head(line) <= read:
-            by_rescale.add(line)
+    needs: list[tuple[str, int, int]] = []
+    for r in rescales:
+        line = r.lineages[s.partition] if s.partition < len(r.lineages) else ""
+        if line in graph.versions and graph.head(line) <= r.read:
+            by_rescale.add(line)  # continued, in the generation the rescale wrote
+        if r.need is not None and r.need < r.since and line in graph.versions:
+            needs.append((line, r.since - 1, r.since - r.need))
     keep: set[tuple[str, int]] = set()
-    lowest: int | None = None
+    lows: list[int] = []
     heads = set(live_heads(graph, run.planning(s)))
     for lineage in graph.versions:
         head = graph.head(lineage)
@@ -396,19 +404,12 @@ def _retain_store(
         if lineage not in heads and run.settled(s.manifests[(lineage, head)]):
             continue  # continued, and left long enough
         keep.update(history(graph, lineage, head, run.retain))
-        low = head - run.retain + 1
-        lowest = low if lowest is None else min(lowest, low)
-    if need is not None:
-        since = _since(run, s)
-        for line in by_rescale or {""}:
-            if line in graph.versions and need < since:
-                keep.update(history(graph, line, since - 1, since - need))
+        lows.append(head - run.retain + 1)
+    for line, top, count in needs:
+        keep.update(history(graph, line, top, count))
+        lows.append(top - count + 1)
     run.retained[(s.layout, s.partition)] = keep
-    return lowest
-
-
-def _since(run: _Run, s: _Store) -> int:
-    return run.since.get(s.layout, 1 << 62)
+    return min(lows, default=None)
 
 
 @dataclass

@@ -160,9 +160,11 @@ class StorePool:
             if s is store:
                 del self._active[k]
 
-    def holds(self, fileio: FileIO, operator: str, partition: int, layout: str = "") -> bool:
-        """Whether a store of (operator, partition) is acquired or idle here."""
-        key = self.key_of(fileio, operator, partition, layout)
+    def holds(
+        self, fileio: FileIO, operator: str, partition: int, layout: str = "", branch: str = ""
+    ) -> bool:
+        """Whether a store of (operator, partition) on ``branch`` is acquired or idle here."""
+        key = self.key_of(fileio, operator, partition, layout, branch)
         with self._lock:
             return key in self._active or key in self._idle
 

@@ -29,14 +29,15 @@ Invariants:
 * One merge across the partitions of an epoch (:meth:`EpochRecord.merge`): the largest
   watermark, the largest event time per input, the combine records summed (none if any
   partition has none: no decision data), no writer.
-* One reader (:func:`read_records`): receipts handed in by the caller (a Spark driver's
-  accumulator) first, the manifest of every partition without one (one GET each, at most
-  :data:`READ_THREADS_MAX` at once); a partition without the version makes the result None.
+* One reader of versions' metas across partitions (:func:`read_metas`: one GET each, at most
+  :data:`READ_THREADS_MAX` at once), used by :func:`read_records` (receipts handed in by the
+  caller, a Spark driver's accumulator, first; a partition without the version makes the
+  result None) and by the flow driver's lineage check.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -58,6 +59,7 @@ __all__ = [
     "EpochRecord",
     "Writer",
     "merge_operator_meta",
+    "read_metas",
     "read_records",
 ]
 
@@ -277,6 +279,30 @@ def _merge_value(have: Any, v: Any) -> Any:
     return have
 
 
+def read_metas(
+    fileio: FileIO, operator: str, partitions: Sequence[int], version: int, layout: str = ""
+) -> dict[int, dict[str, Any] | None]:
+    """The meta of ``version`` of each partition in ``partitions`` of ``operator`` (layout
+    directory ``layout``, the trunk): one GET each, at most :data:`READ_THREADS_MAX` at once;
+    None for a partition without the version.
+
+    Raises:
+        ManifestCorruptError: a manifest is damaged.
+    """
+
+    def read(p: int) -> dict[str, Any] | None:
+        try:
+            return read_manifest(fileio, store_dir_for(operator, p, layout), version).meta
+        except VersionNotFoundError:
+            return None
+
+    todo = list(partitions)
+    if len(todo) <= 1:
+        return {p: read(p) for p in todo}
+    with ThreadPoolExecutor(min(READ_THREADS_MAX, len(todo))) as pool:
+        return dict(zip(todo, pool.map(read, todo)))
+
+
 def read_records(
     fileio: FileIO,
     operator: str,
@@ -286,38 +312,26 @@ def read_records(
     receipts: Receipts | None = None,
 ) -> tuple[list[EpochRecord] | None, int]:
     """Every partition's record of ``version`` of ``operator`` (layout directory ``layout``):
-    from ``receipts`` where a task handed one in, else from the partition's manifest.
+    from ``receipts`` where a task handed one in, else from the partition's manifest
+    (:func:`read_metas`).
 
     Returns:
         The records in partition order (None if a partition has no such version), and the
         number of manifests read.
     """
     received = receipts or {}
-    found: dict[int, EpochRecord | None] = {}
+    metas: dict[int, Mapping[str, Any] | None] = {}
     missing: list[int] = []
     for p in range(partitions):
         meta = received.get((operator, p, version))
         if meta is not None:
-            found[p] = EpochRecord.from_meta(meta)
+            metas[p] = meta
         else:
             missing.append(p)
-
-    def read(p: int) -> EpochRecord | None:
-        try:
-            meta = read_manifest(fileio, store_dir_for(operator, p, layout), version).meta
-        except VersionNotFoundError:
-            return None
-        return EpochRecord.from_meta(meta)
-
-    if len(missing) == 1:
-        found[missing[0]] = read(missing[0])
-    elif missing:
-        with ThreadPoolExecutor(min(READ_THREADS_MAX, len(missing))) as pool:
-            found.update(zip(missing, pool.map(read, missing)))
-    got = [found[p] for p in range(partitions)]
-    if any(r is None for r in got):
+    metas.update(read_metas(fileio, operator, missing, version, layout))
+    if any(metas[p] is None for p in range(partitions)):
         return None, len(missing)
-    return [r for r in got if r is not None], len(missing)
+    return [EpochRecord.from_meta(metas[p] or {}) for p in range(partitions)], len(missing)
 
 
 def _opt_str(v: Any) -> str | None:

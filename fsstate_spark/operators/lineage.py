@@ -1,5 +1,5 @@
 """A flow's state follows its checkpoint: which checkpoint owns a state URI, and which planning
-of a micro-batch each version is (issue 45).
+of a micro-batch each version is.
 
 A flow's stores sit right under its state URI (``<state_uri>/<operator>/<partition>``), keyed
 by nothing of the query. The default state URI, ``<checkpoint>/fsstate``, is inside the
@@ -27,8 +27,8 @@ apart, for the flow driver (:mod:`fsstate_spark.operators.driver`):
   published (exactly once); a version of another planning is refused by the commit
   (:func:`fsstate.store.commit.check_adoptable`).
 * **Check** (:meth:`FlowLineage.check`, before any task of the batch runs): at the first batch
-  ``b`` of a run, every partition of every stage is asked for version ``b`` (one GET each,
-  :data:`fsstate.store.record.READ_THREADS_MAX` at once); one committed by another planning (a
+  ``b`` of a run, every partition of every stage is asked for version ``b``
+  (:func:`fsstate.store.record.read_metas`); one committed by another planning (a
   checkpoint restored from a backup, or rolled back, beside state that went on) raises
   :class:`fsstate.errors.LineageConflictError` before anything is written. While a checked
   batch finds its version (a re-run adopting it), the next batch is checked too; once one
@@ -48,7 +48,6 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,9 +55,8 @@ from fsstate.errors import ConfigError, LineageConflictError, StorageNotFoundErr
 from fsstate.inspect.checkpoint import batch_timestamp_ms, read_query_id
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.location import Location
-from fsstate.storage.manifest import Manifest, manifest_path
-from fsstate.store.identity import WRITER_META, store_dir_for
-from fsstate.store.record import READ_THREADS_MAX, Writer
+from fsstate.store.identity import WRITER_META
+from fsstate.store.record import Writer, read_metas
 from fsstate_spark.operators.settings import FlowSettings
 from fsstate_spark.runtime import fileio_for
 
@@ -274,18 +272,12 @@ def published_plannings(
     fileio: FileIO, operator: str, partitions: int, layout: str, version: int
 ) -> dict[int, int | None]:
     """partition -> when the batch of ``version`` was planned (None: not recorded), for every
-    partition of ``operator`` that holds ``version`` (one GET each, a 404 for the others)."""
-
-    def read(p: int) -> tuple[int, bool, int | None]:
-        path = manifest_path(store_dir_for(operator, p, layout), version)
-        try:
-            data = fileio.read_bytes(path)
-        except StorageNotFoundError:
-            return p, False, None
-        meta = Manifest.from_bytes(data, fileio.describe(path)).meta
-        writer = Writer.from_meta(meta.get(WRITER_META))
-        return p, True, None if writer is None else writer.planned_ms
-
-    with ThreadPoolExecutor(max(1, min(READ_THREADS_MAX, partitions))) as pool:
-        results = list(pool.map(read, range(partitions)))
-    return {p: ms for p, there, ms in results if there}
+    partition of ``operator`` that holds ``version`` (:func:`fsstate.store.record.read_metas`:
+    one GET each)."""
+    metas = read_metas(fileio, operator, range(partitions), version, layout)
+    out: dict[int, int | None] = {}
+    for p, meta in metas.items():
+        if meta is not None:
+            writer = Writer.from_meta(meta.get(WRITER_META))
+            out[p] = None if writer is None else writer.planned_ms
+    return out

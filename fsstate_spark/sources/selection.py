@@ -6,9 +6,11 @@ Invariants:
 * Resolving costs one listing of the query's stores and one manifest read; it writes nothing.
 * A :class:`Selection` is frozen and picklable: the driver resolves it once and it travels to
   the readers unchanged, so every input partition reads the same version of the same state.
-* A read names its branch (option ``branch``; :mod:`fsstate.store.lineage`: another lineage
-  of the query, after its checkpoint was copied, restored or rolled back) or reads the trunk;
-  reading the trunk of stores that have branches logs one warning naming them (never silent).
+* A read names its lineage (option ``branch``; :mod:`fsstate.store.lineage`: each run of a
+  query, a copied, restored or rolled-back checkpoint's too, goes on on one of its own) or
+  reads the operator's lineage committed last, with one warning naming the other live ones
+  (never silent); it reads every partition of the operator or refuses
+  (:class:`fsstate.errors.PartialStateError`), unless option ``partial``.
 * A bad, missing or ambiguous option raises :class:`fsstate.errors.ConfigError` naming the
   option and what to give instead.
 """
@@ -21,10 +23,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from fsstate.config import parse_flag
-from fsstate.errors import ConfigError, StorageNotFoundError
+from fsstate.errors import ConfigError, PartialStateError, StorageNotFoundError
 from fsstate.format.schema import TableSpec
 from fsstate.inspect import StoreRef, find_stores
-from fsstate.inspect.catalog import branch_names, on_branch, read_store_manifest
+from fsstate.inspect.catalog import (
+    branch_names,
+    live_lineages,
+    missing_partitions,
+    on_branch,
+    read_store_manifest,
+)
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.location import Location
 from fsstate.store.lineage import check_branch
@@ -168,28 +176,53 @@ def _operator_stores(lower: dict[str, str], io: FileIO, where: str) -> tuple[str
 def _on_branch(
     lower: dict[str, str], stores: list[StoreRef], operator: str, where: str
 ) -> tuple[str, list[StoreRef]]:
-    """The branch read (option ``branch``, default the trunk) and the stores seen on it; the
-    trunk of stores with branches is read with a warning naming them."""
-    branch = check_branch(lower.get("branch") or "")
-    names = branch_names(stores)
-    if not branch:
-        if names:
+    """The lineage read (option ``branch``, default the operator's current lineage: the one
+    committed last) and the stores holding it; other live lineages are named in a warning,
+    and partitions without the lineage read are refused unless option ``partial``."""
+    named = lower.get("branch")
+    if named is None:
+        branch = stores[0].branch
+        others = [n or "the trunk" for n in live_lineages(stores) if n != branch]
+        if others:
             log.warning(
-                "fsstate source: reading the trunk of operator %r under %s; it has branches "
-                "(other lineages of the query: a copied, restored or rolled-back checkpoint): "
-                "%s. Choose one with option branch",
+                "fsstate source: reading %s of operator %r under %s, the lineage committed "
+                "last; other live lineages (a copied, restored or rolled-back checkpoint): %s. "
+                "Choose one with option branch",
+                f"branch {branch}" if branch else "the trunk",
                 operator,
                 where,
-                ", ".join(names),
+                ", ".join(others),
             )
-        return branch, stores
-    views = on_branch(stores, branch)
-    if not views:
-        raise ConfigError(
-            f"fsstate source: operator {operator!r} under {where} has no branch {branch!r} "
-            f"(its branches: {', '.join(names) or 'none'}); check option branch"
-        )
+        views = [s for s in stores if s.versions]
+    else:
+        branch = check_branch(named)
+        views = on_branch(stores, branch)
+        if not views:
+            raise ConfigError(
+                f"fsstate source: operator {operator!r} under {where} has no branch {branch!r} "
+                f"(its branches: {', '.join(branch_names(stores)) or 'none'}); check option "
+                "branch"
+            )
     return branch, views
+
+
+def _whole(lower: dict[str, str], io: FileIO, stores: list[StoreRef], operator: str) -> None:
+    """Refuse a read of part of an operator's state (partitions without the lineage read),
+    unless option ``partial``.
+
+    Raises:
+        PartialStateError: partitions are missing and ``partial`` is not set.
+    """
+    if _flag(lower, "partial", False):
+        return
+    for _, lacking in missing_partitions(io, stores).items():
+        line = stores[0].branch
+        raise PartialStateError(
+            f"fsstate source: partitions {lacking} of operator {operator!r} hold no version of "
+            f"{'branch ' + line if line else 'the trunk'}, the lineage read: the rows would be "
+            "part of its state, so nothing was read. See fsstate verify (and fsstate-spark "
+            "repair); option partial=true reads the partitions there are"
+        )
 
 
 def _batches(lower: dict[str, str], newest: int) -> tuple[bool, int, int | None, int | None]:
@@ -217,12 +250,14 @@ def _stores_at(
     io: FileIO, stores: list[StoreRef], operator: str, version: int, where: str
 ) -> list[StoreRef]:
     """The stores holding ``version``: those of the layout generation then in force (seen on
-    the branch ``stores`` are seen on)."""
+    the lineage ``stores`` are seen on where that generation holds it)."""
     since = stores[0].since
     if version >= since:
         return stores
-    branch = stores[0].branch
-    stores = on_branch(find_stores(io, prefix="", operator=operator, version=version), branch)
+    older = find_stores(io, prefix="", operator=operator, version=version)
+    # the lineage read, or (a rescale read another lineage into the newer generation) the
+    # older generation's lineage committed last
+    stores = on_branch(older, stores[0].branch) or [s for s in older if s.versions]
     if not stores:
         raise ConfigError(
             f"fsstate source: no state of operator {operator!r} at batch {version} under "
@@ -269,6 +304,7 @@ def select(options: dict[str, str], session_root: Location | None = None) -> Sel
     where = loc.describe()
     operator, stores = _operator_stores(lower, io, where)
     branch, stores = _on_branch(lower, stores, operator, where)
+    _whole(lower, io, stores, operator)
     newest = min(s.latest for s in stores)  # the newest version every partition has
     change_feed, version, start, end = _batches(lower, newest)
     stores = _stores_at(io, stores, operator, version, where)

@@ -203,7 +203,7 @@ class StoreCache:
         if known is not None and want is not None:
             with contextlib.suppress(VersionNotFoundError):
                 run = self._begin(fileio, name, task, known, config, writer)
-                if _committed_by(run, task.run_id):
+                if _ours(run, task.run_id):
                     return run, False
                 run.fail()
         found = marker.read() if marker is not None else None
@@ -212,8 +212,10 @@ class StoreCache:
         if mine is not None and mine.version == want and run.store.checksum != mine.checksum:
             run.fail()
             raise self._mismatch(config, task, name, source[1], want, run, mine)
-        started = want is None or not _committed_by(run, task.run_id)
-        if started:  # the first batch of this run: go on on a lineage of the run's own
+        # the first batch of this run: go on on a lineage of the run's own (a task that does
+        # not know its run, outside Spark's streaming engine, goes on where it found the state)
+        started = task.run_id is not None and (want is None or not _ours(run, task.run_id))
+        if started:
             child = lineage_for(-1 if want is None else want, planned_ms, task.run_id)
             if run.store.branch != child:
                 try:
@@ -356,10 +358,13 @@ class StoreCache:
         return len(self.pool)
 
 
-def _committed_by(run: EpochRun, run_id: str | None) -> bool:
-    """Whether the version ``run``'s store is at was committed by query run ``run_id``."""
+def _ours(run: EpochRun, run_id: str | None) -> bool:
+    """Whether the version ``run``'s store is at was committed by query run ``run_id`` (a
+    task that does not know its run takes whatever it found as its own)."""
+    if run_id is None:
+        return True
     writer = Writer.from_meta(run.store.committed_writer)
-    return writer is not None and run_id is not None and writer.run == run_id
+    return writer is not None and writer.run == run_id
 
 
 def _count_remedy(task: TaskInfo) -> str:

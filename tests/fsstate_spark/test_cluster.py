@@ -28,7 +28,6 @@ from pathlib import Path
 import pytest
 
 from devkit.s3_server import S3Info
-from fsstate import PartitionStore
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.location import Location
 from tests.support.jobs import (
@@ -47,6 +46,7 @@ from tests.support.jobs import (
     write_inputs,
 )
 from tests.support.plugin import s3_options
+from tests.support.stream import query_versions
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
 
@@ -141,5 +141,5 @@ def test_an_executor_lost_mid_query_on_s3_matches_an_uninterrupted_run(
     location = Location.parse(s3_uri, opts)
     (query,) = {f.path.split("/", 1)[0] for f in FileIO(location).list("", recursive=True)}
     for partition in range(PARTITIONS):
-        versions = PartitionStore.committed_versions(location.child(query), OPERATOR, partition)
+        versions = query_versions(location.child(query), OPERATOR, partition)
         assert versions[-1] == len(BATCHES) - 1

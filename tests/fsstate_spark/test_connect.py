@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from devkit.spark_local import write_batches
-from fsstate import PartitionStore
 from tests.support.processors import SINK_BATCHES
+from tests.support.stream import query_versions
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
 ROOT = Path(__file__).resolve().parents[2]
@@ -63,4 +63,4 @@ def test_tiered_over_spark_connect_equals_the_classic_session(tmp_path: Path) ->
     assert connect["state"] == classic["state"] and connect["state"]  # format("fsstate")
     (query,) = [p for p in (tmp_path / "connect" / "state").iterdir() if p.is_dir()]
     for partition in (0, 1):
-        assert PartitionStore.committed_versions(str(query), "KitchenSink", partition) == [0, 1, 2]
+        assert query_versions(str(query), "KitchenSink", partition) == [0, 1, 2]

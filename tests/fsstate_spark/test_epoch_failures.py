@@ -37,6 +37,7 @@ from fsstate.storage.fileio import FileIO
 from fsstate.storage.location import Location
 from fsstate.storage.manifest import list_versions
 from fsstate.store.identity import store_dir_for
+from fsstate.store.lineage import lineage_for
 from fsstate.store.pool import store_pool
 from fsstate.store.record import Writer
 from fsstate_spark import tiered
@@ -174,17 +175,23 @@ class Caller:
             self.writer = mine
         store_pool().clear()  # the other operator ran in another process
 
+    @property
+    def branch(self) -> str:
+        """The lineage the versions are on: a tiered() run's own (fsstate.store.lineage), the
+        trunk for the flow driver."""
+        return lineage_for(-1, None, "run-1") if self.kind == "tiered" else ""
+
     def counts(self, version: int) -> dict[str, int]:
         """The stored counts of ``version``."""
-        with Snapshot(self.fileio, NAME, 0, version) as snap:
+        with Snapshot(self.fileio, NAME, 0, version, branch=self.branch) as snap:
             table = snap.read("count")
         return dict(zip(table.column(0).to_pylist(), table.column("n").to_pylist()))
 
     def versions(self) -> list[int]:
-        return list_versions(self.fileio, store_dir_for(NAME, 0))
+        return list_versions(self.fileio, store_dir_for(NAME, 0), self.branch)
 
     def held(self) -> bool:
-        return store_pool().holds(self.fileio, NAME, 0)
+        return store_pool().holds(self.fileio, NAME, 0, branch=self.branch)
 
 
 @pytest.fixture(autouse=True)

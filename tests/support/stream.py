@@ -202,3 +202,14 @@ def memo_run(
     if key not in memo:
         memo[key] = runner.run(**kwargs)
     return memo[key]
+
+
+def query_versions(query_dir: Any, operator: str, partition: int) -> list[int]:
+    """The versions a ``tiered()`` query's state holds for (operator, partition) along the
+    history of the lineage its last run wrote (each run writes a lineage of its own:
+    :mod:`fsstate.store.lineage`)."""
+    from fsstate.inspect import find_stores
+
+    where = str(query_dir) if isinstance(query_dir, Path) else query_dir
+    (store,) = find_stores(where, operator=operator, partition=partition)
+    return list(store.history())

@@ -8,7 +8,6 @@ from __future__ import annotations
 from typing import Any
 
 from devkit.s3_server import S3Info
-from fsstate import PartitionStore
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.location import Location
 from tests.fsstate_spark.conftest import Tiered
@@ -24,7 +23,7 @@ from tests.support.processors import (
     MapListOrder,
     TtlTimers,
 )
-from tests.support.stream import StreamRunner, memo_run
+from tests.support.stream import StreamRunner, memo_run, query_versions
 
 
 def _queries(location: Location) -> set[str]:
@@ -60,9 +59,7 @@ def test_value_list_map_on_s3_match_native_with_a_failed_attempt(
     location = Location.parse(s3_uri, s3_options(s3_server))
     (query,) = _queries(location)
     for partition in (0, 1):  # one store per partition, one version per micro-batch, on S3
-        versions = PartitionStore.committed_versions(
-            location.child(query), "KitchenSink", partition
-        )
+        versions = query_versions(location.child(query), "KitchenSink", partition)
         assert versions == [0, 1, 2]
 
 

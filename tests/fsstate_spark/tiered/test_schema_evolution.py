@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from fsstate import PartitionStore
 from fsstate_spark import tiered
 from tests.support.evolution_processors import (
     OUT_SCHEMA,
@@ -19,7 +18,7 @@ from tests.support.evolution_processors import (
     TotalsV1,
     TotalsV2,
 )
-from tests.support.stream import StreamRunner
+from tests.support.stream import StreamRunner, query_versions
 
 FIRST = [[{"k": "a", "v": 1}, {"k": "b", "v": 2}], [{"k": "a", "v": 3}]]
 THEN = [[{"k": "a", "v": 10}, {"k": "b", "v": 20}, {"k": "c", "v": 5}], [{"k": "b", "v": 1}]]
@@ -29,9 +28,7 @@ def _versions(state_uri: Path) -> dict[tuple[str, int], list[int]]:
     out = {}
     for query in state_uri.iterdir():
         for part in (0, 1):
-            out[(query.name, part)] = PartitionStore.committed_versions(
-                str(query), "totals-op", part
-            )
+            out[(query.name, part)] = query_versions(query, "totals-op", part)
     return out
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from fsstate import PartitionStore
 from tests.fsstate_spark.conftest import Tiered
 from tests.support.processors import (
     ROW_SCHEMA,
@@ -18,7 +17,7 @@ from tests.support.processors import (
     RowCounter,
     TtlTimers,
 )
-from tests.support.stream import StreamRunner, memo_run
+from tests.support.stream import StreamRunner, memo_run, query_versions
 
 
 def _query_dirs(state_uri: Path) -> list[Path]:
@@ -51,7 +50,7 @@ def test_value_list_map_match_native_with_a_failed_attempt(
     # one store per partition, one committed version per micro-batch
     (query_dir,) = _query_dirs(state_uri)
     for partition in (0, 1):
-        versions = PartitionStore.committed_versions(str(query_dir), "KitchenSink", partition)
+        versions = query_versions(str(query_dir), "KitchenSink", partition)
         assert versions == [0, 1, 2]
 
 

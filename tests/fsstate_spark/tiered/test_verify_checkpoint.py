@@ -1,9 +1,9 @@
 """``fsstate verify --checkpoint`` on a real ``tiered()`` query: its state matches its
 checkpoint's commit log after a run and a restart; a checkpoint restored from a backup taken
-before the last batch, beside the state that moved on, is named as the state being ahead (a
-note: its restart branches); the
-state restored from that backup beside the newer checkpoint as behind (exit 1 both, with the
-remedy). The checkpoint is read as files: the command imports no Spark."""
+before the last batch, beside the state that moved on, gets a note (its restart goes on on a
+lineage of its own, exit 0); the state restored from that backup beside the newer checkpoint
+lacks the checkpoint's batch (exit 1, with the remedy). The checkpoint is read as files: the
+command imports no Spark."""
 
 from __future__ import annotations
 
@@ -52,14 +52,16 @@ def test_verify_compares_a_tiered_querys_state_with_its_checkpoint(
     assert (check["query"], check["committed_batch"], check["gaps"]) == (query, 2, [])
     assert check["stores"] >= 2 and doc["problems"] == [] and doc["skews"] == []
 
-    # the checkpoint restored from the backup, beside the state that moved on: ahead, a note
-    # (its restart goes on on a branch of its own: test_lineage.py)
+    # the checkpoint restored from the backup, beside the state that moved on: a note (its
+    # restart goes on on a lineage of its own: test_lineage.py)
     err, doc = _verify(state, tmp_path / "ckpt-backup", 0)
-    [gap] = doc["checkpoint"]["gaps"]
-    assert gap["committed_batch"] == 1 and set(gap["ahead"].values()) == {2}
-    assert "is ahead at 2" in err and "copied or rolled back?" in err
-    # the state restored from the backup, beside the newer checkpoint: behind
+    check = doc["checkpoint"]
+    assert check["committed_batch"] == 1 and check["gaps"] == [] and check["ahead"]
+    assert "the checkpoint is older than its state" in " ".join(err.split())
+    # the state restored from the backup, beside the newer checkpoint: its batch is missing
     err, doc = _verify(tmp_path / "state-backup", checkpoint, 1)
-    [gap] = doc["checkpoint"]["gaps"]
-    assert gap["committed_batch"] == 2 and set(gap["behind"].values()) == {1}
-    assert "is behind at 1" in err and "restore the state directory and the checkpoint" in err
+    [op] = doc["checkpoint"]["operators"]
+    assert doc["checkpoint"]["committed_batch"] == 2 and op["missing"] == [0, 1]
+    said = " ".join(err.split())
+    assert "batch 2" in said and "missing in partition(s) [0, 1]" in said
+    assert "restore the state directory and the checkpoint from one backup" in said
