@@ -13,6 +13,11 @@ Invariants:
 
 from __future__ import annotations
 
+DAMAGE_REMEDY = (  # what every error about a damaged state file tells the user to do
+    "restore the state directory from a backup taken with its checkpoint, or go back to the "
+    "newest version whose files are whole (a Spark query: fsstate-spark repair <checkpoint>)"
+)
+
 
 class FsStateError(Exception):
     """Root of every error raised by fsstate."""

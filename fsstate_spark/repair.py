@@ -27,13 +27,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from fsstate.errors import ConfigError
+from fsstate.inspect.catalog import StoreRef
 from fsstate.inspect.checkpoint import (
     SparkCheckpoint,
     checkpoint_uri,
     query_stores,
     read_checkpoint,
 )
-from fsstate.inspect.catalog import StoreRef
 from fsstate.inspect.lineage import BatchState, batch_state, planning_of
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.location import Location
@@ -76,7 +76,10 @@ class Repair:
             "whole_batch": self.batch,
             "needed": self.needed,
             "applied": self.applied is not None,
-            "broken": [{"batch": s.batch, "operator": s.operator, "what": s.describe()} for s in self.broken],
+            "broken": [
+                {"batch": s.batch, "operator": s.operator, "what": s.describe()}
+                for s in self.broken
+            ],
         }
 
 

@@ -53,7 +53,7 @@ from dataclasses import dataclass
 from fsstate.errors import VersionNotFoundError
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.location import Location
-from fsstate.storage.manifest import BRANCH_DIR, Manifest, read_manifest
+from fsstate.storage.manifest import BRANCH_DIR, MANIFEST_DIR, Manifest, read_manifest
 from fsstate.store import store_dir_for
 from fsstate.store.layout import LAYOUTS_DIR, Layout, in_force, read_layouts
 from fsstate.store.lineage import (
@@ -327,6 +327,30 @@ def current_lineage(stores: list[StoreRef]) -> str:
                 key = (b.newest_ms or 0, b.name)
                 best = key if best is None or key > best else best
     return "" if best is None else best[1]
+
+
+def current_branch(fileio: FileIO, operator: str, partition: int, layout: str = "") -> str:
+    """The lineage one store is read on by default (:func:`current_lineage` of that store
+    alone: one listing of its directory); the trunk if it holds none."""
+    base = store_dir_for(operator, partition, layout)
+    lines: _Lines = {}
+    marks: list[ForkMark] = []
+    for entry in fileio.list(base, recursive=True):
+        parts = entry.path[len(base) + 1 :].split("/")
+        name = parts[-1][:-5] if parts[-1].endswith(".json") else ""
+        if parts[0] in (MANIFEST_DIR, BRANCH_DIR) and len(name) == 20 and name.isdigit():
+            line = "" if parts[0] == MANIFEST_DIR else parts[1]
+            vs, newest = lines.get(line, ([], None))
+            vs.append(int(name))
+            t = entry.mtime_ms
+            lines[line] = (vs, newest if t is None or (newest is not None and newest >= t) else t)
+        elif parts[0] == FORKS_DIR and len(parts) == 3 and "~" in name:
+            v, _, child = name.partition("~")
+            if v.isdigit():
+                marks.append(ForkMark("" if parts[1] == "_" else parts[1], int(v), child))
+    refs = tuple(BranchRef(b, tuple(sorted(vs)), t) for b, (vs, t) in lines.items())
+    store = StoreRef("", operator, partition, (), layout, lineages=refs, marks=tuple(marks))
+    return current_lineage([store])
 
 
 def live_lineages(stores: list[StoreRef]) -> list[str]:

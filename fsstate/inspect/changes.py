@@ -36,7 +36,7 @@ import pyarrow.compute as pc
 
 from fsstate.errors import ConfigError, VersionNotFoundError
 from fsstate.format.schema import KIND_LIST, KIND_MAP, SEQ, TableSpec
-from fsstate.inspect.catalog import as_fileio
+from fsstate.inspect.catalog import as_fileio, current_branch
 from fsstate.inspect.snapshot import Snapshot, read_schema
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.location import Location
@@ -190,7 +190,7 @@ def read_changes(
     with_expiry: bool = False,
     with_seq: bool = False,
     layout: str = "",
-    branch: str = "",
+    branch: str | None = None,
 ) -> pa.Table:
     """The change feed of table ``name`` for versions ``start_version .. end_version``.
 
@@ -208,14 +208,17 @@ def read_changes(
         with_expiry: add ``_expires_at_ms``.
         with_seq: add ``_seq``.
         layout: the layout generation directory of the store.
-        branch: the branch read (``""``: the trunk). A branch's first version has no parent
-            there: a feed starting at it reads its rows as inserts.
+        branch: the lineage read (``""``: the trunk; None: the store's lineage committed
+            last). A branch's first version has no parent there: a feed starting at it reads
+            its rows as inserts.
 
     Raises:
         ConfigError: the range is empty or reversed.
         VersionNotFoundError: a version of the range (or the one before it) is not retained.
     """
     fileio = as_fileio(uri)
+    if branch is None:
+        branch = current_branch(fileio, operator, partition, layout)
     versions = list_versions(fileio, store_dir_for(operator, partition, layout), branch)
     end = end_version if end_version is not None else (versions[-1] if versions else -1)
     if start_version < 0 or end < start_version:

@@ -18,8 +18,9 @@ manifest's ``clock_ms``: the batch's processing time for a tiered Spark query, w
 version's expiry ran), so a version reads as its writer left it.
 
 Lineages: a store's versions form its trunk and branches (:mod:`fsstate.store.lineage`); a
-snapshot reads one version of one lineage's history (``branch``, default the trunk; a version
-below a branch's fork point is its source's).
+snapshot reads one version of one lineage's history (``branch``; by default the store's
+lineage committed last of those no other continues, as the catalog's readers choose it; a
+version below a branch's fork point is its source's).
 
 Invariants:
 
@@ -44,7 +45,7 @@ import pyarrow as pa
 from fsstate.config import StoreConfig
 from fsstate.errors import StoreClosedError, UnknownStateError
 from fsstate.format.schema import TableSpec
-from fsstate.inspect.catalog import StoreRef, as_fileio
+from fsstate.inspect.catalog import StoreRef, as_fileio, current_branch
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.location import Location
 from fsstate.storage.manifest import Manifest, list_versions, read_manifest
@@ -68,8 +69,9 @@ class Snapshot:
         layout: the directory of the layout generation holding the version (``""``:
             generation 0; :func:`fsstate.inspect.catalog.find_stores` resolves it for a
             rescaled operator, :attr:`StoreRef.layout`).
-        branch: the branch the version is on (``""``: the trunk; :attr:`StoreRef.branches`
-            lists a store's branches, :mod:`fsstate.store.lineage`).
+        branch: the lineage the version is on (``""``: the trunk; None: the store's lineage
+            committed last, one listing of the store; :attr:`StoreRef.branches` lists a
+            store's branches, :mod:`fsstate.store.lineage`).
 
     Raises:
         VersionNotFoundError: the version is not committed or no longer retained (the store
@@ -84,10 +86,12 @@ class Snapshot:
         partition: int,
         version: int | None = None,
         layout: str = "",
-        branch: str = "",
+        branch: str | None = None,
     ) -> None:
         fileio = as_fileio(uri)
         store_dir = store_dir_for(operator, partition, layout)
+        if branch is None:
+            branch = current_branch(fileio, operator, partition, layout)
         check_branch(branch)
         if version is None:
             versions = list_versions(fileio, store_dir, branch)
@@ -255,7 +259,7 @@ def read_table(
     with_expiry: bool = False,
     with_seq: bool = False,
     layout: str = "",
-    branch: str = "",
+    branch: str | None = None,
 ) -> pa.Table:
     """Read table ``name`` of a store at a committed version as a ``pyarrow.Table``.
 
@@ -275,7 +279,8 @@ def read_table(
         with_seq: add the ``_seq`` column.
         layout: the layout generation directory (``""``: generation 0; see
             :func:`fsstate.inspect.catalog.find_stores` for a rescaled operator).
-        branch: the branch to read (``""``: the trunk; see :mod:`fsstate.store.lineage`).
+        branch: the lineage to read (``""``: the trunk; None: the store's lineage committed
+            last; see :mod:`fsstate.store.lineage`).
 
     Raises:
         VersionNotFoundError: no such committed version (or none at all).

@@ -85,6 +85,7 @@ from typing import Any
 import pyarrow as pa
 
 from fsstate.errors import (
+    DAMAGE_REMEDY,
     FsStateError,
     ManifestCorruptError,
     StorageNotFoundError,
@@ -102,10 +103,6 @@ from fsstate.stats import VersionSummary
 from fsstate.storage.fileio import FileIO
 
 MANIFEST_FORMAT_VERSION = 2
-DAMAGE_REMEDY = (  # what every error about a damaged state file tells the user to do
-    "restore the state directory from a backup taken with its checkpoint, or go back to the "
-    "newest version whose files are whole (a Spark query: fsstate-spark repair <checkpoint>)"
-)
 LINEAGE_STEPS_MAX = 32  # manifests read at most to prove that a target descends from a base
 MANIFEST_DIR = "manifests"
 BRANCH_DIR = "branches"  # <store_dir>/branches/<branch>/<version>.json: a branch's manifests

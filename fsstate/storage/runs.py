@@ -51,7 +51,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from fsstate.config import StoreConfig
-from fsstate.errors import DataFileCorruptError, StorageError, StorageNotFoundError
+from fsstate.errors import (
+    DAMAGE_REMEDY,
+    DataFileCorruptError,
+    StorageError,
+    StorageNotFoundError,
+)
 from fsstate.format.evolution import project_rows, projects, same_rows
 from fsstate.format.keyfilter import BloomFilter
 from fsstate.format.keyorder import Bound, sort_key
@@ -61,7 +66,6 @@ from fsstate.format.segment import OpRow, Segment
 from fsstate.storage.cache import BlockCache
 from fsstate.storage.fileio import FileIO, MissingObject, SizeMismatch
 from fsstate.storage.leases import PendingFiles
-from fsstate.storage.manifest import DAMAGE_REMEDY
 
 WHOLE_FILE_BYTES_MAX = 4 * 1024 * 1024
 WHOLE, FOOTER = -1, -2  # block cache "row groups" of a whole file and of its footer
@@ -151,9 +155,7 @@ def write_table_file(
 
 
 def _corrupt(where: str, what: str) -> DataFileCorruptError:
-    return DataFileCorruptError(
-        f"state file {where} {what}; {DAMAGE_REMEDY}", where
-    )
+    return DataFileCorruptError(f"state file {where} {what}; {DAMAGE_REMEDY}", where)
 
 
 def read_table_file(fileio: FileIO, store_dir: str, ref: FileRef) -> pa.Table:

@@ -23,9 +23,9 @@ under a new run id, on a branch (lineage) of its own where the state went on pas
 run's receipts count (:func:`fsstate_spark.receipts.batch_receipts`), and a partition without
 one has the version of the lineage its run committed read: the branch its run's receipts name,
 else the one whose version ``b`` records the run as its writer (``meta["writer"]["run"]``;
-the trunk first, then the store's branches, one LIST), else, when no lineage's version names
-the run (it adopted a version an earlier run of the same planning published: a restart
-re-running the batch the run before did not record as committed), the one committed last.
+the store's branches, one LIST, then the trunk: each run writes a lineage of its own,
+:mod:`fsstate.store.lineage`), else, when no lineage's version names the run, the one
+committed last.
 A flow's stores never branch and record the flow driver's writer, not Spark's run: the
 trunk's. :func:`progress` reports the newest batch the query's *run* executed: Spark's
 progress of a trigger that executed no batch (a restart that found no new data; an idle
@@ -330,13 +330,16 @@ class _Lookup:
             return next(((b, m) for b in hints if (m := self.read(b)) is not None), None)
         where = self.op.fileio.describe(self.store_dir)
         cached = _caches.branch_of(where, self.run)
-        got = self.first(([cached] if cached is not None else []) + hints)
+        # each run writes a lineage of its own (fsstate.store.lineage): its branch, found
+        # from a receipt, this process's cache or the store's branches; the trunk last
+        # (state written before lineages)
+        got = self.first(([cached] if cached is not None else []) + list(self.op.branches))
         if got is None:
             try:
                 others = list_branches(self.op.fileio, self.store_dir)
             except FsStateError:
                 others = []
-            got = self.first([b for b in others if b not in self.tried])
+            got = self.first([b for b in [*others, ""] if b not in self.tried])
         if got is not None:
             _caches.keep_branch(where, self.run, got[0])
             return got

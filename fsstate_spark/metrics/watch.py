@@ -14,15 +14,16 @@ Invariants:
   (:func:`fsstate.inspect.catalog.find_stores`, branches included), one manifest read per store
   (one per branch head of a store that has branches), and, for a checkpoint, its ``metadata``
   and ``commits/`` listing.
-* A store's newest version is the head committed last (the largest ``created_ms``) among its
-  trunk's and its branches' newest: after a fork or a roll-back the query writes on a branch,
-  whose head may have a lower version than the trunk's.
+* A store's newest version is, for a checkpoint named, the head of the lineage the checkpoint
+  runs on (:func:`fsstate.inspect.lineage.batch_state` at its last committed batch: the
+  planning its offsets log records); else the head committed last (the largest
+  ``created_ms``) among its lineages' heads: every run, fork and roll-back writes a lineage of
+  its own, whose head may have a lower version than another's.
 * An operator's newest batch is keyed by (run, lineage, batch), as the listener's are: the run
   that committed its partition head committed last (the manifest's writer), that head's branch
   and version (:attr:`OperatorView.latest`), not the largest version number among the heads
   (after a roll-back or a fork the batch ids start again lower, on another lineage, while a
-  partition not yet re-run still has the other lineage's higher version). Which lineage a
-  rolled-back checkpoint runs on is not decided here: the head committed last stands for it.
+  partition not yet re-run still has the other lineage's higher version).
 * ``lag`` counts batches: with a checkpoint, the checkpoint's newest committed batch minus the
   operator's oldest partition head (never below 0: a partition may have committed a batch
   Spark has not yet); with a state root only, the newest partition head minus the oldest.
@@ -40,8 +41,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from fsstate.errors import ConfigError, StorageNotFoundError
-from fsstate.inspect.catalog import StoreRef, find_stores, read_store_manifest
+from fsstate.inspect.catalog import StoreRef, all_stores, find_stores, read_store_manifest
 from fsstate.inspect.checkpoint import SparkCheckpoint, checkpoint_uri, read_checkpoint
+from fsstate.inspect.lineage import batch_state, planning_of
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.location import Location
 from fsstate.storage.manifest import Manifest
@@ -160,14 +162,36 @@ def _summary(manifest: Manifest) -> dict[str, Any]:
     return {} if manifest.summary is None else manifest.summary.to_json()
 
 
-def _head(state: FileIO, store: StoreRef) -> tuple[Manifest, str]:
-    """The head committed last among the trunk's and the branches' (see the invariants)."""
-    heads = [(read_store_manifest(state, store), "")]
-    for branch in store.branches:
-        view = store.on(branch.name)
+def _head(state: FileIO, store: StoreRef, lineage: str | None) -> tuple[Manifest, str]:
+    """The head of ``lineage``, or (None) the head committed last among the store's lineages
+    (see the invariants)."""
+    heads = []
+    for line in store.lineages:
+        if lineage is not None and line.name != lineage:
+            continue
+        view = store.on(line.name)
         if view is not None:
-            heads.append((read_store_manifest(state, view), branch.name))
+            heads.append((read_store_manifest(state, view), line.name))
     return max(heads, key=lambda h: (h[0].created_ms, h[0].version))
+
+
+def _followed(state: FileIO, target: WatchTarget, stores: list[StoreRef]) -> dict[Any, str]:
+    """(prefix, operator, layout, partition) -> the lineage the checkpoint runs on there (none
+    when no checkpoint was named, or it committed no batch)."""
+    ckpt = target.checkpoint
+    if ckpt is None or ckpt.committed is None:
+        return {}
+    groups: dict[tuple[str, str], list[StoreRef]] = {}
+    for s in stores:
+        groups.setdefault((s.prefix, s.operator), []).append(s)
+    out: dict[Any, str] = {}
+    planned = planning_of(ckpt, ckpt.committed)
+    for (prefix, op), members in groups.items():
+        every = all_stores(state, prefix=prefix, operator=op)
+        got = batch_state(state, every, ckpt.committed, planned)
+        for p, line in got.lineages.items():
+            out[(prefix, op, got.layout, p)] = line
+    return out
 
 
 def _stores(target: WatchTarget) -> tuple[FileIO, list[StoreRef]]:
@@ -198,8 +222,10 @@ def read_views(target: WatchTarget) -> list[OperatorView]:
     """
     groups: dict[tuple[str, str], list[tuple[PartitionMetrics, int]]] = {}
     state, stores = _stores(target)
+    followed = _followed(state, target, stores)
     for store in stores:
-        manifest, branch = _head(state, store)
+        key = (store.prefix, store.operator, store.layout, store.partition)
+        manifest, branch = _head(state, store, followed.get(key))
         part = PartitionMetrics(
             store.partition,
             manifest.version,

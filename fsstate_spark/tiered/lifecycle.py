@@ -78,6 +78,7 @@ from dataclasses import dataclass
 from pyspark.sql.types import BooleanType, StructField, StructType
 
 from fsstate.errors import ConfigError, LineageMismatchError, VersionNotFoundError
+from fsstate.inspect.catalog import all_stores
 from fsstate.interfaces import KeyedStore
 from fsstate.stats import CommitInfo
 from fsstate.storage.fileio import FileIO
@@ -208,7 +209,14 @@ class StoreCache:
                 run.fail()
         found = marker.read() if marker is not None else None
         source, mine = self._source(fileio, name, layouts, task, found, want)
-        run = self._begin(fileio, name, task, source, config, writer, want)
+        try:
+            run = self._begin(fileio, name, task, source, config, writer, want)
+        except VersionNotFoundError:
+            guess = None if mine is not None else _unmarked(fileio, name, task, source[0], want)
+            if guess is None:
+                raise
+            source = (source[0], guess)
+            run = self._begin(fileio, name, task, source, config, writer, want)
         if mine is not None and mine.version == want and run.store.checksum != mine.checksum:
             run.fail()
             raise self._mismatch(config, task, name, source[1], want, run, mine)
@@ -356,6 +364,33 @@ class StoreCache:
 
     def __len__(self) -> int:
         return len(self.pool)
+
+
+def _unmarked(
+    fileio: FileIO, name: str, task: TaskInfo, layout: str, want: int | None
+) -> str | None:
+    """The lineage to continue when Spark's state names none and the trunk lacks ``want``
+    (state whose markers were not written: the lineage committed last that holds ``want``,
+    as readers default to it; logged), or None."""
+    assert task.partition is not None
+    if want is None:
+        return None
+    stores = [s for s in all_stores(fileio, operator=name) if s.layout == layout]
+    holding = [s for s in stores if s.partition == task.partition]
+    lines = [b for s in holding for b in s.lineages if want in b.versions]
+    if not lines:
+        return None
+    best = max(lines, key=lambda b: (b.newest_ms or 0, b.name))
+    log.warning(
+        "fsstate: query %s, operator %r, partition %s: Spark's state records no lineage and the "
+        "trunk has no version %s; going on from lineage %s, the one committed to last",
+        task.query_id,
+        name,
+        task.partition,
+        want,
+        best.name,
+    )
+    return best.name
 
 
 def _ours(run: EpochRun, run_id: str | None) -> bool:

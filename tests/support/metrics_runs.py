@@ -30,7 +30,6 @@ from devkit.spark_local import session_conf, write_batches
 from fsstate.inspect import Snapshot
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.location import Location
-from fsstate.storage.manifest import read_manifest
 from fsstate.store.identity import store_dir_for
 from fsstate_spark.metrics import BatchProgress, progress, progress_history
 
@@ -292,9 +291,9 @@ def truth(fileio: FileIO, operator: str, partitions: int, version: int) -> dict[
     sizes = data_files(fileio, operator)
     out: dict[str, Any] = {"rows": {}, "files": {}, "bytes": {}}
     for p in range(partitions):
-        with Snapshot(fileio, operator, p, version) as snap:
+        with Snapshot(fileio, operator, p, version) as snap:  # the lineage committed last
             out["rows"][p] = sum(snap.read(name).num_rows for name in snap.specs)
-        manifest = read_manifest(fileio, store_dir_for(operator, p), version)
+            manifest = snap.manifest
         files = [f"{store_dir_for(operator, p)}/{f}" for f in manifest.files()]
         out["files"][p] = len(files)
         out["bytes"][p] = sum(sizes[f] for f in files)

@@ -374,4 +374,3 @@ def _fresh_check(root: Location, model: Model) -> None:
     got, _ = run_probe(_READER.format(args=json.dumps(args)), timeout_s=600)
     want = [model.lines[name].states[v] for name, _, v, _, _ in reads]
     assert got == want
-

@@ -86,16 +86,16 @@ def _rerun_checked(
     for line in lines:
         b = line["batchId"]
         truth = truth_totals(lineage_truth(rr.state, query, b, run2))
-        assert truth["branches"] != [""]  # the re-run committed on a branch
+        assert truth["branches"] != [""]  # the re-run committed on a lineage of its own
         (op,) = line["stateOperators"]
         assert figures(op) == truth, b
         assert _from_manifests(rr, monkeypatch, query, b, run2) == truth, b
         old = [d["stateOperators"][0] for d in before if d["batchId"] == b]
-        if old:  # the same batch id of the first run: its own figures, from the trunk
-            trunk = truth_totals(lineage_truth(rr.state, query, b, run1))
-            assert trunk["branches"] == [""] and figures(old[0]) == trunk
-            assert trunk["numRowsUpdated"] != truth["numRowsUpdated"]
-            assert _from_manifests(rr, monkeypatch, query, b, run1) == trunk
+        if old:  # the same batch id of the first run: its own figures, from its own lineage
+            mine = truth_totals(lineage_truth(rr.state, query, b, run1))
+            assert mine["branches"] != truth["branches"] and figures(old[0]) == mine
+            assert mine["numRowsUpdated"] != truth["numRowsUpdated"]
+            assert _from_manifests(rr, monkeypatch, query, b, run1) == mine
     last = progress(second)
     assert last is not None and (last.run_id, last.batch_id) == (run2, batches[-1])
     assert figures(last.operator(OPERATOR).to_json()) == figures(lines[-1]["stateOperators"][0])

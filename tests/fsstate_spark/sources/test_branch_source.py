@@ -1,6 +1,7 @@
-"""``format("fsstate")`` over a query's state with a branch (issue 45): option ``branch`` reads
-that lineage (snapshots and change feeds); without it the trunk is read with one warning
-naming the branches; an unknown or malformed branch is a ConfigError naming the option."""
+"""``format("fsstate")`` over a query's state with two live lineages: option ``branch`` reads
+that lineage (snapshots and change feeds; ``''`` the trunk); without it the lineage committed
+last is read with one warning naming the other; an unknown or malformed branch is a
+ConfigError naming the option."""
 
 from __future__ import annotations
 
@@ -22,16 +23,18 @@ def _state(tmp_path: Path) -> tuple[str, str]:
     return uri, two_lineages(FileIO(uri).child("q1"))
 
 
-def test_the_branch_option_selects_a_lineage_and_the_trunk_warns(
+def test_the_branch_option_selects_a_lineage_and_the_default_warns(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     uri, branch = _state(tmp_path)
     opts = {"path": uri, "stateVarName": STATE}
     with caplog.at_level(logging.WARNING, logger="fsstate_spark.sources.selection"):
-        trunk = select(opts)
+        newest = select(opts)
     warned = [r.getMessage() for r in caplog.records if "fsstate source" in r.getMessage()]
-    assert len(warned) == 1 and branch in warned[0] and "option branch" in warned[0]
-    assert trunk.branch == "" and trunk.version == 2
+    assert len(warned) == 1 and branch in warned[0] and "the trunk" in warned[0]
+    assert "option branch" in warned[0]
+    assert newest.branch == branch and newest.version == 2
+    assert select({**opts, "branch": ""}).branch == ""
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="fsstate_spark.sources.selection"):
         on = select({**opts, "branch": branch, "batchId": "1"})
@@ -55,8 +58,8 @@ def test_spark_reads_a_branch_and_its_change_feed(spark: SparkSession, tmp_path:
             reader = reader.option(name, value)
         return {tuple(r) for r in reader.load().select("key.user", "value.count").collect()}
 
-    assert load() == {("a0", 3), ("a1", 3)}
-    assert load(branch=branch) == {("a0", 1), ("b0", 10), ("a1", 1), ("b1", 10)}
+    assert load(branch="") == {("a0", 3), ("a1", 3)}
+    assert load() == load(branch=branch) == {("a0", 1), ("b0", 10), ("a1", 1), ("b1", 10)}
     assert load(branch=branch, batchId="1") == {("a0", 1), ("b0", 9), ("a1", 1), ("b1", 9)}
     feed = (
         spark.read.format("fsstate")

@@ -69,9 +69,13 @@ class _Walk:
         self.runner, self.state, self.options = runner, state, options
         self.batches = 0
 
-    def run(self, name: str, new: list[list[dict[str, Any]]], total: int) -> dict[str, int]:
+    def run(
+        self, name: str, new: list[list[dict[str, Any]]], total: int, **kwargs: Any
+    ) -> dict[str, int]:
         make = tiered(RowCounter(), state_uri=self.state, **self.options)
-        rows = self.runner.run(make, new, ROW_SCHEMA, name=name, total_batches=total, pandas=False)
+        rows = self.runner.run(
+            make, new, ROW_SCHEMA, name=name, total_batches=total, pandas=False, **kwargs
+        )
         return _last(rows)
 
     def checkpoint(self, name: str) -> Path:
@@ -141,30 +145,27 @@ def test_rescale_there_and_back_opens_the_newest_generation(spark: Any, tmp_path
 def test_a_copy_and_its_original_run_the_same_batch_on_lineages_of_their_own(
     spark: Any, tmp_path: Path
 ) -> None:
+    """A copied checkpoint (cp -r) and its original both run batch 2 (the copy two files a
+    batch): each run commits on a lineage of its own in every partition; verify sees nothing
+    wrong; readers show the lineage committed last, whole."""
     state = tmp_path / "state"
-    runner = StreamRunner(spark, tmp_path)
-    walk = _Walk(runner, str(state), {})
+    walk = _Walk(StreamRunner(spark, tmp_path), str(state), {})
     data = [_batch(s) for s in range(4)]
     assert walk.run("a", data[:2], 2) == _counts(data[:2])
     shutil.copytree(walk.checkpoint("a"), walk.checkpoint("c"))
-    shutil.copytree(runner.root / "a" / "input", runner.root / "c" / "input")
-    # both run batch 2 (and 3), each on its own input: one partition's batch may be committed
-    # by either first, and neither's state mixes into the other's
     assert walk.run("a", data[2:3], 3) == _counts(data[:3])
-    copy = [_batch(s) for s in (5, 6)]
-    assert walk.run("c", copy, 4) == _counts(data[:2] + copy)
-    assert walk.run("a", data[3:4], 4) == _counts(data)
+    # the copy reads its original's source (as Spark's file source recorded it), files 2+3
+    assert walk.run("c", data[3:4], 3, input_of="a", files_per_trigger=2) == _counts(data)
+    assert walk.run("a", [], 4) == _counts(data)  # file 3
     (query,) = [p.name for p in state.iterdir()]
     fileio = FileIO(Location.parse(str(state / query)))
-    per_partition = [
-        set(list_branches(fileio, f"RowCounter/{p}")) for p in range(2)
-    ]  # four runs: a's two, c's, a's last
-    assert per_partition[0] == per_partition[1] and len(per_partition[0]) == 4
+    lines = [set(list_branches(fileio, f"RowCounter/{p}")) for p in range(2)]
+    assert lines[0] == lines[1] and len(lines[0]) == 4  # runs: a's three, c's one
     _fsstate("verify", str(state), code=0)
-    shown = json.loads(
-        CliRunner().invoke(fsstate_cli, ["--json", "show", str(state), "RowCounter", "count", "-n", "-1"]).stdout
+    shown = CliRunner().invoke(
+        fsstate_cli, ["--json", "show", str(state), "RowCounter", "count", "-n", "-1"]
     )
-    assert {r["k"]: r["c"] for r in shown["shown"]} == _counts(data)  # a's run came last
+    assert {r["k"]: r["c"] for r in json.loads(shown.stdout)["shown"]} == _counts(data)
 
 
 def test_dropping_the_lineage_a_checkpoint_runs_on_and_repairing(
@@ -182,9 +183,17 @@ def test_dropping_the_lineage_a_checkpoint_runs_on_and_repairing(
     (query,) = [p.name for p in state.iterdir()]
     _fsstate("verify", str(state), "--checkpoint", ckpt, code=0)
     ran = json.loads(
-        CliRunner().invoke(fsstate_cli, ["--json", "verify", str(state), "--checkpoint", ckpt]).stdout
+        CliRunner()
+        .invoke(fsstate_cli, ["--json", "verify", str(state), "--checkpoint", ckpt])
+        .stdout
     )
     (lineage,) = set(ran["checkpoint"]["operators"][0]["lineages"].values())
+    # watch follows the lineage the rolled-back checkpoint runs on, not the abandoned one
+    watched = CliRunner().invoke(
+        spark_cli, ["--json", "watch", ckpt, "--state-uri", str(state), "--once"]
+    )
+    (op,) = json.loads(watched.stdout)["operators"]
+    assert (op["branch"], op["latestVersion"]) == (lineage, 2), op
     drop = ["drop-branch", str(state), "--operator", "RowCounter", "--branch", lineage, "--yes"]
     said = _fsstate(*drop, "--checkpoint", ckpt, code=1)
     assert f"runs on branch {lineage}" in said
