@@ -125,6 +125,14 @@ register(
 )
 register(
     Suite(
+        "lineages",
+        "bench.suites.lineages",
+        description="a commit's p99 beside 500 lineages, and fsstate gc over 500 lineages x 100 "
+        "versions (time and requests)",
+    )
+)
+register(
+    Suite(
         "operators",
         "bench.suites.operators",
         description="watermark cleanup of the whole-batch operators: 1% of 1,000,000 keys "
