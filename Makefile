@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
-.PHONY: help venv demo demo-s3 test test-compat test-compat-full test-engine test-spark crash-test lint docs docs-serve docs-config bench bench-quick bench-report monitoring-chart dist clean
+.PHONY: help venv demo demo-s3 test test-compat test-compat-full test-engine test-spark test-lineage-model crash-test lint docs docs-serve docs-config bench bench-quick bench-report monitoring-chart dist clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' Makefile | awk 'BEGIN {FS = ":.*## "}; {printf "  %-12s %s\n", $$1, $$2}'
@@ -61,6 +61,13 @@ test-engine: $(STAMP)  ## engine tests only, without the slow ones (subprocess j
 
 test-spark: $(STAMP) $(PROM_STAMP)  ## Spark suites only
 	$(PY) -m pytest -q tests -m spark
+
+# The seeded lineage model (tests/fsstate/store/test_lineage_model.py) at a size to run before
+# resolving work on what deletes or chooses state; make test runs it at 40 steps per storage.
+# LINEAGE_STEPS sets the size, FSSTATE_TEST_SEED=<seed> repeats a run.
+LINEAGE_STEPS ?= 400
+test-lineage-model: $(STAMP)  ## the seeded lineage model at 400 steps, local and on the S3 server (~20 min)
+	FSSTATE_LINEAGE_STEPS=$(LINEAGE_STEPS) $(PY) -m pytest -q tests/fsstate/store/test_lineage_model.py
 
 # kill -9 of a tiered() application at random points, restarted from its checkpoint each time
 # (devkit/crash_test.py); not part of make test. CRASH_ARGS passes options, e.g.

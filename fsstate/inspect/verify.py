@@ -47,7 +47,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from fsstate.errors import CorruptFileError, VersionNotFoundError
+from fsstate.errors import ConfigError, CorruptFileError, VersionNotFoundError
 from fsstate.format.refs import FileRef
 from fsstate.inspect.catalog import StoreRef, current_lineage
 from fsstate.inspect.completeness import Gap, Seen, check_operator
@@ -212,10 +212,11 @@ def missing_partitions(fileio: FileIO, stores: list[StoreRef]) -> list[MissingPa
     for key, members in groups.items():
         first = members[0]
         root = first.root(fileio)
-        count = next(
-            (g.partitions for g in read_layouts(root, first.operator) if g.dir == first.layout),
-            None,
-        )
+        try:
+            layouts = read_layouts(root, first.operator)
+        except ConfigError:  # reported by the completeness check; the rest is checked
+            layouts = []
+        count = next((g.partitions for g in layouts if g.dir == first.layout), None)
         have = {s.partition for s in members}
         files = bare.get(key, Counter())
         lacking = {p for p in files if p not in have}

@@ -2,12 +2,14 @@
 
 Directory layout under the root URI::
 
-    <operator>/<partition>/manifests/<version:020d>.json   one manifest per committed version
-    <operator>/<partition>/data/<state>-<uuid>.parquet      data runs and TTL index runs
+    <operator>/<partition>/manifests/<version:020d>.json   the trunk's committed versions
+    <operator>/<partition>/branches/<lineage>/<version>.json  a lineage's (a query run's)
+    <operator>/<partition>/data/<state>~<lineage>~...parquet  data runs and TTL index runs
 
 (``<operator>/<layout>/<partition>/...`` for a store of a later layout generation, written by a
-rescale: :mod:`fsstate.store.layout`; ``<...>/branches/<branch>/<version:020d>.json`` for the
-versions of a branch, a fork of the store's state: :mod:`fsstate.store.lineage`.)
+rescale: :mod:`fsstate.store.layout`; lineages, their forks and who writes each:
+:mod:`fsstate.store.lineage`; file names: :mod:`fsstate.storage.naming`.) The table
+declarations are :mod:`fsstate.store.declare`'s.
 
 Invariants:
 
@@ -22,10 +24,16 @@ Invariants:
   is not another one: :func:`fsstate.store.commit.check_adoptable`), else refused with a typed
   error and nothing published: the protocol and its invariants are
   :mod:`fsstate.store.commit`'s.
-* After each commit the store drops the version that leaves the retained window, with the
-  files only it referenced, without listing storage; every ``orphan_scan_every_commits``-th
-  version it lists storage for leftovers and orphans older than ``orphan_grace_ms``
-  (:mod:`fsstate.store.retention`).
+* After each commit the store drops the version of its lineage that leaves the retained
+  window, with the files only it named that its lineage wrote, without listing storage
+  (:mod:`fsstate.store.retention`); every ``orphan_scan_every_commits``-th version it asks the
+  background collector (:mod:`fsstate.store.collector`) to collect its directory across
+  lineages (:mod:`fsstate.store.gc`), out of the commit.
+* Every file the store writes is held under the writer's lease until a manifest the store
+  published names it, or the store is closed (:mod:`fsstate.storage.leases`): no collection
+  deletes it meanwhile, and a commit never publishes a file whose lease lapsed
+  (:class:`fsstate.errors.CommitError`). The store's lineage and version are in every file's
+  name (:mod:`fsstate.storage.naming`).
 * Sequence numbers are per store, strictly increasing, and persisted in the manifest.
 
 Requests on an object store (measured by ``FileIO.stats``, asserted against the S3 server in
@@ -38,14 +46,14 @@ Requests on an object store (measured by ``FileIO.stats``, asserted against the 
 * ``refresh`` across ``k`` versions: ``k`` GETs of manifests, plus the new data files of the
   tables that hold views.
 * ``commit``: 1 PUT per changed table (its run; and one per TTL index change) and 1
-  conditional PUT (the manifest); unchanged: the manifest only. Past the first
-  ``retain_versions`` versions add 1 bulk DELETE (the manifest leaving the window and the
-  files it alone referenced) and 1 GET of the next manifest unless this store knows it; when
-  that manifest retired files, 1 HEAD (whether a branch may share them) until a fork is seen.
-* every ``orphan_scan_every_commits``-th version, the listing GC: 2 LISTs, 1 HEAD (whether the
-  store was forked; once forked, 1 LIST of the branches and 1 LIST and a GET per manifest of
-  each other branch not read before), 1 GET per retained manifest this store does not know,
-  1 bulk DELETE if anything is garbage.
+  conditional PUT (the manifest); unchanged: the manifest only; 1 PUT of the writer's lease
+  when a lease tag first meets the root (:mod:`fsstate.storage.leases`). Past the first
+  ``retain_versions`` versions add 1 DELETE (the manifest leaving the window), 1 GET of the
+  next manifest unless this store knows it, and, when that manifest retired files, 1 LIST of
+  the lineage's fork marks (its own files) or 1 HEAD (files named before origins were) and 1
+  bulk DELETE; once per process and store, 1 LIST of the lineage's manifests.
+* every ``orphan_scan_every_commits``-th version, in the background: the collection's
+  requests (:mod:`fsstate.store.gc`).
 * compaction: 1 GET per input run not in the block cache, 1 PUT of the merged run
   (multipart above 8 MiB); the next commit publishes it.
 * once per bucket and process, the probe of conditional writes: 2 PUTs, 1 GET, 1 DELETE.
@@ -53,34 +61,15 @@ Requests on an object store (measured by ``FileIO.stats``, asserted against the 
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 import logging
 import time
 from typing import Any, Final
 
-import pyarrow as pa
-
 from fsstate import interfaces
 from fsstate.config import StoreConfig
 from fsstate.controller import MemoryController, get_controller
-from fsstate.errors import (
-    CommitError,
-    ConfigError,
-    FsStateError,
-    SchemaEvolutionError,
-    StateKindError,
-    StoreClosedError,
-    UnknownStateError,
-)
-from fsstate.format.evolution import evolve
-from fsstate.format.schema import (
-    KIND_LIST,
-    KIND_MAP,
-    KIND_VALUE,
-    TableSpec,
-    UserKeyOrder,
-)
+from fsstate.errors import CommitError, ConfigError, FsStateError
 from fsstate.osmem import return_memory_to_os
 from fsstate.stats import CommitInfo, StoreStats, TableStats
 from fsstate.storage.depth import needs_merge
@@ -97,13 +86,14 @@ from fsstate.storage.manifest import (
 from fsstate.storage.runs import RunContext
 from fsstate.store.catchup import apply_plan, plan_store
 from fsstate.store.collector import request_collection
-from fsstate.store.commit import check_adoptable, link_to_base, seal_table, settle, table_entry
+from fsstate.store.commit import check_adoptable, link_to_base, seal_table, settle
+from fsstate.store.declare import TableDeclarations
 from fsstate.store.gc import collect
 from fsstate.store.identity import WRITER_META, json_copy, safe_name, store_dir_for
 from fsstate.store.lineage import carried, carried_meta, check_branch, fork_version, mark_forked
 from fsstate.store.retention import Retention
 from fsstate.store.summary import SummaryRecorder
-from fsstate.tables import ListTable, MapTable, TableBase, ValueTable
+from fsstate.tables import TableBase
 
 __all__ = [
     "NEWEST",
@@ -127,7 +117,7 @@ class Newest(enum.Enum):
 NEWEST: Final = Newest.NEWEST  # PartitionStore.open's default: the newest committed version
 
 
-class PartitionStore(interfaces.KeyedStore):
+class PartitionStore(TableDeclarations, interfaces.KeyedStore):
     """The state of one (operator, partition): named value, list and map tables.
 
     Use :meth:`open`; the constructor is internal.
@@ -282,152 +272,6 @@ class PartitionStore(interfaces.KeyedStore):
         ``branch``), ascending."""
         fileio = uri if isinstance(uri, FileIO) else FileIO(uri)
         return list_versions(fileio, store_dir_for(operator, partition, layout), branch)
-
-    # -- tables --------------------------------------------------------------------------------
-    def check_open(self) -> None:
-        """Raise :class:`fsstate.errors.StoreClosedError` if the store was closed."""
-        if self._closed:
-            raise StoreClosedError(
-                f"store {self.store_dir} is closed; open it again with PartitionStore.open"
-            )
-
-    def _declare(self, spec: TableSpec) -> TableBase:
-        self.check_open()
-        existing = self._tables.get(spec.name)
-        old_spec = existing.spec if existing else None
-        entry = self._entries.get(spec.name)
-        if old_spec is None and entry is not None:
-            old_spec = entry.spec
-        if old_spec is not None:
-            if old_spec.kind != spec.kind:
-                raise StateKindError(
-                    f"state {spec.name!r} exists as {old_spec.kind} state, declared now as "
-                    f"{spec.kind} state; use another name or drop it first (deleteIfExists)"
-                )
-            evolved = (
-                None
-                if old_spec.same_shape(spec)
-                else evolve(spec.name, old_spec, spec, self.next_seq)
-            )
-            if evolved is not None:  # an allowed change (fsstate.format.evolution)
-                spec = evolved  # older files are projected to it
-                if existing is not None:
-                    entry = self._unload(existing, spec)
-                    existing = None
-                elif entry is not None:
-                    entry = dataclasses.replace(entry, spec=spec)
-        if existing is None:
-            if entry is None:
-                seq = self.next_seq  # a new incarnation: a dropped table's copies never match
-                self.next_seq = seq + 1
-                entry = TableEntry(spec, incarnation=seq)
-            elif spec.key_schema is not None and entry.spec.key_schema is None:
-                removed = entry.spec.removed_fields
-                entry = dataclasses.replace(
-                    entry, spec=dataclasses.replace(spec, removed_fields=removed)
-                )
-            if spec.kind == KIND_VALUE:
-                existing = ValueTable(self, entry)
-            elif spec.kind == KIND_LIST:
-                existing = ListTable(self, entry)
-            else:
-                existing = MapTable(self, entry)
-            existing.now_ms = self.now_ms
-            self.summaries.start_table(existing, len(entry.runs))
-            self._tables[spec.name] = existing
-            self._entries.pop(spec.name, None)
-        if existing.ttl_ms != spec.ttl_ms:
-            existing.ttl_ms = spec.ttl_ms
-            existing.spec = dataclasses.replace(existing.spec, ttl_ms=spec.ttl_ms)
-        return existing
-
-    def _unload(self, t: TableBase, spec: TableSpec) -> TableEntry:
-        """Drop the loaded table ``t`` and return its committed state as an entry of
-        ``spec`` (its schema evolved: it is loaded again, its files projected)."""
-        if t.dirty or (t.ttl_loaded and t.ttl_index().dirty):
-            raise SchemaEvolutionError(
-                f"state {spec.name!r} has uncommitted changes in its old schema; commit them "
-                "before declaring it with the new schema"
-            )
-        entry = table_entry(t, spec, list(t.ttl_refs))
-        t.release_all()
-        del self._tables[spec.name]
-        return entry
-
-    def value_table(
-        self,
-        name: str,
-        value_schema: pa.Schema,
-        key_schema: pa.Schema | None = None,
-        ttl_ms: int | None = None,
-    ) -> ValueTable:
-        """Declare (or get) a value state table; see :class:`fsstate.interfaces.ValueTableAPI`."""
-        t = self._declare(TableSpec(name, KIND_VALUE, value_schema, key_schema, None, ttl_ms))
-        assert isinstance(t, ValueTable)
-        return t
-
-    def list_table(
-        self,
-        name: str,
-        value_schema: pa.Schema,
-        key_schema: pa.Schema | None = None,
-        ttl_ms: int | None = None,
-    ) -> ListTable:
-        """Declare (or get) a list state table; see :class:`fsstate.interfaces.ListTableAPI`."""
-        t = self._declare(TableSpec(name, KIND_LIST, value_schema, key_schema, None, ttl_ms))
-        assert isinstance(t, ListTable)
-        return t
-
-    def map_table(
-        self,
-        name: str,
-        user_key_schema: pa.Schema,
-        value_schema: pa.Schema,
-        key_schema: pa.Schema | None = None,
-        ttl_ms: int | None = None,
-        user_key_order: UserKeyOrder | None = None,
-    ) -> MapTable:
-        """Declare (or get) a map state table; see :class:`fsstate.interfaces.MapTableAPI`.
-
-        ``user_key_order`` is the sort key of its entries' iteration (None: natural user-key
-        order); it is not stored, every declaration sets it.
-        """
-        spec = TableSpec(name, KIND_MAP, value_schema, key_schema, user_key_schema, ttl_ms)
-        t = self._declare(spec)
-        assert isinstance(t, MapTable)
-        t.user_key_order = user_key_order
-        return t
-
-    def table(self, name: str) -> TableBase:
-        """An existing table by name.
-
-        Raises:
-            UnknownStateError: no state of that name was declared or stored.
-        """
-        self.check_open()
-        t = self._tables.get(name)
-        if t is not None:
-            return t
-        entry = self._entries.get(name)
-        if entry is None:
-            raise UnknownStateError(
-                f"state {name!r} is unknown in store {self.store_dir} (known: "
-                f"{sorted(self.table_names())}); declare it first with value_table / "
-                "list_table / map_table"
-            )
-        return self._declare(entry.spec)
-
-    def table_names(self) -> list[str]:
-        """Names of every declared or stored table."""
-        return sorted({*self._tables, *self._entries})
-
-    def drop_table(self, name: str) -> bool:
-        """Delete a state table (its files go once no retained version needs them)."""
-        self.check_open()
-        found = self._tables.pop(name, None) is not None
-        found = self._entries.pop(name, None) is not None or found
-        self._dropped = self._dropped or found
-        return found
 
     # -- time and TTL --------------------------------------------------------------------------
     def set_time(self, now_ms: int) -> None:

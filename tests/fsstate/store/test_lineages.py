@@ -28,8 +28,10 @@ from fsstate.storage.location import Location
 from fsstate.storage.manifest import list_versions
 from fsstate.store import retention as retention_mod
 from fsstate.store.gc import collect
+from fsstate.store.layout import Layout, publish_layout
+from fsstate.store.rescale import rescale
 from fsstate.store.lineage import FORKED_PATH, fork_version, list_branches
-from tests.support.engine import KEY, VAL
+from tests.support.engine import KEY, VAL, settle_leases
 from tests.support.lineages import OPERATOR, STATE, key_of, read_back
 from tests.support.plugin import s3_options
 
@@ -297,3 +299,51 @@ def test_a_young_continued_lineage_keeps_its_window(root: Location) -> None:
     collect(fileio, OPERATOR, retain=2, grace_ms=0, abandoned_ms=0)
     assert list_versions(fileio, STORE) == [2, 3, 4]  # 2: the copy's window below its fork
     assert read_back(root, [(0, 4, "")])[key_of(0, 4, "")] == {"t": 4}
+
+
+def test_the_collection_keeps_an_older_generation_a_live_lineage_uses(root: Location) -> None:
+    """A copy goes on in generation 0 while the original is rescaled out of it: the
+    collection drops the original's versions there (the new generation's history no longer
+    reaches them) and never the copy's, in any partition."""
+    fileio = FileIO(root)
+    publish_layout(fileio, OPERATOR, Layout(0, 2))
+    stores = [_open_p(fileio, p, None) for p in (0, 1)]
+    for v in range(4):
+        for p, s in enumerate(stores):
+            _write(s, **{f"t{p}": v})
+            s.commit(v)
+    for p in (0, 1):
+        fork_version(fileio, f"{OPERATOR}/{p}", 2, branch="copy")
+        c = _open_p(fileio, p, 2, "copy")
+        for v in (3, 4):
+            _write(c, **{f"c{p}": v})
+            c.commit(v)
+        c.close()
+    done = rescale(
+        fileio, OPERATOR, partitions=1, keys=["user"], partition_of=lambda t: [0] * t.num_rows,
+        version=3, as_version=4, lineages=["", ""], source="",
+    )  # fmt: skip
+    new = _open_p(fileio, 0, 4, layout=done.layout.dir, cfg=StoreConfig(retain_versions=2))
+    for v in range(5, 9):
+        _write(new, n=v)
+        new.commit(v)
+    settle_leases()
+    collect(fileio, OPERATOR, retain=2, grace_ms=0, abandoned_ms=0)
+    for p in (0, 1):
+        assert list_versions(fileio, f"{OPERATOR}/{p}") == []  # the rescaled original's
+        assert list_versions(fileio, f"{OPERATOR}/{p}", "copy") == [3, 4]
+    got = read_back(root, [(0, 4, "copy"), (1, 4, "copy"), (0, 8, "", done.layout.dir)])
+    assert got[key_of(0, 4, "copy")] == {"t0": 2, "c0": 4}
+    assert got[key_of(1, 4, "copy")] == {"t1": 2, "c1": 4}
+    assert got[key_of(0, 8, "", done.layout.dir)] == {"t0": 3, "t1": 3, "n": 8}
+
+
+def _open_p(
+    fileio: FileIO,
+    partition: int,
+    version: int | None,
+    branch: str = "",
+    layout: str = "",
+    cfg: StoreConfig | None = None,
+) -> PartitionStore:
+    return PartitionStore.open(fileio, OPERATOR, partition, version, cfg, layout, branch=branch)
