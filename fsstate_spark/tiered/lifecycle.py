@@ -26,13 +26,16 @@ Rules that follow (the invariants of this module):
   (``<state_uri>/<q>/<name>/operator.json``, put-if-absent: :mod:`fsstate.store.layout`'s
   generation 0), from the task's ``spark.sql.shuffle.partitions`` (:class:`TaskInfo`); a
   rescale (:mod:`fsstate_spark.tiered.query_rescale`) adds a generation with another count. A task
-  opens its store in the generation in force at ``b - 1``, and one that finds another count
+  opens its store in the generation its lineage marker names, else the one whose first
+  version is ``b - 1`` (a rescale at ``b - 1``), else the one in force at ``b - 1``; two
+  lineages rescaled at the same batch are refused as ambiguous. One that finds another count
   there raises :class:`fsstate.errors.PartitionCountError` before its store is opened, so
   nothing is read or written with keys in the wrong partitions
-  (:func:`fsstate.store.epoch.resolve_layout`, kind ``tiered``). Resolved once per process,
-  query run and count (1 conditional PUT, and 1 GET + 1 LIST + a GET per rescale if the record
-  exists). State written before the record existed gets the count of the first run that
-  records it; a task that does not know its count skips the check (and reads the generations).
+  (:func:`fsstate.store.epoch.record_layouts` and :func:`fsstate.store.epoch.check_count`,
+  kind ``tiered``). Resolved once per process, query run and count (1 conditional PUT, and
+  1 GET + 1 LIST + a GET per rescale if the record exists). State written before the record
+  existed gets the count of the first run that records it; a task that does not know its
+  count skips the check (and reads the generations).
 * Identity: a tiered processor's state is ``<state_uri>/<query id>/<name>``, ``name`` being
   ``tiered(name=...)`` when given, else the processor's class name. Spark keys a query's state
   by its operator, not by the processor's class, so a restart may run another class (a new
@@ -42,19 +45,22 @@ Rules that follow (the invariants of this module):
   query's state only in that case). With several, it refuses (``name=`` says which). Stores
   keep the name they were first written under, so state written before this rule reads as it
   did.
-* Lineage: the branch of the store's versions a task continues is the one Spark's state of the
-  partition records (:mod:`fsstate_spark.tiered.lineage`; the trunk when none is recorded).
-  Spark's state is read only when the version ``b - 1`` the task would open (on the branch this
-  process last saw the partition on in this run, else the trunk) was not committed by this
-  query run: a version this run committed is this checkpoint's (one run executes one
-  checkpoint), so a running query asks Spark nothing; a new run, or a version of another
-  lineage, asks once. Where the record names the version ``b - 1`` (written at a fork), its
-  checksum must match, else :class:`fsstate.errors.LineageMismatchError` before anything is
-  read or written. Each
-  version records when Spark planned its batch (``Writer.planned_ms``), and an epoch that
-  meets ``b`` published by another planning forks and commits on a branch of its own
-  (:mod:`fsstate.store.epoch`). So a copied, restored or rolled-back checkpoint never reads
-  or writes another lineage's versions, and a retry of the same planning still adopts.
+* Lineage: each run of the query writes a lineage of its own (:mod:`fsstate.store.lineage`
+  rule 1). A task opens the lineage this process saw its run write for the partition; when
+  that is not provably this run's (a run's first batch, a process new to the run), it reads
+  Spark's state (:mod:`fsstate_spark.tiered.lineage`: the lineage the checkpoint goes with),
+  opens version ``b - 1`` of it (its checksum checked where the record names that version,
+  else :class:`fsstate.errors.LineageMismatchError` before anything is read or written) and,
+  unless this run committed it, forks it into :func:`fsstate.store.lineage.lineage_for`
+  ``(b - 1, planned, run)`` (the same name for every task and retry of the run); the task
+  that forked records the lineage in Spark's state at its end. Without such a record (the
+  first batch after a rescale moved Spark's rows, or state written before lineages), the
+  trunk of the generation whose first version is ``b - 1``, else of the one in force at
+  ``b - 1`` (a store lacking that version there: the lineage committed last, logged). A task
+  that does not know its run (outside Spark's streaming engine) goes on where it found the
+  state. So a copied, restored or rolled-back checkpoint never reads or writes another
+  lineage's versions, a retry of the same planning still adopts, and one batch's versions
+  in every partition belong to one lineage.
 * Every tiered processor declares one state variable of Spark's own, :data:`SPARK_MARKER`,
   never written: Spark's offline repartition of a checkpoint
   (``spark._streamingCheckpointManager.repartition``) needs the operator's store to hold a

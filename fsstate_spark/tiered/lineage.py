@@ -2,31 +2,34 @@
 fsstate's state follows the checkpoint as Spark's does.
 
 A ``tiered()`` query keeps its state under ``<state_uri>/<query id>``, and a copied, restored or
-rolled-back checkpoint has the same query id as its original. What tells them apart is
-Spark's own state, which lives *in* the checkpoint: at the end of every task, fsstate writes to
-one state variable of Spark's, :data:`LINEAGE_VAR`, which version of which branch of fsstate's
-store it committed (:class:`Lineage`), under a key of its own per partition
-(:func:`marker_key`). Spark commits that row with the batch, atomically with the rest of its
-checkpoint, so a copy of the checkpoint taken after batch ``b`` says "state at ``b``, branch
-``x``, checksum ``c``", whatever its original did after.
+rolled-back checkpoint has the same query id as its original. Each run of a query writes a
+lineage of its own (:mod:`fsstate.store.lineage` rule 1): at the run's first batch ``b`` every
+task forks version ``b - 1`` of the lineage its checkpoint goes with. Which one that is, is
+recorded in Spark's own state, which lives *in* the checkpoint: at the end of the task that
+forked, fsstate writes to one state variable of Spark's, :data:`LINEAGE_VAR`, the lineage it
+started and the version it started from with its checksum (:class:`Lineage`), under a key of
+its own per partition (:func:`marker_key`). Spark commits that row with the batch, atomically
+with the rest of its checkpoint, so a copy of the checkpoint taken after any later batch says
+"state on lineage ``x``", whatever its original did after.
 
-A task of batch ``b + 1`` whose version ``b`` was not committed by its own query run (the first
-batch of a run, or a version another lineage wrote) reads it in ``init``, before anything is
-read or written, and opens that branch (checking the checksum where the marker names version
-``b``: :mod:`fsstate_spark.tiered.lifecycle`); it commits ``b + 1`` on that branch, recording when
-Spark planned the batch (:func:`planned_ms`: the batch timestamp of the checkpoint's offsets
-log, the same for every retry and re-run of one planning). If ``b + 1`` is already there from
-another planning (the original went on, or another copy), the epoch forks ``b`` into a branch
-of its own in O(metadata) and commits there (:mod:`fsstate.store.epoch`,
-:mod:`fsstate.store.lineage`); the next batch finds the branch in Spark's state.
+The first task of a run in a partition (or a task whose process has not seen the run's lineage
+yet) reads the marker in ``init``, before anything is read or written, and opens the lineage
+it names (checking the checksum where the marker names version ``b - 1``:
+:mod:`fsstate_spark.tiered.lifecycle`); if that version was not committed by this run, it forks
+it into the run's lineage. Every version records when Spark planned its batch
+(:func:`planned_ms`: the batch timestamp of the checkpoint's offsets log, the same for every
+retry and re-run of one planning), so a retried task adopts what another attempt of its
+planning committed, and the tools find a checkpoint's lineage from its offsets log alone
+(:mod:`fsstate.inspect.lineage`).
 
 Invariants:
 
 * A marker is read and written only in a streaming task whose Spark handle is live (never on
-  the driver's schema pass), read only when the lifecycle needs it and written only when the
-  task's branch changed (a fork; the trunk needs no record): measured on 4.3, reading it costs
-  a task 1-8 ms of Spark's state server (its first state access) and writing it 13 ms, so a
-  running query on one lineage does neither; every task asks the batch's timestamp (0.1 ms).
+  the driver's schema pass), read only when the lifecycle needs it (a run's first batch in a
+  partition, or a process new to the run) and written only by the task that started the
+  run's lineage: measured on 4.3, reading it costs a task 1-8 ms of Spark's state server (its
+  first state access) and writing it 13 ms, so a running query's later batches do neither;
+  every task asks the batch's timestamp (0.1 ms).
   A read asks ``exists`` before ``get`` (one more round trip only where a marker was written):
   Spark's state server logs a WARN for a ``get`` of an empty value state.
 * The marker key is a valid grouping key of the query's key schema, distinct per partition
