@@ -175,14 +175,14 @@ def drop_branch_cmd(
             abort=True,
             err=True,
         )
-    doc = []
+    doc: list[dict[str, Any]] = []
     for s in holding:
         dropped = drop_branch(s.root(fileio), s.store_dir, branch)
         doc.append({"partition": s.partition, "layout": s.layout, "manifests_deleted": dropped})
     if env.as_json:
         env.emit({"query": queries[0], "operator": operator, "branch": branch, "stores": doc}, None)
         return
-    total = sum(d["manifests_deleted"] for d in doc)
+    total = sum(int(d["manifests_deleted"]) for d in doc)
     env.out.print(
         f"dropped branch {branch} of operator {operator!r}: {total} manifest(s) in "
         f"{len(doc)} partition(s); its files go by fsstate gc after the grace time",

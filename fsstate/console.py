@@ -89,7 +89,7 @@ class Refused(Failed):
     exit_code = 1
 
     def show(self, file: Any = None) -> None:
-        click.echo(f"Refused: {self.message}", err=True)
+        click.echo(f"Refused: {self.message}", file=file, err=True)
 
 
 class Command(click.Command):
@@ -254,10 +254,10 @@ class CommandEnv:
         if query is not None:
             found = [s for s in found if s.prefix == _query_id(query, found)]
         if not found and operator is not None:
-            every = find_stores(fileio)
+            others = find_stores(fileio)
             if query is not None:
-                every = [s for s in every if s.prefix == _query_id(query, every)]
-            refusal = unknown_operator(operator, every, fileio.describe(""))
+                others = [s for s in others if s.prefix == _query_id(query, others)]
+            refusal = unknown_operator(operator, others, fileio.describe(""))
             if refusal is not None:
                 raise refusal
         if not found:

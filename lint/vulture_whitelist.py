@@ -27,6 +27,7 @@ from fsstate.console import ErrorsAsOneLine, Failed
 from fsstate.operators.local import LocalQuery
 from fsstate.stats import CommitInfo, ProcessStats, TableStats, VersionSummary
 from fsstate.storage.fileio import _CrcSink
+from fsstate.storage.leases import LeaseBook
 from fsstate.storage.objects import _RangeReader
 from fsstate.store.epoch import EpochRun
 from fsstate.store.partition import PartitionStore
@@ -78,6 +79,7 @@ ErrorsAsOneLine.command_class
 cli.list_cmd
 cli.show
 spark_cli.rollback
+spark_cli.repair
 # an object's class, set to swap a deleted state variable's methods (fsstate_spark.state.handles)
 _.__class__
 
@@ -103,12 +105,14 @@ Flow.session_aggregate
 Flow.deduplicate
 Flow.retract_aggregate
 PartitionStore.retained_versions
+PartitionStore.collect_garbage  # public: fsstate gc of one store (docs/operations.md)
 StateSummary.rows_by_table
 
 # Documented diagnostics: counters and hooks read by tests and benchmarks
 cast(Compactor, _).stale_skips
 cast(Compactor, _).abandoned
 Compactor.wait_idle
+LeaseBook.rotate  # tests age a process's tag rather than wait rotate_ms
 cast(LocalQuery, _).last_watermarks
 cast(TtlIndex, _).lookups
 cast(Driver, _).manifest_reads

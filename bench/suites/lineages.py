@@ -102,7 +102,8 @@ def _commit_rows(ctx: BenchContext, scratch: Path) -> list[Result]:
         for name in times:
             p99s[name].append(float(np.percentile(times[name], 99)))
         ratios.append(p99s["many"][-1] / p99s["one"][-1])
-        ctx.log(f"  lineages: round {r + 1}/{rounds}: p99 {p99s['one'][-1]:.1f} / {p99s['many'][-1]:.1f} ms")
+        one, many = p99s["one"][-1], p99s["many"][-1]
+        ctx.log(f"  lineages: round {r + 1}/{rounds}: p99 {one:.1f} / {many:.1f} ms")
     collector().wait_idle(120)
     for s in stores.values():
         s.close()
@@ -111,7 +112,7 @@ def _commit_rows(ctx: BenchContext, scratch: Path) -> list[Result]:
         f"compaction every 10th; retain 20, the background collection every 50 commits"
     )
     rows = [
-        Result(SUITE, f"commit p99, 1 lineage", median(p99s["one"]), "ms",
+        Result(SUITE, "commit p99, 1 lineage", median(p99s["one"]), "ms",
                notes=f"per round ({spread_text(p99s['one'])}); {work}", samples=p99s["one"]),
         Result(SUITE, f"commit p99, {many} more lineages", median(p99s["many"]), "ms",
                notes=f"per round ({spread_text(p99s['many'])}); {work}", samples=p99s["many"]),
@@ -149,8 +150,11 @@ def _gc_rows(ctx: BenchContext, scratch: Path) -> list[Result]:
             f"{lineages} live lineages x {versions} retained versions ({done.manifests} "
             f"manifests deleted, {done.files} files); requests {reqs}; built in {built:.0f} s"
         )
-        out.append(Result(SUITE, f"fsstate gc, {lineages} x {versions} versions, {label}", secs, "s", notes=what, samples=[secs]))  # fmt: skip
-        out.append(Result(SUITE, f"fsstate gc requests, {label}", float(sum(reqs.values())), "requests", notes=what, samples=[float(sum(reqs.values()))]))  # fmt: skip
+        name = f"fsstate gc, {lineages} x {versions} versions, {label}"
+        out.append(Result(SUITE, name, secs, "s", notes=what, samples=[secs]))
+        count = float(sum(reqs.values()))
+        name = f"fsstate gc requests, {label}"
+        out.append(Result(SUITE, name, count, "requests", notes=what, samples=[count]))
     return out
 
 

@@ -85,7 +85,6 @@ class Seen:
     parent: int | None
     fork: ForkMark | None
     planned: int | None
-    written_by_query: bool
     tagged: bool
 
 
@@ -99,7 +98,8 @@ def check_operator(
 
     Args:
         fileio: the root the stores were found under.
-        stores: the operator's stores, every generation (:func:`fsstate.inspect.catalog.all_stores`).
+        stores: the operator's stores, every generation
+            (:func:`fsstate.inspect.catalog.all_stores`).
         seen: what verify read of each version's manifest.
         forked: (layout, partition) of the stores holding ``forked.json``.
     """

@@ -399,7 +399,6 @@ def _seen(manifest: Manifest) -> Seen:
         manifest.parent_version,
         fork_source(manifest),
         None if writer is None else writer.planned_ms,
-        writer is not None and writer.run is not None,
         any(origin_of(f) is not None for f in manifest.files()),
     )
 

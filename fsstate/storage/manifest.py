@@ -42,8 +42,9 @@ referenced that this version no longer does (the garbage it makes): retention de
 the parent leaves the retained window, without listing anything
 (:mod:`fsstate.store.retention`); ``meta``, a small JSON object the store's user keeps with the
 version (operators record the event time they have seen and the watermark they used), carried
-from each version to the next; ``lineage``, the lineage (branch) the version belongs to (``""``: the trunk; absent: written
-before lineages were named, and the directory it is in says: :mod:`fsstate.store.lineage`); ``clock_ms``, the store's clock (processing time) when the
+from each version to the next; ``lineage``, the lineage (branch) the version belongs to
+(``""``: the trunk; absent: written before lineages were named, and the directory it is in
+says: :mod:`fsstate.store.lineage`); ``clock_ms``, the store's clock (processing time) when the
 version was committed: the time at which its TTL expiry was applied, and so the time at which
 readers of the version (:mod:`fsstate.inspect`) resolve TTL by default; a table's
 ``removed_fields``, the value fields earlier schema evolutions removed, with their stored types

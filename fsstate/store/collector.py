@@ -73,7 +73,6 @@ class Collector:
         self._stopping = threading.Event()
         self.runs = 0
         self.errors = 0
-        self.files_deleted = 0
 
     def request(self, store: Collectable) -> bool:
         """Queue a collection of ``store``'s directory; False if not queued."""
@@ -130,7 +129,7 @@ class Collector:
                     return
                 with self._lock:
                     self._queued.discard(req.key)
-                done = collect(
+                collect(
                     req.fileio,
                     req.operator,
                     retain=req.retain,
@@ -138,7 +137,6 @@ class Collector:
                     stores=[(req.layout, req.partition)],
                 )
                 self.runs += 1
-                self.files_deleted += done.files
             except FsStateError as exc:
                 self.errors += 1
                 log.info("fsstate: background collection of %s skipped: %s", req, exc)

@@ -186,7 +186,7 @@ def _followed(state: FileIO, target: WatchTarget, stores: list[StoreRef]) -> dic
         groups.setdefault((s.prefix, s.operator), []).append(s)
     out: dict[Any, str] = {}
     planned = planning_of(ckpt, ckpt.committed)
-    for (prefix, op), members in groups.items():
+    for (prefix, op), _members in groups.items():
         every = all_stores(state, prefix=prefix, operator=op)
         got = batch_state(state, every, ckpt.committed, planned)
         for p, line in got.lineages.items():

@@ -36,7 +36,8 @@ Invariants:
   where the first key field is a string or an integer; it lives only in :data:`LINEAGE_VAR`,
   a column family of its own, so it never meets the user's state.
 * A marker of another layout generation or partition (a rescaled checkpoint: Spark's offline
-  repartition moves the rows by their key) is ignored (:meth:`Lineage.applies_to`).
+  repartition moves the rows by their key) is ignored
+  (the choice of a source in :class:`fsstate_spark.tiered.lifecycle.StoreCache`).
 * The PySpark internals read here (a handle's state-server client and its batch timestamp
   request, the same on 4.0 to 4.3) are read nowhere else outside
   :mod:`fsstate_spark.tiered.adapters`.
@@ -85,10 +86,6 @@ class Lineage:
     checksum: str
     layout: str
     partition: int
-
-    def applies_to(self, layout: str, partition: int) -> bool:
-        """Whether the marker speaks of this store (not a moved row of a rescaled checkpoint)."""
-        return self.layout == layout and self.partition == partition
 
     def to_row(self) -> tuple[Any, ...]:
         """The value row of :data:`LINEAGE_VAR`."""

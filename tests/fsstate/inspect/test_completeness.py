@@ -16,9 +16,9 @@ from click.testing import CliRunner
 from fsstate.cli import cli
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.location import Location
-from fsstate.store.lineage import FORKED_PATH, FORKS_DIR, fork_marks
-from fsstate.store.layout import Layout, publish_layout
 from fsstate.storage.manifest import manifest_path
+from fsstate.store.layout import Layout, publish_layout
+from fsstate.store.lineage import FORKED_PATH, FORKS_DIR, fork_marks
 from tests.support.lineages import OPERATOR, two_lineages
 from tests.support.plugin import s3_options
 
@@ -70,7 +70,7 @@ def test_a_lineage_missing_in_one_partition_is_named(root: tuple[str, list[str],
 
 def test_a_deleted_middle_manifest_is_named(root: tuple[str, list[str], FileIO]) -> None:
     uri, opts, fileio = root
-    q, branch = _state(fileio)
+    q, _branch = _state(fileio)
     q.delete(manifest_path(f"{OPERATOR}/0", 1))
     said, doc = _verify(uri, opts, code=1)
     assert "partition 0: version 1 of the trunk is gone, between retained versions 0 and 2" in said

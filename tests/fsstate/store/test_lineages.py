@@ -29,8 +29,8 @@ from fsstate.storage.manifest import list_versions
 from fsstate.store import retention as retention_mod
 from fsstate.store.gc import collect
 from fsstate.store.layout import Layout, publish_layout
-from fsstate.store.rescale import rescale
 from fsstate.store.lineage import FORKED_PATH, fork_version, list_branches
+from fsstate.store.rescale import rescale
 from tests.support.engine import KEY, VAL, settle_leases
 from tests.support.lineages import OPERATOR, STATE, key_of, read_back
 from tests.support.plugin import s3_options

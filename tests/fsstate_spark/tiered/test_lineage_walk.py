@@ -180,7 +180,7 @@ def test_dropping_the_lineage_a_checkpoint_runs_on_and_repairing(
     rollback_query(ckpt, 1)
     walk.replace_input("q", 2, [_batch(7)])
     walk.run("q", [], 3)  # batch 2 again: a lineage of this run's own
-    (query,) = [p.name for p in state.iterdir()]
+    (_query,) = [p.name for p in state.iterdir()]
     _fsstate("verify", str(state), "--checkpoint", ckpt, code=0)
     ran = json.loads(
         CliRunner()
@@ -206,7 +206,7 @@ def test_dropping_the_lineage_a_checkpoint_runs_on_and_repairing(
     assert "batch 1 is the newest whole batch" in dry
     _fsstate_spark("repair", ckpt, "--state-uri", str(state), "--apply", code=0)
     walk.replace_input("q", 2, [_batch(8)])
-    assert walk.run("q", [], 3) == _counts(data[:2] + [_batch(8)])
+    assert walk.run("q", [], 3) == _counts([*data[:2], _batch(8)])
     _fsstate("verify", str(state), "--checkpoint", ckpt, code=0)
 
 
