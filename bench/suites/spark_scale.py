@@ -1,0 +1,373 @@
+"""The running aggregate with large state: 1 to 30 million keys, under a 64 MiB and a 1 GiB
+budget, uniform and skewed keys, against the Java processor on RocksDB (issue 68).
+
+DOCSTRING_PLACEHOLDER
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from bench.harness.common import BenchContext, Result, SuiteSkipped
+from bench.harness.java_processor import build_jar, java_checksum
+from bench.harness.key_phases import phase_rows, profiles_by_class
+from bench.harness.operator_queries import INPUT_SCHEMA, DictAggRow, RunningAggRow, TaskDictAgg
+from bench.harness.processor_queries import Checksum, ChecksumSink, wait_batch
+from bench.harness.processor_sides import JVM_LOG, start_side, stock_loop_notes
+from bench.harness.s3 import s3_options, s3_server
+from bench.harness.spark import hand_in, require_pyspark, session
+from bench.suites.spark_scale_data import Batch, cell_batch, check_batch, expected_checksum, table
+from bench.suites.spark_scale_plan import CHECK_ROWS, SIDES, SUITE, Cell, Plan, Side, plan
+from bench.suites.spark_scale_rows import CellRecord, cell_rows, growth_rows
+from bench.suites.spark_scale_state import (
+    MAX_CACHED_STORES,
+    MTIME0,
+    STATE_NAME,
+    TRIGGER,
+    Base,
+    Listing,
+    WorkerPeaks,
+    bytes_on_disk,
+    bytes_written,
+    link_tree,
+    listing,
+    load_bases,
+    mib,
+    new_query_id,
+    upload_tree,
+)
+
+REFERENCE_NAME = "dict_agg"  # the dict-state reference's tiered() operator
+PROFILED = {"RunningAggRow": "running aggregate", "DictAggRow": "dict state (reference)"}
+
+
+@dataclass
+class Env:
+    """What every session of a run shares: the scratch directory, the Java processor's jar
+    (or why there is none) and the S3 server's settings (or why there are none)."""
+
+    scratch: Path
+    jar: Path | None
+    java_skip: str | None
+    s3: dict[str, str] | None
+    s3_bucket: str
+    s3_skip: str | None
+
+    def conf(self, partitions: int, budget_mib: int) -> dict[str, str]:
+        """The settings of a session at ``partitions`` shuffle partitions and a budget of
+        ``budget_mib`` per worker."""
+        jars = {"spark.jars": str(self.jar)} if self.jar is not None else {}
+        return {
+            "spark.sql.streaming.noDataMicroBatches.enabled": "false",
+            "spark.sql.shuffle.partitions": str(partitions),
+            "spark.fsstate.memoryLimit": f"{budget_mib}MiB",
+            **jars,
+        }
+
+
+@dataclass
+class SideRun:
+    """One query of a running cell."""
+
+    side: Side
+    root: Path
+    first_id: int  # the batch id of the cell's batch 0
+    indices: list[int]  # the cell's batches it takes
+    sink: ChecksumSink
+    state_uri: str | None = None
+    query: Any = None
+    last: Listing = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        """The query's name."""
+        return f"scale_{self.side.key}"
+
+    @property
+    def local(self) -> bool:
+        """Whether its bytes are counted (its state on local disk, not the reference)."""
+        return not self.side.s3 and not self.side.reference
+
+
+@contextmanager
+def _env(ctx: BenchContext, todo: list[Cell]) -> Iterator[Env]:
+    """The run's scratch directory, the Java processor's jar and, when a cell runs the S3 side,
+    the S3 server; all removed or stopped on exit."""
+    ctx.tmp_dir.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=f"{SUITE}-", dir=ctx.tmp_dir))
+    server = None
+    try:
+        jar = build_jar(scratch / "java")
+        java_skip = jar if isinstance(jar, str) else None
+        if java_skip is not None:
+            ctx.log(f"{SUITE}: the Java sides are skipped: {java_skip}")
+        s3: dict[str, str] | None = None
+        bucket, s3_skip = "", None
+        if any("row_tiered_s3" in c.sides for c in todo):
+            try:
+                server = s3_server(ctx)
+                info = server.start()
+                s3, bucket = s3_options(info), info.bucket
+            except SuiteSkipped as exc:
+                s3_skip = str(exc)
+                ctx.log(f"{SUITE}: the S3 side is skipped: {s3_skip}")
+        path = None if isinstance(jar, str) else jar
+        yield Env(scratch, path, java_skip, s3, bucket, s3_skip)
+    finally:
+        if server is not None:
+            server.stop()
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+LOAD_BUDGET_MIB = 1024  # the loads' sessions (not timed)
+
+
+def _load_all(
+    ctx: BenchContext, env: Env, p: Plan, todo: list[Cell], profiled: bool
+) -> dict[tuple[int, int], Base]:
+    """Every base the run's cells (and the profiled run) restart from, by (partitions, keys)."""
+    out: dict[tuple[int, int], Base] = {}
+    for partitions, wanted in p.bases(todo, profiled).items():
+        if env.jar is None:
+            wanted = {k: o - {"java"} for k, o in wanted.items()}
+        conf = env.conf(partitions, LOAD_BUDGET_MIB)
+        spark = session(ctx, f"fsstate-bench-scale-load-p{partitions}", **conf)
+        try:
+            bases = load_bases(ctx, spark, partitions, wanted, p.load_rows[partitions], env.scratch)
+        finally:
+            spark.stop()
+        out.update({(partitions, k): b for k, b in bases.items()})
+    return out
+
+
+def _prepare(env: Env, cell: Cell, base: Base, rec: CellRecord) -> list[SideRun]:
+    """Each side's directory: a hard-linked copy of its origin's base (the S3 side: of the
+    checkpoint, its state uploaded); the sides that cannot run here go to ``rec.missing``."""
+    runs = []
+    for key in cell.sides:
+        side = SIDES[key]
+        if side.flavour == "java" and env.jar is None:
+            rec.missing[key] = f"no Java query: {env.java_skip}"
+            continue
+        if side.s3 and env.s3 is None:
+            rec.missing[key] = f"no S3 server: {env.s3_skip}"
+            continue
+        root = env.scratch / "cells" / cell.tag / key
+        state_uri = None
+        if side.s3 and side.origin is not None:
+            link_tree(base.root / side.origin / "checkpoint", root / "checkpoint")
+            state_uri = f"s3://{env.s3_bucket}/{cell.tag}"
+            rec.s3_mib = mib(
+                upload_tree(base.root / side.origin / "state", state_uri, env.s3 or {})
+            )
+        elif side.origin is not None:
+            link_tree(base.root / side.origin, root)
+            if side.own_id:
+                new_query_id(root / "checkpoint")
+        (root / "input").mkdir(parents=True)
+        first = 0 if side.origin is None else base.last_batch + 1
+        indices = [0, *cell.batches(key), cell.check_index]
+        run = SideRun(side, root, first, indices, ChecksumSink({first + cell.check_index}))
+        run.state_uri = state_uri
+        if run.local:
+            run.last = listing(root)
+        runs.append(run)
+    return runs
+
+
+def _start(spark: Any, run: SideRun, cell: Cell, env: Env) -> Any:
+    """Start a side's query. It reads its own input directory through a one-character glob
+    (``inpu[t]``): on a restart Spark's file source lists the files of the last batch in the
+    checkpoint (the loader's, in the origin's directory) under the source path as base path,
+    and a glob path has none."""
+    side = run.side
+    df = spark.readStream.schema(INPUT_SCHEMA).option("maxFilesPerTrigger", 1)
+    return start_side(
+        spark,
+        df.parquet(str(run.root / "inpu[t]")),
+        flavour=side.flavour,
+        side=side.how,
+        name=run.name,
+        root=run.root,
+        sink=run.sink,
+        trigger=TRIGGER,
+        partitions=cell.partitions,
+        max_cached_stores=MAX_CACHED_STORES,
+        processor=TaskDictAgg() if side.reference else None,
+        state_uri=run.state_uri,
+        state_name=REFERENCE_NAME if side.reference else STATE_NAME,
+        options={"storage_options": env.s3} if side.s3 else None,
+        changelog=side.changelog,
+    )
+
+
+def _one(ctx: BenchContext, cell: Cell, run: SideRun, i: int, rec: CellRecord) -> None:
+    """Wait for batch ``i`` of ``run`` (its file handed in); record its time and bytes."""
+    key = run.side.key
+    rows = cell.rows if i < cell.check_index else CHECK_ROWS
+    ms, got = wait_batch(run.query, run.name, run.first_id + i, rows)
+    if got != rows:
+        raise RuntimeError(f"{run.name}: batch {run.first_id + i} read {got} rows, not {rows}")
+    rec.ms.setdefault(key, {})[i] = ms
+    if run.local:
+        now = listing(run.root)
+        rec.written.setdefault(key, {})[i] = bytes_written(run.last, now)
+        run.last = now
+        if i == max([0, *cell.batches(key)]):
+            rec.on_disk[key] = bytes_on_disk(now)
+    ctx.log(f"  {cell.label} batch {i} {key:<15} {ms / 1000:8.2f} s")
+
+
+def _feed(
+    ctx: BenchContext, cell: Cell, runs: list[SideRun], base: Base, rec: CellRecord, source: Path
+) -> list[Batch]:
+    """Hand every batch to the sides that take it, one query at a time (the order rotating),
+    waiting for each; returns the cell's batches."""
+    batches: list[Batch] = []
+    mtime0 = MTIME0 + 10 * (base.last_batch + 1)  # after the loader's files
+    for i in range(cell.check_index + 1):
+        if i < cell.check_index:
+            batch = cell_batch(cell.dist, i, cell.rows, cell.keys)
+        else:
+            batch = check_batch(cell.dist, cell.keys, batches)
+        batches.append(batch)
+        path = source / f"batch-{i:03d}.parquet"
+        pq.write_table(table(*batch), path)
+        takers = [r for r in runs if i in r.indices]
+        k = i % max(1, len(takers))
+        for run in takers[k:] + takers[:k]:
+            hand_in(path, run.root / "input" / path.name, mtime0 + 10 * i)
+            _one(ctx, cell, run, i, rec)
+    return batches
+
+
+def _check(spark: Any, cell: Cell, runs: list[SideRun], batches: list[Batch]) -> None:
+    """Every query's checked output (all but the reference's) equals the figures computed from
+    the rows it was handed."""
+    got: dict[str, Checksum | None] = {}
+    want: dict[str, Checksum] = {}
+    for run in runs:
+        if run.side.reference:
+            continue
+        history = [batches[i] for i in run.indices if i != cell.check_index]
+        want[run.side.key] = expected_checksum(history, batches[cell.check_index])
+        cid = run.first_id + cell.check_index
+        java = run.side.flavour == "java"
+        got[run.side.key] = java_checksum(spark, run.name, cid) if java else run.sink.sums.get(cid)
+    bad = {k: (got[k], w) for k, w in want.items() if got[k] != w}
+    if bad:
+        raise AssertionError(
+            f"{cell.label}: output checksums (rows, sum n, sum s, sum crc32 k) differ from "
+            f"the input's (got, want): {bad}"
+        )
+
+
+def run_cell(ctx: BenchContext, env: Env, cell: Cell, base: Base) -> CellRecord:
+    """One cell in a SparkSession of its own (new Python workers): its sides restart from
+    copies of ``base``, take the cell's batches, and their checked outputs and loops are
+    checked."""
+    rec = CellRecord(cell)
+    runs = _prepare(env, cell, base, rec)
+    log = ctx.tmp_dir / JVM_LOG
+    log_at = log.stat().st_size if log.exists() else 0
+    conf = env.conf(cell.partitions, cell.budget_mib)
+    spark = session(ctx, f"fsstate-bench-scale-{cell.tag}", **conf)
+    peaks = WorkerPeaks()
+    try:
+        for run in runs:
+            run.query = _start(spark, run, cell, env)
+        with peaks.running():
+            batches = _feed(ctx, cell, runs, base, rec, env.scratch / "cells" / cell.tag)
+        _check(spark, cell, runs, batches)
+    finally:
+        for run in runs:
+            if run.query is not None:
+                run.query.stop()
+        spark.stop()
+    bad = stock_loop_notes(log, log_at, {STATE_NAME, REFERENCE_NAME})
+    if bad:
+        raise RuntimeError(f"tiered() queries ran PySpark's loop: {bad[:3]}")
+    ctx.log(f"  {cell.label}: outputs agree with the input; fsstate's loop ran")
+    rec.peaks_mib = sorted(peaks.peaks.values(), reverse=True)
+    shutil.rmtree(env.scratch / "cells" / cell.tag, ignore_errors=True)
+    return rec
+
+
+def run_breakdown(ctx: BenchContext, env: Env, cell: Cell, base: Base) -> list[Result]:
+    """Row ``tiered()`` restarted from ``base`` and the dict-state reference, every task
+    profiled, over the cell's restart and steady batches; the phase rows."""
+    root = env.scratch / "profiled"
+    profiles = root / "profiles"
+    conf = env.conf(cell.partitions, cell.budget_mib)
+    conf["spark.executorEnv.FSSTATE_PROFILE_DIR"] = str(profiles)
+    link_tree(base.root / "tiered_row", root / "running")
+    runs = [
+        (RunningAggRow(), STATE_NAME, root / "running", base.last_batch + 1),
+        (DictAggRow(), REFERENCE_NAME, root / "reference", 0),
+    ]
+    spark = session(ctx, "fsstate-bench-scale-profiled", **conf)
+    distinct: list[int] = []
+    queries: list[Any] = []
+    try:
+        for proc, name, where, _ in runs:
+            (where / "input").mkdir(parents=True, exist_ok=True)
+            df = spark.readStream.schema(INPUT_SCHEMA).option("maxFilesPerTrigger", 1)
+            queries.append(
+                start_side(spark, df.parquet(str(where / "inpu[t]")), flavour="row",
+                           side="fast", name=f"profiled_{name}", root=where,
+                           sink=ChecksumSink(set()), trigger=TRIGGER,
+                           partitions=cell.partitions, max_cached_stores=MAX_CACHED_STORES,
+                           processor=proc, state_name=name)
+            )  # fmt: skip
+        for i in range(cell.steady + 1):
+            ids, v = cell_batch(cell.dist, i, cell.rows, cell.keys)
+            batch = table(ids, v)
+            distinct.append(int(pc.count_distinct(batch.column("k")).as_py()))
+            path = root / f"batch-{i:03d}.parquet"
+            pq.write_table(batch, path)
+            order = list(zip(runs, queries, strict=True))
+            for (_, name, where, first), q in order if i % 2 == 0 else order[::-1]:
+                hand_in(path, where / "input" / path.name, MTIME0 + 10 * (base.last_batch + 1 + i))
+                ms, _ = wait_batch(q, name, first + i, cell.rows)
+                ctx.log(f"  profiled batch {i} {name:<12} {ms / 1000:8.2f} s")
+    finally:
+        for q in queries:
+            q.stop()
+        spark.stop()
+    work = (
+        f"{cell.keys:,} keys loaded, {cell.rows:,} rows per batch drawn {cell.dist}ly over "
+        f"them, batch 0 the first after a restart (new session and workers), Row running "
+        f"aggregate, {cell.partitions} partitions, memoryLimit {cell.budget_mib} MiB, "
+        "local[2], every task profiled (cProfile: absolute figures inflated, shares meaningful)"
+    )
+    by_class = profiles_by_class(profiles)
+    return phase_rows(SUITE, by_class, distinct, PROFILED, work, f"{cell.label}, profiled: ")
+
+
+def run(ctx: BenchContext) -> list[Result]:
+    """Load the bases, run each cell, then the profiled run (module docstring)."""
+    require_pyspark()
+    p = plan(ctx.mode)
+    todo = [c for c in p.cells if ctx.wants(c.label)]
+    profiled = p.breakdown is not None and ctx.wants("profiled")
+    if not todo and not profiled:
+        return []
+    out: list[Result] = []
+    with _env(ctx, todo) as env:
+        bases = _load_all(ctx, env, p, todo, profiled)
+        records = [run_cell(ctx, env, cell, bases[cell.base]) for cell in todo]
+        for rec in records:
+            out += cell_rows(rec)
+        out += growth_rows(records)
+        if profiled and p.breakdown is not None:
+            out += run_breakdown(ctx, env, p.breakdown, bases[p.breakdown.base])
+    return out

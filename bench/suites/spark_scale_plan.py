@@ -1,0 +1,193 @@
+"""What ``spark_scale`` runs: its sides, its cells and the origins they restart from (part of the
+``spark_scale`` suite; :mod:`bench.suites.spark_scale` describes the figures).
+
+A *side* is one query of a cell (:data:`SIDES`): the running aggregate in a flavour on a way of
+running it (:mod:`bench.harness.processor_sides`), restarted from a loaded *origin*
+(:data:`ORIGINS`) or, for the dict-state reference, started fresh. A *cell* is a state size
+(keys loaded), a memory budget, a key distribution of its steady batches and a partition count,
+with the sides it runs and its batches: the restart batch (index 0), the steady batches (1 to
+``steady``; the pandas sides only 1 to ``pandas_steady``) and a small checked batch after them.
+
+Invariants: everything here is a pure function of the mode; every side of a cell but the
+reference restarts from an origin loaded to the cell's keys at the cell's partitions
+(:meth:`Plan.bases`); a cell's batch ``i`` is drawn with the same seed in every cell of its
+distribution, so the ``i``-th steady batches of two cells pair.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+SUITE = "spark_scale"
+MIB = 1 << 20
+RSS_SLACK_MIB = 200  # peak worker RSS <= budget + this
+CHECK_ROWS = 2_000  # rows of the checked batch after the steady ones
+DISTRIBUTIONS = {"uniform": "uniform", "zipf": "Zipf 1.1"}
+ZIPF_S = 1.1
+
+
+@dataclass(frozen=True)
+class Side:
+    """One query of a cell.
+
+    Attributes:
+        key: the side's name in records and directories.
+        flavour: ``row``, ``pandas`` or ``java``.
+        how: the :mod:`bench.harness.processor_sides` side (``fast``, ``driver``, ``java``).
+        origin: the loaded origin it restarts from (None: a fresh query).
+        label: its name in the rows.
+        changelog: the Java query with RocksDB's changelog checkpointing on.
+        s3: ``tiered()``'s state on the S3 server (a copy of the origin's uploaded there).
+        reference: the dict-state reference (:class:`~bench.harness.operator_queries.TaskDictAgg`
+            under ``tiered()``: no load, outputs not checked).
+        own_id: its copy of the origin gets a query id of its own (Spark runs one run of a
+            query id at a time; a side that shares its origin with another side of the cell
+            needs one).
+    """
+
+    key: str
+    flavour: str
+    how: str
+    origin: str | None
+    label: str
+    changelog: bool = False
+    s3: bool = False
+    reference: bool = False
+    own_id: bool = False
+
+    @property
+    def pandas(self) -> bool:
+        """Whether it takes the pandas sides' batches (``Cell.pandas_steady``)."""
+        return self.flavour == "pandas"
+
+
+SIDES = {
+    s.key: s
+    for s in (
+        Side("row_tiered", "row", "fast", "tiered_row", "Row tiered()"),
+        Side("row_driver", "row", "driver", "driver_row", "Row flow driver"),
+        Side("java", "java", "java", "java", "Java"),
+        Side("java_changelog", "java", "java", "java", "Java changelog", True, own_id=True),
+        Side("pandas_tiered", "pandas", "fast", "tiered_pandas", "pandas tiered()"),
+        Side("pandas_driver", "pandas", "driver", "driver_pandas", "pandas flow driver"),
+        Side("pandas_dict", "pandas", "fast", None, "pandas dict state", reference=True),
+        Side("row_tiered_s3", "row", "fast", "tiered_row_s3", "Row tiered() on S3", s3=True),
+    )
+}
+# origin -> (flavour, how) of its loader (LoadAgg, or the Java processor itself). Each Python
+# side has an origin of its own: Spark refuses a Row operator's checkpoint to a pandas one
+# (transformWithStateInPySparkExec against transformWithStateInPandasExec), runs one run of a
+# query id at a time, and fsstate keeps a query's state by its id (a copy with another id is
+# another query's). The Java changelog side restarts from a copy of the Java base with an id
+# of its own (Spark's checkpoint holds the id in its metadata file alone).
+ORIGINS = {
+    "tiered_row": ("row", "fast"),
+    "tiered_row_s3": ("row", "fast"),
+    "tiered_pandas": ("pandas", "fast"),
+    "driver_row": ("row", "driver"),
+    "driver_pandas": ("pandas", "driver"),
+    "java": ("java", "java"),
+}
+CORE = ("row_tiered", "row_driver", "java", "java_changelog")
+PANDAS = ("pandas_tiered", "pandas_driver", "pandas_dict")
+
+
+def keys_label(keys: int) -> str:
+    """``30M`` / ``200k``."""
+    return f"{keys / 1e6:g}M" if keys >= 1_000_000 else f"{keys // 1000}k"
+
+
+def budget_label(mib: int) -> str:
+    """``64 MiB`` / ``1 GiB``."""
+    return f"{mib // 1024} GiB" if mib >= 1024 and mib % 1024 == 0 else f"{mib} MiB"
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One cell (module docstring)."""
+
+    keys: int
+    budget_mib: int
+    dist: str
+    partitions: int
+    rows: int
+    steady: int
+    pandas_steady: int
+    sides: tuple[str, ...]
+
+    @property
+    def label(self) -> str:
+        """``30M keys, 64 MiB, Zipf 1.1, 4 partitions`` (row names, logs, ``--only``)."""
+        return (
+            f"{keys_label(self.keys)} keys, {budget_label(self.budget_mib)}, "
+            f"{DISTRIBUTIONS[self.dist]}, {self.partitions} partitions"
+        )
+
+    @property
+    def tag(self) -> str:
+        """``k30M_b64_zipf_p4`` (directories, query names)."""
+        return f"k{keys_label(self.keys)}_b{self.budget_mib}_{self.dist}_p{self.partitions}"
+
+    @property
+    def base(self) -> tuple[int, int]:
+        """The loaded state it restarts from: (partitions, keys)."""
+        return self.partitions, self.keys
+
+    def batches(self, side: str) -> list[int]:
+        """The steady batch indices ``side`` takes (the restart batch is 0)."""
+        last = self.pandas_steady if SIDES[side].pandas else self.steady
+        return list(range(1, last + 1))
+
+    @property
+    def check_index(self) -> int:
+        """The checked batch's index (after every steady one)."""
+        return self.steady + 1
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A mode's cells, load batch sizes and the profiled run.
+
+    Attributes:
+        cells: the cells, in the order they run.
+        load_rows: rows per load batch, per partition count.
+        breakdown: the cell whose Row ``tiered()`` query runs profiled beside the dict-state
+            reference (its keys, budget, distribution, partitions, rows and steady batches;
+            its sides unused), or None.
+    """
+
+    cells: tuple[Cell, ...]
+    load_rows: dict[int, int] = field(default_factory=dict)
+    breakdown: Cell | None = None
+
+    def bases(self, cells: list[Cell], breakdown: bool) -> dict[int, dict[int, set[str]]]:
+        """partitions -> keys -> the origins to load to that many keys, for ``cells`` (and the
+        profiled run when ``breakdown``)."""
+        out: dict[int, dict[int, set[str]]] = {}
+        for cell in cells:
+            origins = {SIDES[s].origin for s in cell.sides} - {None}
+            out.setdefault(cell.partitions, {}).setdefault(cell.keys, set()).update(
+                o for o in origins if o is not None
+            )
+        if breakdown and self.breakdown is not None:
+            b = self.breakdown  # a copy of the Row tiered() base, run alone
+            out.setdefault(b.partitions, {}).setdefault(b.keys, set()).add("tiered_row")
+        return out
+
+
+def plan(mode: str) -> Plan:
+    """The cells of ``mode`` (the module docstring of :mod:`bench.suites.spark_scale` says
+    why these and how long they take)."""
+    if mode != "full":
+        quick = Cell(200_000, 64, "uniform", 4, 20_000, 2, 2, (*CORE, *PANDAS, "row_tiered_s3"))
+        return Plan((quick,), {4: 100_000}, Cell(200_000, 64, "uniform", 4, 20_000, 2, 2, ()))
+    cells = []
+    for keys in (1_000_000, 10_000_000, 30_000_000):
+        for budget in (64, 1024):
+            for dist in DISTRIBUTIONS:
+                extra = ("row_tiered_s3",) if keys == 10_000_000 else ()
+                cells.append(Cell(keys, budget, dist, 4, 100_000, 4, 2, (*CORE, *PANDAS, *extra)))
+    for dist in DISTRIBUTIONS:
+        cells.append(Cell(10_000_000, 64, dist, 200, 100_000, 2, 0, CORE))
+    profiled = Cell(30_000_000, 64, "uniform", 4, 100_000, 2, 0, ())
+    return Plan(tuple(cells), {4: 1_000_000, 200: 5_000_000}, profiled)
