@@ -21,8 +21,9 @@ of Spark's Python workers.
   existing files grew.
 * Peak worker RSS (:class:`WorkerPeaks`): a thread reads ``VmHWM`` (the kernel's peak resident
   set) of every Python worker process under this one (Spark's daemon and the workers it
-  forks) every half second, and once more at the end, so a worker that Spark replaces (after a
-  minute without tasks) is counted too.
+  forks: ``python -m pyspark.daemon ...``; not the JVM, whose command line names the worker
+  module in a setting) every half second, and once more at the end, so a worker that Spark
+  replaces (after a minute without tasks) is counted too.
 
 Invariants: nothing here times anything; a base is only read once made; a listing skips the
 query's ``input`` directory (hard links of the batch files).
@@ -55,7 +56,7 @@ STATE_NAME = "running_agg"  # the operator / stage name of every Python side's s
 TRIGGER = "200 milliseconds"
 MAX_CACHED_STORES = 4096
 MTIME0 = 1_600_000_000  # batch file b of a lineage gets MTIME0 + 10 b (the file source's order)
-WORKER_MARKS = ("pyspark.daemon", "pyspark.worker", "pyspark_fsstate.worker")
+WORKER_MARKS = ("pyspark.daemon", "pyspark.worker", "pyspark_fsstate.worker")  # python -m ...
 
 Listing = dict[str, tuple[int, int]]  # relative path -> (inode, size)
 
@@ -229,6 +230,7 @@ class WorkerPeaks:
     every_s: float = 0.5
     peaks: dict[int, float] = field(default_factory=dict)
     _stop: threading.Event = field(default_factory=threading.Event)
+    _error: Exception | None = None
 
     def sample(self) -> None:
         """Read the peak of every worker alive now."""
@@ -236,29 +238,40 @@ class WorkerPeaks:
 
         for proc in psutil.Process().children(recursive=True):
             try:
-                cmd = " ".join(proc.cmdline())
+                argv = proc.cmdline()
             except psutil.Error:
                 continue
-            if any(m in cmd for m in WORKER_MARKS):
+            # the module as an argument of its own: the JVM's command line names the worker
+            # module inside a --conf, and so does a child it spawns until that child execs
+            if any(m in argv for m in WORKER_MARKS):
                 peak = _vm_hwm_mib(proc.pid)
                 if peak is not None:
                     self.peaks[proc.pid] = max(self.peaks.get(proc.pid, 0.0), peak)
 
     def _loop(self) -> None:
-        while not self._stop.wait(self.every_s):
-            self.sample()
+        try:
+            while not self._stop.wait(self.every_s):
+                self.sample()
+        except Exception as exc:  # surfaced by running(): a peak missed is no figure
+            self._error = exc
 
     @contextmanager
     def running(self) -> Iterator[WorkerPeaks]:
-        """Sample in a thread while the block runs, and once at its end."""
+        """Sample in a thread while the block runs, and once at its end.
+
+        Raises:
+            RuntimeError: the sampling thread failed.
+        """
         thread = threading.Thread(target=self._loop, name="worker-peaks", daemon=True)
         thread.start()
         try:
             yield self
         finally:
-            self.sample()
             self._stop.set()
             thread.join(5)
+        self.sample()
+        if self._error is not None:
+            raise RuntimeError(f"sampling the workers' peak RSS failed: {self._error!r}")
 
 
 def mib(n: float) -> float:

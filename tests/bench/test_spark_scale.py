@@ -5,6 +5,9 @@ known records."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import time
 import zlib
 from collections import defaultdict
 from pathlib import Path
@@ -23,7 +26,13 @@ from bench.suites.spark_scale_data import (
 )
 from bench.suites.spark_scale_plan import CORE, PANDAS, SIDES, Cell, plan
 from bench.suites.spark_scale_rows import CellRecord, cell_rows, growth_rows
-from bench.suites.spark_scale_state import bytes_on_disk, bytes_written, link_tree, listing
+from bench.suites.spark_scale_state import (
+    WorkerPeaks,
+    bytes_on_disk,
+    bytes_written,
+    link_tree,
+    listing,
+)
 
 
 def test_the_full_plan_loads_each_key_count_once_per_origin() -> None:
@@ -119,6 +128,28 @@ def test_bytes_written_counts_new_grown_and_replaced_files(tmp_path: Path) -> No
     after = listing(copy)
     assert bytes_written(before, after) == 7 + 5 + 3
     assert bytes_on_disk(after) == 7 + 15 + 3
+
+
+def test_worker_peaks_count_python_workers_not_the_jvm() -> None:
+    """A process whose arguments name the worker module counts; one naming it inside a setting
+    (as the JVM's command line does) does not."""
+    code = "import time; time.sleep(30)"
+    worker = subprocess.Popen([sys.executable, "-c", code, "pyspark.daemon"])
+    decoy = subprocess.Popen(
+        [sys.executable, "-c", code, "--conf", "spark.python.worker.module=pyspark_fsstate.worker"]
+    )
+    try:
+        deadline = time.monotonic() + 20
+        peaks = WorkerPeaks()
+        while worker.pid not in peaks.peaks and time.monotonic() < deadline:
+            time.sleep(0.1)
+            peaks.sample()
+        assert peaks.peaks.get(worker.pid, 0.0) > 1.0  # MiB: a Python interpreter's peak
+        assert decoy.pid not in peaks.peaks
+    finally:
+        for proc in (worker, decoy):
+            proc.kill()
+            proc.wait()
 
 
 def _record(cell: Cell, scale: float) -> CellRecord:
