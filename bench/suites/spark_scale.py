@@ -150,8 +150,9 @@ def _load_all(
 
 
 def _prepare(env: Env, cell: Cell, base: Base, rec: CellRecord) -> list[SideRun]:
-    """Each side's directory: a hard-linked copy of its origin's base (the S3 side: of the
-    checkpoint, its state uploaded); the sides that cannot run here go to ``rec.missing``."""
+    """Each side's directory: a hard-linked copy of its origin's base, with a query id of its
+    own where the side shares its origin (the S3 side's state uploaded to the server); the
+    sides that cannot run here go to ``rec.missing``."""
     runs = []
     for key in cell.sides:
         side = SIDES[key]
@@ -163,16 +164,15 @@ def _prepare(env: Env, cell: Cell, base: Base, rec: CellRecord) -> list[SideRun]
             continue
         root = env.scratch / "cells" / cell.tag / key
         state_uri = None
-        if side.s3 and side.origin is not None:
-            link_tree(base.root / side.origin / "checkpoint", root / "checkpoint")
-            state_uri = f"s3://{env.s3_bucket}/{cell.tag}"
-            rec.s3_mib = mib(
-                upload_tree(base.root / side.origin / "state", state_uri, env.s3 or {})
-            )
-        elif side.origin is not None:
+        if side.origin is not None:
             link_tree(base.root / side.origin, root)
-            if side.own_id:
-                new_query_id(root / "checkpoint")
+        if side.own_id:
+            new_query_id(root)
+        if side.s3:  # its state goes up to the server, under its own query id
+            state_uri = f"s3://{env.s3_bucket}/{cell.tag}"
+            sent = upload_tree(root / "state", state_uri, env.s3 or {})
+            rec.s3_mib = mib(sent)
+            shutil.rmtree(root / "state")
         (root / "input").mkdir(parents=True)
         first = 0 if side.origin is None else base.last_batch + 1
         indices = [0, *cell.batches(key), cell.check_index]

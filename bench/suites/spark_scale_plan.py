@@ -41,8 +41,8 @@ class Side:
         reference: the dict-state reference (:class:`~bench.harness.operator_queries.TaskDictAgg`
             under ``tiered()``: no load, outputs not checked).
         own_id: its copy of the origin gets a query id of its own (Spark runs one run of a
-            query id at a time; a side that shares its origin with another side of the cell
-            needs one).
+            query id at a time, and the sides of a cell run side by side:
+            :func:`~bench.suites.spark_scale_state.new_query_id`).
     """
 
     key: str
@@ -65,27 +65,24 @@ SIDES = {
     s.key: s
     for s in (
         Side("row_tiered", "row", "fast", "tiered_row", "Row tiered()"),
-        Side("row_driver", "row", "driver", "driver_row", "Row flow driver"),
+        Side("row_driver", "row", "driver", "driver", "Row flow driver"),
         Side("java", "java", "java", "java", "Java"),
         Side("java_changelog", "java", "java", "java", "Java changelog", True, own_id=True),
         Side("pandas_tiered", "pandas", "fast", "tiered_pandas", "pandas tiered()"),
-        Side("pandas_driver", "pandas", "driver", "driver_pandas", "pandas flow driver"),
+        Side("pandas_driver", "pandas", "driver", "driver", "pandas flow driver", own_id=True),
         Side("pandas_dict", "pandas", "fast", None, "pandas dict state", reference=True),
-        Side("row_tiered_s3", "row", "fast", "tiered_row_s3", "Row tiered() on S3", s3=True),
+        Side("row_tiered_s3", "row", "fast", "tiered_row", "Row tiered() on S3", s3=True,
+             own_id=True),
     )
-}
-# origin -> (flavour, how) of its loader (LoadAgg, or the Java processor itself). Each Python
-# side has an origin of its own: Spark refuses a Row operator's checkpoint to a pandas one
-# (transformWithStateInPySparkExec against transformWithStateInPandasExec), runs one run of a
-# query id at a time, and fsstate keeps a query's state by its id (a copy with another id is
-# another query's). The Java changelog side restarts from a copy of the Java base with an id
-# of its own (Spark's checkpoint holds the id in its metadata file alone).
+}  # fmt: skip
+# origin -> (flavour, how) of its loader (LoadAgg, or the Java processor itself). pandas
+# tiered() has an origin of its own: Spark refuses a Row operator's checkpoint to a pandas one
+# (transformWithStateInPySparkExec against transformWithStateInPandasExec); the flow driver's
+# checkpoint holds no Spark operator, so both flavours restart from one.
 ORIGINS = {
     "tiered_row": ("row", "fast"),
-    "tiered_row_s3": ("row", "fast"),
     "tiered_pandas": ("pandas", "fast"),
-    "driver_row": ("row", "driver"),
-    "driver_pandas": ("pandas", "driver"),
+    "driver": ("row", "driver"),
     "java": ("java", "java"),
 }
 CORE = ("row_tiered", "row_driver", "java", "java_changelog")

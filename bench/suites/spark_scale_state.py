@@ -12,7 +12,8 @@ of Spark's Python workers.
   Spark's checkpoint files and fsstate's files are written to a temporary name and renamed (or
   linked) into place, never changed in place, so a copy and its base never see each other's
   writes; a copy restarts as its base would (the same checkpoint, the same state files), in
-  O(files).
+  O(files). A copy that runs beside another copy of its base gets a query id of its own
+  (:func:`new_query_id`).
 * S3 (:func:`upload_tree`): a copy of a base's ``tiered()`` state uploaded to the S3 server
   through fsstate's FileIO.
 * Bytes (:func:`listing`, :func:`bytes_written`, :func:`bytes_on_disk`): a query's durable
@@ -154,14 +155,21 @@ def _snapshot(roots: dict[str, Path], scratch: Path, partitions: int, keys: int,
     return Base(partitions, keys, root, b)
 
 
-def new_query_id(checkpoint: Path) -> str:
-    """Give the copied checkpoint ``checkpoint`` a query id of its own (a new file in place of
-    the hard link to the base's ``metadata``, whose checksum file goes); returns the id."""
+def new_query_id(root: Path) -> str:
+    """Give the copy under ``root`` a query id of its own: a new ``checkpoint/metadata`` (a
+    file in place of the hard link to the base's; Spark's checkpoint keeps the id there alone,
+    and its checksum file goes) and, for ``tiered()``, its state directory moved to the new id
+    (``<state_uri>/<query id>``, where ``tiered()`` keeps a query's state); returns the id. The
+    flow driver's state is inside the checkpoint and claims the copy on its first batch."""
+    checkpoint = root / "checkpoint"
+    old = json.loads((checkpoint / "metadata").read_text(encoding="utf-8"))["id"]
     query_id = str(uuid.uuid4())
     tmp = checkpoint / "metadata.tmp"
     tmp.write_text(json.dumps({"id": query_id}), encoding="utf-8")
     os.replace(tmp, checkpoint / "metadata")
     (checkpoint / ".metadata.crc").unlink(missing_ok=True)
+    if (root / "state" / old).exists():
+        (root / "state" / old).rename(root / "state" / query_id)
     return query_id
 
 
