@@ -1,7 +1,116 @@
 """The running aggregate with large state: 1 to 30 million keys, under a 64 MiB and a 1 GiB
 budget, uniform and skewed keys, against the Java processor on RocksDB (issue 68).
 
-DOCSTRING_PLACEHOLDER
+The processor is ``spark_jvm``'s running aggregate (count and sum(v) per key in a value state,
+one output row ``(k, n, s)`` per key and batch, time mode None, update output), per cell in
+up to eight queries side by side in one SparkSession (local[2]), each restarted from state
+loaded beforehand:
+
+* ``Row tiered()`` and ``pandas tiered()``: ``tiered()`` on fsstate's keyed loop
+  (:class:`~bench.harness.operator_queries.RunningAggRow`, ``RunningAgg``);
+* ``Row flow driver`` and ``pandas flow driver``: ``ops.transform_with_state(_in_pandas)`` +
+  ``ops.write_stream``;
+* ``pandas dict state``: the pandas processor with its state in a dict of the task
+  (:class:`~bench.harness.operator_queries.TaskDictAgg`), under ``tiered()``, started fresh:
+  the reference that isolates fsstate's share of a pandas batch, as ``spark_key_breakdown``'s
+  dict-state query does for Row (outputs not checked);
+* ``Java``: the same processor in Java on Spark's ``transformWithState`` with Spark's default
+  RocksDB settings, and ``Java changelog``: the same with RocksDB's changelog checkpointing on,
+  the setting Spark's docs recommend for stateful queries (:mod:`bench.harness.java_processor`;
+  without a JDK compiler both are skipped rows);
+* ``Row tiered() on S3`` (10 M-key cells): Row ``tiered()`` with its state on SeaweedFS's S3
+  server on loopback (:mod:`bench.harness.s3`; without ``weed`` a skipped row).
+
+**State.** Each origin (Row ``tiered()``, pandas ``tiered()``, the flow driver, Java) is loaded
+once per partition count by a loader query that takes every key once, in load batches of
+1 M rows (5 M at 200 partitions; Parquet files made with numpy and Arrow, one file a
+micro-batch, ``maxFilesPerTrigger`` 1), through :class:`~bench.harness.operator_queries.LoadAgg`
+(the Python origins: it writes a key's state from the key alone, never building PySpark's
+per-key pandas frames) or the Java processor itself; at 1 M, 10 M and 30 M keys the loaders
+stop and their checkpoints and state are copied to a base (:mod:`~bench.suites.spark_scale_state`).
+Not timed. Every cell restarts its queries from hard-linked copies of its base: the same
+checkpoint and state files, so a cell's first batch is a restart, and no cell sees another's
+writes. The pandas flow driver restarts from the Row driver's base (the flow driver's
+checkpoint holds no Spark operator), the S3 side from Row ``tiered()``'s (its state uploaded),
+the Java changelog side from Java's; each of these copies gets a query id of its own, since
+Spark runs one run of a query id at a time. pandas ``tiered()`` has its own origin: Spark
+refuses a Row operator's checkpoint to a pandas operator.
+
+**Cells** (full run; the key counts in the labels):
+
+* 4 partitions: {1 M, 10 M, 30 M keys} x {64 MiB, 1 GiB} x {uniform, Zipf 1.1}, 100,000-row
+  steady batches: the restart batch, 4 steady batches and a checked batch of 2,000 rows; the
+  pandas sides (``tiered()``, the flow driver, the dict-state reference) in the 64 MiB cells
+  only, on the restart batch, the first 2 steady batches and the checked one (a pandas batch
+  of 100,000 rows costs ~15 s a side on 2 cores: in every cell they would take most of the
+  hour); the S3 side in the 10 M cells;
+* 200 partitions: 10 M keys, 64 MiB, uniform, the core sides (no pandas), 2 steady batches
+  (every Python query pays Spark's ~175 ms per task there: ~20 s a batch);
+* profiled: 30 M keys, 64 MiB, uniform: Row ``tiered()`` restarted from the base beside the
+  dict-state Row processor (:class:`~bench.harness.operator_queries.DictAggRow`), every task
+  profiled, the restart batch and 2 steady ones.
+
+The budget is ``spark.fsstate.memoryLimit``, per Python worker process: every fsstate side of
+a cell shares each worker's budget, as queries of one application do. Each cell (and the
+profiled run) has a SparkSession of its own, so new Python workers (Spark's JVM stays up:
+the Java sides restart warm, a second run of the JVM's JIT is not what is measured). Within a
+cell, round by round a batch file is handed to one query at a time (the order rotating) and
+the round waits for it; a query's batch time is Spark's ``triggerExecution``.
+
+**Rows** (``<cell label>: <what>``, e.g. ``30M keys, 64 MiB, Zipf 1.1, 4 partitions: Row
+tiered() / Java``; :mod:`~bench.suites.spark_scale_rows`):
+
+* ``<side> / Java``: the side's steady batch time over the Java query's, same batch, paired
+  (goals at 64 MiB: Row ``tiered()`` <= 1.0, Row flow driver <= 0.8; the others informative);
+* ``<side> batch time / the 1M cell's`` (10 M and 30 M cells): the ``i``-th steady batch over
+  the 1 M cell's ``i``-th (same seed, same budget, distribution and partitions): how cost grows
+  with state (goal: Row ``tiered()`` <= 1.2 at 30 M keys);
+* ``Row tiered() first batch after restart / its steady batch`` (goal <= 1.5 at 30 M keys) and
+  ``/ Java's`` (the Java query's restart batch, RocksDB loading its snapshot; goal <= 0.5 at
+  30 M keys); the flow driver's over Java's, informative;
+* ``Row tiered() S3 / local disk`` (10 M cells): steady batches paired (goal <= 1.3), and the
+  restart batch's, informative;
+* ``<side> MiB written per batch`` and ``MiB on disk``: what the side's files (checkpoint and
+  state, not its input) grew by per steady batch, the mean over the window (files written in
+  the background count in the batch they land in), and their size after its last steady
+  batch; ``Row tiered() / Java changelog, bytes ...`` (goals <= 0.5 both), against the default
+  Java and the flow driver's, informative;
+* ``peak worker RSS``: the largest peak resident set (``VmHWM``) of the cell's Python worker
+  processes (goal <= the budget + 200 MiB);
+* ``pandas tiered() fsstate's share of the batch``: (pandas ``tiered()`` - the dict-state
+  reference) / pandas ``tiered()``, same batch (goal <= 0.25);
+* ``<side> batch time`` and ``<side> first batch after restart``: each query's medians, ms;
+* ``..., profiled: ...``: ``spark_key_breakdown``'s phases per key at 30 M keys
+  (:mod:`bench.harness.key_phases`: input, processor, state reads, first-touch reads, state
+  writes, output, commit, fsync, open, loop and protocol), batch 0 the restart, and fsstate's
+  share against the dict-state query: the cold path's cost by name.
+
+A side a cell leaves out gives skipped rows with the reason (no goal when left out for time);
+one that could not run here (no JDK compiler, no S3 server) keeps its goal.
+
+**Time.** The full run is estimated at about 50 minutes on an idle 2-core machine: ~15 for the
+loads (four origins to 30 M keys at ~4-6 µs a key each, three to 10 M at 200 partitions with
+their per-task costs), ~30 for the twelve 4-partition cells (~70 s each for the core sides,
++~2 minutes for the pandas sides in the six 64 MiB cells), ~5 for the 200-partition cell and
+~2 for the profiled run. An estimate, not a measurement: it scales tiny cells measured on a
+loaded machine (load average 6 to 20; the quick run took 12 minutes there) by the ratio of
+their batch times to ``spark_jvm``'s published figures of the same processors (~5x), and the
+load rates are the least certain part (±50 %). ``--quick``: one cell, 200 k keys, 64 MiB,
+uniform, 20,000-row batches, 2 timed batches, every side including S3, and the profiled run on
+it (a few minutes on an idle machine). ``--only`` narrows by a cell's label
+(``30M keys, 64 MiB``) and ``profiled`` runs the profiled run alone (the growth rows need the
+1 M cell in the same run).
+
+Invariants:
+
+* Nothing fast but wrong passes: every query but the reference computes the checksum (rows,
+  sum n, sum s, sum crc32 k) of its output for the checked batch instead of writing it, and it
+  must equal the figure computed from the rows the query was handed (the load's and the
+  cell's, :func:`~bench.suites.spark_scale_data.expected_checksum`), or the suite fails; so do
+  a ``tiered()`` query that ran PySpark's loop and a batch that read other than its rows.
+* Loads are not timed and run in sessions of their own (budget 1 GiB); copies and listings
+  happen between batches, never inside one.
+* Numbers come from a quiet machine only: runs on a shared or loaded machine check the harness.
 """
 
 from __future__ import annotations

@@ -29,6 +29,7 @@ from bench.suites.spark_scale_plan import (
     SUITE,
     Cell,
     budget_label,
+    dropped_reason,
     keys_label,
 )
 
@@ -41,11 +42,6 @@ GOAL_RESTART_VS_JAVA = 0.5  # Row tiered() first batch after a restart / Java's
 GOAL_BYTES = 0.5  # Row tiered() bytes written per batch, bytes on disk / Java changelog's
 GOAL_S3 = 1.3  # Row tiered() on S3 / on local disk, batch time
 GOAL_PANDAS_SHARE = 0.25  # (pandas tiered() - dict state) / pandas tiered(), batch time
-DROPPED = {
-    "pandas": "left out of the cell for time: a pandas batch of 100,000 rows costs ~25 s a "
-    "side on 2 cores (the processor's own pandas work), three times as much as every other "
-    "side of the cell together; the 4-partition cells measure it",
-}
 GROWTH_SIDES = ("row_tiered", "row_driver", "java", "java_changelog")
 
 
@@ -84,7 +80,7 @@ def why_not(rec: CellRecord, side: str) -> str | None:
     if side in rec.missing:
         return rec.missing[side]
     if side not in rec.cell.sides:
-        return DROPPED["pandas"] if SIDES[side].pandas else "not run in this cell"
+        return dropped_reason(rec.cell, side)
     return None
 
 
