@@ -40,10 +40,11 @@ refuses a Row operator's checkpoint to a pandas operator.
 
 * 4 partitions: {1 M, 10 M, 30 M keys} x {64 MiB, 1 GiB} x {uniform, Zipf 1.1}, 100,000-row
   steady batches: the restart batch, 4 steady batches and a checked batch of 2,000 rows; the
-  pandas sides (``tiered()``, the flow driver, the dict-state reference) in the 64 MiB cells
-  only, on the restart batch, the first 2 steady batches and the checked one (a pandas batch
-  of 100,000 rows costs ~15 s a side on 2 cores: in every cell they would take most of the
-  hour); the S3 side in the 10 M cells;
+  S3 side in the 10 M cells; pandas ``tiered()`` and its dict-state reference in the 64 MiB
+  cells only, and the pandas flow driver in the 30 M-key 64 MiB cells only, on the restart
+  batch, the first 2 steady batches and the checked one (a pandas batch of 100,000 rows costs
+  ~20 s a side on 2 cores, the processor's own pandas work: in every cell they would take
+  most of the hour; ``spark_jvm`` measures the pandas flow driver against Java);
 * 200 partitions: 10 M keys, 64 MiB, uniform, the core sides (no pandas), 2 steady batches
   (every Python query pays Spark's ~175 ms per task there: ~20 s a batch);
 * profiled: 30 M keys, 64 MiB, uniform: Row ``tiered()`` restarted from the base beside the
@@ -52,10 +53,11 @@ refuses a Row operator's checkpoint to a pandas operator.
 
 The budget is ``spark.fsstate.memoryLimit``, per Python worker process: every fsstate side of
 a cell shares each worker's budget, as queries of one application do. Each cell (and the
-profiled run) has a SparkSession of its own, so new Python workers (Spark's JVM stays up:
-the Java sides restart warm, a second run of the JVM's JIT is not what is measured). Within a
-cell, round by round a batch file is handed to one query at a time (the order rotating) and
-the round waits for it; a query's batch time is Spark's ``triggerExecution``.
+profiled run) has a SparkSession of its own, so new Python workers; Spark's JVM stays up
+between sessions, so the Java sides restart with a warm JIT (their RocksDB stores load from
+the checkpoint all the same). Within a cell, round by round a batch file is handed to one
+query at a time (the order rotating) and the round waits for it; a query's batch time is
+Spark's ``triggerExecution``.
 
 **Rows** (``<cell label>: <what>``, e.g. ``30M keys, 64 MiB, Zipf 1.1, 4 partitions: Row
 tiered() / Java``; :mod:`~bench.suites.spark_scale_rows`):
@@ -88,18 +90,21 @@ tiered() / Java``; :mod:`~bench.suites.spark_scale_rows`):
 A side a cell leaves out gives skipped rows with the reason (no goal when left out for time);
 one that could not run here (no JDK compiler, no S3 server) keeps its goal.
 
-**Time.** The full run is estimated at about 50 minutes on an idle 2-core machine: ~15 for the
-loads (four origins to 30 M keys at ~4-6 µs a key each, three to 10 M at 200 partitions with
-their per-task costs), ~30 for the twelve 4-partition cells (~70 s each for the core sides,
-+~2 minutes for the pandas sides in the six 64 MiB cells), ~5 for the 200-partition cell and
-~2 for the profiled run. An estimate, not a measurement: it scales tiny cells measured on a
-loaded machine (load average 6 to 20; the quick run took 12 minutes there) by the ratio of
-their batch times to ``spark_jvm``'s published figures of the same processors (~5x), and the
-load rates are the least certain part (±50 %). ``--quick``: one cell, 200 k keys, 64 MiB,
-uniform, 20,000-row batches, 2 timed batches, every side including S3, and the profiled run on
-it (a few minutes on an idle machine). ``--only`` narrows by a cell's label
-(``30M keys, 64 MiB``) and ``profiled`` runs the profiled run alone (the growth rows need the
-1 M cell in the same run).
+**Time.** The full run is estimated at about 55 minutes on an idle 2-core machine: ~19 for
+the loads (four origins to 30 M keys at ~5-8 µs a key each, three to 10 M at 200 partitions
+with their ~25 s of per-task costs a load batch), ~15 for the core sides of the twelve
+4-partition cells (~70 s a cell: a new session, the restart round, four steady rounds of
+~8 s, the checked one; the S3 side ~20 s more in the 10 M cells), ~15 for the pandas sides
+of the six 64 MiB cells (~130 s a cell, ~65 s more with the flow driver at 30 M keys), ~5 for
+the 200-partition cell and ~2 for the profiled run. An estimate, not a measurement: it scales
+the quick cell and load batches of 100,000 keys, measured here on a shared machine (load
+average 6 to 20; the quick run took 7 to 12 minutes), by the ratio of their batch times to
+``spark_jvm``'s published figures for the same processors (~4-5x), and the load rates are the
+least certain part (±50 %). Figures worth publishing come from a quiet machine only.
+``--quick``: one cell, 200 k keys, 64 MiB, uniform, 20,000-row
+batches, 2 timed batches, every side including S3, and the profiled run on it (a few minutes
+on an idle machine). ``--only`` narrows by a cell's label (``30M keys, 64 MiB``) and
+``profiled`` runs the profiled run alone (the growth rows need the 1 M cell in the same run).
 
 Invariants:
 
@@ -108,9 +113,10 @@ Invariants:
   must equal the figure computed from the rows the query was handed (the load's and the
   cell's, :func:`~bench.suites.spark_scale_data.expected_checksum`), or the suite fails; so do
   a ``tiered()`` query that ran PySpark's loop and a batch that read other than its rows.
-* Loads are not timed and run in sessions of their own (budget 1 GiB); copies and listings
-  happen between batches, never inside one.
-* Numbers come from a quiet machine only: runs on a shared or loaded machine check the harness.
+* Loads are not timed and run in sessions of their own (budget 1 GiB); copies, uploads and
+  listings happen between batches, never inside one.
+* Every query of a cell restarts from its own copy, with a query id no other running query
+  has.
 """
 
 from __future__ import annotations
