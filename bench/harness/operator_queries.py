@@ -14,9 +14,10 @@ loader of ``spark_scale``'s state (:class:`LoadAgg`, :func:`load_values`).
   (fsstate: a retracting aggregate over an insert-only stream, upsert output).
 
 Invariants: both sides of a comparison compute the same groups and aggregates from the same
-rows; the state :class:`LoadAgg` writes for a load row is the one the running aggregate would; :func:`batch_table` is a pure function of its arguments (seeded by the batch index), event
-times of batch ``b`` in ``[10 b, 10 b + 10)`` seconds, so each batch fills one window and the
-watermark closes the one before.
+rows; the state :class:`LoadAgg` writes for a load row is the one the running aggregate
+would; :func:`batch_table` is a pure function of its arguments (seeded by the batch index),
+event times of batch ``b`` in ``[10 b, 10 b + 10)`` seconds, so each batch fills one window
+and the watermark closes the one before.
 """
 
 from __future__ import annotations

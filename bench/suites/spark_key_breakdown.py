@@ -14,11 +14,12 @@ over 25,000, 3 batches, in quick ones), with every task profiled (``FSSTATE_PROF
 Each function's own time in the profiles is charged to a phase by
 :func:`bench.harness.key_phases.phase_times` (the phase of the function if it is one of a
 phase's entry points, :data:`~bench.harness.key_phases.PHASES`, else its callers' phases, in
-their shares of its cumulative time). The phases: reading and converting the input (Arrow to Rows), the processor's own code (its
-module), state reads on hot views, first-touch reads (a key without a view: the table's
-whole-load or a point lookup), state writes, the commit (sealing, Parquet, manifest; its fsync
-apart), the store's open or catch-up, the output's conversion (Rows to Arrow) and the loop with
-Spark's protocol (the rest of fsstate's loop and PySpark's state-server client).
+their shares of its cumulative time). The phases: reading and converting the input (Arrow
+to Rows), the processor's own code (its module), state reads on hot views, first-touch reads
+(a key without a view: the table's whole-load or a point lookup), state writes, the commit
+(sealing, Parquet, manifest; its fsync apart), the store's open or catch-up, the output's
+conversion (Rows to Arrow) and the loop with Spark's protocol (the rest of fsstate's loop and
+PySpark's state-server client).
 
 Rows (informative, no goal): per phase and query, µs per key (the batch's profiled seconds
 over its distinct keys), and fsstate's share: the running aggregate's minus the dict's, per
