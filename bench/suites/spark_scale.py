@@ -195,8 +195,8 @@ class SideRun:
 
     side: Side
     root: Path
-    first_id: int  # the batch id of the cell's batch 0
-    indices: list[int]  # the cell's batches it takes
+    first_id: int  # the query's batch id of the cell's batch 0
+    indices: list[int]  # the cell's batches it takes, in order
     sink: ChecksumSink
     state_uri: str | None = None
     query: Any = None
@@ -206,6 +206,11 @@ class SideRun:
     def name(self) -> str:
         """The query's name."""
         return f"scale_{self.side.key}"
+
+    def batch_id(self, i: int) -> int:
+        """The query's batch id of the cell's batch ``i`` (a side that skips batches, as the
+        pandas ones do, numbers only those it takes)."""
+        return self.first_id + self.indices.index(i)
 
     @property
     def local(self) -> bool:
@@ -291,7 +296,7 @@ def _prepare(env: Env, cell: Cell, base: Base, rec: CellRecord) -> list[SideRun]
         (root / "input").mkdir(parents=True)
         first = 0 if side.origin is None else base.last_batch + 1
         indices = [0, *cell.batches(key), cell.check_index]
-        run = SideRun(side, root, first, indices, ChecksumSink({first + cell.check_index}))
+        run = SideRun(side, root, first, indices, ChecksumSink({first + len(indices) - 1}))
         run.state_uri = state_uri
         if run.local:
             run.last = listing(root)
@@ -329,9 +334,9 @@ def _one(ctx: BenchContext, cell: Cell, run: SideRun, i: int, rec: CellRecord) -
     """Wait for batch ``i`` of ``run`` (its file handed in); record its time and bytes."""
     key = run.side.key
     rows = cell.rows if i < cell.check_index else CHECK_ROWS
-    ms, got = wait_batch(run.query, run.name, run.first_id + i, rows)
+    ms, got = wait_batch(run.query, run.name, run.batch_id(i), rows)
     if got != rows:
-        raise RuntimeError(f"{run.name}: batch {run.first_id + i} read {got} rows, not {rows}")
+        raise RuntimeError(f"{run.name}: batch {run.batch_id(i)} read {got} rows, not {rows}")
     rec.ms.setdefault(key, {})[i] = ms
     if run.local:
         now = listing(run.root)
@@ -375,7 +380,7 @@ def _check(spark: Any, cell: Cell, runs: list[SideRun], batches: list[Batch]) ->
             continue
         history = [batches[i] for i in run.indices if i != cell.check_index]
         want[run.side.key] = expected_checksum(history, batches[cell.check_index])
-        cid = run.first_id + cell.check_index
+        cid = run.batch_id(cell.check_index)
         java = run.side.flavour == "java"
         got[run.side.key] = java_checksum(spark, run.name, cid) if java else run.sink.sums.get(cid)
     bad = {k: (got[k], w) for k, w in want.items() if got[k] != w}

@@ -18,6 +18,8 @@ import pytest
 
 from bench.harness.datagen import key_of
 from bench.harness.operator_queries import load_values
+from bench.harness.processor_queries import ChecksumSink
+from bench.suites.spark_scale import SideRun
 from bench.suites.spark_scale_data import (
     cell_batch,
     check_batch,
@@ -102,6 +104,16 @@ def test_the_expected_checksum_is_the_running_aggregate_of_every_row() -> None:
         sum(zlib.crc32(key_of(k)[0].encode()) for k in out),
     )
     assert expected_checksum(history, checked) == want
+
+
+def test_a_side_that_skips_batches_numbers_only_those_it_takes() -> None:
+    cell = Cell(1_000_000, 64, "uniform", 4, 100_000, 4, 2, (*CORE, *PANDAS))
+    pandas = SideRun(SIDES["pandas_tiered"], Path("/x"), 31, [0, *cell.batches("pandas_tiered"),
+                     cell.check_index], ChecksumSink(set()))  # fmt: skip
+    assert pandas.indices == [0, 1, 2, 5]
+    assert [pandas.batch_id(i) for i in pandas.indices] == [31, 32, 33, 34]
+    row = SideRun(SIDES["row_tiered"], Path("/x"), 31, [0, 1, 2, 3, 4, 5], ChecksumSink(set()))
+    assert row.batch_id(cell.check_index) == 36
 
 
 def test_bytes_written_counts_new_grown_and_replaced_files(tmp_path: Path) -> None:
