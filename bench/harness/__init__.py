@@ -11,9 +11,12 @@
   transformWithState queries of ``spark_e2e`` and ``spark_storage``),
   :mod:`~bench.harness.operator_queries` (the windowed count and running aggregate of the
   operator suites), :mod:`~bench.harness.processor_queries` (the cells' shape, the running
-  aggregate's checksums, sink and batch wait for ``spark_driver`` and ``spark_jvm``),
-  :mod:`~bench.harness.matrix` (the shapes and running queries of
-  ``spark_matrix`` and the suites measured on its cells);
+  aggregate's checksums, sink and batch wait for ``spark_driver``, ``spark_jvm`` and
+  ``spark_scale``), :mod:`~bench.harness.processor_sides` (starting the running aggregate on
+  each side: ``tiered()``, Spark's handles, the flow driver, Java; the fast-loop check),
+  :mod:`~bench.harness.java_processor` (the Java processor), :mod:`~bench.harness.key_phases`
+  (profiled time charged to phases), :mod:`~bench.harness.matrix` (the shapes and running
+  queries of ``spark_matrix`` and the suites measured on its cells);
 * :mod:`~bench.harness.s3`: the S3 server of the storage suites.
 
 Invariants: the harness never imports a suite (:mod:`bench.harness.runner` loads them by name

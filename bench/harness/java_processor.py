@@ -1,5 +1,5 @@
-"""The Java reference of ``spark_jvm`` and ``spark_python_floor``: the running aggregate as a
-Java ``StatefulProcessor`` on Spark's own ``transformWithState``.
+"""The Java reference of ``spark_jvm``, ``spark_python_floor`` and ``spark_scale``: the
+running aggregate as a Java ``StatefulProcessor`` on Spark's own ``transformWithState``.
 
 The source is ``bench/java/RunningAgg.java`` (class :data:`JAVA_CLASS`): the processor (count
 and sum(v) per key in a ``ValueState``, one output row ``(k, n, s)`` per key and batch, time
@@ -7,10 +7,11 @@ mode None, update output) and a static ``start`` that runs it over a streaming `
 with a ``foreachBatch`` sink writing to Spark's ``noop`` format, as the Python queries' sink
 does. :func:`build_jar` compiles it at run time with ``javac`` against the jars of PySpark's
 ``jars/`` directory (the Spark the suite runs) into a jar in a scratch directory; the suite's
-session gets it through ``spark.jars``. :func:`start_java` starts a query through py4j and
-wraps the Java ``StreamingQuery`` in PySpark's, whose progress and ``stop`` the
-suite uses as for every other query; :func:`java_checksum` reads a checked batch's output
-checksum, which the Java sink computes instead of writing that batch.
+session gets it through ``spark.jars``. :func:`start_java` starts a query through py4j (with
+the session's RocksDB settings, Spark's defaults, or with changelog checkpointing on) and
+wraps the Java ``StreamingQuery`` in PySpark's, whose progress and ``stop`` the suite uses as
+for every other query; :func:`java_checksum` reads a checked batch's output checksum, which
+the Java sink computes instead of writing that batch.
 
 Invariants:
 
@@ -39,10 +40,14 @@ from typing import Any
 from bench.harness.common import REPO_ROOT, BenchContext
 from bench.harness.processor_queries import Checksum
 from bench.harness.spark import session
+from devkit.spark_local import session_conf
 
 JAVA_SOURCE = REPO_ROOT / "bench" / "java" / "RunningAgg.java"
 JAVA_CLASS = "fsstate.bench.RunningAgg"
 JAR_NAME = "fsstate-bench-jvm.jar"
+# RocksDB's changelog checkpointing: each commit uploads the changed rows, snapshots go up in
+# the background (what Spark's docs recommend for stateful queries; off by default)
+CHANGELOG_CONF = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"
 
 
 def javac() -> str | None:
@@ -111,7 +116,13 @@ def _java_class(spark: Any) -> Any:
 
 
 def start_java(
-    spark: Any, df: Any, checkpoint: Path, name: str, trigger: str, checked: set[int]
+    spark: Any,
+    df: Any,
+    checkpoint: Path,
+    name: str,
+    trigger: str,
+    checked: set[int],
+    changelog: bool = False,
 ) -> Any:
     """Start the Java running aggregate over the streaming DataFrame ``df``.
 
@@ -122,6 +133,9 @@ def start_java(
         name: the query's name (also the key of its checksums).
         trigger: the processing-time trigger's interval (``"500 milliseconds"``).
         checked: batch ids whose output checksum is kept instead of written.
+        changelog: RocksDB's changelog checkpointing on for this query
+            (:data:`CHANGELOG_CONF`, which a query reads when it starts; the session's own
+            setting is put back after), else the session's setting (Spark's default: off).
 
     Returns:
         The started query, as PySpark's ``StreamingQuery``.
@@ -129,7 +143,9 @@ def start_java(
     from pyspark.sql.streaming.query import StreamingQuery
 
     ids = ",".join(str(b) for b in sorted(checked))
-    jq = _java_class(spark).start(df._jdf, str(checkpoint), name, trigger, ids)
+    conf = {CHANGELOG_CONF: "true"} if changelog else {}
+    with session_conf(spark, **conf):
+        jq = _java_class(spark).start(df._jdf, str(checkpoint), name, trigger, ids)
     return StreamingQuery(jq)
 
 

@@ -152,7 +152,7 @@ def wait_batch(query: Any, tag: str, batch: int, rows: int) -> tuple[float, int]
     (:func:`bench.harness.spark.batch_progress`).
 
     Raises:
-        RuntimeError: the query failed.
+        RuntimeError: the query failed or stopped.
         TimeoutError: the batch took over ``max(900 s, rows / 50 rows/s)``.
     """
     p = batch_progress(query, batch, tag, max(900.0, rows / 50))  # 50 rows/s: 10 times too slow

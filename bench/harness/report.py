@@ -244,6 +244,20 @@ HOW_TO_READ = """\
   one task's keyed loop in-process, without Spark or state (fsstate's worker loop, goal <= 10
   µs; PySpark's own, informative and without its per-key round trip to the state server), task
   wall time over its distinct keys.
+* *spark_scale* rows: the same running aggregate with large state. Per cell (keys loaded
+  beforehand, not timed: 1 M, 10 M, 30 M; `spark.fsstate.memoryLimit` 64 MiB or 1 GiB;
+  100,000-row batches drawn uniformly or Zipf(1.1) over the keys; 4 or 200 partitions), every
+  query restarts in a new SparkSession from a copy of the loaded state, then takes the cell's
+  batches, each handed to one query at a time. *<side> / Java*: steady batch time over the
+  Java processor's (RocksDB, Spark's defaults), paired by batch; *batch time / the 1M cell's*:
+  the i-th steady batch over the 1 M cell's i-th (same seed); *first batch after restart*
+  rows: the restart batch against the same query's steady batches and against Java's restart
+  batch; *S3 / local disk*: `tiered()` with its state on a local S3 server over local disk;
+  *bytes* rows: what a query's checkpoint and state files grew by per steady batch (mean) and
+  their size after the last one, against the Java query with changelog checkpointing;
+  *peak worker RSS*: the largest peak resident set of the cell's Python workers; *pandas
+  tiered() fsstate's share*: (`tiered()` - the same processor with its state in a dict) /
+  `tiered()`, same batch; *profiled* rows: `spark_key_breakdown`'s phases at 30 M keys.
 * Figures depend on the machine (below) and on what else runs on it (each suite gives the load
   average when its run started: absolute figures move with it, ratios less); compare ratios
   rather than absolute values across machines.

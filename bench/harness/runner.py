@@ -244,6 +244,17 @@ register(
 )
 register(
     Suite(
+        "spark_scale",
+        "bench.suites.spark_scale",
+        engine=False,
+        description="the running aggregate with 1 M, 10 M and 30 M keys loaded, budgets of 64 "
+        "MiB and 1 GiB, uniform and Zipf keys: tiered() and the flow driver (Row and pandas) "
+        "against the Java processor on RocksDB (default and changelog checkpointing); growth, "
+        "restarts, S3, bytes, worker RSS, and the cold path's phases at 30 M keys",
+    )
+)
+register(
+    Suite(
         "spark_e2e",
         "bench.suites.spark_e2e",
         engine=False,

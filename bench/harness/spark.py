@@ -130,7 +130,8 @@ def batch_progress(query: Any, batch: int, name: str, timeout_s: float = 900.0) 
         The batch's progress (``StreamingQueryProgress``; ``p["durationMs"]`` etc.).
 
     Raises:
-        RuntimeError: the query failed.
+        RuntimeError: the query failed, or stopped without the batch (Spark stops a query's
+            run when another run of the same query id starts).
         TimeoutError: no such progress within ``timeout_s``.
     """
     deadline = time.monotonic() + timeout_s
@@ -146,6 +147,8 @@ def batch_progress(query: Any, batch: int, name: str, timeout_s: float = 900.0) 
             scan_at = time.monotonic() + SCAN_EVERY_S
         if query.exception() is not None:
             raise RuntimeError(f"{name} failed: {query.exception()}")
+        if not query.isActive:
+            raise RuntimeError(f"{name} stopped before batch {batch} (stopped by another run?)")
         if time.monotonic() > deadline:
             raise TimeoutError(f"{name}: batch {batch} did not finish")
         time.sleep(POLL_S)

@@ -78,7 +78,6 @@ Invariants:
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 from typing import Any
 
@@ -86,16 +85,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from bench.harness.common import BenchContext, Result
-from bench.harness.java_processor import java_checksum, java_session, start_java
-from bench.harness.operator_queries import INPUT_SCHEMA, RunningAgg, RunningAggRow, batch_table
+from bench.harness.java_processor import java_checksum, java_session
+from bench.harness.operator_queries import INPUT_SCHEMA, batch_table
 from bench.harness.processor_queries import (
     JVM_SIDES_ENV,
-    OUTPUT_DDL,
     Checksum,
     ChecksumSink,
     expected_checksum,
     wait_batch,
 )
+from bench.harness.processor_sides import JVM_LOG, start_side, stock_loop_notes
 from bench.harness.spark import hand_in, require_pyspark
 from bench.suites.spark_jvm_cells import (
     FLAVOUR_NAMES,
@@ -112,15 +111,6 @@ from bench.suites.spark_jvm_loop import run_loop_cost
 TRIGGER = "500 milliseconds"
 CHECK_ROWS = 2_000  # rows of the extra, checked batch after the timed ones
 MAX_CACHED_STORES = 4096  # every fsstate store of the run fits in each worker's pool
-JVM_LOG = "spark-jvm.log"
-# the worker notes (stderr, in the JVM log) that a tiered() query ran PySpark's loop
-STOCK_QUERY = re.compile(r"^fsstate: tiered\((?P<name>[^)]*)\) runs on PySpark's per-key loop")
-STOCK_NOTES = (
-    "keyed loop is off",
-    "runs on PySpark's own loop",
-    "PySpark's loop runs",
-    "the stock worker runs",
-)
 
 
 def cells(ctx: BenchContext) -> list[Cell]:
@@ -201,47 +191,23 @@ def _jobs(cell: Cell, scratch: Path, java: bool, gone: LeftOut) -> list[Job]:
 
 
 def _start(spark: Any, job: Job, cell: Cell) -> None:
-    from fsstate_spark import operators as ops
-    from fsstate_spark import tiered
-
     df = (
         spark.readStream.schema(INPUT_SCHEMA)
         .option("maxFilesPerTrigger", 1)
         .parquet(str(job.input_dir))
     )
-    if job.side == "java":
-        checkpoint = job.root / "checkpoint"
-        job.query = start_java(spark, df, checkpoint, job.name, TRIGGER, job.sink.checked)
-        return
-    pandas = job.flavour == "pandas"
-    proc: Any = RunningAgg() if pandas else RunningAggRow()
-    grouped = df.groupBy("k")
-    if job.side == "driver":
-        call = ops.transform_with_state_in_pandas if pandas else ops.transform_with_state
-        writer = ops.write_stream(
-            call(grouped, proc, OUTPUT_DDL, "Update", "None"),
-            checkpoint_location=str(job.root / "checkpoint"),
-            sink=job.sink,
-            partitions=cell.partitions,
-            max_cached_stores=MAX_CACHED_STORES,
-        )
-    else:
-        if job.side in ("fast", "stock"):
-            proc = tiered(
-                proc,
-                state_uri=str(job.root / "state"),
-                name=job.name,
-                fast_loop=job.side == "fast",
-                max_cached_stores=MAX_CACHED_STORES,
-            )
-        tws = grouped.transformWithStateInPandas if pandas else grouped.transformWithState
-        writer = (
-            tws(proc, OUTPUT_DDL, "Update", "None")
-            .writeStream.outputMode("update")
-            .foreachBatch(job.sink)
-            .option("checkpointLocation", str(job.root / "checkpoint"))
-        )
-    job.query = writer.queryName(job.name).trigger(processingTime=TRIGGER).start()
+    job.query = start_side(
+        spark,
+        df,
+        flavour=job.flavour,
+        side=job.side,
+        name=job.name,
+        root=job.root,
+        sink=job.sink,
+        trigger=TRIGGER,
+        partitions=cell.partitions,
+        max_cached_stores=MAX_CACHED_STORES,
+    )
 
 
 def _feed(ctx: BenchContext, cell: Cell, jobs: list[Job], source: Path) -> dict[int, Checksum]:
@@ -287,22 +253,8 @@ def _check(spark: Any, cell: Cell, jobs: list[Job], want: dict[int, Checksum]) -
 def _check_loops(log: Path, start: int, jobs: list[Job]) -> None:
     """No worker note since byte ``start`` of the JVM log says that a fast-loop query ran
     PySpark's loop, or that fsstate's loop is off in a worker
-    (:mod:`fsstate_spark.tiered.fast_loop`, :mod:`pyspark_fsstate.worker`)."""
-    if not log.exists():
-        return
-    with open(log, "rb") as f:
-        f.seek(start)
-        text = f.read().decode("utf-8", "replace")
-    fast = {j.name for j in jobs if j.side == "fast"}
-    if not fast:
-        return
-    bad = []
-    for line in text.splitlines():
-        if not line.startswith("fsstate: "):
-            continue
-        m = STOCK_QUERY.match(line)
-        if (m is not None and m["name"] in fast) or any(n in line for n in STOCK_NOTES):
-            bad.append(line)
+    (:func:`bench.harness.processor_sides.stock_loop_notes`)."""
+    bad = stock_loop_notes(log, start, {j.name for j in jobs if j.side == "fast"})
     if bad:
         raise RuntimeError(f"tiered() fast-loop queries ran PySpark's loop: {bad[:3]}")
 

@@ -1,6 +1,7 @@
-"""The key breakdown's charging of profiled time to phases (:func:`bench.suites.
-spark_key_breakdown.phase_times`): entry points take their subtree, a shared helper is split
-by its callers' shares, everything is charged once."""
+"""The key breakdown's charging of profiled time to phases
+(:func:`bench.harness.key_phases.phase_times`, which ``spark_key_breakdown`` and
+``spark_scale`` use): entry points take their subtree, a shared helper is split by its
+callers' shares, everything is charged once."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pstats
 
 import pytest
 
-from bench.suites import spark_key_breakdown as kb
+from bench.harness import key_phases as kb
 
 _clock = [0.0]  # the profiler's clock: only _spin moves it, so every figure is exact
 
