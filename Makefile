@@ -49,7 +49,8 @@ test: $(STAMP) $(PROM_STAMP)  ## run every test (engine and Spark suites, the do
 	$(PY) -m pytest -q tests -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25
 
 # Every other supported PySpark minor, and the default PySpark on the other Pythons, each in a
-# virtualenv of its own under .venv-compat/ (devkit/compat_matrix.py: the entries and suites).
+# virtualenv of its own under .venv-compat/ (devkit/compat_matrix.py: the entries, and the
+# pytest markers compat, compat_python and compat_full that select what each runs).
 test-compat: $(STAMP)  ## the compatibility matrix: the Spark suites on PySpark 4.0-4.2 and on Python 3.12/3.13
 	$(PY) -m devkit.compat_matrix
 

@@ -4,12 +4,11 @@
 ``make test-compat`` (``python -m devkit.compat_matrix``) runs each other :data:`MATRIX` entry
 in a virtualenv of its own (``.venv-compat/<name>``, made and filled by this module from the
 package registry: ``pyspark[connect]==<version>`` beside fsstate's ``spark``, ``cli`` and
-``test`` extras): on another minor, :data:`SUITES` (the UDF-safety test, ``tiered()``
-equivalence on both loops, the flow driver, the state sources) and the conformance suite's
-protocol scenarios (:data:`CONFORMANCE_FILES`) on that minor's ``tiered()`` way; on another
-Python, :data:`OTHER_PYTHON_SUITES`. ``--full`` (``make test-compat-full``, not in CI: about 20
-minutes a minor) runs every entry on the whole conformance suite, every way, with rescaling,
-the whole-batch operators, the demo, Spark Connect and the command lines (:data:`FULL_EXTRA`).
+``test`` extras), on the tests its pytest markers select (:data:`MARKERS`, :func:`selection`):
+on another minor the ``compat`` tests, the conformance scenarios on that minor's ``tiered()``
+way; on another Python the ``compat_python`` tests. ``--full`` (``make test-compat-full``, not
+in CI: about 20 minutes a minor) runs every entry on every marked test, the conformance suite
+every way.
 
 Invariants:
 
@@ -21,6 +20,8 @@ Invariants:
   fails, and says which, after running every entry.
 * An entry whose Python is not on this machine fails the run (CI must test what the table
   says), unless ``--allow-missing`` is given.
+* What an entry runs is what its markers select from the whole ``tests`` tree: a test is
+  added to or left out of the matrix where it is defined, never by a path here.
 """
 
 from __future__ import annotations
@@ -71,77 +72,51 @@ MATRIX = (
 """The latest patch of every other supported minor, and the default PySpark on the other
 Pythons."""
 
-CONFORMANCE = "tests/fsstate_spark/conformance"
 CONFORMANCE_WAYS_ENV = "FSSTATE_CONFORMANCE_WAYS"  # tests.fsstate_spark.conformance.harness
 
-SUITES = (
-    "tests/fsstate_spark/test_udf_safety.py",
-    "tests/fsstate_spark/tiered/test_fast_loop.py",
-    "tests/fsstate_spark/tiered/test_streaming.py",
-    "tests/fsstate_spark/operators/test_transform_with_state.py",
-    "tests/fsstate_spark/sources/test_state_source.py",
-    "tests/fsstate_spark/tiered/test_lineage.py::"
-    "test_a_copied_checkpoint_continues_with_state_of_its_own[pandas-fast-local]",
-    "tests/fsstate_spark/test_fork.py::test_fork_and_rollback_equal_a_copied_checkpoint",
-    "tests/fsstate_spark/metrics/test_progress.py::"
-    "test_tiered_figures_equal_the_state_both_loops[fast-local]",
-)
-"""The suites every other minor runs: the UDF-safety test, ``tiered()`` equivalence on both
-loops (against Spark's handles), the flow driver's (against Spark's operator), the state
-sources, state that follows its checkpoint (a copied checkpoint; a fork and a roll-back
-cut of Spark's checkpoint files, equal to a copy with Spark's handles: the lineage reads
-PySpark's state-server client, and the cut knows each release's file names), and
+MARKERS = {
+    "compat": "runs on every other PySpark minor (make test-compat)",
+    "compat_python": "runs on the default PySpark on the other Pythons (make test-compat)",
+    "compat_full": "runs on every matrix entry with --full (make test-compat-full)",
+}
+"""The pytest markers that select what each entry runs (registered in pyproject.toml; a test
+holds the registration to this). ``compat``: on another minor, the UDF-safety test,
+``tiered()`` equivalence on both loops (against Spark's handles), the flow driver's (against
+Spark's operator), the state sources, state that follows its checkpoint (a copied checkpoint; a
+fork and a roll-back cut of Spark's checkpoint files, equal to a copy with Spark's handles: the
+lineage reads PySpark's state-server client, and the cut knows each release's file names),
 ``tiered()``'s figures on the keyed loop, which come back to the driver through Spark's
-accumulator (each minor's task-side accumulator updates differ)."""
+accumulator (each minor's task-side accumulator updates differ), and Spark's
+transformWithState scenarios that cross the task's protocol (input batches, timers, initial
+state) on the way that minor's ``tiered()`` takes with the worker module (fsstate's loop where
+the minor has an adapter), without their ``slow`` variants (``make test`` runs those on the
+default minor). ``compat_python``: what the default PySpark runs on another Python (the same
+release's protocol as ``make test``'s: the worker module, both loops and the UDFs).
+``compat_full``: what ``--full`` adds (the rest of the conformance suite, rescaling, the
+whole-batch operators, the demo and its CLI, Spark Connect, the engine's command line)."""
 
-OTHER_PYTHON_SUITES = SUITES[:3]
-"""What the default PySpark runs on the other Pythons (the same release's protocol as ``make
-test``'s: the worker module, both loops and the UDFs)."""
-
-CONFORMANCE_FILES = ("test_basics.py", "test_timers.py", "test_initial_state.py")
-"""Spark's transformWithState scenarios every other minor runs in CI, on the way that minor's
-``tiered()`` takes with the worker module (fsstate's loop where the minor has an adapter):
-the ones that cross the task's protocol (input batches, timers, initial state), without the
-``slow`` variants (``make test`` runs those on the default minor). ``--full`` runs the whole
-conformance suite, every way."""
+TESTS = "tests"
+"""Where every entry collects from (its markers select)."""
 
 ALL_WAYS = ("tiered-fast", "tiered-stock", "driver")
 """Every way of the conformance suite (``--full`` runs every scenario in each)."""
 
-SAME_PYSPARK_DESELECT = (
-    "tests/fsstate_spark/tiered/test_fast_loop.py::"
-    "test_another_pyspark_or_a_failing_import_runs_pysparks_loop_with_the_same_rows"
-)
-"""Left out on the default PySpark's other Pythons: it simulates another PySpark minor and a
-broken import in two jobs of their own (about 100 s), on the same PySpark ``make test`` runs it
-on; every other minor runs it."""
-
-FULL_EXTRA = (
-    "tests/fsstate/test_cli.py",
-    "tests/fsstate_spark/tiered/test_rescale.py",
-    "tests/fsstate_spark/operators/test_operators_spark.py",
-    "tests/fsstate_spark/test_cli_demo.py",
-    "tests/fsstate_spark/test_connect.py",
-)
-"""What ``--full`` adds: rescaling, the whole-batch operators, the demo and its CLI, Spark
-Connect, the engine's command line."""
-
 
 def selection(entry: Entry, full: bool) -> tuple[list[str], dict[str, str]]:
-    """The entry's pytest paths and environment: :data:`SUITES`, and the conformance suite
-    (whole with ``full``; else :data:`CONFORMANCE_FILES` on the minor's ``tiered()`` way, for a
-    minor other than :data:`DEFAULT`'s: the default's other Pythons run the suites only)."""
-    args = list(SUITES)
+    """The entry's pytest arguments and environment: the tests marked ``compat`` without the
+    ``slow`` ones on another minor (the conformance scenarios on the minor's ``tiered()``
+    way), ``compat_python`` on the default minor; with ``full``, every marked test and every
+    way of the conformance suite."""
     if full:
-        return [*args, *FULL_EXTRA, CONFORMANCE], {CONFORMANCE_WAYS_ENV: ",".join(ALL_WAYS)}
+        marks = " or ".join(MARKERS)
+        return [TESTS, "-m", marks], {CONFORMANCE_WAYS_ENV: ",".join(ALL_WAYS)}
     if entry.minor == DEFAULT.minor:
-        return [*OTHER_PYTHON_SUITES, "--deselect", SAME_PYSPARK_DESELECT], {}
+        return [TESTS, "-m", "compat_python"], {}
     from fsstate_spark.tiered.adapters import ADAPTERS
 
     fast = tuple(map(int, entry.minor.split("."))) in ADAPTERS
-    paths = [f"{CONFORMANCE}/{f}" for f in CONFORMANCE_FILES]
     way = "tiered-fast" if fast else "tiered-stock"
-    return [*args, *paths, "-m", "not slow"], {CONFORMANCE_WAYS_ENV: way}
+    return [TESTS, "-m", "compat and not slow"], {CONFORMANCE_WAYS_ENV: way}
 
 
 def find_python(version: str) -> str | None:
@@ -223,17 +198,27 @@ def run_entry(
     start = time.monotonic()
     if py is None:
         return ("skipped: no Python " + entry.python if allow_missing else "no Python"), 0.0
-    paths, extra = selection(entry, full)
-    env = dict(os.environ, PYSPARK_PYTHON=str(py), PYSPARK_DRIVER_PYTHON=str(py), **extra)
-    env[OFF_ENV] = "1"  # an entry's few applications would not earn back building an archive
-    cmd = [str(py), "-m", "pytest", "-q", "-p", "no:cacheprovider", *paths]
-    if workers:
-        cmd += ["-n", str(workers), "--dist", "loadfile", "--no-loadscope-reorder"]
-    said = " ".join(f"{k}={v}" for k, v in extra.items())
-    print(f"== {entry.name}: {said} {' '.join(cmd[1:])}", flush=True)
-    code = subprocess.run(cmd, cwd=ROOT, env=env).returncode
+    args, extra = selection(entry, full)
+    dist = ["--dist", "loadfile", "--no-loadscope-reorder"]
+    code = _pytest(entry, py, [*args, "--durations=10"], extra, workers, dist)
     outcome = "passed" if code == 0 else f"failed (pytest exit {code})"
     return outcome, time.monotonic() - start
+
+
+def _pytest(
+    entry: Entry, py: Path, args: list[str], extra: dict[str, str], workers: int, dist: list[str]
+) -> int:
+    """Run pytest with ``args`` in ``py``'s virtualenv (``extra`` added to the environment,
+    ``workers`` pytest-xdist workers distributed by ``dist``): its exit status."""
+    env = dict(os.environ, PYSPARK_PYTHON=str(py), PYSPARK_DRIVER_PYTHON=str(py), **extra)
+    if entry != DEFAULT:  # an entry's few applications would not earn back building an archive
+        env[OFF_ENV] = "1"
+    cmd = [str(py), "-m", "pytest", "-q", "-p", "no:cacheprovider", *args]
+    if workers:
+        cmd += ["-n", str(workers), *dist]
+    said = " ".join(f"{k}={v}" for k, v in extra.items())
+    print(f"== {entry.name}: {said} {' '.join(cmd[1:])}", flush=True)
+    return subprocess.run(cmd, cwd=ROOT, env=env).returncode
 
 
 def main(argv: list[str] | None = None) -> int:

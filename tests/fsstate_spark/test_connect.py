@@ -22,7 +22,8 @@ from devkit.spark_local import write_batches
 from fsstate import PartitionStore
 from tests.support.processors import SINK_BATCHES
 
-pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
+# compat_full: make test-compat-full runs it on every matrix entry
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(600), pytest.mark.compat_full]
 ROOT = Path(__file__).resolve().parents[2]
 
 

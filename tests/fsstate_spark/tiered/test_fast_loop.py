@@ -26,6 +26,11 @@ from tests.support.engine import run_probe
 from tests.support.processors import GC_PROBE_SCHEMA, INPUT_SCHEMA, GcProbe
 from tests.support.worker_job import OUTPUT, Totals, key_text
 
+# every other minor runs the file (devkit/compat_matrix.py); the other Pythons all but the test
+# that simulates another PySpark minor and a broken import in two jobs of their own, on the very
+# PySpark make test runs it on (the others are marked compat_python one by one)
+pytestmark = pytest.mark.compat
+
 BATCHES = [
     [{"k": 1, "v": 1}, {"k": None, "v": 2}, {"k": 2, "v": 3}, {"k": None, "v": 4}],
     [{"k": None, "v": 5}, {"k": 1, "v": 6}, {"k": 3, "v": 7}],
@@ -36,6 +41,7 @@ def _counts(rows: list[Any]) -> dict[str, int]:
     return {key_text(r[0]): int(r[1]) for r in rows}
 
 
+@pytest.mark.compat_python
 @pytest.mark.parametrize("column", ["k", "d"])
 def test_null_and_nan_keys_group_as_the_jvm_groups_them(
     spark: SparkSession, tiered_loop: Tiered, tmp_path: Path, column: str
@@ -80,6 +86,7 @@ def test_null_and_nan_keys_group_as_the_jvm_groups_them(
         )
 
 
+@pytest.mark.compat_python
 @pytest.mark.skipif(
     not hasattr(GroupedData, "transformWithState") or minor_of(pyspark.__version__) not in ADAPTERS,
     reason="fsstate's keyed loop runs Row processors from PySpark 4.1 on",
@@ -224,6 +231,7 @@ print("PROBE " + json.dumps(seen))
 """
 
 
+@pytest.mark.compat_python
 def test_the_worker_module_loads_fsstate_at_the_first_transform_with_state_task() -> None:
     """Importing the worker module (as Spark's daemon does, before a task's ``--py-files`` are on
     the path) imports no fsstate; another eval type runs PySpark's own function and still imports
