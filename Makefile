@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
-.PHONY: help venv demo demo-s3 test test-compat test-compat-full test-engine test-spark crash-test lint docs docs-serve docs-config bench bench-quick bench-report monitoring-chart dist clean
+.PHONY: help venv demo demo-s3 test test-compat test-compat-full conformance-reference conformance-reference-check test-engine test-spark crash-test lint docs docs-serve docs-config bench bench-quick bench-report monitoring-chart dist clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' Makefile | awk 'BEGIN {FS = ":.*## "}; {printf "  %-12s %s\n", $$1, $$2}'
@@ -40,7 +40,7 @@ demo-s3: $(STAMP)  ## the demo with its state on a local S3 server (started and 
 # closing notes of the stop that set it). Not for `make bench` or the demo, which measure or
 # show Spark as users run it.
 TEST_JVM_OPTIONS := -XX:TieredStopAtLevel=1 -XX:+UseSerialGC
-test test-compat test-compat-full test-engine test-spark crash-test: export JDK_JAVA_OPTIONS := $(TEST_JVM_OPTIONS)
+test test-compat test-compat-full conformance-reference conformance-reference-check test-engine test-spark crash-test: export JDK_JAVA_OPTIONS := $(TEST_JVM_OPTIONS)
 
 # Two pytest workers (pytest-xdist) by default, a test file per worker (session-scoped Spark and
 # S3 fixtures start once per worker); TEST_WORKERS=0 runs them in this process.
@@ -56,6 +56,18 @@ test-compat: $(STAMP)  ## the compatibility matrix: the Spark suites on PySpark 
 
 test-compat-full: $(STAMP)  ## the matrix on every suite and the whole conformance suite (not in CI: ~20 min a minor)
 	$(PY) -m devkit.compat_matrix --full
+
+# The conformance suite compares fsstate with Spark's handles' rows stored per PySpark minor
+# (tests/fsstate_spark/conformance/reference/); its tests fail, naming this target, once a pin
+# (pyproject's dev extra, the matrix's entries) or a scenario changed since they were stored.
+# Each minor's rows come from its own PySpark (the matrix's virtualenvs, made when missing);
+# REFERENCE_ARGS="--only 4.1" remakes one minor's.
+REFERENCE_ARGS ?=
+conformance-reference: $(STAMP)  ## run Spark's handles on every conformance scenario and PySpark minor, store the rows (~12 min)
+	$(PY) -m devkit.compat_matrix --reference write $(REFERENCE_ARGS)
+
+conformance-reference-check: $(STAMP)  ## run them again and fail where Spark's rows differ from the stored ones
+	$(PY) -m devkit.compat_matrix --reference check $(REFERENCE_ARGS)
 
 test-engine: $(STAMP)  ## engine tests only, without the slow ones (subprocess jobs, large state)
 	$(PY) -m pytest -q tests -m "not spark and not slow"

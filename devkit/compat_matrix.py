@@ -8,7 +8,9 @@ package registry: ``pyspark[connect]==<version>`` beside fsstate's ``spark``, ``
 on another minor the ``compat`` tests, the conformance scenarios on that minor's ``tiered()``
 way; on another Python the ``compat_python`` tests. ``--full`` (``make test-compat-full``, not
 in CI: about 20 minutes a minor) runs every entry on every marked test, the conformance suite
-every way.
+every way. ``--reference write|check`` (``make conformance-reference[-check]``) makes, or
+checks, the conformance suite's stored references of Spark's handles on every minor
+(:data:`REFERENCE_JOB` in the default virtualenv and in one entry's of each other minor).
 
 Invariants:
 
@@ -22,6 +24,9 @@ Invariants:
   says), unless ``--allow-missing`` is given.
 * What an entry runs is what its markers select from the whole ``tests`` tree: a test is
   added to or left out of the matrix where it is defined, never by a path here.
+* A minor's stored conformance references are made (or checked) by that minor's PySpark, in
+  its virtualenv: the default minor's in the running interpreter (``.venv``), another minor's
+  in its first :data:`MATRIX` entry's.
 """
 
 from __future__ import annotations
@@ -101,6 +106,9 @@ TESTS = "tests"
 ALL_WAYS = ("tiered-fast", "tiered-stock", "driver")
 """Every way of the conformance suite (``--full`` runs every scenario in each)."""
 
+REFERENCE_JOB = "tests/fsstate_spark/conformance/make_reference.py"
+REFERENCE_MODE_ENV = "FSSTATE_CONFORMANCE_REFERENCE"  # tests.fsstate_spark.conformance.reference
+
 
 def selection(entry: Entry, full: bool) -> tuple[list[str], dict[str, str]]:
     """The entry's pytest arguments and environment: the tests marked ``compat`` without the
@@ -117,6 +125,21 @@ def selection(entry: Entry, full: bool) -> tuple[list[str], dict[str, str]]:
     fast = tuple(map(int, entry.minor.split("."))) in ADAPTERS
     way = "tiered-fast" if fast else "tiered-stock"
     return [TESTS, "-m", "compat and not slow"], {CONFORMANCE_WAYS_ENV: way}
+
+
+def pinned_releases() -> dict[str, str]:
+    """The PySpark release pinned per minor: pyproject's ``dev`` extra's for the minor ``make
+    test`` runs, the matrix's for the others."""
+    import re
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))["project"]
+    dev = project["optional-dependencies"]["dev"]
+    pins = [m.group(1) for d in dev if (m := re.fullmatch(r"pyspark(?:\[\w+\])?==(\S+)", d))]
+    out = {e.minor: e.pyspark for e in MATRIX}
+    for pin in pins:
+        out[".".join(pin.split(".")[:2])] = pin
+    return out
 
 
 def find_python(version: str) -> str | None:
@@ -221,6 +244,34 @@ def _pytest(
     return subprocess.run(cmd, cwd=ROOT, env=env).returncode
 
 
+def reference_entries() -> list[Entry]:
+    """One entry per minor, oldest first: :data:`DEFAULT` for its minor, the first
+    :data:`MATRIX` entry of each other minor."""
+    out = {DEFAULT.minor: DEFAULT}
+    for e in MATRIX:
+        out.setdefault(e.minor, e)
+    return sorted(out.values(), key=lambda e: tuple(map(int, e.minor.split("."))))
+
+
+def run_reference(mode: str, only: list[str] | None, workers: int) -> int:
+    """Make (``write``) or check (``check``) the stored conformance references of every minor
+    (``only``: minors such as ``4.1``), each with that minor's PySpark: 1 if any failed."""
+    failed = []
+    for entry in reference_entries():
+        if only and entry.minor not in only:
+            continue
+        py = Path(sys.executable) if entry == DEFAULT else prepare(entry)
+        if py is None:
+            failed.append(f"{entry.minor} (no Python {entry.python})")
+            continue
+        extra = {REFERENCE_MODE_ENV: mode}
+        if _pytest(entry, py, [REFERENCE_JOB], extra, workers, ["--dist", "load"]) != 0:
+            failed.append(entry.minor)
+    said = f"failed on {', '.join(failed)}" if failed else "ok"
+    print(f"conformance references ({mode}): {said}")
+    return 1 if failed else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the matrix (``--only`` entries by name); exit 1 if any entry failed."""
     parser = argparse.ArgumentParser(prog="python -m devkit.compat_matrix")
@@ -233,7 +284,15 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="only make and fill the virtualenvs (CI runs it in the background during make test)",
     )
+    parser.add_argument(
+        "--reference",
+        choices=("write", "check"),
+        help="make or check the conformance suite's stored references of Spark's handles on "
+        "every minor (--only: minors, e.g. 4.1)",
+    )
     args = parser.parse_args(argv)
+    if args.reference:
+        return run_reference(args.reference, args.only, args.workers)
     entries = [e for e in MATRIX if not args.only or e.name in args.only]
     if args.prepare:
         ready = {e.name: prepare(e) for e in entries}

@@ -1,6 +1,6 @@
 """The compatibility matrix selects by markers (:data:`devkit.compat_matrix.MARKERS`): each is
 registered in pyproject.toml as the matrix describes it, every entry collects from the whole
-``tests`` tree."""
+``tests`` tree, and the stored conformance references are made once per minor."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from devkit.compat_matrix import (
     MATRIX,
     TESTS,
     Entry,
+    reference_entries,
     selection,
 )
 from devkit.repo import ROOT
@@ -44,3 +45,10 @@ def test_the_other_pythons_and_the_other_minors_select_their_markers() -> None:
             assert args[2] == "compat_python" and not extra
         else:
             assert args[2] == "compat and not slow" and extra
+
+
+def test_references_are_made_once_per_minor_by_that_minors_pyspark() -> None:
+    entries = reference_entries()
+    minors = [e.minor for e in entries]
+    assert len(minors) == len(set(minors)) == len({e.minor for e in (DEFAULT, *MATRIX)})
+    assert DEFAULT in entries and all(e in MATRIX for e in entries if e != DEFAULT)
