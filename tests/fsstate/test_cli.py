@@ -30,6 +30,8 @@ from fsstate.store.identity import WRITER_META, store_dir_for
 from tests.support.engine import settle_leases
 from tests.support.plugin import s3_options
 
+pytestmark = pytest.mark.compat_full  # make test-compat-full runs it on every matrix entry
+
 KEY = pa.schema([("k", pa.string())])
 VAL = pa.schema([("n", pa.int64())])
 UK = pa.schema([("u", pa.string())])

@@ -10,12 +10,15 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pytest
 from click.testing import CliRunner
 from pyspark.sql import SparkSession
 
 from devkit.spark_local import session_conf
 from examples.demo import make_clicks, run_demo_query
 from fsstate.cli import cli
+
+pytestmark = pytest.mark.compat_full  # make test-compat-full runs it on every matrix entry
 
 
 def _cli(*args: str, code: int = 0) -> Any:

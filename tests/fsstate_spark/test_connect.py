@@ -1,10 +1,13 @@
 """``tiered()`` from a Spark Connect client: the same query and output as a classic session.
 
-Each session runs in its own process (``connect_job.py``): ``SparkSession.builder.remote(
-"local[2]")`` starts a local Spark Connect server in its own JVM; ``tiered()`` runs on the
-client, and the processor (with its settings) travels to the server's Python workers pickled in
-the plan. Both runs must print the same rows, and the Connect run must have written fsstate
-versions (state really kept by fsstate, not by Spark's handles).
+The query (:func:`tests.support.connect_job.run_query`) runs on the suite's classic session,
+then from a Spark Connect client in a process of its own (``python -m
+tests.support.connect_job``) served from the suite's JVM
+(:func:`~tests.support.connect_flows.connect_server`, as ``SparkSession.builder.remote(
+"local[2]")`` serves one from a JVM of its own): ``tiered()`` runs on the client, and the
+processor (with its settings) travels to the server's Python workers pickled in the plan. Both
+runs must give the same rows and state, and the Connect run must have written fsstate versions
+(state really kept by fsstate, not by Spark's handles).
 """
 
 from __future__ import annotations
@@ -17,46 +20,39 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pyspark.sql import SparkSession
 
 from devkit.spark_local import write_batches
+from tests.support.connect_flows import connect_server
+from tests.support.connect_job import run_query
 from tests.support.processors import SINK_BATCHES
 from tests.support.stream import query_versions
 
-pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
+# compat_full: make test-compat-full runs it on every matrix entry
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(600), pytest.mark.compat_full]
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def run(mode: str, inputs: Path, work: Path) -> dict[str, Any]:
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tests.support.connect_job",
-            "--mode",
-            mode,
-            "--input",
-            str(inputs),
-            "--work",
-            str(work),
-        ],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=400,
-    )
+def _client(url: str, inputs: Path, work: Path) -> dict[str, Any]:
+    """The query run by a Spark Connect client of ``url`` (a process of its own)."""
+    env = {**os.environ, "SPARK_REMOTE": url, "PYSPARK_PYTHON": sys.executable}
+    command = [sys.executable, "-m", "tests.support.connect_job"]
+    command += ["--input", str(inputs), "--work", str(work)]
+    proc = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
     assert proc.returncode == 0 and lines, proc.stdout[-3000:] + proc.stderr[-3000:]
     result: dict[str, Any] = json.loads(lines[-1].removeprefix("RESULT "))
     return result
 
 
-def test_tiered_over_spark_connect_equals_the_classic_session(tmp_path: Path) -> None:
+def test_tiered_over_spark_connect_equals_the_classic_session(
+    spark: SparkSession, tmp_path: Path
+) -> None:
     inputs = tmp_path / "input"
     write_batches(inputs, SINK_BATCHES)
-    connect = run("connect", inputs, tmp_path / "connect")
-    classic = run("classic", inputs, tmp_path / "classic")
+    classic = run_query(spark, str(inputs), str(tmp_path / "classic"))
+    with connect_server(spark) as url:
+        connect = _client(url, inputs, tmp_path / "connect")
     assert connect["session"] == "pyspark.sql.connect.session"
     assert "connect" not in classic["session"]
     assert connect["rows"] == classic["rows"] and len(connect["rows"]) == 9

@@ -60,6 +60,7 @@ def _runs(spark: Any, root: Path, make: Any) -> dict[str, list[tuple[Any, ...]]]
     return out
 
 
+@pytest.mark.compat  # every other minor runs it (devkit/compat_matrix.py)
 def test_fork_and_rollback_equal_a_copied_checkpoint(spark: Any, tmp_path: Path) -> None:
     native = _runs(spark, tmp_path / "native", KitchenSink)
     # batches 2 and 3: the original's files 2 and 3, then the new ones (two per batch)

@@ -6,7 +6,7 @@ runs through it here and must give exactly the rows plain Python computes for th
 ``udf`` (pickled and Arrow-optimized), ``pandas_udf`` (scalar, iterator, grouped aggregate),
 Arrow UDFs where the release has them, ``mapInPandas``, ``mapInArrow``, ``applyInPandas``,
 ``applyInArrow`` where present, cogrouped ``applyInPandas``. Run on every supported PySpark
-minor by ``make test-compat``.
+minor and Python by ``make test-compat``.
 """
 
 from __future__ import annotations
@@ -20,6 +20,9 @@ import pyspark
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+
+# the compatibility matrix (devkit/compat_matrix.py): every other minor and every other Python
+pytestmark = [pytest.mark.compat, pytest.mark.compat_python]
 
 N = 20
 EXPECTED_PLUS_ONE = [(i, i + 1) for i in range(N)]

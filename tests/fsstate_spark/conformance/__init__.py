@@ -10,10 +10,16 @@ their processors (``helper/helper_pandas_transform_with_state.py``) are ported i
 
 Every scenario runs as streaming queries on one JSON file per micro-batch, three ways on the
 same input: Spark's handles (the plain processor in ``transformWithStateInPandas`` /
-``transformWithState``: the reference, run once per scenario and flavour), ``tiered`` (
-``tiered(processor)`` in the same Spark operator) and ``driver`` (the flow driver,
-``ops.transform_with_state[_in_pandas]`` and ``ops.write_stream``); in both flavours (pandas,
-Row) where Spark has both. A way is one entry of ``harness.WAYS``.
+``transformWithState``: the reference), ``tiered`` (``tiered(processor)`` in the same Spark
+operator) and ``driver`` (the flow driver, ``ops.transform_with_state[_in_pandas]`` and
+``ops.write_stream``); in both flavours (pandas, Row) where Spark has both. A way is one entry
+of ``harness.WAYS``. The reference's rows are the same on every run of a PySpark release: ``make
+conformance-reference`` runs Spark's handles on every scenario and flavour, on every minor the
+compatibility matrix runs, and stores their rows in ``reference/<minor>/<module>.json``
+(:mod:`.reference`, :mod:`.make_reference`); the tests compare every way with the stored rows
+and fail, naming that target, when the installed minor has none, a pin changed or a scenario
+changed since they were stored (``FSSTATE_CONFORMANCE_REFERENCE=live`` runs Spark's handles in
+the session instead).
 
 Scenarios, per Spark test (the module that holds them):
 
@@ -36,7 +42,8 @@ Scenarios, per Spark test (the module that holds them):
 * ``test_initial_state``: test_transform_with_state_init_state (``_with_extra_transformation``,
   ``_with_timers``), test_transform_with_state_restart_with_multiple_rows_init_state (its two
   queries; the second one's initial state is the first one's list state read with Spark's
-  ``statestore`` source from the reference's checkpoint),
+  ``statestore`` source from the reference's checkpoint: stored with the reference, the rows
+  that read gave),
   test_transform_with_state_with_timers_single_partition (init state with timers, restart with
   multiple rows).
 * ``test_schema_evolution`` (Avro state encoding): test_schema_evolution_scenarios,

@@ -19,14 +19,18 @@ Invariants:
   its sink is an error, never a shorter output.
 * Session settings a scenario needs are set around its runs with ``session_conf`` and put
   back; every run gets fresh input, checkpoint and state directories.
-* The reference runs once per scenario and flavour in a test session (:class:`Conformance`
-  memoizes it) and is shared by every way. It must reproduce the values Spark's own test
-  asserts (``Scenario.expected``, its expected errors), or every test of that scenario fails:
-  a port that does not reproduce Spark's test proves nothing. On an older PySpark minor
-  (``make test-compat``) a scenario its own handles do not reproduce is not one of that minor
-  (its behaviour changed later): skipped there, with what its handles did. A way that fails
-  where Spark's test passes (or passes where it expects an error) fails without running the
-  reference (on an older minor, once the reference says the scenario is the minor's).
+* The reference is stored per PySpark minor (:mod:`.reference`: ``make
+  conformance-reference`` runs Spark's handles and stores their rows), or, with
+  ``FSSTATE_CONFORMANCE_REFERENCE`` set to ``live`` (and while it is being made), runs once
+  per scenario and flavour in a test session (:class:`Conformance` memoizes it); either way it
+  is shared by every way. It must reproduce the values Spark's own test asserts
+  (``Scenario.expected``, its expected errors), or every test of that scenario fails: a port
+  that does not reproduce Spark's test proves nothing. On an older PySpark minor (``make
+  test-compat``) a scenario its own handles do not reproduce is not one of that minor (its
+  behaviour changed later): skipped there, with what its handles did. A stored reference is
+  looked up before the way runs; a live one runs after it, so a way that fails where Spark's
+  test passes (or passes where it expects an error) fails without running it (on an older
+  minor, once the reference says the scenario is the minor's).
 * Outputs are compared batch by batch as multisets of rows (order within a micro-batch is
   not defined); maps compare as sets of entries. A step where Spark's handles fail must fail
   in the way too, and the other way round.
@@ -45,7 +49,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyspark
 import pytest
@@ -56,6 +60,9 @@ from devkit.spark_local import session_conf, write_batches
 from fsstate_spark import operators as ops
 from fsstate_spark import tiered
 from fsstate_spark.compat import PYSPARK_MINOR, ROW_TRANSFORM_WITH_STATE
+
+if TYPE_CHECKING:
+    from tests.fsstate_spark.conformance.reference import StoredReferences
 
 FLAVOURS = ("pandas", "row")
 ID_TEMPERATURE = "id STRING, temperature INT"
@@ -258,7 +265,7 @@ class Outcome:
     """A scenario's run by one way (or the reference): its steps and checkpoint."""
 
     steps: list[StepOutcome]
-    checkpoint: Path
+    checkpoint: Path | None  # None: a stored reference (nothing ran)
 
     @property
     def batches(self) -> dict[int, list[dict[str, Any]]]:
@@ -300,13 +307,22 @@ def multiset(batch: Sequence[Mapping[str, Any]]) -> Counter[tuple[Any, ...]]:
 
 # -- running ---------------------------------------------------------------------------------
 class Conformance:
-    """Runs scenarios for one test session: fresh directories per run, the reference memo."""
+    """Runs scenarios for one test session: fresh directories per run, the reference memo.
 
-    def __init__(self, spark: SparkSession, root: Path) -> None:
+    ``stored``: the stored references (:mod:`.reference`) the ways are compared with; None
+    runs Spark's handles in the session, once per scenario and flavour, and keeps what
+    :meth:`spark_state` read of their checkpoints (``state_reads``, for storing).
+    """
+
+    def __init__(
+        self, spark: SparkSession, root: Path, stored: StoredReferences | None = None
+    ) -> None:
         self.spark = spark
         self.root = root
+        self.stored = stored
         self.runs = 0
         self._outcomes: dict[Entry, Outcome] = {}
+        self.state_reads: dict[tuple[str, str], dict[str, DataFrame]] = {}
 
     def new_dir(self, label: str) -> Path:
         self.runs += 1
@@ -325,11 +341,15 @@ class Conformance:
             yield
 
     def reference(self, scenario: Scenario, flavour: str) -> Outcome:
-        """Spark's handles on ``scenario`` (run once per session), checked against the values
-        Spark's own test asserts. On another PySpark minor than the one the tests were ported
-        from (:data:`PORTED_FROM`), a scenario whose values that minor's own handles do not
-        give is one the minor does not have: skipped, with what its handles did."""
-        outcome = self.outcome(SPARK, scenario, flavour)
+        """Spark's handles on ``scenario`` (stored, or run once per session), checked against
+        the values Spark's own test asserts. On another PySpark minor than the one the tests
+        were ported from (:data:`PORTED_FROM`), a scenario whose values that minor's own
+        handles do not give is one the minor does not have: skipped, with what its handles
+        did."""
+        if self.stored is not None:
+            outcome = self.stored.outcome(scenario, flavour)
+        else:
+            outcome = self.outcome(SPARK, scenario, flavour)
         if PYSPARK_MINOR == PORTED_FROM:
             _check_reference(scenario, flavour, outcome)
             return outcome
@@ -338,14 +358,15 @@ class Conformance:
         except AssertionError as exc:
             pytest.skip(
                 f"not a scenario of PySpark {pyspark.__version__}: its own handles do not give "
-                f"Spark {PORTED_FROM[0]}.{PORTED_FROM[1]}'s test's values ({str(exc)[:300]})"
+                f"Spark {PORTED_FROM[0]}.{PORTED_FROM[1]}'s test's values "
+                f"({stable(str(exc))[:300]})"
             )
         return outcome
 
     def check(self, scenario: Scenario, way: str, flavour: str) -> None:
         """Run ``scenario`` ``way`` and compare it, batch by batch, with Spark's handles."""
-        if PYSPARK_MINOR != PORTED_FROM:
-            self.reference(scenario, flavour)  # first: is it a scenario of this minor?
+        if self.stored is not None or PYSPARK_MINOR != PORTED_FROM:
+            self.reference(scenario, flavour)  # first: is it stored, and of this minor?
         if way in SPARK_OPERATOR_WAYS:
             got = self.outcome(way, scenario, flavour)
         else:
@@ -353,6 +374,27 @@ class Conformance:
         against_sparks_test(scenario, way, flavour, got)  # no reference needed to fail
         ref = self.reference(scenario, flavour)
         compare(scenario, way, flavour, ref, got)
+
+    def spark_state(
+        self, scenario: Scenario, flavour: str, var: str, columns: tuple[str, ...]
+    ) -> DataFrame:
+        """``columns`` of state variable ``var`` in the checkpoint of ``scenario``'s reference,
+        read with Spark's ``statestore`` source (stored: the rows that read gave)."""
+        key = f"{var}: {', '.join(columns)}"
+        if self.stored is not None:
+            self.reference(scenario, flavour)  # skips where the minor lacks the scenario
+            schema, rows = self.stored.state_read(scenario, flavour, key)
+            return self.spark.createDataFrame(rows, schema)
+        checkpoint = self.reference(scenario, flavour).checkpoint
+        df = (
+            self.spark.read.format("statestore")
+            .option("path", str(checkpoint))
+            .option("stateVarName", var)
+            .load()
+            .selectExpr(*columns)
+        )
+        self.state_reads.setdefault((scenario.name, flavour), {})[key] = df
+        return df
 
     def outcome(self, label: str, scenario: Scenario, flavour: str) -> Outcome:
         """``scenario`` in Spark's operator with Spark's handles (``label`` ``"spark"``) or a
@@ -473,6 +515,12 @@ class _Sink:
 
 WRAPPERS = ("PythonException", "StreamingQueryException", "Py4JJavaError", "SparkException")
 _EXC_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception))(?::\s.*)?$")
+_RUN_IDS = re.compile(r"[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12}")  # a query's, a run's
+
+
+def stable(text: str) -> str:
+    """``text`` without what differs between runs of the same query (its ids)."""
+    return _RUN_IDS.sub("<id>", text)
 
 
 def _error(exc: BaseException) -> str:
@@ -489,8 +537,8 @@ def cause(error: str) -> str:
         and not m.group(1).endswith(WRAPPERS)
         and not line.strip().startswith(("java.", "org.", "scala."))
     ]
-    head = error.splitlines()[0][:300] if error else ""
-    return f"{causes[-1]} (in: {head})" if causes else error[:2000]
+    head = stable(error.splitlines()[0])[:300] if error else ""
+    return f"{causes[-1]} (in: {head})" if causes else stable(error)[:2000]
 
 
 def _await(query: Any, seen: Mapping[int, Any], first: int, count: int) -> str | None:

@@ -104,6 +104,8 @@ SCENARIOS = [
 ]
 
 
+# make test-compat-full runs it on every matrix entry, every way
+@pytest.mark.compat_full
 @pytest.mark.parametrize(("scenario", "way", "flavour"), cases(SCENARIOS))
 def test_arrow_batch_scenarios_match_sparks_handles(
     conformance: Conformance, scenario: Scenario, way: str, flavour: str

@@ -191,6 +191,8 @@ SCENARIOS = [
 ]
 
 
+# every other minor runs it, on its tiered() way (devkit/compat_matrix.py)
+@pytest.mark.compat
 @pytest.mark.parametrize(("scenario", "way", "flavour"), cases(SCENARIOS))
 def test_basic_scenarios_match_sparks_handles(
     conformance: Conformance, scenario: Scenario, way: str, flavour: str

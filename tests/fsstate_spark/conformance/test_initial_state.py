@@ -92,14 +92,8 @@ def _multiple_rows(
     )
 
     def from_state_source(conf: Conformance, flavour: str) -> DataFrame:
-        checkpoint = conf.reference(first, flavour).checkpoint
-        return (
-            conf.spark.read.format("statestore")
-            .option("path", str(checkpoint))
-            .option("stateVarName", "listState1")
-            .load()
-            .selectExpr("key.id AS id", "list_element.temperature AS initVal")
-        )
+        columns = ("key.id AS id", "list_element.temperature AS initVal")
+        return conf.spark_state(first, flavour, "listState1", columns)
 
     listed = flavours(p.PandasAccumulateListInitial, p.RowAccumulateListInitial)
     second = Scenario(
@@ -152,6 +146,8 @@ SCENARIOS = [
 ]
 
 
+# every other minor runs it, on its tiered() way (devkit/compat_matrix.py)
+@pytest.mark.compat
 @pytest.mark.parametrize(("scenario", "way", "flavour"), cases(SCENARIOS))
 def test_initial_state_scenarios_match_sparks_handles(
     conformance: Conformance, scenario: Scenario, way: str, flavour: str

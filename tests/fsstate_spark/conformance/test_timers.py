@@ -162,6 +162,8 @@ SCENARIOS = [
 ]
 
 
+# every other minor runs it, on its tiered() way (devkit/compat_matrix.py)
+@pytest.mark.compat
 @pytest.mark.parametrize(("scenario", "way", "flavour"), cases(SCENARIOS))
 def test_timer_scenarios_match_sparks_handles(
     conformance: Conformance, scenario: Scenario, way: str, flavour: str

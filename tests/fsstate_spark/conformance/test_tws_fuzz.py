@@ -86,6 +86,8 @@ SCENARIOS = [
 ]
 
 
+# make test-compat-full runs it on every matrix entry, every way
+@pytest.mark.compat_full
 @pytest.mark.parametrize(("scenario", "way", "flavour"), cases(SCENARIOS, STATE_API_WAYS))
 def test_tws_fuzz_scenarios_match_sparks_handles(
     conformance: Conformance, scenario: Scenario, way: str, flavour: str

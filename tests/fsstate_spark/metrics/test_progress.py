@@ -43,7 +43,10 @@ def _engine_restored(spark: SparkSession) -> Iterator[None]:
     restore_engine(spark)
 
 
-@pytest.mark.parametrize("loop, where", [("fast", "local"), ("stock", "s3")])
+@pytest.mark.parametrize(
+    "loop, where",
+    [pytest.param("fast", "local", marks=pytest.mark.compat), ("stock", "s3")],  # compat: the
+)  # keyed loop's figures come back through Spark's accumulator, whose updates differ by minor
 def test_tiered_figures_equal_the_state_both_loops(
     spark: SparkSession, tmp_path: Path, loop: str, where: str, request: pytest.FixtureRequest
 ) -> None:

@@ -30,7 +30,7 @@ from tests.support.flow_cases import (
     make_batches,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.compat_full]  # compat_full: make test-compat-full
 
 AGGS = [ops.Agg("count"), ops.Agg("sum", "v"), ops.Agg("min", "v"), ops.Agg("max", "v")]
 

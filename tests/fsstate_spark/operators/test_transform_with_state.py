@@ -56,7 +56,7 @@ from tests.support.processors import (
 )
 from tests.support.stream import StreamRunner
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.compat]  # compat: every other minor runs it
 
 
 @pytest.fixture

@@ -32,6 +32,8 @@ from fsstate_spark.settings import default_state_uri, spark_settings
 from tests.support.inspect_processors import LEDGER_SCHEMA, NOOP, Ledger
 from tests.support.stream import StreamRunner
 
+pytestmark = pytest.mark.compat  # every other minor runs it (devkit/compat_matrix.py)
+
 KEYS = ["a", "b", "c", "d", "e"]
 BATCHES = 5
 

@@ -24,7 +24,12 @@ from fsstate_spark.tiered.adapters import ADAPTERS, minor_of
 from tests.fsstate_spark.conftest import Tiered
 from tests.support.engine import run_probe
 from tests.support.processors import GC_PROBE_SCHEMA, INPUT_SCHEMA, GcProbe
-from tests.support.worker_job import OUTPUT, Totals, key_text
+from tests.support.worker_job import OUTPUT, Totals, key_text, module_logs
+
+# every other minor runs the file (devkit/compat_matrix.py); the other Pythons all but the test
+# that simulates another PySpark minor and a broken import in two jobs of their own, on the very
+# PySpark make test runs it on (the others are marked compat_python one by one)
+pytestmark = pytest.mark.compat
 
 BATCHES = [
     [{"k": 1, "v": 1}, {"k": None, "v": 2}, {"k": 2, "v": 3}, {"k": None, "v": 4}],
@@ -36,6 +41,7 @@ def _counts(rows: list[Any]) -> dict[str, int]:
     return {key_text(r[0]): int(r[1]) for r in rows}
 
 
+@pytest.mark.compat_python
 @pytest.mark.parametrize("column", ["k", "d"])
 def test_null_and_nan_keys_group_as_the_jvm_groups_them(
     spark: SparkSession, tiered_loop: Tiered, tmp_path: Path, column: str
@@ -80,6 +86,7 @@ def test_null_and_nan_keys_group_as_the_jvm_groups_them(
         )
 
 
+@pytest.mark.compat_python
 @pytest.mark.skipif(
     not hasattr(GroupedData, "transformWithState") or minor_of(pyspark.__version__) not in ADAPTERS,
     reason="fsstate's keyed loop runs Row processors from PySpark 4.1 on",
@@ -149,18 +156,22 @@ def _running_totals(batches: list[list[dict[str, Any]]]) -> list[list[Any]]:
     return sorted(rows, key=repr)
 
 
-def _job(module: str, inputs: Path, work: Path, modules: Path) -> tuple[list[Any], str]:
+def _jobs(names: list[str], inputs: Path, work: Path, modules: Path) -> dict[str, Any]:
+    """One job that runs the query under each worker module of ``names`` in turn (a
+    SparkContext each, one JVM): module -> (its rows, its part of the job's log)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(modules), str(ROOT), env.get("PYTHONPATH", "")])
+    each = [arg for name in names for arg in ("--module", name)]
     proc = subprocess.run(
-        [sys.executable, "-m", "tests.support.worker_job", "--module", module,
+        [sys.executable, "-m", "tests.support.worker_job", *each,
          "--input", str(inputs), "--work", str(work)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=400,
     )  # fmt: skip
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
     assert proc.returncode == 0 and lines, proc.stdout[-3000:] + proc.stderr[-3000:]
-    rows: list[Any] = json.loads(lines[-1].removeprefix("RESULT "))["rows"]
-    return rows, proc.stderr
+    rows: dict[str, list[Any]] = json.loads(lines[-1].removeprefix("RESULT "))["rows"]
+    logs = module_logs(proc.stderr, names)
+    return {name: (rows[name], logs[name]) for name in names}
 
 
 def test_another_pyspark_or_a_failing_import_runs_pysparks_loop_with_the_same_rows(
@@ -179,8 +190,9 @@ def test_another_pyspark_or_a_failing_import_runs_pysparks_loop_with_the_same_ro
     write_batches(inputs, batches)
     want = _running_totals(batches)
     assert len(want) == 6
+    ran = _jobs(list(FALLBACKS), inputs, tmp_path / "work", modules)
     for name, (_, said) in FALLBACKS.items():
-        rows, log = _job(name, inputs, tmp_path / name, modules)
+        rows, log = ran[name]
         assert rows == want, name
         assert said in log, log[-2000:]
         assert "runs on PySpark's per-key loop" in log, log[-2000:]
@@ -224,6 +236,7 @@ print("PROBE " + json.dumps(seen))
 """
 
 
+@pytest.mark.compat_python
 def test_the_worker_module_loads_fsstate_at_the_first_transform_with_state_task() -> None:
     """Importing the worker module (as Spark's daemon does, before a task's ``--py-files`` are on
     the path) imports no fsstate; another eval type runs PySpark's own function and still imports

@@ -44,7 +44,7 @@ from tests.support.rescale_processors import (
 )
 from tests.support.stream import StreamRunner
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.compat_full]  # compat_full: make test-compat-full
 
 # Spark's offline repartition of a checkpoint, which a tiered() rescale runs first, is 4.2+
 needs_spark_repartition = pytest.mark.skipif(

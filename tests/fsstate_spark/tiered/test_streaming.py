@@ -7,6 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.fsstate_spark.conftest import Tiered
 from tests.support.processors import (
     ROW_SCHEMA,
@@ -18,6 +20,9 @@ from tests.support.processors import (
     TtlTimers,
 )
 from tests.support.stream import StreamRunner, memo_run, query_versions
+
+# the compatibility matrix (devkit/compat_matrix.py): every other minor and every other Python
+pytestmark = [pytest.mark.compat, pytest.mark.compat_python]
 
 
 def _query_dirs(state_uri: Path) -> list[Path]:
