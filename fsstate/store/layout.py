@@ -32,9 +32,10 @@ Invariants:
 from __future__ import annotations
 
 import json
+import logging
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,14 +47,18 @@ __all__ = [
     "LAYOUTS_DIR",
     "LAYOUT_FILE",
     "Layout",
+    "continued_operator",
     "in_force",
     "new_layout_dir",
+    "operators_by_kind",
     "operators_of_kind",
     "publish_layout",
     "read_layouts",
     "record_path",
     "source_of",
 ]
+
+log = logging.getLogger(__name__)
 
 LAYOUT_FILE = "operator.json"  # <operator>/operator.json: generation 0, written once
 LAYOUTS_DIR = "layouts"  # <operator dir>/layouts/<k:06d>.json: generations 1, 2, ...
@@ -184,9 +189,12 @@ def read_layouts(fileio: FileIO, operator: str) -> list[Layout]:
     return out
 
 
-def operators_of_kind(fileio: FileIO, kind: str) -> list[str]:
-    """The operators under a state root whose generation-0 record says ``kind``, sorted (one
-    recursive LIST of the root and one GET per operator found: not for the per-batch path)."""
+def operators_by_kind(
+    fileio: FileIO, read: Callable[[FileIO, str], Sequence[Layout]] | None = None
+) -> dict[str, str | None]:
+    """Every operator under a state root with a generation-0 record, sorted, to the ``kind``
+    that record says (one recursive LIST of the root and one ``read`` per operator found,
+    :func:`read_layouts` by default: not for the per-batch path)."""
     names = sorted(
         {
             e.path.split("/")[0]
@@ -194,7 +202,47 @@ def operators_of_kind(fileio: FileIO, kind: str) -> list[str]:
             if e.path.count("/") == 1 and e.path.endswith("/" + LAYOUT_FILE)
         }
     )
-    return [n for n in names if read_layouts(fileio, n)[0].kind == kind]
+    reader = read_layouts if read is None else read
+    return {n: reader(fileio, n)[0].kind for n in names}
+
+
+def operators_of_kind(fileio: FileIO, kind: str) -> list[str]:
+    """The operators under a state root whose generation-0 record says ``kind``, sorted
+    (:func:`operators_by_kind`)."""
+    return [n for n, k in operators_by_kind(fileio).items() if k == kind]
+
+
+def continued_operator(
+    fileio: FileIO,
+    name: str,
+    kind: str,
+    who: str,
+    *,
+    claimed: Collection[str] = (),
+    several: str = "operators",
+    remedy: str = "name=<the one it continues>",
+) -> str:
+    """The operator a processor named ``name`` continues: ``name`` when its generation-0
+    record exists; else the only operator of ``kind`` under the root not in ``claimed`` (a
+    renamed or replaced class: state follows the query's operator, as Spark's does; logged);
+    else ``name`` (no state yet). ``who`` names the processor in messages, ``several`` the
+    operators found, ``remedy`` what says which.
+
+    Raises:
+        ConfigError: several operators of ``kind`` could be the one ``name`` continues.
+    """
+    if fileio.exists(record_path(name, 0)):
+        return name
+    found = [n for n in operators_of_kind(fileio, kind) if n not in claimed]
+    if len(found) > 1:
+        raise ConfigError(
+            f"{who} has no state under that name, and the state holds several {several} "
+            f"{found}: pass {remedy}"
+        )
+    if not found:
+        return name
+    log.warning("fsstate: %s takes over the state of %r; pass %s to say so", who, found[0], remedy)
+    return found[0]
 
 
 def source_of(layouts: Sequence[Layout], layout: Layout) -> Layout | None:

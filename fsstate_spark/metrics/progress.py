@@ -61,7 +61,7 @@ from fsstate.storage.fileio import FileIO
 from fsstate.storage.location import Location
 from fsstate.storage.manifest import Manifest, read_manifest
 from fsstate.store.identity import store_dir_for
-from fsstate.store.layout import LAYOUT_FILE, in_force, read_layouts, record_path
+from fsstate.store.layout import in_force, operators_by_kind, read_layouts, record_path
 from fsstate.store.lineage import list_branches
 from fsstate_spark.metrics.model import (
     BatchProgress,
@@ -199,19 +199,13 @@ def _exists(fileio: FileIO, name: str) -> bool:
 
 
 def _listed(fileio: FileIO, tiered: bool) -> list[str]:
-    """Operators with a layout record under ``fileio`` (one LIST of the root's first two
-    levels' records), tiered ones or the others."""
+    """Operators with a layout record under ``fileio``, tiered ones or the others (their
+    layouts read through the per-process cache)."""
     try:
-        names = sorted(
-            {
-                e.path.split("/")[0]
-                for e in fileio.list("", recursive=True)
-                if e.path.count("/") == 1 and e.path.endswith("/" + LAYOUT_FILE)
-            }
-        )
-        return [n for n in names if (_layouts(fileio, n)[0].kind == TIERED_KIND) == tiered]
+        kinds = operators_by_kind(fileio, read=_layouts)
     except FsStateError:
         return []
+    return [n for n, kind in kinds.items() if (kind == TIERED_KIND) == tiered]
 
 
 def _layouts(fileio: FileIO, name: str) -> list[Any]:

@@ -88,7 +88,7 @@ from fsstate.operators.base import Operator
 from fsstate.operators.planning import EpochPlan, EpochPlanner, PlannedStage, WatermarkInput
 from fsstate.operators.runner import check_layout
 from fsstate.storage.fileio import FileIO
-from fsstate.store.layout import in_force, operators_of_kind, read_layouts, record_path
+from fsstate.store.layout import continued_operator, in_force, read_layouts
 from fsstate.store.record import Writer
 from fsstate_spark.compat import require_supported_pyspark
 from fsstate_spark.operators.flows import Flow, Source, StageSpec, arrow_schema_of, walk
@@ -387,19 +387,11 @@ class Driver:
             op = spec.op
             if not isinstance(op, ProcessorStage) or op.name_given:
                 continue
-            if fileio.exists(record_path(op.name, 0)):
-                continue
-            found = [n for n in operators_of_kind(fileio, type(op).__name__) if n not in claimed]
-            if len(found) > 1:
-                raise ConfigError(
-                    f"transform_with_state: the stage {op.name!r} has no state under that name "
-                    f"and the query's state holds several other processor stages {found}: pass "
-                    "name=<the one it continues>"
-                )
-            if found:
-                log.warning("fsstate: stage %r takes over the state of %r", op.name, found[0])
-                claimed.add(found[0])
-                op.name = found[0]
+            who = f"transform_with_state: the stage {op.name!r}"
+            op.name = continued_operator(
+                fileio, op.name, type(op).__name__, who, claimed=claimed, several="processor stages"
+            )
+            claimed.add(op.name)
         self._inputs = _watermark_inputs(self.flow)
 
     def batch_clock(self, fileio: FileIO, batch_id: int) -> int:

@@ -90,7 +90,7 @@ from fsstate.stats import CommitInfo
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.location import Location
 from fsstate.store.epoch import EpochRun, StoreAddress, begin_epoch, check_count, record_layouts
-from fsstate.store.layout import Layout, in_force, operators_of_kind, record_path
+from fsstate.store.layout import Layout, continued_operator, in_force, operators_of_kind
 from fsstate.store.lineage import lineage_for
 from fsstate.store.pool import Outcome, StorePool, store_pool
 from fsstate.store.record import Writer
@@ -434,26 +434,16 @@ def operator_name(fileio: FileIO, config: TieredConfig, task: TaskInfo) -> str:
         ConfigError: several tiered operators of the query have state and none has the name.
     """
     name = config.name
-    if config.name_given or not task.batch_id or fileio.exists(record_path(name, 0)):
+    if config.name_given or not task.batch_id:
         return name
-    found = tiered_operators(fileio)
-    if len(found) == 1:
-        log.warning(
-            "fsstate: tiered(%s) takes over the state of tiered operator %r of query %s (the "
-            "query's only one); pass tiered(..., name=%r) to say so",
-            name,
-            found[0],
-            task.query_id,
-            found[0],
-        )
-        return found[0]
-    if found:
-        raise ConfigError(
-            f"tiered(): the processor {name!r} of query {task.query_id} has no state under that "
-            f"name, and the query's state holds several tiered operators {found}: pass "
-            "tiered(..., name=<the one it continues>)"
-        )
-    return name
+    return continued_operator(
+        fileio,
+        name,
+        TIERED_KIND,
+        f"tiered(): the processor {name!r} of query {task.query_id}",
+        several="tiered operators",
+        remedy="tiered(..., name=<the one it continues>)",
+    )
 
 
 _cache = StoreCache(store_pool())
