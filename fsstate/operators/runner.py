@@ -47,11 +47,11 @@ from fsstate.stats import CommitInfo
 from fsstate.storage.fileio import FileIO
 from fsstate.store.epoch import StoreAddress, begin_epoch, resolve_layout
 from fsstate.store.identity import WRITER_META
-from fsstate.store.layout import LAYOUT_FILE, Layout
+from fsstate.store.layout import Layout
 from fsstate.store.pool import StorePool
 from fsstate.store.record import EpochRecord, Writer
 
-__all__ = ["LAYOUT_FILE", "EpochResult", "check_layout", "log_epoch", "run_epoch"]
+__all__ = ["EpochResult", "check_layout", "log_epoch", "run_epoch"]
 
 EPOCH_LOG_ENV = "FSSTATE_EPOCH_LOG"  # a file each committed epoch appends a JSON line to
 
