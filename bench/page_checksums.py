@@ -42,7 +42,8 @@ from fsstate.storage.backend import parquet_file
 from fsstate.storage.cache import BlockCache
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.manifest import read_manifest
-from fsstate.storage.runs import Run, RunContext
+from fsstate.storage.runfile import RunContext
+from fsstate.storage.runs import Run
 
 
 def _run_file(tmp: Path, rows: int) -> tuple[pa.Table, pq.FileMetaData, bytes]:

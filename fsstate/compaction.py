@@ -66,7 +66,8 @@ from fsstate.format.segment import Segment, same_as_next, sort_batch
 from fsstate.format.tombstones import RangeTombstones
 from fsstate.osmem import return_memory_to_os
 from fsstate.storage.depth import needs_merge
-from fsstate.storage.runs import Run, RunContext, write_run_stream
+from fsstate.storage.runfile import RunContext
+from fsstate.storage.runs import Run, write_run_stream
 from fsstate.tables.base import TableBase
 
 log = logging.getLogger("fsstate.compaction")

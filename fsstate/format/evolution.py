@@ -25,7 +25,7 @@ decides:
 
 After an allowed change the table's spec is the new one (:func:`evolve`): new rows are written
 with it, and rows of older files are projected to it where files are decoded
-(:func:`project_rows`, called by :mod:`fsstate.storage.runs`): fields by name, widened by a
+(:func:`project_rows`, called by :mod:`fsstate.storage.runfile`): fields by name, widened by a
 cast, added ones null, removed ones dropped. A compaction rewrites them in the new layout.
 
 Invariants:

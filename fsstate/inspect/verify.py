@@ -6,7 +6,7 @@ branch (:mod:`fsstate.store.lineage`: a lineage that forked; damage on a branch 
 the manifest is read and checked (its SHA-256 checksum, format version), then every file it
 references (data runs and TTL index runs, each once however many versions and branches share
 it) is read whole and checked against the manifest's record: size, CRC-32, that it decodes as
-Parquet, and its row count (:func:`fsstate.storage.runs.read_table_file`, the same checks a
+Parquet, and its row count (:func:`fsstate.storage.runfile.read_table_file`, the same checks a
 restore makes). Skews and missing partitions are the trunk's (a branch's partitions are what
 its lineage reached: ``fsstate branches`` lists them).
 
@@ -54,7 +54,7 @@ from fsstate.inspect.completeness import Gap, Seen, check_operator
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.manifest import Manifest, read_manifest
 from fsstate.storage.naming import origin_of
-from fsstate.storage.runs import read_table_file
+from fsstate.storage.runfile import read_table_file
 from fsstate.store.identity import WRITER_META, operator_dir, store_dir_for
 from fsstate.store.layout import read_layouts
 from fsstate.store.lineage import FORKED_PATH, fork_source

@@ -65,7 +65,7 @@ from fsstate.format.refs import FileRef
 from fsstate.format.schema import TableSpec
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.manifest import Manifest, TableEntry
-from fsstate.storage.runs import file_metadata, write_table_file
+from fsstate.storage.runfile import file_metadata, write_table_file
 from fsstate.store.identity import WRITER_META
 from fsstate.tables import TableBase
 from fsstate.tables.ttl_index import encode_changes, needs_snapshot

@@ -83,7 +83,7 @@ from fsstate.storage.manifest import (
     publish_manifest,
     read_manifest,
 )
-from fsstate.storage.runs import RunContext
+from fsstate.storage.runfile import RunContext
 from fsstate.store.catchup import apply_plan, plan_store
 from fsstate.store.collector import request_collection
 from fsstate.store.commit import check_adoptable, link_to_base, seal_table, settle

@@ -17,7 +17,7 @@ defined in :mod:`fsstate.stats`; this module states how each is measured.
   that is not loaded keeps its count from the parent's summary.
 * ``rows_updated`` / ``rows_removed`` / ``rows_expired``: the tables' row tallies since the
   store's last commit (or since it was opened, caught up or adopted a version).
-* I/O: the store's :class:`fsstate.storage.runs.IoTally` since its last commit: the commit's
+* I/O: the store's :class:`fsstate.storage.runfile.IoTally` since its last commit: the commit's
   own files, spills, compactions (a background round that ends after the commit counts in the
   next version), first reads of cold data, catch-up reads. Opening reads only the manifest.
 * Memory at the commit: the store's ``memory_bytes()``, of which views (sampled estimate)
@@ -42,7 +42,7 @@ from typing import Protocol
 from fsstate.config import StoreConfig
 from fsstate.stats import TableSummary, VersionSummary
 from fsstate.storage.manifest import Manifest
-from fsstate.storage.runs import IoTally
+from fsstate.storage.runfile import IoTally
 from fsstate.tables import TableBase
 
 

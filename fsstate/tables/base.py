@@ -40,7 +40,8 @@ from fsstate.osmem import gc_paused
 from fsstate.stats import TableStats
 from fsstate.storage.depth import needs_merge
 from fsstate.storage.manifest import TableEntry
-from fsstate.storage.runs import Run, read_table_file, write_run_stream
+from fsstate.storage.runfile import read_table_file
+from fsstate.storage.runs import Run, write_run_stream
 from fsstate.tables.core import TableCore
 from fsstate.tables.counts import count_dirty, view_count
 from fsstate.tables.memtable import deep_size, dirty_batches, estimate_view_bytes, view_rows

@@ -53,7 +53,8 @@ from fsstate.format.schema import (
 from fsstate.format.segment import OpRow, Segment
 from fsstate.format.tombstones import ABSENT, RangeTombstones, replay_list, replay_map, replay_value
 from fsstate.interfaces import Key, StateKind
-from fsstate.storage.runs import Run, RunContext
+from fsstate.storage.runfile import RunContext
+from fsstate.storage.runs import Run
 from fsstate.tables.counts import RowTally
 from fsstate.tables.ttl_index import TtlIndex
 

@@ -7,7 +7,7 @@ scanned through Arrow's dataset layer, whose pool thread dropped the last refere
 buffer after the read returned; the buffer's destructor takes the GIL, and during interpreter
 exit ``take_gil`` ends such a thread with ``pthread_exit``, whose unwinding through a
 ``noexcept`` destructor calls ``std::terminate``. Runs are now decoded on the calling thread
-(:mod:`fsstate.storage.runs`). The commands run here as processes with stdout piped, as in
+(:mod:`fsstate.storage.runfile`). The commands run here as processes with stdout piped, as in
 the report, many times: a race that aborted about 1 run in 30 must never show."""
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ import pytest
 
 from fsstate import PartitionStore, StoreConfig, read_table
 from fsstate.errors import DataFileCorruptError
-from fsstate.storage.runs import WHOLE_FILE_BYTES_MAX
+from fsstate.storage.runfile import WHOLE_FILE_BYTES_MAX
 
 ROWS = 160_000  # 32 random characters a value: a run file above WHOLE_FILE_BYTES_MAX
 KEY_SCHEMA = pa.schema([("k", pa.string())])

@@ -91,7 +91,7 @@ def _budget_reclaimed(history: list[BatchProgress]) -> None:
     stores between batches (it depends on which worker ran which partition before), the next
     batch read them back from storage: a file read counts its bytes (a row group read from a
     file whose footer the block cache still holds counts bytes and no file:
-    :class:`fsstate.storage.runs.IoTally`)."""
+    :class:`fsstate.storage.runfile.IoTally`)."""
     ops = [b.operator("Ledger") for b in history]
     first = ops[0].custom_metrics()
     assert ops[0].to_json()["memoryUsedBytes"] > 1024 * 1024 or first["spills"] > 0, first
