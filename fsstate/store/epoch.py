@@ -44,9 +44,11 @@ another attempt (which the next attempt adopts). A caller that cannot see every 
 does not call ``close`` after a task raised) still never reuses the store: the pool closes a
 store still acquired when its key is acquired again.
 
-Invariants: :meth:`EpochRun.commit` and :meth:`EpochRun.fail` are each final (a second call of
-either raises :class:`fsstate.errors.StoreClosedError`); an epoch run used as a context manager
-fails on any exception that leaves the block before its commit.
+Invariants: an epoch run's :class:`EpochState` goes ``OPEN`` -> ``COMMITTING`` -> ``COMMITTED``
+or ``FAILED``, or ``OPEN`` -> ``FAILED``, and no other way: :meth:`EpochRun.commit` and
+:meth:`EpochRun.fail` are each final (a call of either on an epoch no longer open raises
+:class:`fsstate.errors.StoreClosedError`; a commit that raises leaves it ``FAILED``); an epoch
+run used as a context manager fails on any exception that leaves the block while it is open.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from enum import Enum
 from types import TracebackType
 
 from fsstate.config import StoreConfig
@@ -73,6 +76,7 @@ from fsstate.store.record import RECORD_KEYS, EpochRecord, Writer
 
 __all__ = [
     "EpochRun",
+    "EpochState",
     "StoreAddress",
     "begin_epoch",
     "check_count",
@@ -81,6 +85,21 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+
+class EpochState(Enum):
+    """Where an epoch run is (see the module docstring's invariants)."""
+
+    OPEN = "open"  # acquired, being processed
+    COMMITTING = "committing"  # its commit runs
+    COMMITTED = "committed"  # published (or adopted); the store went back to the pool
+    FAILED = "failed"  # discarded: never committed from, never reused
+
+
+_NEXT: dict[EpochState, tuple[EpochState, ...]] = {
+    EpochState.OPEN: (EpochState.COMMITTING, EpochState.FAILED),
+    EpochState.COMMITTING: (EpochState.COMMITTED, EpochState.FAILED),
+}
 
 
 @dataclass(frozen=True)
@@ -177,12 +196,12 @@ class EpochRun:
     """
 
     __slots__ = (
-        "_done",
         "_pool",
         "acquire_ms",
         "epoch",
         "follow_lineage",
         "outcome",
+        "state",
         "store",
         "writer",
     )
@@ -198,7 +217,7 @@ class EpochRun:
         follow_lineage: bool = False,
     ) -> None:
         self._pool = pool
-        self._done = False
+        self.state = EpochState.OPEN
         self.follow_lineage = follow_lineage
         self.store = store
         self.epoch = epoch
@@ -260,16 +279,21 @@ class EpochRun:
 
     @property
     def done(self) -> bool:
-        """Whether the epoch committed or failed."""
-        return self._done
+        """Whether the epoch is no longer open (committed, failed, or its commit runs)."""
+        return self.state is not EpochState.OPEN
 
-    def _finish(self) -> None:
-        if self._done:
+    def _to(self, state: EpochState) -> None:
+        """Move to ``state``, where the run's state allows it (see the module docstring).
+
+        Raises:
+            StoreClosedError: the epoch already committed or failed.
+        """
+        if state not in _NEXT.get(self.state, ()):
             raise StoreClosedError(
-                f"epoch {self.epoch} of store {self.store.store_dir} already committed or "
-                "failed; begin the next epoch with begin_epoch"
+                f"epoch {self.epoch} of store {self.store.store_dir} already "
+                f"{self.state.value}; begin the next epoch with begin_epoch"
             )
-        self._done = True
+        self.state = state
 
     def commit(self, record: EpochRecord | None = None) -> CommitInfo:
         """Record ``record`` (with this run's writer) and publish version ``epoch``; the store
@@ -280,17 +304,17 @@ class EpochRun:
             CommitConflictError: the version was published on another parent, or by another
                 writer (one recorded against none).
             ConfigError: the version was published by another instance of the same run.
+            StoreClosedError: the epoch already committed or failed.
         """
-        self._finish()
-        ok = False
+        self._to(EpochState.COMMITTING)
         try:
             info = self._commit(record or EpochRecord())
-            ok = True
-        finally:
-            if ok:
-                self._pool.release(self.store)
-            else:
-                self._pool.discard(self.store)
+        except BaseException:
+            self._to(EpochState.FAILED)
+            self._pool.discard(self.store)
+            raise
+        self._to(EpochState.COMMITTED)
+        self._pool.release(self.store)
         return info
 
     def _commit(self, record: EpochRecord) -> CommitInfo:
@@ -332,8 +356,12 @@ class EpochRun:
         return info
 
     def fail(self) -> None:
-        """Discard the store: the epoch never commits from it, and it is never reused."""
-        self._finish()
+        """Discard the store: the epoch never commits from it, and it is never reused.
+
+        Raises:
+            StoreClosedError: the epoch already committed or failed.
+        """
+        self._to(EpochState.FAILED)
         self._pool.discard(self.store)
 
     def __enter__(self) -> EpochRun:
@@ -345,7 +373,7 @@ class EpochRun:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if exc_type is not None and not self._done:
+        if exc_type is not None and self.state is EpochState.OPEN:
             self.fail()
 
 
