@@ -43,7 +43,6 @@ __all__ = [
     "WatermarkInput",
     "WatermarkSpec",
     "next_watermark",
-    "read_epoch",
 ]
 
 POLICIES = ("min", "max")
@@ -191,21 +190,3 @@ class EpochPlanner:
             if seen is not None:
                 maxima[i.name] = seen
         return EpochPlan(epoch, late, next_watermark(late, maxima, self.spec), previous)
-
-
-def read_epoch(
-    fileio: FileIO, operator: str, partitions: int, version: int, layout: str = ""
-) -> EpochRecord:
-    """The merged record of ``version`` of every partition of ``operator`` (one GET each), in
-    the layout generation directory ``layout`` (``""``: generation 0).
-
-    Raises:
-        VersionNotFoundError: a partition has no such version.
-    """
-    got, _ = read_records(fileio, operator, partitions, version, layout)
-    if got is None:
-        raise VersionNotFoundError(
-            f"operator {operator!r}: a partition of {fileio.describe(operator)} has no version "
-            f"{version}"
-        )
-    return EpochRecord.merge(got)
