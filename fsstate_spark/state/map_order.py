@@ -44,6 +44,7 @@ import pyarrow as pa
 from fsstate.errors import ConfigError, SchemaError
 from fsstate.interfaces import Key
 
+ENCODING_CONF = "spark.sql.streaming.stateStore.encodingFormat"  # the conf naming the encoding
 UNSAFEROW = "unsaferow"
 AVRO = "avro"
 ENCODINGS = (UNSAFEROW, AVRO)

@@ -38,10 +38,9 @@ from fsstate_spark.settings import (
     resolve_state_settings,
     spark_settings,
 )
-from fsstate_spark.state.map_order import ENCODINGS, UNSAFEROW
+from fsstate_spark.state.map_order import ENCODING_CONF, ENCODINGS, UNSAFEROW
 
 TIERED = Product("tiered()", "tiered(state_uri=...)")
-ENCODING_CONF = "spark.sql.streaming.stateStore.encodingFormat"
 TIERED_FIELDS = STORE_FIELDS | ENGINE_FIELDS | SHARED_FIELDS | {"name", "fast_loop"}
 _NAME_RE = re.compile(r"^[A-Za-z0-9._=-]+$")
 
