@@ -121,7 +121,7 @@ def _checkpoint_query(loc: Location) -> str | None:
     return str(meta["id"]) if isinstance(meta, dict) and "id" in meta else None
 
 
-def query_root(options: dict[str, str], session_root: Location | None) -> tuple[Location, str]:
+def selected_query(options: dict[str, str], session_root: Location | None) -> tuple[Location, str]:
     """The root of one query's stores (``<state URI>/<query id>``) named by the options, and
     the query id.
 
@@ -299,7 +299,7 @@ def select(options: dict[str, str], session_root: Location | None = None) -> Sel
     """
     opts = {k: str(v) for k, v in options.items()}
     lower = {k.lower(): v for k, v in opts.items()}
-    loc, query_id = query_root(opts, session_root)
+    loc, query_id = selected_query(opts, session_root)
     io = FileIO(loc)
     where = loc.describe()
     operator, stores = _operator_stores(lower, io, where)

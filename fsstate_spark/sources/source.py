@@ -80,7 +80,7 @@ from fsstate.storage.location import Location
 from fsstate.tables.resolve import first_of_group
 from fsstate_spark.compat import FILTERS_PUSHDOWN
 from fsstate_spark.settings import STORAGE_PREFIX, default_state_uri, spark_settings
-from fsstate_spark.sources.selection import EXPIRY_COL, SEQ_COL, Selection, query_root, select
+from fsstate_spark.sources.selection import EXPIRY_COL, SEQ_COL, Selection, select, selected_query
 
 Filter: Any
 EqualTo: Any
@@ -415,7 +415,7 @@ class FsStateMetadataSource(DataSource):
 
     def reader(self, schema: StructType) -> DataSourceReader:
         """A reader over every store (of ``queryId``, when given)."""
-        loc, query_id = query_root(dict(self.options), _session_root(self))
+        loc, query_id = selected_query(dict(self.options), _session_root(self))
         return MetadataReader(loc, query_id, find_stores(FileIO(loc), prefix=""))
 
 
