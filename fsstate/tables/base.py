@@ -144,6 +144,22 @@ class TableBase(TableCore, interfaces.StateTable):
             self._ttl = idx
         return idx
 
+    def expire(self) -> int:
+        """Remove what expired at the current time (:meth:`_expire_entry`); the rows removed."""
+        if not self.indexed:
+            return 0
+        idx = self.ttl_index()
+        due = idx.pop_expired(self.now_ms)
+        idx.lookups += len(due)
+        removed = sum(self._expire_entry(idx, entry, self.now_ms) for _exp, entry in due)
+        self.row_tally.expired += removed
+        self._after_growth()
+        return removed
+
+    def _expire_entry(self, idx: TtlIndex, entry: Any, now: int) -> int:
+        """Per kind: remove what of TTL entry ``entry`` expired at ``now``; the rows removed."""
+        raise NotImplementedError
+
     def index_rows(self, refs: Sequence[FileRef]) -> Iterator[tuple[int, int, Any, int | None]]:
         """The (op, expiry, entry, count) rows of TTL index runs, in order."""
         st = self._store

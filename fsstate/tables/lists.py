@@ -26,6 +26,7 @@ from fsstate.interfaces import Key
 from fsstate.tables.batched import BatchedTable
 from fsstate.tables.cursor import KeyCursor, list_cursor_ops
 from fsstate.tables.memtable import touch
+from fsstate.tables.ttl_index import TtlIndex
 
 
 class ListTable(BatchedTable, interfaces.ListTableAPI):
@@ -167,30 +168,21 @@ class ListTable(BatchedTable, interfaces.ListTableAPI):
             self.ttl_index().discard(key)
         self._after_growth()
 
-    def expire(self) -> int:
-        """Remove expired elements; re-index each cleaned list at its next minimum expiry."""
-        if not self.indexed:
-            return 0
-        idx = self.ttl_index()
-        now = self.now_ms
-        removed = 0
-        for _exp, key in idx.pop_expired(now):
-            idx.lookups += 1
-            k, view = self._view(key)
-            keep = [e for e in view if e[1] is None or e[1] > now]
-            gone = len(view) - len(keep)
-            if gone:
-                seq = self._next_seq()
-                touched = touch(self._dirty, k)
-                for e in view:
-                    if not (e[1] is None or e[1] > now):
-                        touched[e[2]] = seq
-                self._views[k] = keep
-                removed += gone
-            self._reindex(k, keep)
-        self.row_tally.expired += removed
-        self._after_growth()
-        return removed
+    def _expire_entry(self, idx: TtlIndex, entry: Any, now: int) -> int:
+        """Remove the elements of key ``entry``'s list expired at ``now``; index the list at
+        its next minimum expiry."""
+        k, view = self._view(entry)
+        keep = [e for e in view if e[1] is None or e[1] > now]
+        gone = len(view) - len(keep)
+        if gone:
+            seq = self._next_seq()
+            touched = touch(self._dirty, k)
+            for e in view:
+                if not (e[1] is None or e[1] > now):
+                    touched[e[2]] = seq
+            self._views[k] = keep
+        self._reindex(k, keep)
+        return gone
 
     def append_many(self, keys: pa.Table, values: pa.Table) -> None:
         """Append value row i to the list of key row i, in row order."""

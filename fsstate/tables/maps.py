@@ -38,6 +38,7 @@ from fsstate.tables.core import StoreHost
 from fsstate.tables.cursor import KeyCursor, map_cursor_ops
 from fsstate.tables.memtable import touch
 from fsstate.tables.resolve import lookup_back, resolve, semi_join_rows
+from fsstate.tables.ttl_index import TtlIndex
 
 
 class MapTable(BatchedTable, interfaces.MapTableAPI):
@@ -187,30 +188,20 @@ class MapTable(BatchedTable, interfaces.MapTableAPI):
         """Live values, in the order of :meth:`items`."""
         return iter([v for _, v in self._live_items(key)])
 
-    def expire(self) -> int:
-        """Remove expired entries; returns how many were removed."""
-        if not self.indexed:
+    def _expire_entry(self, idx: TtlIndex, entry: Any, now: int) -> int:
+        """Remove the map entry ``entry`` (grouping key, user key) if it expired at ``now``,
+        else index it again."""
+        key, ukey = entry
+        k, view = self._view(key)
+        c = view.get(ukey)
+        if type(c) is not Timed:
+            return 0  # gone, or rewritten without an expiry since
+        if c[1] > now:
+            idx.set(entry, c[1])
             return 0
-        idx = self.ttl_index()
-        now = self.now_ms
-        removed = 0
-        for _exp, entry in idx.pop_expired(now):
-            idx.lookups += 1
-            pair: tuple[Key, Key] = entry  # type: ignore[assignment]
-            key, ukey = pair
-            k, view = self._view(key)
-            c = view.get(ukey)
-            if type(c) is not Timed:
-                continue  # gone, or rewritten without an expiry since
-            if c[1] <= now:
-                del view[ukey]
-                touch(self._dirty, k)[ukey] = self._next_seq()
-                removed += 1
-            else:
-                idx.set(entry, c[1])
-        self.row_tally.expired += removed
-        self._after_growth()
-        return removed
+        del view[ukey]
+        touch(self._dirty, k)[ukey] = self._next_seq()
+        return 1
 
     def get_many(self, keys: pa.Table, user_keys: pa.Table) -> pa.Table:
         """Values for (key row i, user key row i), in order, with a ``_found`` column."""

@@ -21,6 +21,7 @@ from fsstate.format.tombstones import ABSENT, Timed
 from fsstate.interfaces import Key, Value
 from fsstate.tables.batched import BatchedTable, values_table
 from fsstate.tables.cursor import Getter, KeyCursor, Updater, value_cursor_ops
+from fsstate.tables.ttl_index import TtlIndex
 
 
 class ValueTable(BatchedTable, interfaces.ValueTableAPI):
@@ -130,29 +131,19 @@ class ValueTable(BatchedTable, interfaces.ValueTableAPI):
             self.ttl_index().discard(key)
         self._after_growth()
 
-    def expire(self) -> int:
-        """Remove values expired at the current time; returns how many were removed."""
-        if not self.indexed:
+    def _expire_entry(self, idx: TtlIndex, entry: Any, now: int) -> int:
+        """Remove the value of key ``entry`` if it expired at ``now``, else index it again."""
+        view = self._views.get(entry)
+        if view is None:
+            view = self._load(entry)
+        if type(view) is not Timed:
+            return 0  # gone, or rewritten without an expiry since
+        if view[1] > now:
+            idx.set(entry, view[1])
             return 0
-        idx = self.ttl_index()
-        now = self.now_ms
-        removed = 0
-        for _exp, key in idx.pop_expired(now):
-            idx.lookups += 1
-            view = self._views.get(key)  # type: ignore[call-overload]
-            if view is None:
-                view = self._load(key)  # type: ignore[arg-type]
-            if type(view) is not Timed:
-                continue  # gone, or rewritten without an expiry since
-            if view[1] <= now:
-                self._views[key] = ABSENT  # type: ignore[index]
-                self._dirty[key] = self._next_seq()  # type: ignore[index]
-                removed += 1
-            else:
-                idx.set(key, view[1])
-        self.row_tally.expired += removed
-        self._after_growth()
-        return removed
+        self._views[entry] = ABSENT
+        self._dirty[entry] = self._next_seq()
+        return 1
 
     def get_many(self, keys: pa.Table) -> pa.Table:
         """Values for a table of keys, in input order, with a boolean ``_found`` column."""
