@@ -53,7 +53,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.streaming.stateful_processor import (
-    ExpiredTimerInfo,
     StatefulProcessor,
     TimerValues,
 )
@@ -70,6 +69,7 @@ from fsstate_spark.state.keyed import (
     PandasOutput,
     RowOutput,
     run_keys,
+    run_timers,
 )
 from fsstate_spark.state.keys import KeyBinding
 from fsstate_spark.state.map_order import UNSAFEROW
@@ -319,16 +319,11 @@ class ProcessorStage(Operator):
         values: TimerValues,
         out: Output,
     ) -> None:
-        proc = self.processor
-        for key, ts in timers.due(through_ms):
-            binding.key = key
-            result = proc.handleExpiredTimer(key, values, ExpiredTimerInfo(ts))
-            if result is not None:
-                for item in result:
-                    binding.key = key
-                    out.add(item)
-            binding.key = key
-            timers.delete(key, ts)
+        def enter(key: tuple[Any, ...], store_key: tuple[Any, ...]) -> None:
+            binding.key = store_key
+
+        due = ((key, key, ts) for key, ts in timers.due(through_ms))
+        run_timers(self.processor, due, values, out, enter, timers.delete)
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()

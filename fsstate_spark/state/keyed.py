@@ -13,7 +13,9 @@ the key runs of the batches Spark's operator sends).
   the same in both flavours, a null as None).
 * :func:`run_keys`: the loop: per key, the initial state's chunks (``handleInitialState``),
   then its rows (``handleInputRows``), the yielded items gathered; ``enter`` is called before
-  any user code runs for a key (the caller binds the key there).
+  any user code runs for a key (the caller binds the key there), and before each step of what
+  it yields (:func:`fsstate_spark.state.keys.bound_items`). :func:`run_timers`: the same for
+  the timers due (``handleExpiredTimer``), each deleted after its call.
 * :class:`PandasOutput` / :class:`RowOutput`: what the processor yields, gathered column by
   column and converted once (Spark's pandas-to-Arrow conversion; Rows as Spark's worker
   converts them, by name).
@@ -32,7 +34,7 @@ import abc
 import datetime as dt
 import decimal
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from functools import partial
 from itertools import repeat
 from operator import add, methodcaller
@@ -41,6 +43,7 @@ from typing import Any, Protocol
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo
 from pyspark.sql.types import Row, StructType
 
 from fsstate.errors import SchemaError
@@ -50,6 +53,7 @@ from fsstate_spark.compat import (
     pandas_to_arrow,
     wrap_struct,
 )
+from fsstate_spark.state.keys import bound_items
 from fsstate_spark.state.rows import row_class
 
 
@@ -266,10 +270,28 @@ def run_keys(
             assert data is not None
             enter(key, k)
             result = processor.handleInputRows(key, data.chunks(i), values)
-            if result is not None:
-                for item in result:
-                    enter(key, k)
-                    out.add(item)
+            for item in bound_items(result, partial(enter, key, k)):
+                out.add(item)
+
+
+def run_timers(
+    processor: Any,
+    due: Iterable[tuple[tuple[Any, ...], tuple[Any, ...], int]],
+    values: Any,
+    out: Output,
+    enter: Callable[[tuple[Any, ...], tuple[Any, ...]], None],
+    delete: Callable[[tuple[Any, ...], int], None],
+) -> None:
+    """Run ``processor``'s ``handleExpiredTimer`` for every (key, store key, expiry ms) of
+    ``due``, in order: ``enter(key, store key)`` before the call and each step of what it
+    yields (into ``out``), then ``delete(store key, expiry)`` with the key entered."""
+    for key, k, expiry in due:
+        enter(key, k)
+        result = processor.handleExpiredTimer(key, values, ExpiredTimerInfo(expiry))
+        for item in bound_items(result, partial(enter, key, k)):
+            out.add(item)
+        enter(key, k)
+        delete(k, expiry)
 
 
 class Output(abc.ABC):

@@ -7,7 +7,9 @@ calls act on, and where Spark's hash partitioning sends them.
   A key column converted at once gives exactly what converting each key gives.
 * Binding (:class:`KeyBinding`): the one grouping key the state objects of a task act on; the
   processor proxy (``tiered()``) or the processor stage (the flow driver) sets it before user
-  code runs for a key.
+  code runs for a key, and again before each step of what the key's call yields
+  (:func:`bound_items`: a lazy generator's code runs while the items are consumed, after
+  other keys' calls).
 * Placement: a key's partition is ``pmod(hash(keys...), M)``, Spark's ``HashPartitioning`` on
   the grouping or partition columns (Murmur3 with seed 42 over the columns in order; a struct of
   the columns hashes the same, which is what Spark's own offline repartition of a checkpoint
@@ -21,7 +23,7 @@ calls act on, and where Spark's hash partitioning sends them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -35,6 +37,7 @@ from fsstate_spark.settings import keeping_active_session
 
 __all__ = [
     "KeyBinding",
+    "bound_items",
     "ints_hashed_to",
     "normalize_key",
     "partition_column",
@@ -83,6 +86,21 @@ class KeyBinding:
 
     def __init__(self) -> None:
         self.key: Key | None = None
+
+
+def bound_items(items: Iterable[Any] | None, bind: Callable[[], object]) -> Iterator[Any]:
+    """The items a processor's call yielded (None: none), ``bind()`` re-binding the call's key
+    before each step of them."""
+    if items is None:
+        return
+    it = iter(items)
+    while True:
+        bind()
+        try:
+            item = next(it)
+        except StopIteration:
+            return
+        yield item
 
 
 def partition_column(keys: Sequence[Column], partitions: int) -> Column:

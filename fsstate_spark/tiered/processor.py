@@ -53,7 +53,7 @@ from fsstate_spark.compat import require_supported_pyspark
 from fsstate_spark.receipts import TieredEntry, new_accumulator, receipt, register_tiered
 from fsstate_spark.runtime import TaskInfo, TaskMode, current_task
 from fsstate_spark.state.handles import TieredHandle
-from fsstate_spark.state.keys import KeyBinding, normalize_key
+from fsstate_spark.state.keys import KeyBinding, bound_items, normalize_key
 from fsstate_spark.state.map_order import UNSAFEROW
 from fsstate_spark.tiered.lifecycle import (
     SPARK_MARKER,
@@ -138,33 +138,23 @@ class _TaskState:
         """Wrap a callback's result so ``key`` is bound whenever it is iterated."""
         if result is None:
             return None
-        return _BoundIterator(self, key, iter(result))
+        return _bound_failing(self, key, iter(result))
 
 
-class _BoundIterator:
-    """An iterator that binds its grouping key before every step of the wrapped one, and fails
-    the task's epoch if a step raises."""
+def _bound_failing(state: _TaskState, key: Key, items: Iterator[Any]) -> Iterator[Any]:
+    """``items`` with ``key`` bound before every step (:func:`bound_items`), failing the task's
+    epoch if a step raises (not if the consumer stops early)."""
 
-    __slots__ = ("_binding", "_inner", "_key", "_state")
+    def bind() -> None:
+        state.binding.key = key
 
-    def __init__(self, state: _TaskState, key: Key, inner: Iterator[Any]) -> None:
-        self._state = state
-        self._binding = state.binding
-        self._key = key
-        self._inner = inner
-
-    def __iter__(self) -> _BoundIterator:
-        return self
-
-    def __next__(self) -> Any:
-        self._binding.key = self._key
-        try:
-            return next(self._inner)
-        except StopIteration:
-            raise
-        except BaseException:
-            self._state.task_store.fail()
-            raise
+    try:
+        yield from bound_items(items, bind)
+    except GeneratorExit:
+        raise
+    except BaseException:
+        state.task_store.fail()
+        raise
 
 
 class KeyedTask:
