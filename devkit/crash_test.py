@@ -69,10 +69,10 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 from devkit.crash_job import OPERATOR, Row, expected_rows, expected_state
+from devkit.jobs import JobDirs
 from devkit.repo import ROOT
 from devkit.spark_local import read_conf, write_batches
 
-JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"  # faster start of a short-lived JVM
 MARKER_ENV = "FSSTATE_CRASH_TEST_RUN"  # in the environment of every process of a run
 PARTITIONS = int(read_conf()["spark.sql.shuffle.partitions"])
 MODES = ("start-up", "mid-batch", "commit")
@@ -129,73 +129,32 @@ def newest_id(directory: Path) -> int:
 
 
 @dataclass(frozen=True)
-class Run:
-    """The directories and the command of one logical run of the application."""
+class Run(JobDirs):
+    """The directories and the command of one logical run of the application (its sink: a
+    Parquet file sink)."""
 
-    root: Path
-    input: Path
     marker: str
-
-    @property
-    def checkpoint(self) -> Path:
-        """Spark's checkpoint."""
-        return self.root / "checkpoint"
-
-    @property
-    def state(self) -> Path:
-        """fsstate's state URI."""
-        return self.root / "state"
-
-    @property
-    def sink(self) -> Path:
-        """The Parquet file sink."""
-        return self.root / "sink"
 
     def log(self, start: int) -> Path:
         """The output of the ``start``-th start."""
         return self.root / "logs" / f"start-{start:03d}.log"
 
-    def env(self) -> dict[str, str]:
-        """The application's environment: this interpreter, the repository root importable,
-        Spark's scratch space in the run's directory (a killed JVM cannot clean it up), the
-        run's marker."""
-        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SPARK_HOME")}
-        tmp = self.root / "tmp"
-        env.update(
-            PYTHONPATH=str(ROOT),
-            PYSPARK_PYTHON=sys.executable,
-            PYSPARK_DRIVER_PYTHON=sys.executable,
-            SPARK_LOCAL_IP="127.0.0.1",
-            SPARK_LOCAL_DIRS=str(self.root / "spark-local"),
-            TMPDIR=str(tmp),
-            PYSPARK_SUBMIT_ARGS=(
-                f"--driver-java-options '{JAVA_OPTIONS} -Djava.io.tmpdir={tmp}' pyspark-shell"
-            ),
-        )
-        env[MARKER_ENV] = self.marker
-        return env
+    def env(self, worker_python: str | None = None) -> dict[str, str]:
+        """The application's environment (:meth:`devkit.jobs.JobDirs.env`) with the run's
+        marker."""
+        return {**super().env(worker_python), MARKER_ENV: self.marker}
 
     def start(self, start: int) -> subprocess.Popen[bytes]:
         """Start the application in a session of its own."""
-        (self.root / "tmp").mkdir(parents=True, exist_ok=True)
-        self.log(start).parent.mkdir(parents=True, exist_ok=True)
         command = [sys.executable, "-m", "devkit.crash_job", "--input", str(self.input)]
         command += ["--checkpoint", str(self.checkpoint), "--state-uri", str(self.state)]
         command += ["--sink", str(self.sink)]
-        with open(self.log(start), "wb") as out:  # the child keeps its own descriptor
-            return subprocess.Popen(
-                command,
-                cwd=self.root,
-                env=self.env(),
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        return self.launch(command, self.log(start), self.env())
 
     def clear_scratch(self) -> None:
         """Delete what killed processes left in the scratch directories (Spark's block
         manager directories, extracted native libraries: about 20 MB a start)."""
-        for scratch in (self.root / "spark-local", self.root / "tmp"):
+        for scratch in (self.root / "spark-local", self.scratch):
             shutil.rmtree(scratch, ignore_errors=True)
 
     def view(self) -> View:

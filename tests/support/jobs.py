@@ -24,6 +24,7 @@ from typing import Any
 import pyspark
 import pytest
 
+from devkit import jobs as devkit_jobs
 from fsstate import PartitionStore
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,7 +33,6 @@ OPERATOR = "RecentValues"  # the processor's class name in the job = its fsstate
 PARTITIONS = 2
 RUN_TIMEOUT_S = 180.0
 SLOW_MS = 800  # per batch, between the state commit and the sink write: the kill window
-JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"  # faster start of a short-lived JVM
 
 # killed runs: name -> which partitions have committed the interrupted batch's fsstate version
 # ("some": not all of them, the job's partition 1 sleeps before its commit; "all": the job
@@ -64,32 +64,16 @@ def write_inputs(directory: Path, batches: list[list[dict[str, Any]]]) -> None:
 
 
 @dataclass(frozen=True)
-class JobDirs:
-    """Directories of one logical run of the job (shared by its restarts)."""
+class JobDirs(devkit_jobs.JobDirs):
+    """Directories of one logical run of the job (shared by its restarts), and the archive
+    of fsstate its spark-submit ships (``--py-files``)."""
 
-    root: Path
-    input: Path
     pyfiles: Path
-
-    @property
-    def checkpoint(self) -> Path:
-        """Spark checkpoint."""
-        return self.root / "checkpoint"
-
-    @property
-    def state(self) -> Path:
-        """fsstate state URI."""
-        return self.root / "state"
 
     @property
     def log(self) -> Path:
         """Output of every spark-submit of this run."""
         return self.root / "job.log"
-
-    @property
-    def sink(self) -> Path:
-        """foreachBatch output directory."""
-        return self.root / "sink"
 
     def command(
         self, slow_ms: int = 0, master: str = "local[2]", state: str | None = None
@@ -100,7 +84,7 @@ class JobDirs:
             "--master",
             master,
             "--driver-java-options",
-            JAVA_OPTIONS,
+            devkit_jobs.JAVA_OPTIONS,
             "--conf",
             "spark.ui.enabled=false",
             "--conf",
@@ -203,15 +187,7 @@ def kill_group(proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
 
 def start(dirs: JobDirs, log: Path, slow_ms: int = 0) -> subprocess.Popen[bytes]:
     """Start the job in its own session (so all its processes can be killed)."""
-    with open(log, "ab") as out:  # the child keeps its own copy of the descriptor
-        return subprocess.Popen(
-            dirs.command(slow_ms),
-            cwd=dirs.root,
-            env=job_env(),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    return dirs.launch(dirs.command(slow_ms), log, job_env())
 
 
 def finish(proc: subprocess.Popen[bytes], log: Path, timeout: float = RUN_TIMEOUT_S) -> None:

@@ -45,11 +45,11 @@ from typing import Any
 
 import pytest
 
+from devkit.jobs import JobDirs
 from fsstate import PartitionStore
 from fsstate.store.identity import store_dir_for
 from tests.support import operator_job
 from tests.support.jobs import (
-    JAVA_OPTIONS,
     finish,
     kill_group,
     kill_now,
@@ -60,7 +60,6 @@ from tests.support.jobs import (
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.timeout(480)]
 
-ROOT = Path(__file__).resolve().parents[3]
 JOB = "tests.support.operator_job"  # run as a module from the repository root
 SEED = int(os.environ.get("FSSTATE_RECOVERY_SEED", "20261123"))
 N_BATCHES = 8
@@ -101,27 +100,10 @@ def make_batches(seed: int) -> list[list[dict[str, Any]]]:
 
 
 @dataclass(frozen=True)
-class Run:
+class Run(JobDirs):
     """Directories and command of one logical run of the job (shared by its restarts)."""
 
-    root: Path
-    input: Path
     processor: bool = False  # the job's second stage: a StatefulProcessor (--processor)
-
-    @property
-    def checkpoint(self) -> Path:
-        """Spark checkpoint."""
-        return self.root / "checkpoint"
-
-    @property
-    def state(self) -> Path:
-        """fsstate state URI."""
-        return self.root / "state"
-
-    @property
-    def sink(self) -> Path:
-        """foreachBatch output directory."""
-        return self.root / "sink"
 
     @property
     def log(self) -> Path:
@@ -147,36 +129,11 @@ class Run:
             *(["--processor"] if self.processor else []),
         ]
 
-    def env(self) -> dict[str, str]:
-        """The job's environment: this interpreter, the repository root importable,
-        Spark's scratch space and temporary files in the run's directory (a killed job cannot
-        clean them up)."""
-        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SPARK_HOME")}
-        env["PYTHONPATH"] = str(ROOT)
-        # this interpreter for the workers, through the suite's launcher (pyspark compiled)
-        env["PYSPARK_PYTHON"] = os.environ.get("PYSPARK_PYTHON", sys.executable)
-        env["PYSPARK_DRIVER_PYTHON"] = sys.executable
-        env["SPARK_LOCAL_IP"] = "127.0.0.1"
-        env["SPARK_LOCAL_DIRS"] = str(self.root / "spark-local")
-        env["TMPDIR"] = str(self.root / "tmp")
-        java = f"{JAVA_OPTIONS} -Djava.io.tmpdir={env['TMPDIR']}"
-        env["PYSPARK_SUBMIT_ARGS"] = f"--driver-java-options '{java}' pyspark-shell"
-        return env
-
     def start(self, slow_ms: int, header: str) -> subprocess.Popen[bytes]:
-        """Start the job in its own session (so all its processes can be killed)."""
-        (self.root / "tmp").mkdir(exist_ok=True)
-        with open(self.log, "ab") as out:  # the child keeps its own copy of the descriptor
-            out.write(f"\n==== {header} ====\n".encode())
-            out.flush()
-            return subprocess.Popen(
-                self.command(slow_ms),
-                cwd=self.root,
-                env=self.env(),
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        """Start the job in its own session (so all its processes can be killed); the workers
+        run the suite's launcher of this interpreter (pyspark compiled)."""
+        env = self.env(os.environ.get("PYSPARK_PYTHON"))
+        return self.launch(self.command(slow_ms), self.log, env, header)
 
     def committed(self, stage: str, batch: int) -> list[int]:
         """Partitions of ``stage`` whose manifest of version ``batch`` is published."""
