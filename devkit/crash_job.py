@@ -37,6 +37,8 @@ from pyspark.sql.streaming.stateful_processor import (
     TimerValues,
 )
 
+from devkit.jobs import job_arguments
+
 INPUT_SCHEMA = "b BIGINT, k STRING, v BIGINT"
 OUTPUT_SCHEMA = "b BIGINT, k STRING, count BIGINT, total BIGINT, recent STRING, buckets STRING"
 OPERATOR = "crash_counts"  # tiered(..., name=OPERATOR): the fsstate operator (store) name
@@ -147,11 +149,7 @@ def expected_state(batches: Sequence[Sequence[dict[str, Any]]]) -> dict[str, lis
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Command-line arguments of the job."""
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--input", required=True, help="directory of JSON-lines input files")
-    parser.add_argument("--checkpoint", required=True, help="Spark checkpoint directory")
-    parser.add_argument("--state-uri", required=True, help="fsstate state directory")
-    parser.add_argument("--sink", required=True, help="Parquet file sink directory")
+    parser = job_arguments((__doc__ or "").splitlines()[0], "Parquet file sink directory")
     return parser.parse_args(argv)
 
 

@@ -66,6 +66,7 @@ from pyspark.sql.streaming.stateful_processor import (
     TimerValues,
 )
 
+from devkit.jobs import job_arguments
 from devkit.spark_local import local_session
 from examples.recovery_job import write_batch_file
 from fsstate_spark import operators as ops
@@ -186,11 +187,7 @@ def output_rows(df: DataFrame) -> list[list[Any]]:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Command-line arguments of the job."""
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--input", required=True, help="directory of JSON-lines input files")
-    parser.add_argument("--checkpoint", required=True, help="Spark checkpoint directory")
-    parser.add_argument("--state-uri", required=True, help="fsstate state directory or URI")
-    parser.add_argument("--sink", required=True, help="directory of batch-<id>.json outputs")
+    parser = job_arguments((__doc__ or "").splitlines()[0], "directory of batch-<id>.json outputs")
     parser.add_argument(
         "--processor",
         action="store_true",
