@@ -13,26 +13,27 @@ that per micro-batch ``b``:
    if a stage reads processing time (a StatefulProcessor in ``ProcessingTime`` or ``EventTime``
    mode), the batch's clock: the driver's time at the batch's first attempt, recorded with
    the state (put-if-absent), so a re-run of the batch uses the same;
-2. builds the batch's plan: every stage tags each row with its state partition
-   ``pmod(hash(keys), partitions)`` (a stage without keys uses a literal Spark hashes to
-   partition 0, so all its rows meet there) and is ``repartition(tasks, partition)
-   .mapInArrow(task)``, each task running epoch ``b`` of the partitions it owns exactly once
-   (:mod:`fsstate_spark.operators.tasks`; with as many tasks as partitions, the plain
-   ``repartition(partitions, *keys)``, a task per partition), preceded, for an operator
+2. builds the batch's plan (:mod:`fsstate_spark.operators.stage_plan`): every stage tags each
+   row with its state partition ``pmod(hash(keys), partitions)`` (a stage without keys uses a
+   literal Spark hashes to partition 0, so all its rows meet there) and is
+   ``repartition(tasks, partition).mapInArrow(task)``, each task running epoch ``b`` of the
+   partitions it owns exactly once (:mod:`fsstate_spark.operators.tasks`; with as many tasks
+   as partitions, the plain ``repartition(partitions, *keys)``, a task per partition),
+   preceded, for an operator
    that combines (decomposable aggregates) and whose previous epoch says combining pays
    (:mod:`fsstate.operators.combining`), by Spark's own aggregate of the batch into the
    operator's partials, grouped by keys (and pane) and the row's partition
    (:mod:`fsstate_spark.operators.partials`: the stage's shuffle then carries one row per
-   group; where Spark's aggregate is not exact, a ``mapInArrow`` pre-aggregating each
-   input partition with Arrow); at the first micro-batch ``b`` of a run, a stage whose
-   state was written with another partition count is rescaled first, at version ``b - 1``
-   (:mod:`fsstate_spark.operators.stage_rescale`), and every stage's stores are then those of its
-   layout generation in force; before that, and before anything is written, the state's
-   owner record is checked (a state URI belongs to one checkpoint: another checkpoint, a
-   copy's included, is refused) and, at the first batch of a run (and the next while a batch
-   finds its versions there), the batch's versions already on storage are checked against
-   the batch's planning (Spark's ``batchTimestampMs``, which every version records: a
-   checkpoint restored from a backup beside state that went on is refused)
+   group; where Spark's aggregate is not exact, a ``mapInArrow`` pre-aggregating each input
+   partition with Arrow); at the first micro-batch ``b`` of a run, a stage whose state was
+   written with another partition count is rescaled first, at version ``b - 1``
+   (:mod:`fsstate_spark.operators.stage_rescale`), and every stage's stores are then those of
+   its layout generation in force; before that, and before anything is written, the state's
+   owner record is checked (a state URI belongs to one checkpoint: another checkpoint, a copy's
+   included, is refused) and, at the first batch of a run (and the next while a batch finds its
+   versions there), the batch's versions already on storage are checked against the batch's
+   planning (Spark's ``batchTimestampMs``, which every version records: a checkpoint restored
+   from a backup beside state that went on is refused)
    (:mod:`fsstate_spark.operators.lineage`);
 3. hands the last stage's DataFrame to the user's sink (``sink(df, batch_id)``; without one the
    rows are dropped with Spark's ``noop`` format);
@@ -79,7 +80,6 @@ import pyarrow as pa
 from pyspark.accumulators import AccumulatorParam
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.streaming.readwriter import DataStreamWriter
 
 from fsstate.errors import ConfigError, FsStateError, PartitionCountError, VersionNotFoundError
@@ -91,7 +91,7 @@ from fsstate.storage.fileio import FileIO
 from fsstate.store.layout import continued_operator, in_force, read_layouts
 from fsstate.store.record import Writer
 from fsstate_spark.compat import require_supported_pyspark
-from fsstate_spark.operators.flows import Flow, Source, StageSpec, arrow_schema_of, walk
+from fsstate_spark.operators.flows import Flow, Source, StageSpec, walk
 from fsstate_spark.operators.lineage import FlowLineage
 from fsstate_spark.operators.partials import SparkPartials, spark_partials
 from fsstate_spark.operators.processor_stage import ProcessorStage
@@ -100,8 +100,9 @@ from fsstate_spark.operators.settings import (
     FlowSettings,
     resolve_flow_settings,
 )
+from fsstate_spark.operators.stage_plan import StagePlanner
 from fsstate_spark.operators.stage_rescale import rescale_stage
-from fsstate_spark.operators.tasks import PARTITION_COL, StageSettings, combine_task, stage_task
+from fsstate_spark.operators.tasks import PARTITION_COL
 from fsstate_spark.receipts import (
     COMMIT_MS_KEY,
     SUMMARY_KEY,
@@ -111,8 +112,7 @@ from fsstate_spark.receipts import (
     register_flow,
 )
 from fsstate_spark.runtime import QUERY_ID_PROPERTY, fileio_for
-from fsstate_spark.settings import keeping_active_session
-from fsstate_spark.state.keys import ints_hashed_to, partition_column
+from fsstate_spark.state.keys import ints_hashed_to
 
 if TYPE_CHECKING:  # Spark Connect's writer (not a subclass of the classic one)
     from pyspark.sql.connect.streaming.readwriter import DataStreamWriter as ConnectStreamWriter
@@ -124,88 +124,6 @@ SRC = "_fsstate_src"
 CLOCK_DIR = "_fsstate_batches"  # <state_uri>/_fsstate_batches/<batch id>.json: batch clocks
 CLOCK_KEEP = 3  # clock records kept (the last ones; a restart re-runs one batch at most)
 TIMED_BATCHES_MAX = 64  # batches whose step times Driver.batch_ms keeps
-
-
-class _StagePlanner:
-    """Turns a flow's stages into one epoch's DataFrames (a
-    :class:`~fsstate_spark.operators.flows.StageRunner`): each stage's input and output schemas,
-    then, unless ``schemas_only`` (:meth:`Driver.check`: the schemas of the first batch's plan,
-    nothing runs), its shuffle and ``mapInArrow``."""
-
-    def __init__(
-        self, driver: Driver, plan: EpochPlan, now_ms: int | None, schemas_only: bool
-    ) -> None:
-        self.driver, self.plan, self.now_ms, self.schemas_only = driver, plan, now_ms, schemas_only
-
-    @property
-    def epoch(self) -> int:
-        return self.plan.epoch
-
-    def run_stage(self, spec: StageSpec, df: DataFrame) -> DataFrame:
-        d = self.driver
-        missing = [k for k in spec.keys if k not in df.columns]
-        if missing:
-            raise ConfigError(
-                f"operator {spec.op.name!r}: its input has no column(s) {missing} to partition "
-                f"by ({df.columns})"
-            )
-        arrow_in = arrow_schema_of(df)
-        arrow_out = spec.op.output_schema(arrow_in)
-        can_combine = d.config.combine and bool(spec.keys) and spec.op.can_combine(arrow_in)
-        if self.schemas_only:
-            if can_combine:
-                spec.op.combined_schema(arrow_in)
-            out_type = from_arrow_schema(arrow_out, prefer_timestamp_ntz=False)
-            with keeping_active_session():
-                return df.sparkSession.createDataFrame([], out_type)
-        combine, skip_until = self.plan.combine(spec.op.name) if can_combine else (False, 0)
-        return self._shuffled(spec, df, arrow_in, arrow_out, combine, skip_until)
-
-    def _shuffled(
-        self,
-        spec: StageSpec,
-        df: DataFrame,
-        arrow_in: pa.Schema,
-        arrow_out: pa.Schema,
-        combine: bool,
-        skip_until: int,
-    ) -> DataFrame:
-        """The stage's shuffle by partition and its ``mapInArrow`` (combined first if so)."""
-        d, late = self.driver, self.plan.late_ms
-        keys = [F.col(k) for k in spec.keys] or [F.lit(d.zero_key(df)).cast("bigint")]
-        # each row's partition as Spark's hash partitioning computes it: the tasks check it
-        where = partition_column(keys, d.partitions)
-        op, by_spark = spec.op, None
-        if combine:  # by Spark's aggregation where it is exact, else by the operator in Python
-            combined = op.combined_schema(arrow_in)
-            partials = d.spark_partials(spec, arrow_in)
-            if partials is not None:
-                by_spark = partials.apply(df, late, (PARTITION_COL, where))
-            else:
-                combiner = combine_task(op, arrow_in, combined, late)
-                spark_combined = from_arrow_schema(combined, prefer_timestamp_ntz=False)
-                df = df.mapInArrow(combiner, spark_combined)
-            op = d.combined_op(spec, arrow_in)
-            arrow_in = combined
-        owned = d.owned(df)
-        settings = StageSettings(
-            op,
-            d.config,
-            arrow_in,
-            arrow_out,
-            d.batch_writer,
-            d.receipts,
-            owned=owned,
-            layout=d.layouts[spec.op.name],
-            combine_skip_until=skip_until,
-        )
-        task = stage_task(settings, self.epoch, late, self.plan.evict_ms, self.now_ms)
-        spark_out = from_arrow_schema(arrow_out, prefer_timestamp_ntz=False)
-        df = by_spark if by_spark is not None else df.withColumn(PARTITION_COL, where)
-        if owned is None:  # a task per partition: the shuffle is Spark's on the keys
-            return df.repartition(d.partitions, *keys).mapInArrow(task, spark_out)
-        # fewer tasks: a partition's rows go to the task that owns it
-        return df.repartition(len(owned), d.route(df)).mapInArrow(task, spark_out)
 
 
 class _Receipts(AccumulatorParam[dict[Any, Any]]):
@@ -332,7 +250,7 @@ class Driver:
         """Build the flow's plan over its sources once, for the schemas: a bad column, type or
         aggregate fails here, before the query starts, not in a worker."""
         dfs = {id(src): src.df for src in self.flow.sources}
-        walk(self.flow.plan, dfs, _StagePlanner(self, EpochPlan(0), None, schemas_only=True))
+        walk(self.flow.plan, dfs, StagePlanner(self, EpochPlan(0), None, schemas_only=True))
 
     def _resolve(self, fileio: FileIO, batch_df: DataFrame, batch_id: int) -> EpochPlanner:
         """At the run's first batch: the state's owner checked (before anything is written),
@@ -426,7 +344,7 @@ class Driver:
             }
         with steps("plan"):
             now = self.batch_clock(fileio, batch_id) if self._clock else None
-            out = walk(self.flow.plan, dfs, _StagePlanner(self, plan, now, schemas_only=False))
+            out = walk(self.flow.plan, dfs, StagePlanner(self, plan, now, schemas_only=False))
         with steps("job"):
             if self.sink is None:
                 out.write.format("noop").mode("overwrite").save()
