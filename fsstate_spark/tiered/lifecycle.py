@@ -84,7 +84,6 @@ from dataclasses import dataclass
 from pyspark.sql.types import BooleanType, StructField, StructType
 
 from fsstate.errors import ConfigError, LineageMismatchError, VersionNotFoundError
-from fsstate.inspect.catalog import all_stores
 from fsstate.interfaces import KeyedStore
 from fsstate.stats import CommitInfo
 from fsstate.storage.fileio import FileIO
@@ -381,6 +380,9 @@ def _unmarked(
     assert task.partition is not None
     if want is None:
         return None
+    # The catalog is the readers' layer: a worker loads it only on this rare path.
+    from fsstate.inspect.catalog import all_stores
+
     stores = [s for s in all_stores(fileio, operator=name) if s.layout == layout]
     holding = [s for s in stores if s.partition == task.partition]
     lines = [b for s in holding for b in s.lineages if want in b.versions]
