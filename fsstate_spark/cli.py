@@ -15,7 +15,7 @@ no Spark session).
 Invariants:
 
 * Errors, exit codes and progress as the ``fsstate`` command line's
-  (:mod:`fsstate.console`): one line on stderr and exit code 2 for any error, a progress bar
+  (:mod:`fsstate.cli.console`): one line on stderr and exit code 2 for any error, a progress bar
   on a terminal, ``--json`` for scripts; ``--json``, ``-o`` and ``--conf`` before the command
   name or after it; ``-o`` refused where every location the command names is a local path.
 * The SparkSession is the active one (tests, ``spark-submit``) or one built from ``--conf``
@@ -36,7 +36,7 @@ except ImportError as exc:  # pragma: no cover - the cli extra is missing
 
 from pyspark.sql import SparkSession
 
-from fsstate.console import (
+from fsstate.cli.console import (
     CommandEnv,
     ErrorsAsOneLine,
     at_least,

@@ -167,5 +167,5 @@ def test_bad_numbers_are_one_line(tmp_path: Path, args: list[str], words: str) -
 def test_every_command_is_an_fsstate_command() -> None:
     """Commands get the options that work after their name when added: a plain click command
     would not, and is refused when added."""
-    with pytest.raises(TypeError, match=r"fsstate\.console\.Command"):
+    with pytest.raises(TypeError, match=r"fsstate\.cli\.console\.Command"):
         spark_cli.add_command(click.Command("plain"))

@@ -123,7 +123,7 @@ class ErrorsAsOneLine(click.Group):
         """Register ``cmd`` (a :class:`Command`) with copies of the group's options that work
         after the command name."""
         if not isinstance(cmd, Command):
-            raise TypeError(f"{cmd.name}: fsstate's commands are fsstate.console.Command")
+            raise TypeError(f"{cmd.name}: fsstate's commands are fsstate.cli.console.Command")
         for param in self.params:
             if isinstance(param, click.Option) and param.name in _ANYWHERE:
                 cmd.params.append(_after_command(param))

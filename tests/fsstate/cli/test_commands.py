@@ -429,7 +429,7 @@ def test_the_real_command_fails_with_one_line_and_exit_code_2(case: str) -> None
         text=True,
         timeout=120,
         env=env,
-        cwd=Path(__file__).resolve().parents[2],
+        cwd=Path(__file__).resolve().parents[3],
     )
     lines = [line for line in res.stderr.splitlines() if line.strip()]
     assert res.returncode == 2, (res.returncode, res.stderr)

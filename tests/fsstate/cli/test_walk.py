@@ -21,7 +21,7 @@ from fsstate.cli import cli
 
 KEY = pa.schema([("k", pa.string())])
 VAL = pa.schema([("n", pa.int64())])
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")
