@@ -44,6 +44,14 @@ Invariants:
 
 from __future__ import annotations
 
+try:
+    import click  # noqa: F401 - the commands and their options
+    import rich  # noqa: F401 - the tables and progress bars (fsstate.cli.console)
+except ImportError as exc:  # pragma: no cover - the cli extra is missing
+    raise SystemExit(
+        f"fsstate's command lines need click and rich ({exc}): pip install 'fsstate[cli]'"
+    ) from None
+
 from fsstate.cli.commands import cli
 
 __all__ = ["cli", "main"]

@@ -18,22 +18,15 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-try:
-    import click
-    import rich  # noqa: F401 - the tables and progress bars (fsstate.cli.console)
-except ImportError as exc:  # pragma: no cover - the cli extra is missing
-    raise SystemExit(
-        f"fsstate's command line needs click and rich ({exc}): pip install 'fsstate[cli]'"
-    ) from None
-
+import click
 import pyarrow as pa
 
 from fsstate.cli.branches import branches_cmd, pick_branch, require_whole
 from fsstate.cli.console import (
     CommandEnv,
-    ErrorsAsOneLine,
     Failed,
     at_least,
+    command_group,
     debug_to_stderr,
     option_pairs,
 )
@@ -94,23 +87,7 @@ _limit = click.option(
 _root = click.argument("root")
 
 
-@click.group(cls=ErrorsAsOneLine, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
-@click.option(
-    "--debug",
-    is_flag=True,
-    help="Log the storage client's full error reports and tracebacks to stderr.",
-)
-@click.option(
-    "-o",
-    "--option",
-    "options",
-    multiple=True,
-    metavar="NAME=VALUE",
-    help="Object store setting (as StoreConfig / spark.fsstate.storage.*), repeatable.",
-)
-@click.version_option(package_name="fsstate")
-@click.pass_context
+@command_group("Object store setting (as StoreConfig / spark.fsstate.storage.*), repeatable.")
 def cli(ctx: click.Context, as_json: bool, debug: bool, options: tuple[str, ...]) -> None:
     """Inspect and maintain fsstate state, without Spark.
 
