@@ -12,8 +12,7 @@ from __future__ import annotations
 import click
 from click.testing import CliRunner, Result
 
-from devkit.s3_server import S3Info
-from tests.support.plugin import s3_options
+from devkit.s3_server import S3Info, s3_options
 
 
 def run(group: click.Group, *args: str, code: int = 0) -> Result:
