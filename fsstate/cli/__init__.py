@@ -7,6 +7,12 @@ root first: a local path or an object store URI (``s3://bucket/prefix``; setting
 ``AWS_*`` variables or ``-o name=value``), and finds every partition store below it at any
 depth (a tiered Spark query's stores sit under ``<state_uri>/<query id>/``).
 
+The package, top down: :mod:`~fsstate.cli.commands` (the group and the reading and compacting
+commands), :mod:`~fsstate.cli.verify` and :mod:`~fsstate.cli.gc` (``gc``, ``drop-branch``),
+:mod:`~fsstate.cli.branches`, :mod:`~fsstate.cli.tables` and :mod:`~fsstate.cli.history` (what
+the commands print), and :mod:`~fsstate.cli.console`, the plumbing ``fsstate-spark`` shares
+(the group's options, errors as one line, tables that fit, progress bars).
+
 Invariants:
 
 * ``list``, ``stats``, ``show``, ``diff`` and ``verify`` never write. ``show`` and ``diff`` read
