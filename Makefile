@@ -38,9 +38,8 @@ demo-s3: $(STAMP)  ## the demo with its state on a local S3 server (started and 
 # The test suites' JVMs (each worker's Spark driver; the spark-submit, Spark Connect and
 # local-cluster jobs they start) compile with C1 only and collect with the serial collector:
 # the suites run hundreds of short queries over a few rows each, where C2's compiler threads
-# and G1's are most of the JVMs' CPU (a whole `make test` measured with and without: the
-# closing notes of the stop that set it). Not for `make bench` or the demo, which measure or
-# show Spark as users run it.
+# and G1's are most of the JVMs' CPU (measured on a whole `make test`, with and without). Not
+# for `make bench` or the demo, which measure or show Spark as users run it.
 TEST_JVM_OPTIONS := -XX:TieredStopAtLevel=1 -XX:+UseSerialGC
 test test-compat test-compat-full conformance-reference conformance-reference-check test-engine test-spark crash-test: export JDK_JAVA_OPTIONS := $(TEST_JVM_OPTIONS)
 
@@ -92,9 +91,9 @@ crash-test: $(STAMP)  ## kill -9 a tiered() query 50 times, restart it, compare 
 	$(PY) -m devkit.crash_test $(CRASH_ARGS)
 
 # The packages held to the function size limit and checked for dead code (lint/funcsize.py,
-# vulture).
+# vulture); the engine's tests are held to the size limit too.
 LINT_PACKAGES := fsstate fsstate_spark pyspark_fsstate
-SIZE_PACKAGES := $(LINT_PACKAGES) bench devkit examples
+SIZE_PACKAGES := $(LINT_PACKAGES) bench devkit examples tests/fsstate
 lint: $(STAMP)  ## ruff, ruff format, mypy, the import contracts, function size and dead code
 	$(PY) -m ruff check fsstate fsstate_spark pyspark_fsstate tests examples bench devkit lint docs/snippets
 	$(PY) -m ruff format --check fsstate fsstate_spark pyspark_fsstate tests examples bench devkit lint docs/snippets

@@ -25,7 +25,7 @@ import time
 
 import pyarrow as pa
 
-from devkit.s3_server import SeaweedS3
+from devkit.s3_server import SeaweedS3, s3_options
 from fsstate import PartitionStore, StoreConfig
 from fsstate.storage.location import Location
 from fsstate_spark.metrics.progress import _gather, _Operator
@@ -43,13 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=7)
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp, SeaweedS3(tmp) as info:
-        options = {
-            "endpoint": info.endpoint,
-            "access_key_id": info.access_key,
-            "secret_access_key": info.secret_key,
-            "region": "us-east-1",
-            "allow_http": "true",
-        }
+        options = s3_options(info)
         root = Location.parse(f"s3://{info.bucket}/bench", options)
         fileio = fileio_for(root, False)
         summaries = {}

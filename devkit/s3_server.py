@@ -140,6 +140,18 @@ class S3Info(NamedTuple):
     bucket: str
 
 
+def s3_options(info: S3Info) -> dict[str, str]:
+    """The storage options (``tiered(storage_options=)``, ``Location.parse``) that reach the
+    started server ``info``: explicit, so no ``AWS_*`` variable is read."""
+    return {
+        "endpoint": info.endpoint,
+        "access_key_id": info.access_key,
+        "secret_access_key": info.secret_key,
+        "region": "us-east-1",
+        "allow_http": "true",
+    }
+
+
 class SeaweedStartError(RuntimeError):
     """weed mini did not come up; the message carries the tail of its log."""
 

@@ -14,10 +14,11 @@ no Spark session).
 
 Invariants:
 
-* Errors, exit codes and progress as the ``fsstate`` command line's
-  (:mod:`fsstate.console`): one line on stderr and exit code 2 for any error, a progress bar
-  on a terminal, ``--json`` for scripts; ``--json``, ``-o`` and ``--conf`` before the command
-  name or after it; ``-o`` refused where every location the command names is a local path.
+* The group, its options, errors, exit codes and progress are the ``fsstate`` command line's
+  (:func:`fsstate.cli.console.command_group`): one line on stderr and exit code 2 for any
+  error, a progress bar on a terminal, ``--json`` for scripts; ``--json``, ``-o`` and
+  ``--conf`` before the command name or after it; ``-o`` refused where every location the
+  command names is a local path.
 * The SparkSession is the active one (tests, ``spark-submit``) or one built from ``--conf``
   settings; the command never stops a session it did not build.
 """
@@ -36,10 +37,10 @@ except ImportError as exc:  # pragma: no cover - the cli extra is missing
 
 from pyspark.sql import SparkSession
 
-from fsstate.console import (
+from fsstate.cli.console import (
     CommandEnv,
-    ErrorsAsOneLine,
     at_least,
+    command_group,
     debug_to_stderr,
     option_pairs,
     rich_table,
@@ -74,27 +75,17 @@ class _SparkEnv(CommandEnv):
         return builder.getOrCreate(), True
 
 
-@click.group(cls=ErrorsAsOneLine, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
-@click.option("--debug", is_flag=True, help="Log tracebacks to stderr.")
-@click.option(
-    "-o",
-    "--option",
-    "options",
-    multiple=True,
-    metavar="NAME=VALUE",
-    help="Object store setting (as tiered(storage_options=)) of the checkpoint and state "
-    "locations the command names, repeatable.",
+@command_group(
+    "Object store setting (as tiered(storage_options=)) of the checkpoint and state locations "
+    "the command names, repeatable.",
+    click.option(
+        "--conf",
+        "confs",
+        multiple=True,
+        metavar="KEY=VALUE",
+        help="Spark setting of the session the command runs (as spark-submit --conf), repeatable.",
+    ),
 )
-@click.option(
-    "--conf",
-    "confs",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="Spark setting of the session the command runs (as spark-submit --conf), repeatable.",
-)
-@click.version_option(package_name="fsstate")
-@click.pass_context
 def cli(
     ctx: click.Context, as_json: bool, debug: bool, options: tuple[str, ...], confs: tuple[str, ...]
 ) -> None:

@@ -6,13 +6,13 @@ query's driver and without a SparkSession.
 
 Invariants:
 
-* The table fits 80 columns (:func:`fsstate.console.rich_table`): the query id is a heading
+* The table fits 80 columns (:func:`fsstate.cli.console.rich_table`): the query id is a heading
   line when there is one query; bytes in binary units (``12.5Mi``) and counts in decimal ones
   (``1.23M``), 3 significant digits (``--json`` has the exact figures).
 * ``--once`` prints one table (or, with ``--json``, one JSON document) and exits; otherwise the
   table is redrawn every ``--interval`` seconds until interrupted (Ctrl-C exits 0), and
   ``--json`` prints one JSON line per refresh.
-* Errors are typed fsstate errors shown as one line (:class:`fsstate.console.ErrorsAsOneLine`).
+* Errors are typed fsstate errors shown as one line (:class:`fsstate.cli.console.ErrorsAsOneLine`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any
 import click
 from rich.live import Live
 
-from fsstate.console import Command, CommandEnv, FitTable, rich_table
+from fsstate.cli.console import Command, CommandEnv, FitTable, rich_table
 from fsstate.inspect.checkpoint import checkpoint_uri, read_checkpoint
 from fsstate_spark.metrics.watch import OperatorView, WatchTarget, now_ms, read_views, resolve
 

@@ -20,10 +20,10 @@ import decimal
 import zipfile
 from typing import Any, cast
 
-from fsstate import cli
+from fsstate.cli import commands
+from fsstate.cli.console import ErrorsAsOneLine, Failed
 from fsstate.codegen import _SourceLoader
 from fsstate.compaction import Compactor
-from fsstate.console import ErrorsAsOneLine, Failed
 from fsstate.operators.local import LocalQuery
 from fsstate.stats import CommitInfo, ProcessStats, TableStats, VersionSummary
 from fsstate.storage.fileio import _CrcSink
@@ -76,8 +76,8 @@ _RangeReader.seek
 _SourceLoader.get_source
 Failed.exit_code
 ErrorsAsOneLine.command_class
-cli.list_cmd
-cli.show
+commands.list_cmd
+commands.show
 spark_cli.rollback
 spark_cli.repair
 # an object's class, set to swap a deleted state variable's methods (fsstate_spark.state.handles)

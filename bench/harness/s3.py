@@ -1,5 +1,5 @@
 """The S3 server of the storage suites (``storage``, ``spark_storage``) and the settings that
-reach it.
+reach it (:func:`devkit.s3_server.s3_options`).
 
 Invariants: the server is :class:`devkit.s3_server.SeaweedS3` (loopback, one identity,
 credentials checked), made under the run's ``tmp_dir`` and started and stopped by the suite;
@@ -12,7 +12,8 @@ from __future__ import annotations
 import tempfile
 
 from bench.harness.common import BenchContext, SuiteSkipped
-from devkit.s3_server import S3Info, SeaweedS3, find_weed
+from devkit.s3_server import SeaweedS3, find_weed
+from devkit.s3_server import s3_options as s3_options  # the suites import it from here
 
 
 def s3_server(ctx: BenchContext) -> SeaweedS3:
@@ -27,14 +28,3 @@ def s3_server(ctx: BenchContext) -> SeaweedS3:
         raise SuiteSkipped(str(exc)) from exc
     ctx.tmp_dir.mkdir(parents=True, exist_ok=True)
     return SeaweedS3(tempfile.mkdtemp(prefix="weed-", dir=ctx.tmp_dir))
-
-
-def s3_options(info: S3Info) -> dict[str, str]:
-    """The storage options that reach the started server ``info``."""
-    return {
-        "endpoint": info.endpoint,
-        "access_key_id": info.access_key,
-        "secret_access_key": info.secret_key,
-        "region": "us-east-1",
-        "allow_http": "true",
-    }

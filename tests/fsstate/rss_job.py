@@ -46,6 +46,42 @@ def _peak_rss_mib() -> float:
     raise RuntimeError("no VmHWM in /proc/self/status")
 
 
+def _write(root: str, stores: int, rows_per_store: int, phase: list[str]) -> None:
+    """Version 0 of ``stores`` stores, ``rows_per_store`` rows each: the even stores written in
+    Arrow batches, the odd ones key by key; ``phase[0]`` names the step under way."""
+    opened = [PartitionStore.open(root, "big", p) for p in range(stores)]
+    for p, s in enumerate(opened):
+        phase[0] = f"write-{p}"
+        t = s.value_table("blobs", VAL, KEY)
+        batch = 64
+        for start in range(0, rows_per_store, batch):
+            ids = list(range(start, min(start + batch, rows_per_store)))
+            if p % 2 == 0:  # batched Arrow writes
+                t.put_many(pa.table({"id": ids}), pa.table({"blob": [value_of(p, i) for i in ids]}))
+            else:  # point writes through the hot tier
+                for i in ids:
+                    t.update((i,), (value_of(p, i),))
+        phase[0] = f"commit-{p}"
+        s.commit(0)
+    for s in opened:
+        s.close()
+
+
+def _bad_rows(root: str, stores: int, rows_per_store: int, phase: list[str]) -> int:
+    """The rows of version 0 that read back missing or different, each store reopened."""
+    bad = 0
+    for p in range(stores):
+        phase[0] = f"read-{p}"
+        s = PartitionStore.open(root, "big", p, 0)
+        t = s.value_table("blobs", VAL, KEY)
+        for i in range(rows_per_store):
+            got = t.get((i,))
+            if got is None or got[0] != value_of(p, i):
+                bad += 1
+        s.close()
+    return bad
+
+
 def main() -> None:
     root, total_mib, budget_mib = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     phase = ["import"]
@@ -64,33 +100,9 @@ def main() -> None:
     stores = 4
     rows_per_store = total_mib * 1024 * 1024 // ROW_BYTES // stores
     t0 = time.time()
-    opened = [PartitionStore.open(root, "big", p) for p in range(stores)]
-    for p, s in enumerate(opened):
-        phase[0] = f"write-{p}"
-        t = s.value_table("blobs", VAL, KEY)
-        batch = 64
-        for start in range(0, rows_per_store, batch):
-            ids = list(range(start, min(start + batch, rows_per_store)))
-            if p % 2 == 0:  # batched Arrow writes
-                t.put_many(pa.table({"id": ids}), pa.table({"blob": [value_of(p, i) for i in ids]}))
-            else:  # point writes through the hot tier
-                for i in ids:
-                    t.update((i,), (value_of(p, i),))
-        phase[0] = f"commit-{p}"
-        s.commit(0)
+    _write(root, stores, rows_per_store, phase)
     write_s = time.time() - t0
-    for s in opened:
-        s.close()
-    bad = 0
-    for p in range(stores):
-        phase[0] = f"read-{p}"
-        s = PartitionStore.open(root, "big", p, 0)
-        t = s.value_table("blobs", VAL, KEY)
-        for i in range(rows_per_store):
-            got = t.get((i,))
-            if got is None or got[0] != value_of(p, i):
-                bad += 1
-        s.close()
+    bad = _bad_rows(root, stores, rows_per_store, phase)
     peak_mib = _peak_rss_mib()
     _, shared_mib = _mem_mib()
     stats = ctl.stats()

@@ -14,6 +14,7 @@ from fsstate import PartitionStore, StoreConfig
 from fsstate.config import EngineConfig
 from fsstate.controller import MemoryController
 from fsstate.storage.manifest import LINEAGE_STEPS_MAX, list_versions, read_manifest
+from fsstate.tables import ListTable, ValueTable
 from tests.support.engine import KEY, UKEY, VAL
 
 Factory = Callable[..., PartitionStore]
@@ -136,6 +137,51 @@ def test_compaction_drops_shadowed_and_tombstoned_rows(
     assert sorted(m2.items(("k2",))) == [(("u0",), (4, "y")), (("u1",), (5, "y"))]
 
 
+def _write_epoch(
+    rng: random.Random,
+    v: ValueTable,
+    lst: ListTable,
+    model: dict[str, int],
+    lists: dict[str, list[int]],
+    version: int,
+) -> None:
+    """60 random updates, clears and appends of epoch ``version``, on the tables and the models."""
+    for _ in range(60):
+        k = f"k{rng.randrange(80)}"
+        op = rng.random()
+        if op < 0.6:
+            model[k] = rng.randrange(1000)
+            v.update((k,), (model[k], "x"))
+        elif op < 0.7:
+            model.pop(k, None)
+            v.clear((k,))
+        else:
+            lists.setdefault(k, []).append(version)
+            lst.append((k,), (version, "l"))
+
+
+def _check_reopened(
+    tmp_path: Path,
+    ctl: MemoryController,
+    s: PartitionStore,
+    model: dict[str, int],
+    lists: dict[str, list[int]],
+) -> None:
+    """Version 40 reopened holds the models' rows, and every retained manifest's files exist."""
+    r = _open(tmp_path, ctl, 40)
+    v2, l2 = r.value_table("v", VAL, KEY), r.list_table("l", VAL, KEY)
+    assert {k for (k,) in v2.keys()} == set(model)
+    for k, val in model.items():
+        assert v2.get((k,)) == (val, "x")
+    for k, items in lists.items():
+        assert [x for x, _ in l2.get((k,))] == items
+    # no retained manifest references a file that is gone (compaction deletes nothing)
+    root = tmp_path / "state"
+    present = {p.relative_to(root / s.store_dir).as_posix() for p in root.rglob("*.parquet")}
+    for version in list_versions(s.fileio, s.store_dir):
+        assert read_manifest(s.fileio, s.store_dir, version).files() <= present
+
+
 def test_compaction_racing_commits_and_reads(tmp_path: Path) -> None:
     """A background compactor merges while the owner writes, reads and commits."""
     ctl = MemoryController(
@@ -168,18 +214,7 @@ def test_compaction_racing_commits_and_reads(tmp_path: Path) -> None:
     t.start()
     try:
         for version in range(40):
-            for _ in range(60):
-                k = f"k{rng.randrange(80)}"
-                op = rng.random()
-                if op < 0.6:
-                    model[k] = rng.randrange(1000)
-                    v.update((k,), (model[k], "x"))
-                elif op < 0.7:
-                    model.pop(k, None)
-                    v.clear((k,))
-                else:
-                    lists.setdefault(k, []).append(version)
-                    lst.append((k,), (version, "l"))
+            _write_epoch(rng, v, lst, model, lists, version)
             s.commit(version)
             for t_ in (v, lst):
                 t_.evict_clean()  # force cold reads against runs being compacted
@@ -192,18 +227,7 @@ def test_compaction_racing_commits_and_reads(tmp_path: Path) -> None:
     assert not errors
     assert ctl.compactor().rounds > 0 and ctl.compactor().errors == 0
     s.commit(40)
-    r = _open(tmp_path, ctl, 40)
-    v2, l2 = r.value_table("v", VAL, KEY), r.list_table("l", VAL, KEY)
-    assert {k for (k,) in v2.keys()} == set(model)
-    for k, val in model.items():
-        assert v2.get((k,)) == (val, "x")
-    for k, items in lists.items():
-        assert [x for x, _ in l2.get((k,))] == items
-    # no retained manifest references a file that is gone (compaction deletes nothing)
-    root = tmp_path / "state"
-    present = {p.relative_to(root / s.store_dir).as_posix() for p in root.rglob("*.parquet")}
-    for version in list_versions(s.fileio, s.store_dir):
-        assert read_manifest(s.fileio, s.store_dir, version).files() <= present
+    _check_reopened(tmp_path, ctl, s, model, lists)
 
 
 def test_append_to_cold_list_does_not_load_it(

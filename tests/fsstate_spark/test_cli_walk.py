@@ -22,6 +22,7 @@ from fsstate.cli import cli as fsstate_cli
 from fsstate.errors import ConfigError
 from fsstate_spark.cli import _SparkEnv
 from fsstate_spark.cli import cli as spark_cli
+from tests.support.cli import refused, run
 
 KEY = pa.schema([("k", pa.string())])
 VAL = pa.schema([("n", pa.int64())])
@@ -46,17 +47,11 @@ def _files(root: Path) -> set[str]:
 
 
 def _run(*args: str, code: int = 0) -> Result:
-    res = CliRunner().invoke(spark_cli, list(args), catch_exceptions=False)
-    assert res.exit_code == code, (res.exit_code, res.stdout, res.stderr)
-    return res
+    return run(spark_cli, *args, code=code)
 
 
 def _refused(*args: str) -> str:
-    res = _run(*args, code=2)
-    lines = [line for line in res.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and res.stdout == "", res.stderr
-    assert lines[0].startswith("Error: ConfigError: "), lines
-    return lines[0]
+    return refused(spark_cli, *args)
 
 
 @pytest.mark.parametrize(
@@ -167,5 +162,5 @@ def test_bad_numbers_are_one_line(tmp_path: Path, args: list[str], words: str) -
 def test_every_command_is_an_fsstate_command() -> None:
     """Commands get the options that work after their name when added: a plain click command
     would not, and is refused when added."""
-    with pytest.raises(TypeError, match=r"fsstate\.console\.Command"):
+    with pytest.raises(TypeError, match=r"fsstate\.cli\.console\.Command"):
         spark_cli.add_command(click.Command("plain"))

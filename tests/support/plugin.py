@@ -12,7 +12,8 @@
   driver-side Python runner of every ``transformWithState`` query start is a fork of it.
 * ``s3_server``: a real S3 server (SeaweedFS ``weed mini`` on loopback, credentials checked),
   started once per session when a test asks for it and stopped at the end; ``s3_uri`` gives
-  every test its own prefix of the bucket; :func:`s3_options` are the settings that reach it.
+  every test its own prefix of the bucket; :func:`s3_options` (:mod:`devkit.s3_server`) are the
+  settings that reach it.
 * ``spark``: one small local SparkSession for the whole session (``conf/spark-defaults.conf``);
   tests that use it get the ``spark`` marker (``-m "not spark"`` skips them).
 * ``pyfiles``: the ``--py-files`` zip of fsstate and fsstate_spark.
@@ -34,6 +35,7 @@ from devkit.jvm_archive import spark_class_archive
 from devkit.python_forkserver import ForkServer
 from devkit.repo import compiled_pyspark_workers, worker_paths
 from devkit.s3_server import S3Info, SeaweedS3
+from devkit.s3_server import s3_options as s3_options  # the tests import it from here
 from tests.support.schedule import longest_first
 
 if TYPE_CHECKING:
@@ -77,17 +79,6 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Info]:
     info = server.start()
     yield info
     server.stop()
-
-
-def s3_options(info: S3Info) -> dict[str, str]:
-    """The storage options that reach the test server (explicit: no AWS_* in the tests)."""
-    return {
-        "endpoint": info.endpoint,
-        "access_key_id": info.access_key,
-        "secret_access_key": info.secret_key,
-        "region": "us-east-1",
-        "allow_http": "true",
-    }
 
 
 @pytest.fixture

@@ -41,7 +41,7 @@ FILE_SECONDS = {
     "tests/fsstate/operators/test_window_memory.py": 95,
     "tests/fsstate/tables/test_scan.py": 89,
     "tests/fsstate_spark/conformance/test_arrow_batches.py": 79,
-    "tests/fsstate/test_cli_exit.py": 77,
+    "tests/fsstate/cli/test_exit.py": 77,
     "tests/fsstate_spark/tiered/test_migration.py": 77,
     "tests/fsstate_spark/operators/test_tasks.py": 72,
     "tests/fsstate_spark/tiered/test_object_storage.py": 71,

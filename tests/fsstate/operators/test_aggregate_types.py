@@ -476,14 +476,11 @@ def _result(
     return tuple(out)
 
 
-@pytest.mark.parametrize("seed", range(16))
-def test_random_window_aggregate_matches_reference(tmp_path: Path, seed: int) -> None:
-    rng = random.Random(seed)
-    keys, agg_specs, cols = _random_query(rng, allow_nan_in_sums=True)
-    size_s, delay_s = rng.choice([5, 10]), rng.choice([0, 4])
-    mode, partitions = rng.choice(["append", "update"]), rng.choice([1, 2, 3])
-    schema = _schema(keys, cols, [pa.field("t", TS)])
-    params = f"seed {seed}: keys {keys} aggs {agg_specs} cols {cols} {mode} p{partitions}"
+def _timed_batches(
+    rng: random.Random, keys: list[str], cols: dict[str, str]
+) -> list[list[dict[str, Any]]]:
+    """6 batches of 0 to 13 random rows, each with an event time ``t`` (seconds) up to 12 s
+    behind or 9 s ahead of a base time that moves on by 0 to 8 s a batch."""
     batches = []
     base = 100
     for _ in range(6):
@@ -492,6 +489,18 @@ def test_random_window_aggregate_matches_reference(tmp_path: Path, seed: int) ->
             r["t"] = base + rng.randrange(-12, 10)
         base += rng.randrange(0, 9)
         batches.append(rows)
+    return batches
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_random_window_aggregate_matches_reference(tmp_path: Path, seed: int) -> None:
+    rng = random.Random(seed)
+    keys, agg_specs, cols = _random_query(rng, allow_nan_in_sums=True)
+    size_s, delay_s = rng.choice([5, 10]), rng.choice([0, 4])
+    mode, partitions = rng.choice(["append", "update"]), rng.choice([1, 2, 3])
+    schema = _schema(keys, cols, [pa.field("t", TS)])
+    params = f"seed {seed}: keys {keys} aggs {agg_specs} cols {cols} {mode} p{partitions}"
+    batches = _timed_batches(rng, keys, cols)
     used, final = spark_rules.batch_watermarks(
         [[[r["t"] * US for r in b] for b in batches]], [delay_s * 1000]
     )

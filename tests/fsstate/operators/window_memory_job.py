@@ -75,10 +75,9 @@ def _digest(k: pa.Array, count: pa.Array, total: pa.Array, top: pa.Array) -> str
     return h.hexdigest()
 
 
-def main() -> None:
-    root, state_mib, budget_mib = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-    open_windows = int(sys.argv[4]) if len(sys.argv) > 4 else OPEN_WINDOWS
-    data_windows = open_windows + 4
+def _sample_anon() -> list[float]:
+    """A one-element list holding the process's peak anonymous memory (MiB), sampled every
+    10 ms by a daemon thread."""
     anon = [0.0]
 
     def sample() -> None:
@@ -87,7 +86,11 @@ def main() -> None:
             time.sleep(0.01)
 
     threading.Thread(target=sample, daemon=True).start()
-    ctl = configure(memory_limit=f"{budget_mib}MiB")
+    return anon
+
+
+def _query(root: str, open_windows: int) -> LocalQuery:
+    """The windowed count, sum and max on 2 partitions, the watermark ``open_windows`` behind."""
     op = WindowAggregate(
         "windows",
         keys=["k"],
@@ -95,12 +98,57 @@ def main() -> None:
         window=Window(size_ms=MINUTE_MS),
         aggs=[Agg("count"), Agg("sum", "v"), Agg("max", "s")],
     )
-    query = LocalQuery(
+    return LocalQuery(
         root,
         [Stage(op, ["k"])],
         partitions=2,
         watermark=WatermarkSpec({"input": open_windows * MINUTE_MS}),
     )
+
+
+def _tail_batch(e: int, w: int) -> pa.Table:
+    """Epoch ``e``'s one row, in window ``w``, far from the data's keys: moves the watermark on."""
+    return pa.table(
+        {
+            "k": pa.array([-1 - e], pa.int64()),
+            "t": pa.array([w * MINUTE_MS * 1000], pa.timestamp("us", "UTC")),
+            "v": pa.array([0], pa.int64()),
+            "s": pa.array([""]),
+        }
+    )
+
+
+def _emitted(out: pa.Table, keys: int, got: dict[int, str]) -> None:
+    """Add the digest of each window ``out`` emits to ``got`` (each window once).
+
+    Each emitted window is read in key order, a slice at a time: no copy of the whole output,
+    so the process's peak is the query's, not the check's.
+    """
+    starts = pc.struct_field(out["window"], "start").cast(pa.int64()).to_numpy()
+    ids = out["k"].to_numpy()
+    order = np.lexsort((ids, starts))
+    order = order[ids[order] >= 0]
+    sorted_starts = starts[order]
+    per = keys // EPOCHS_PER_WINDOW
+    for start in np.unique(sorted_starts):
+        w = int(start) // (MINUTE_MS * 1000)
+        assert w not in got, f"window {w} emitted twice"
+        idx = order[sorted_starts == start]
+        slices = (
+            out.take(pa.array(idx[i * per : (i + 1) * per])) for i in range(EPOCHS_PER_WINDOW)
+        )
+        got[w] = hashlib.sha256(
+            "".join(_digest(c["k"], c["count"], c["sum(v)"], c["max(s)"]) for c in slices).encode()
+        ).hexdigest()
+
+
+def main() -> None:
+    root, state_mib, budget_mib = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    open_windows = int(sys.argv[4]) if len(sys.argv) > 4 else OPEN_WINDOWS
+    data_windows = open_windows + 4
+    anon = _sample_anon()
+    ctl = configure(memory_limit=f"{budget_mib}MiB")
+    query = _query(root, open_windows)
     keys = state_mib * 2**20 // (open_windows * VALUE_BYTES)
     rng = np.random.default_rng(5)
     want: dict[int, str] = {}
@@ -120,38 +168,11 @@ def main() -> None:
             if part == EPOCHS_PER_WINDOW - 1:
                 want[w] = hashlib.sha256("".join(parts).encode()).hexdigest()
                 parts = []
-        else:  # one row far from the data's keys: moves the watermark on
-            w = data_windows + e - data_epochs
-            batch = pa.table(
-                {
-                    "k": pa.array([-1 - e], pa.int64()),
-                    "t": pa.array([w * MINUTE_MS * 1000], pa.timestamp("us", "UTC")),
-                    "v": pa.array([0], pa.int64()),
-                    "s": pa.array([""]),
-                }
-            )
+        else:
+            batch = _tail_batch(e, data_windows + e - data_epochs)
         out = query.run(e, batch)
         del batch
-        # The check reads each emitted window in key order, a slice at a time: no copy of the
-        # whole output, so the process's peak is the query's, not the check's.
-        starts = pc.struct_field(out["window"], "start").cast(pa.int64()).to_numpy()
-        ids = out["k"].to_numpy()
-        order = np.lexsort((ids, starts))
-        order = order[ids[order] >= 0]
-        sorted_starts = starts[order]
-        per = keys // EPOCHS_PER_WINDOW
-        for start in np.unique(sorted_starts):
-            w = int(start) // (MINUTE_MS * 1000)
-            assert w not in got, f"window {w} emitted twice"
-            idx = order[sorted_starts == start]
-            slices = (
-                out.take(pa.array(idx[i * per : (i + 1) * per])) for i in range(EPOCHS_PER_WINDOW)
-            )
-            got[w] = hashlib.sha256(
-                "".join(
-                    _digest(c["k"], c["count"], c["sum(v)"], c["max(s)"]) for c in slices
-                ).encode()
-            ).hexdigest()
+        _emitted(out, keys, got)
         del out
         now = ctl.stats()
         peak_disk = max(peak_disk, now.disk_bytes)

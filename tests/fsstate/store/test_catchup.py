@@ -380,6 +380,44 @@ def test_alternating_copies_cross_many_bottom_merges(tmp_path: Path) -> None:
     assert crossed >= 5  # bottom merges published by one copy, crossed by the other
 
 
+def _spy_conversions_and_reads(monkeypatch: pytest.MonkeyPatch) -> tuple[list[int], list[str]]:
+    """Spies on the rows converted to views (their counts) and the data files read (their
+    paths), until ``monkeypatch`` is undone: the two lists they append to."""
+    from fsstate.format.segment import Segment
+    from fsstate.storage.fileio import FileIO
+    from fsstate.tables import newest
+
+    converted: list[int] = []
+    data_reads: list[str] = []
+    rows_at = Segment._rows_at
+    views_of = newest._views_of
+    open_parquet = FileIO.open_parquet
+    read_bytes = FileIO.read_bytes
+
+    def spy_rows_at(self: Segment, indices: list[int]) -> Any:
+        converted.append(len(indices))
+        return rows_at(self, indices)
+
+    def spy_views_of(rows: Any) -> list[Any]:
+        converted.append(rows.num_rows)
+        return views_of(rows)
+
+    def spy_open(self: FileIO, path: str) -> Any:
+        data_reads.append(path)
+        return open_parquet(self, path)
+
+    def spy_read(self: FileIO, path: str) -> bytes:
+        if path.endswith(".parquet"):
+            data_reads.append(path)
+        return read_bytes(self, path)
+
+    monkeypatch.setattr(Segment, "_rows_at", spy_rows_at)
+    monkeypatch.setattr(newest, "_views_of", spy_views_of)
+    monkeypatch.setattr(FileIO, "open_parquet", spy_open)
+    monkeypatch.setattr(FileIO, "read_bytes", spy_read)
+    return converted, data_reads
+
+
 @pytest.mark.parametrize("kind", ["value", "map"])
 def test_refresh_reads_only_what_views_need(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
@@ -387,9 +425,6 @@ def test_refresh_reads_only_what_views_need(
     """The delta of a partition another copy filled is as big as that batch's state: a copy
     converts only the rows of the keys it holds views of, and without views reads no data
     (a value table by its vectorized newest-view path, other kinds by op rows)."""
-    from fsstate.format.segment import Segment
-    from fsstate.storage.fileio import FileIO
-    from fsstate.tables import newest
 
     def table(store: PartitionStore) -> Any:
         if kind == "value":
@@ -420,34 +455,7 @@ def test_refresh_reads_only_what_views_need(
     put(vb, "n5", (5, "again"))
     b.commit(2)
 
-    converted: list[int] = []
-    data_reads: list[str] = []
-    rows_at = Segment._rows_at
-    views_of = newest._views_of
-    open_parquet = FileIO.open_parquet
-    read_bytes = FileIO.read_bytes
-
-    def spy_rows_at(self: Segment, indices: list[int]) -> Any:
-        converted.append(len(indices))
-        return rows_at(self, indices)
-
-    def spy_views_of(rows: Any) -> list[Any]:
-        converted.append(rows.num_rows)
-        return views_of(rows)
-
-    def spy_open(self: FileIO, path: str) -> Any:
-        data_reads.append(path)
-        return open_parquet(self, path)
-
-    def spy_read(self: FileIO, path: str) -> bytes:
-        if path.endswith(".parquet"):
-            data_reads.append(path)
-        return read_bytes(self, path)
-
-    monkeypatch.setattr(Segment, "_rows_at", spy_rows_at)
-    monkeypatch.setattr(newest, "_views_of", spy_views_of)
-    monkeypatch.setattr(FileIO, "open_parquet", spy_open)
-    monkeypatch.setattr(FileIO, "read_bytes", spy_read)
+    converted, data_reads = _spy_conversions_and_reads(monkeypatch)
     assert a.refresh(1) is True
     assert sum(converted) == 1  # u1's one new row, not the 2,000 new keys'
     assert a.stats().tables["v"].hot_keys == 3

@@ -244,6 +244,50 @@ def _seed() -> int:
     return int(os.environ.get("FSSTATE_SEED", "4242"))
 
 
+def _kill_in_a_commit(
+    ctx: mp.context.ForkServerContext,
+    root: str | Location,
+    seed: int,
+    trial: int,
+    rng: random.Random,
+    durations: list[float],
+) -> tuple[int, int]:
+    """A child started from ``ctx`` and killed at a random moment of its 1st to 3rd commit
+    (uniform over the median commit duration, which ``durations`` collects): the last version
+    it reported committed and the one it was killed in."""
+    ours, theirs = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=child, args=(root, seed, theirs), daemon=True)
+    proc.start()
+    theirs.close()
+    target = rng.randint(1, 3)  # kill during the target-th commit of this child
+    starts, done, killed_in = 0, -1, -1
+    started_at = 0.0
+    deadline = time.monotonic() + 60
+    while starts < target:
+        assert time.monotonic() < deadline, f"seed={seed} trial={trial}: child stalled"
+        if not ours.poll(0.5):
+            assert proc.is_alive(), f"seed={seed} trial={trial}: child died ({proc.exitcode})"
+            continue
+        event, version, at = ours.recv()
+        if event == "start":
+            starts += 1
+            killed_in, started_at = version, at
+        else:
+            done = version
+            durations.append(at - started_at)
+    window = sorted(durations)[len(durations) // 2] if durations else 0.01
+    time.sleep(rng.uniform(0, 1.1 * window))
+    proc.kill()
+    proc.join(10)
+    for event, version, _at in _drain(ours):  # events sent before the kill
+        if event == "start":
+            killed_in = version
+        else:
+            done = version
+    ours.close()
+    return done, killed_in
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", ["local", "s3"])
 def test_sigkill_inside_commits_leaves_complete_versions(
@@ -268,36 +312,7 @@ def test_sigkill_inside_commits_leaves_complete_versions(
     for trial in range(TRIALS_MAX):
         if in_commit >= kills_min:
             break
-        ours, theirs = ctx.Pipe(duplex=False)
-        proc = ctx.Process(target=child, args=(root, seed, theirs), daemon=True)
-        proc.start()
-        theirs.close()
-        target = rng.randint(1, 3)  # kill during the target-th commit of this child
-        starts, done, killed_in = 0, -1, -1
-        started_at = 0.0
-        deadline = time.monotonic() + 60
-        while starts < target:
-            assert time.monotonic() < deadline, f"seed={seed} trial={trial}: child stalled"
-            if not ours.poll(0.5):
-                assert proc.is_alive(), f"seed={seed} trial={trial}: child died ({proc.exitcode})"
-                continue
-            event, version, at = ours.recv()
-            if event == "start":
-                starts += 1
-                killed_in, started_at = version, at
-            else:
-                done = version
-                durations.append(at - started_at)
-        window = sorted(durations)[len(durations) // 2] if durations else 0.01
-        time.sleep(rng.uniform(0, 1.1 * window))
-        proc.kill()
-        proc.join(10)
-        for event, version, _at in _drain(ours):  # events sent before the kill
-            if event == "start":
-                killed_in = version
-            else:
-                done = version
-        ours.close()
+        done, killed_in = _kill_in_a_commit(ctx, root, seed, trial, rng, durations)
         if done == killed_in:
             after_commit += 1
         else:

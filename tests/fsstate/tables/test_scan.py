@@ -45,6 +45,27 @@ def _rand_bound(rng: random.Random) -> tuple[Any, ...] | None:
     return (rng.randrange(13), rng.choice(["p", "q", "r", "s"]))
 
 
+# what _World.step picks from (a name twice: picked twice as often)
+_OPS = [
+    "put_many",
+    "put_many",
+    "delete_many",
+    "update",
+    "clear",
+    "range",
+    "map_put",
+    "map_put",
+    "map_del",
+    "map_update",
+    "map_clear",
+    "map_range",
+    "commit",
+    "spill",
+    "compact",
+    "reopen",
+]
+
+
 class _World:
     """A store under test with a value table and a map table, and their reference models."""
 
@@ -64,27 +85,18 @@ class _World:
 
     # -- writes ----------------------------------------------------------------------------
     def step(self) -> str:
-        rng, st = self.rng, self.store
-        op = rng.choice(
-            [
-                "put_many",
-                "put_many",
-                "delete_many",
-                "update",
-                "clear",
-                "range",
-                "map_put",
-                "map_put",
-                "map_del",
-                "map_update",
-                "map_clear",
-                "map_range",
-                "commit",
-                "spill",
-                "compact",
-                "reopen",
-            ]
-        )
+        """One random operation, on the store and on the model: its name."""
+        op = self.rng.choice(_OPS)
+        if op.startswith("map_"):
+            self._map_write(op)
+        elif op in ("commit", "spill", "compact", "reopen"):
+            self._store_step(op)
+        else:
+            self._value_write(op)
+        return op
+
+    def _value_write(self, op: str) -> None:
+        rng = self.rng
         if op == "put_many":
             keys = [_rand_key(rng) for _ in range(rng.randrange(1, 30))]
             vals = [rng.randrange(1000) for _ in keys]
@@ -108,7 +120,10 @@ class _World:
             lo, hi = _rand_bound(rng), _rand_bound(rng)
             self.v.delete_range(lo, hi)
             self.values = {k: x for k, x in self.values.items() if not in_range(k, lo, hi)}
-        elif op == "map_put":
+
+    def _map_write(self, op: str) -> None:
+        rng = self.rng
+        if op == "map_put":
             rows = [(rng.randrange(5), rng.randrange(20), rng.randrange(100)) for _ in range(25)]
             self.m.put_many(
                 pa.table({"g": pa.array([r[0] for r in rows], pa.int64())}),
@@ -142,7 +157,10 @@ class _World:
             hi = rng.choice([None, (rng.randrange(6),)])
             self.m.delete_range(lo, hi)
             self.maps = {g: m for g, m in self.maps.items() if not in_range((g,), lo, hi)}
-        elif op == "commit":
+
+    def _store_step(self, op: str) -> None:
+        st = self.store
+        if op == "commit":
             self.version += 1
             st.commit(self.version)
         elif op == "spill":
@@ -155,7 +173,6 @@ class _World:
             st.close()
             self.store = PartitionStore.open(str(self.root), "op", 0, self.version, self.config)
             self.declare()
-        return op
 
     # -- checks ----------------------------------------------------------------------------
     def check(self, where: str) -> None:
@@ -163,6 +180,12 @@ class _World:
         lo, hi = _rand_bound(rng), _rand_bound(rng)
         reverse = rng.random() < 0.5
         limit = rng.choice([None, 1, 3, 10])
+        self._check_scan(where, lo, hi, reverse, limit)
+        self._check_chunks(where, lo, hi)
+        self._check_lookups(where)
+        self._check_map_reads(where, reverse, limit)
+
+    def _check_scan(self, where: str, lo: Any, hi: Any, reverse: bool, limit: int | None) -> None:
         want = sorted(
             (k for k in self.values if in_range(k, lo, hi)), key=sort_key, reverse=reverse
         )
@@ -173,6 +196,8 @@ class _World:
         assert got_rows == want, f"{where}: scan({lo}, {hi}, {reverse}, {limit})"
         assert got.column("x").to_pylist() == [self.values[k] for k in want], where
 
+    def _check_chunks(self, where: str, lo: Any, hi: Any) -> None:
+        rng = self.rng
         chunk_bytes = rng.choice([1, 200, 10**9])
         pieces = list(self.v.scan_chunks(lo, hi, chunk_bytes=chunk_bytes))
         self.cut_scans += len(pieces) > 1
@@ -195,6 +220,8 @@ class _World:
         assert len({p["g"][0].as_py() for p in mpieces}) == len(mpieces), where
         assert all(p["g"][0] != q["g"][-1] for q, p in pairwise(mpieces)), where
 
+    def _check_lookups(self, where: str) -> None:
+        rng = self.rng
         keys = [_rand_key(rng) for _ in range(rng.randrange(1, 40))]
         res = self.v.get_many(_keys_table(keys))
         assert res.column("_found").to_pylist() == [k in self.values for k in keys], where
@@ -205,6 +232,8 @@ class _World:
         want = sorted((k for k in self.values if k[0] in prefixes), key=sort_key)
         assert list(zip(got.column("a").to_pylist(), got.column("b").to_pylist())) == want, where
 
+    def _check_map_reads(self, where: str, reverse: bool, limit: int | None) -> None:
+        rng = self.rng
         g = rng.randrange(6)
         ulo = rng.choice([None, rng.randrange(21)])
         uhi = rng.choice([None, rng.randrange(21)])

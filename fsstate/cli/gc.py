@@ -20,10 +20,10 @@ from typing import Any
 
 import click
 
-from fsstate.cli_branches import pick_branch
-from fsstate.cli_tables import gc_tables
+from fsstate.cli.branches import pick_branch
+from fsstate.cli.console import Command, CommandEnv, Failed, Refused, at_least
+from fsstate.cli.tables import gc_tables
 from fsstate.config import StoreConfig
-from fsstate.console import Command, CommandEnv, Failed, Refused, at_least
 from fsstate.inspect.catalog import StoreRef, live_lineages
 from fsstate.inspect.checkpoint import checkpoint_uri, read_checkpoint
 from fsstate.inspect.lineage import batch_state, planning_of

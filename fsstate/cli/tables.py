@@ -4,7 +4,7 @@ Invariants:
 
 * A table shows only what the command's document holds (``--json`` prints the same facts), in
   the document's order; a missing query id (a store at the root) shows as ``-``.
-* Tables are laid out by :func:`fsstate.console.rich_table` for the width they are printed at:
+* Tables are laid out by :func:`fsstate.cli.console.rich_table` for the width they are printed at:
   the query id (and, in tables of states or partitions, the operator) is a heading line when
   every row has the same one; query ids are shortened to a unique prefix (which ``--query``
   accepts) when space is short. Tables of stored rows (``show``,
@@ -17,7 +17,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from fsstate.console import FitTable, rich_table
+from fsstate.cli.console import FitTable, rich_table
 from fsstate.inspect.verify import latest_text
 
 __all__ = [

@@ -16,6 +16,7 @@ from click.testing import CliRunner, Result
 from fsstate.cli import cli
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.location import Location
+from tests.support.cli import cli_options
 from tests.support.engine import settle_leases
 from tests.support.lineages import OPERATOR, STATE, files_of, two_lineages
 from tests.support.plugin import s3_options
@@ -29,7 +30,7 @@ def root(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, list[str]
     else:
         info = request.getfixturevalue("s3_server")
         uri = request.getfixturevalue("s3_uri")
-        opts = [a for k, v in s3_options(info).items() for a in ("-o", f"{k}={v}")]
+        opts = cli_options(info)
         loc = Location.parse(uri, s3_options(info))
     return uri, opts, FileIO(loc)
 

@@ -28,7 +28,7 @@ VAL = pa.schema([pa.field("n", pa.int64()), pa.field("s", pa.string())])
 PARTITIONS = 8
 VERSIONS = 4
 RUNS = 30
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")

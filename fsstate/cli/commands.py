@@ -1,45 +1,15 @@
-"""The ``fsstate`` command line: list, stats, show, diff, verify (:mod:`fsstate.cli_verify`), gc
-and compact stored state, and list and drop its branches (:mod:`fsstate.cli_branches`).
+"""The ``fsstate`` group (:data:`cli`) and its commands that read stored state (``list``,
+``stats``, ``show``, ``diff``) or compact it (``compact``); ``verify``, ``gc``, ``branches`` and
+``drop-branch`` are registered here from their own modules.
 
-``python -m fsstate --help`` or the ``fsstate`` console script (``pip install 'fsstate[cli]'``:
-click for the commands, rich for tables and progress bars). Every command takes the state
-root first: a local path or an object store URI (``s3://bucket/prefix``; settings from the
-``AWS_*`` variables or ``-o name=value``), and finds every partition store below it at any
-depth (a tiered Spark query's stores sit under ``<state_uri>/<query id>/``).
+Invariants (the command line's whole list is :mod:`fsstate.cli`'s):
 
-Invariants:
-
-* ``list``, ``stats``, ``show``, ``diff`` and ``verify`` never write. ``show`` and ``diff`` read
-  exactly what the engine's reads return (:mod:`fsstate.inspect`).
-* Branches (lineages of a copied, restored or rolled-back query, :mod:`fsstate.store.lineage`)
-  are never read silently: ``show``, ``diff`` and ``stats`` read the trunk unless ``--branch``
-  names one, and say on stderr which branches the stores read have; ``list`` counts each
-  operator's branches; ``verify`` checks every branch's retained versions too.
-* An operator's partitions that disagree on their latest version (:func:`fsstate.inspect.skews`)
-  are never hidden: ``list`` shows each partition behind or ahead (and says so on stderr),
-  ``verify`` names them and exits 1, and ``show`` and ``diff`` never mix versions: without
-  ``--version`` they refuse skewed partitions, and a version some selected partition lacks is
-  refused before anything is read; both refusals name the partitions and the version to pass.
-* ``gc`` and ``drop-branch`` delete only what no retained manifest of any remaining branch
-  references, older than the grace time (:mod:`fsstate.cli_gc`).
-* ``compact`` publishes a new version, through an epoch (:mod:`fsstate.store.maintenance`), so
-  it refuses stores a streaming writer owns (a tiered query or the operators' runner record
-  one in the manifest, or their operator's kind in its layout record): their version numbers
-  are batch ids, and a version published beside them would meet the query's next batch.
-  Those stores compact in their writer's own tasks.
-* ``verify --checkpoint`` reads the Spark checkpoint as files (no Spark: the Spark-side
-  command line, ``fsstate-spark``, is for steps that need a SparkSession) and compares each
-  operator's partitions with its last committed batch
-  (:func:`fsstate.inspect.checkpoint.check_checkpoint`).
-* Exit codes: 0 done; 1 ``verify`` found a damaged or missing file, skewed partitions, a
-  partition with no version, or (``--checkpoint``) partitions behind or ahead of the
-  checkpoint (each named on stderr);
-  2 bad usage (click's usage message) or any error (one line on stderr naming the object and
-  what to do; also for an error fsstate did not type, which is reported as a bug; refusals of
-  the command's own input, :mod:`fsstate.console`, are ``ConfigError``). ``--debug`` (before
-  the command) logs the storage client's full reports and tracebacks to stderr.
-* ``--json`` prints one JSON document on stdout instead of tables; it and ``-o`` work before
-  the command name or after it (:class:`fsstate.console.ErrorsAsOneLine`).
+* ``list``, ``stats``, ``show`` and ``diff`` never write, and read exactly what the engine's
+  reads return (:mod:`fsstate.inspect`); ``show``, ``diff`` and ``stats`` read one lineage
+  (:func:`fsstate.cli.branches.pick_branch`) and never mix versions of one operator's
+  partitions (:func:`fsstate.inspect.verify.mixed_versions`).
+* ``compact`` refuses a store a streaming writer owns
+  (:func:`fsstate.store.maintenance.streaming_owner`) before compacting any store.
 """
 
 from __future__ import annotations
@@ -48,34 +18,27 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-try:
-    import click
-    import rich  # noqa: F401 - the tables and progress bars (fsstate.console)
-except ImportError as exc:  # pragma: no cover - the cli extra is missing
-    raise SystemExit(
-        f"fsstate's command line needs click and rich ({exc}): pip install 'fsstate[cli]'"
-    ) from None
-
+import click
 import pyarrow as pa
 
-from fsstate.cli_branches import branches_cmd, pick_branch, require_whole
-from fsstate.cli_gc import drop_branch_cmd, gc
-from fsstate.cli_history import history_doc, history_table
-from fsstate.cli_tables import (
+from fsstate.cli.branches import branches_cmd, pick_branch, require_whole
+from fsstate.cli.console import (
+    CommandEnv,
+    Failed,
+    at_least,
+    command_group,
+    debug_to_stderr,
+    option_pairs,
+)
+from fsstate.cli.gc import drop_branch_cmd, gc
+from fsstate.cli.history import history_doc, history_table
+from fsstate.cli.tables import (
     compact_table,
     list_table,
     rows_table,
     stats_table,
 )
-from fsstate.cli_verify import verify
-from fsstate.console import (
-    CommandEnv,
-    ErrorsAsOneLine,
-    Failed,
-    at_least,
-    debug_to_stderr,
-    option_pairs,
-)
+from fsstate.cli.verify import verify
 from fsstate.errors import ConfigError, VersionNotFoundError
 from fsstate.format.schema import KIND_LIST
 from fsstate.inspect.catalog import StoreRef, branch_names, read_store_manifest
@@ -88,7 +51,7 @@ from fsstate.inspect.verify import (
 from fsstate.storage.fileio import FileIO
 from fsstate.store.maintenance import compact_store, streaming_owner
 
-__all__ = ["cli", "main"]
+__all__ = ["cli"]
 
 
 log = logging.getLogger("fsstate")
@@ -124,23 +87,7 @@ _limit = click.option(
 _root = click.argument("root")
 
 
-@click.group(cls=ErrorsAsOneLine, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
-@click.option(
-    "--debug",
-    is_flag=True,
-    help="Log the storage client's full error reports and tracebacks to stderr.",
-)
-@click.option(
-    "-o",
-    "--option",
-    "options",
-    multiple=True,
-    metavar="NAME=VALUE",
-    help="Object store setting (as StoreConfig / spark.fsstate.storage.*), repeatable.",
-)
-@click.version_option(package_name="fsstate")
-@click.pass_context
+@command_group("Object store setting (as StoreConfig / spark.fsstate.storage.*), repeatable.")
 def cli(ctx: click.Context, as_json: bool, debug: bool, options: tuple[str, ...]) -> None:
     """Inspect and maintain fsstate state, without Spark.
 
@@ -505,8 +452,3 @@ cli.add_command(verify)
 cli.add_command(gc)
 cli.add_command(branches_cmd)
 cli.add_command(drop_branch_cmd)
-
-
-def main() -> None:
-    """Entry point of the ``fsstate`` console script and ``python -m fsstate``."""
-    cli(prog_name="fsstate")

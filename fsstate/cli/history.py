@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fsstate.console import FitTable, rich_table
+from fsstate.cli.console import FitTable, rich_table
 from fsstate.inspect.catalog import StoreRef
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.manifest import read_summaries

@@ -1,4 +1,4 @@
-"""``fsstate stats --history N`` (:mod:`fsstate.cli_history`): one row per version from the
+"""``fsstate stats --history N`` (:mod:`fsstate.cli.history`): one row per version from the
 manifests' summaries, and the same as JSON."""
 
 from __future__ import annotations

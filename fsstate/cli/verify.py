@@ -9,7 +9,7 @@ Invariants:
 
 * Never writes. Exit code 0 when all is well, 1 when a file is damaged or missing or a
   partition is behind, ahead or without a version (each named on stderr, one line each), 2 for
-  an error (:class:`fsstate.console.ErrorsAsOneLine`).
+  an error (:class:`fsstate.cli.console.ErrorsAsOneLine`).
 * ``-o`` applies to the root and to the checkpoint: refused only when both are local paths.
 * An operator named with ``--operator`` that the query has not is refused with the nearest
   name, with or without ``--checkpoint`` (never a pass over no store).
@@ -24,7 +24,7 @@ from typing import Any
 import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-from fsstate.console import Command, CommandEnv, Failed, unknown_operator
+from fsstate.cli.console import Command, CommandEnv, Failed, unknown_operator
 from fsstate.inspect.catalog import StoreRef
 from fsstate.inspect.checkpoint import checkpoint_uri, query_stores, read_checkpoint
 from fsstate.inspect.lineage import CheckpointCheck, check_checkpoint

@@ -19,7 +19,7 @@ from rich.console import Console
 
 from fsstate import PartitionStore, StoreConfig
 from fsstate.cli import cli
-from fsstate.console import rich_table
+from fsstate.cli.console import rich_table
 
 KEY = pa.schema([("word", pa.string())])
 COUNT = pa.schema([("count", pa.int64())])

@@ -1,5 +1,5 @@
 """The ``fsstate branches`` command lists branches, and :func:`pick_branch` is how ``show``,
-``diff`` and ``stats`` choose the one they read (``drop-branch``: :mod:`fsstate.cli_gc`).
+``diff`` and ``stats`` choose the one they read (``drop-branch``: :mod:`fsstate.cli.gc`).
 
 A partition store's versions form its trunk and, where a ``tiered()`` query's checkpoint was
 copied, restored or rolled back, branches (:mod:`fsstate.store.lineage`): another lineage of
@@ -22,8 +22,8 @@ from typing import Any
 
 import click
 
-from fsstate.cli_tables import branches_table
-from fsstate.console import Command, CommandEnv, Failed, Refused
+from fsstate.cli.console import Command, CommandEnv, Failed, Refused
+from fsstate.cli.tables import branches_table
 from fsstate.inspect.catalog import (
     StoreRef,
     branch_names,

@@ -21,6 +21,8 @@ Invariants:
   of its range (:func:`at_least`), a ``name=value`` without ``=`` (:func:`option_pairs`),
   object store settings with local paths only (:meth:`CommandEnv.check_options`, the rule and
   words of ``tiered()``), an operator no store has (with the nearest name, difflib).
+* Both command lines' groups are made by :func:`command_group`: the same ``--json``,
+  ``--debug``, ``-o``, ``--version`` and ``-h`` options, errors as one line.
 * The group's ``--json``, ``-o`` and ``--conf`` work before the command name and after it
   (:meth:`ErrorsAsOneLine.add_command` gives every command a copy of them): given in both
   places, ``--json`` is on, and ``name=value`` pairs merge, the later winning.
@@ -39,17 +41,12 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-try:
-    import click
-    from rich import box
-    from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-    from rich.table import Table
-    from rich.text import Text
-except ImportError as exc:  # pragma: no cover - the cli extra is missing
-    raise SystemExit(
-        f"fsstate's command line needs click and rich ({exc}): pip install 'fsstate[cli]'"
-    ) from None
+import click
+from rich import box
+from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+from rich.table import Table
+from rich.text import Text
 
 from fsstate.config import local_options_error
 from fsstate.errors import ConfigError, FsStateError
@@ -65,6 +62,7 @@ __all__ = [
     "Failed",
     "FitTable",
     "at_least",
+    "command_group",
     "debug_to_stderr",
     "option_pairs",
     "rich_table",
@@ -123,7 +121,7 @@ class ErrorsAsOneLine(click.Group):
         """Register ``cmd`` (a :class:`Command`) with copies of the group's options that work
         after the command name."""
         if not isinstance(cmd, Command):
-            raise TypeError(f"{cmd.name}: fsstate's commands are fsstate.console.Command")
+            raise TypeError(f"{cmd.name}: fsstate's commands are fsstate.cli.console.Command")
         for param in self.params:
             if isinstance(param, click.Option) and param.name in _ANYWHERE:
                 cmd.params.append(_after_command(param))
@@ -184,6 +182,56 @@ def unexpected(exc: BaseException) -> Failed:
         f"unexpected {type(exc).__name__}: {text[:300]} (a bug in fsstate: please report it "
         "with the output of the same command with --debug before the command name)"
     )
+
+
+def command_group(
+    storage_help: str, *extra: Callable[[Any], Any]
+) -> Callable[[Callable[..., None]], ErrorsAsOneLine]:
+    """The decorator making a command line's group (:class:`ErrorsAsOneLine`) of a callback.
+
+    The callback takes the click context, then ``as_json``, ``debug`` and ``options`` (the
+    ``--json``, ``--debug`` and ``-o`` options; ``storage_help`` says what ``-o`` configures),
+    then the values of the ``extra`` option decorators, in their order. The group also has
+    ``--version`` and ``-h``/``--help``.
+
+    Args:
+        storage_help: The help of ``-o NAME=VALUE``.
+        *extra: Further options of the group (``click.option(...)``), shown after ``-o``.
+
+    Returns:
+        The decorator: the callback in, the group out.
+    """
+    options = [
+        click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables."),
+        click.option(
+            "--debug",
+            is_flag=True,
+            help="Log the storage client's full error reports and tracebacks to stderr.",
+        ),
+        click.option(
+            "-o",
+            "--option",
+            "options",
+            multiple=True,
+            metavar="NAME=VALUE",
+            help=storage_help,
+        ),
+        *extra,
+    ]
+
+    def make(callback: Callable[..., None]) -> ErrorsAsOneLine:
+        f: Callable[..., None] = click.version_option(package_name="fsstate")(
+            click.pass_context(callback)
+        )
+        for option in reversed(options):
+            f = option(f)
+        group = click.group(cls=ErrorsAsOneLine, context_settings={"help_option_names": _HELP})
+        return group(f)
+
+    return make
+
+
+_HELP = ["-h", "--help"]
 
 
 class CommandEnv:

@@ -14,14 +14,15 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from click.testing import CliRunner, Result
+from click.testing import Result
 
 from fsstate import PartitionStore
 from fsstate.cli import cli
+from tests.support.cli import refused, run
 
 KEY = pa.schema([("k", pa.string())])
 VAL = pa.schema([("n", pa.int64())])
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")
@@ -40,18 +41,11 @@ def state(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 def _run(*args: str, code: int = 0) -> Result:
-    res = CliRunner().invoke(cli, list(args), catch_exceptions=False)
-    assert res.exit_code == code, (res.exit_code, res.stdout, res.stderr)
-    return res
+    return run(cli, *args, code=code)
 
 
 def _refused(*args: str) -> str:
-    """The one line a refused command prints on stderr (exit code 2, nothing on stdout)."""
-    res = _run(*args, code=2)
-    lines = [line for line in res.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and res.stdout == "", res.stderr
-    assert lines[0].startswith("Error: ConfigError: "), lines
-    return lines[0]
+    return refused(cli, *args)
 
 
 def _files(root: str) -> dict[str, int]:

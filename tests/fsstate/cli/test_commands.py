@@ -17,7 +17,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from click.testing import CliRunner, Result
+from click.testing import Result
 
 from fsstate import PartitionStore, StoreConfig, read_table
 from fsstate.cli import cli
@@ -27,8 +27,8 @@ from fsstate.storage.location import Location
 from fsstate.storage.manifest import read_manifest
 from fsstate.store.epoch import resolve_layout
 from fsstate.store.identity import WRITER_META, store_dir_for
+from tests.support.cli import cli_options, run
 from tests.support.engine import settle_leases
-from tests.support.plugin import s3_options
 
 pytestmark = pytest.mark.compat_full  # make test-compat-full runs it on every matrix entry
 
@@ -44,7 +44,7 @@ def root(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, list[str]
         return str(tmp_path / "state"), []
     info = request.getfixturevalue("s3_server")
     uri = request.getfixturevalue("s3_uri")
-    return uri, [a for k, v in s3_options(info).items() for a in ("-o", f"{k}={v}")]
+    return uri, cli_options(info)
 
 
 def _fileio(uri: str, opts: list[str]) -> FileIO:
@@ -76,9 +76,7 @@ def _history(fileio: FileIO, partitions: int = 2, meta: dict[str, Any] | None = 
 
 
 def _run(args: list[str], opts: list[str], code: int = 0) -> Result:
-    res = CliRunner().invoke(cli, [*opts, *args], catch_exceptions=False)
-    assert res.exit_code == code, (res.exit_code, res.output, res.stderr)
-    return res
+    return run(cli, *opts, *args, code=code)
 
 
 def _json(args: list[str], opts: list[str]) -> Any:
@@ -429,7 +427,7 @@ def test_the_real_command_fails_with_one_line_and_exit_code_2(case: str) -> None
         text=True,
         timeout=120,
         env=env,
-        cwd=Path(__file__).resolve().parents[2],
+        cwd=Path(__file__).resolve().parents[3],
     )
     lines = [line for line in res.stderr.splitlines() if line.strip()]
     assert res.returncode == 2, (res.returncode, res.stderr)
