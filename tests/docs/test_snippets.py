@@ -54,6 +54,7 @@ SHELL_CHECK = [
     "bench.sh",
     "deploy_submit.sh",
     "install.sh",
+    "lineages.sh",
     "monitoring.sh",
     "operations.sh",
     "rescale_query.sh",
@@ -183,6 +184,25 @@ def test_shell_snippet_names_real_targets_and_commands(name: str) -> None:
             program = _command(words[0])
             assert shutil.which(program, path=f"{BIN}{os.pathsep}{os.environ['PATH']}"), (
                 f"{name}: {line}: {words[0]} is not a command here"
+            )
+            _check_options(name, line, words)
+
+
+def _check_options(name: str, line: str, words: list[str]) -> None:
+    """An ``fsstate`` or ``fsstate-spark`` line names one of its commands and only options
+    that command's ``--help`` lists."""
+    prog = Path(words[0]).name
+    if prog not in ("fsstate", "fsstate-spark") or len(words) < 2:
+        return
+    done = subprocess.run(
+        [f"{BIN}/{prog}", words[1], "--help"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert done.returncode == 0, f"{name}: {line}: no command {words[1]!r}\n{done.stderr}"
+    for word in words[2:]:
+        option = word.split("=", 1)[0]
+        if option.startswith("-") and len(option) > 1:
+            assert re.search(rf"(^|[\s,]){re.escape(option)}([\s,=]|$)", done.stdout), (
+                f"{name}: {line}: {prog} {words[1]} has no option {option}"
             )
 
 
