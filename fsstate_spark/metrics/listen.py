@@ -109,10 +109,9 @@ class FsStateListener(StreamingQueryListener):
         :class:`_ProgressOnly`, made once."""
         obj = getattr(self, "_jlistenerobj", None)
         if obj is None:
-            from pyspark import SparkContext
+            from fsstate_spark.pyspark.session import jvm
 
-            jvm: Any = SparkContext._jvm
-            obj = jvm.PythonStreamingQueryListenerWrapper(_ProgressOnly(self))
+            obj = jvm().PythonStreamingQueryListenerWrapper(_ProgressOnly(self))
             self._jlistenerobj = obj
         return obj
 

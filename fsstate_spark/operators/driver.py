@@ -79,7 +79,6 @@ import pyarrow as pa
 from pyspark.accumulators import AccumulatorParam
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.streaming.readwriter import DataStreamWriter
 
 from fsstate.errors import ConfigError, FsStateError, PartitionCountError, VersionNotFoundError
@@ -90,7 +89,6 @@ from fsstate.operators.runner import check_layout
 from fsstate.storage.fileio import FileIO
 from fsstate.store.layout import in_force, operators_of_kind, read_layouts, record_path
 from fsstate.store.record import Writer
-from fsstate_spark.compat import require_supported_pyspark
 from fsstate_spark.operators.flows import Flow, Source, StageSpec, arrow_schema_of, walk
 from fsstate_spark.operators.lineage import FlowLineage
 from fsstate_spark.operators.partials import SparkPartials, spark_partials
@@ -102,6 +100,8 @@ from fsstate_spark.operators.settings import (
 )
 from fsstate_spark.operators.stage_rescale import rescale_stage
 from fsstate_spark.operators.tasks import PARTITION_COL, StageSettings, combine_task, stage_task
+from fsstate_spark.pyspark import require_supported_pyspark
+from fsstate_spark.pyspark.arrow import from_arrow_schema
 from fsstate_spark.receipts import (
     COMMIT_MS_KEY,
     SUMMARY_KEY,
