@@ -16,7 +16,12 @@ minor where they differ). Reported:
   defined twice in the package (the base's and the override): overriding someone else's
   private method is reported;
 * ``__fields__`` (``Row``'s private-by-convention field list), as an attribute or a string;
-* ``from module import _name`` of a module outside fsstate, fsstate_spark, pyspark_fsstate.
+* ``from module import _name`` of a module outside fsstate, fsstate_spark, pyspark_fsstate;
+* an import of PySpark's internal modules (:data:`INTERNAL_MODULES`: the Python worker, its
+  serializers, the Arrow/pandas conversion, the state-server client), except in
+  ``pyspark_fsstate/`` too: Spark's worker entry module, which must not import fsstate before
+  a task's files are on the path (import-linter cannot name an external package's
+  submodules, so this check holds that rule).
 
 The public names of ``collections.namedtuple`` (``_replace``, ``_asdict``, ``_fields``,
 ``_make``, ``_field_defaults``) are not private.
@@ -44,6 +49,35 @@ PRIVATE_BY_CONVENTION = frozenset({"__fields__"})
 OWNERS = frozenset({"self", "cls"})
 REFLECTION = frozenset({"getattr", "hasattr", "setattr", "delattr"})
 PROJECT = ("fsstate", "fsstate_spark", "pyspark_fsstate")
+WORKER_ENTRY = "pyspark_fsstate/"
+"""Where PySpark's internal modules may be imported besides :data:`ADAPTER_PACKAGE`."""
+INTERNAL_MODULES = (
+    "pyspark.worker",
+    "pyspark.worker_util",
+    "pyspark.serializers",
+    "pyspark.sql.pandas",
+    "pyspark.sql.conversion",
+    "pyspark.sql.streaming.stateful_processor_api_client",
+)
+"""PySpark's modules that only :data:`ADAPTER_PACKAGE` imports (a module and its submodules)."""
+
+
+def is_internal(module: str) -> bool:
+    """Whether a module is one of (or under one of) :data:`INTERNAL_MODULES`."""
+    return any(module == m or module.startswith(m + ".") for m in INTERNAL_MODULES)
+
+
+def internal_import(node: ast.AST) -> str | None:
+    """How an import of PySpark's internal modules reads (None: the node is no such import)."""
+    if isinstance(node, ast.Import):
+        names = [a.name for a in node.names if is_internal(a.name)]
+        return f"import {', '.join(names)}" if names else None
+    if isinstance(node, ast.ImportFrom) and not node.level and node.module:
+        if is_internal(node.module):
+            return f"from {node.module} import ..."
+        names = [a.name for a in node.names if is_internal(f"{node.module}.{a.name}")]
+        return f"from {node.module} import {', '.join(names)}" if names else None
+    return None
 
 
 def is_private(attr: str) -> bool:
@@ -152,9 +186,12 @@ def accesses_of_source(source: str, path: str, package: dict[str, int] | None = 
     counts the definitions of each name in the package's modules (default: this one's)."""
     tree = ast.parse(source, filename=path)
     defined = package if package is not None else _count(definitions(tree))
+    worker_entry = WORKER_ENTRY in path
     found = []
     for node in ast.walk(tree):
         text = _reported(node, defined)
+        if text is None and not worker_entry:
+            text = internal_import(node)
         if text is not None:
             line = getattr(node, "lineno", 0)
             found.append((line, f"{path}:{line}: {text}"))
@@ -212,7 +249,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(problem)
     if problems:
         print(
-            f"{len(problems)} private attribute access(es) outside {ADAPTER_PACKAGE}: "
+            f"{len(problems)} private access(es) or internal import(s) outside {ADAPTER_PACKAGE}: "
             "move them behind a function of fsstate_spark.pyspark"
         )
         return 1

@@ -89,7 +89,10 @@ def test_overriding_someone_else_s_private_method_fails() -> None:
         "    def _send_proto_message(self, message):\n"
         "        super()._send_proto_message(message)\n"
     )
-    assert accesses_of_source(source, "m.py") == ["m.py:4: super()._send_proto_message"]
+    assert accesses_of_source(source, "m.py") == [
+        "m.py:1: from pyspark.sql.streaming.stateful_processor_api_client import ...",
+        "m.py:4: super()._send_proto_message",
+    ]
     own_base = (
         "class Base:\n    def _go(self):\n        pass\n"
         + source.replace("Client", "Base").replace("_send_proto_message", "_go").split("\n", 1)[1]
@@ -104,3 +107,25 @@ def test_the_adapter_package_is_not_checked(tmp_path: Path) -> None:
     (tmp_path / "fsstate_spark" / "m.py").write_text(PYSPARK_ACCESS)
     [problem] = check([str(tmp_path)])
     assert problem.endswith("fsstate_spark/m.py:4: SparkSession._activeSession")
+
+
+def test_pyspark_internal_modules_are_imported_only_by_the_package(tmp_path: Path) -> None:
+    source = (
+        "import pyspark.worker as w\n"
+        "from pyspark import serializers\n"
+        "from pyspark.sql.pandas.types import from_arrow_schema\n"
+        "from pyspark.sql.streaming import stateful_processor_api_client\n"
+        "from pyspark.sql.types import StructType\n"
+        "import pyspark\n"
+    )
+    assert accesses_of_source(source, "fsstate_spark/m.py") == [
+        "fsstate_spark/m.py:1: import pyspark.worker",
+        "fsstate_spark/m.py:2: from pyspark import serializers",
+        "fsstate_spark/m.py:3: from pyspark.sql.pandas.types import ...",
+        "fsstate_spark/m.py:4: from pyspark.sql.streaming import stateful_processor_api_client",
+    ]
+    assert accesses_of_source(source, "pyspark_fsstate/worker.py") == []
+    package = tmp_path / "fsstate_spark" / "pyspark"
+    package.mkdir(parents=True)
+    (package / "worker.py").write_text(source)
+    assert check([str(tmp_path)]) == []
