@@ -40,6 +40,7 @@ from fsstate_spark.metrics.listen import FsStateListener, _ProgressOnly
 from fsstate_spark.metrics.prometheus import PrometheusExporter, _Quiet
 from fsstate_spark.operators.driver import Driver, _Receipts
 from fsstate_spark.operators.flows import Flow
+from fsstate_spark.pyspark.listener import JvmTargetListener
 from fsstate_spark.sources.source import FsStatePushdownReader
 from fsstate_spark.sources.summary import StateSummary
 from fsstate_spark.state.handles import TieredHandle, TieredListState, TieredMapState
@@ -147,7 +148,7 @@ FsStateListener.onQueryTerminated
 FsStateListener.onQueryProgress
 # PySpark's addListener / removeListener read a listener's _jlistener; Py4J reads the Java
 # interface a Python callback object implements (fsstate_spark.metrics.listen._ProgressOnly)
-FsStateListener._jlistener
+JvmTargetListener._jlistener
 _ProgressOnly.Java
 _ProgressOnly.Java.implements
 _ProgressOnly.onQueryStarted

@@ -5,17 +5,19 @@ compatibility matrix of :mod:`devkit.compat_matrix` and the docs' support table 
 tuple). Their public APIs agree on what fsstate uses, except for a few internals and late
 features, adapted here:
 
-* :mod:`.arrow`: Spark schemas to Arrow, and Arrow to pandas and back as Spark's Python worker
-  converts for ``transformWithStateInPandas`` (``pyspark.sql.conversion`` from 4.2, that
-  release's serializers before).
-* :mod:`.worker`: the Python worker's set-up of a transformWithState task (``read_udfs``, its
-  eval types, its Arrow framing), read by one small module per minor where they differ
-  (:mod:`.v4_1`, :mod:`.v4_2`, :mod:`.v4_3`; the pieces they share: :mod:`.task`).
-* :mod:`.state_client`: Spark's state-server client and handle (the deferred implicit key,
-  the batch timestamp, schema strings, expired timers).
-* :mod:`.rows`: ``Row`` subclasses with fast field reads (``Row.__fields__``).
-* :mod:`.session`: the active session and context, py4j's gateway, the checkpoint manager.
-* :mod:`.plans`: a DataFrame's and a ``GroupedData``'s plan, classic (py4j) and Spark Connect.
+* :mod:`fsstate_spark.pyspark.arrow`: Spark schemas to Arrow, and Arrow to pandas and back
+  as Spark's Python worker converts for ``transformWithStateInPandas``
+  (``pyspark.sql.conversion`` from 4.2, that release's serializers before).
+* :mod:`fsstate_spark.pyspark.worker`: the Python worker's set-up of a transformWithState
+  task (``read_udfs``, its eval types, its Arrow framing), read by one small module per minor
+  where they differ (``v4_1``, ``v4_2``, ``v4_3``; the pieces they share: ``task``).
+* :mod:`fsstate_spark.pyspark.state_client`: Spark's state-server client as the keyed loop
+  drives it (the deferred implicit key, expired timers); ``handle``: what is read of a
+  handle's client elsewhere (the batch timestamp, the DDL parser).
+* ``rows``: ``Row`` subclasses with fast field reads (``Row.__fields__``).
+* ``session``: the active session and context, py4j's gateway, the checkpoint manager;
+  ``listener``: a query listener's JVM twin.
+* ``plans``: a DataFrame's and a ``GroupedData``'s plan, classic (py4j) and Spark Connect.
 
 Invariants:
 
