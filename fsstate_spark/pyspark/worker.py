@@ -39,6 +39,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import pyarrow as pa
+
 from fsstate_spark.pyspark.task import Adapter, TaskConf, TaskSetup, Unreadable
 
 __all__ = [
@@ -49,6 +51,7 @@ __all__ = [
     "TaskSetup",
     "Unreadable",
     "adapter_for",
+    "initial_state_sides",
     "pyspark_worker",
     "start_arrow_stream",
 ]
@@ -103,3 +106,20 @@ def start_arrow_stream(stream: Any) -> None:
 
     write_int: Callable[[int, Any], None] = serializers.write_int
     write_int(serializers.SpecialLengths.START_ARROW_STREAM, stream)
+
+
+def initial_state_sides(batch: pa.RecordBatch) -> list[tuple[int, pa.Table]]:
+    """The rows of a batch of a transformWithState task with initial state, per side present
+    (0: ``inputData``, 1: ``initState``), each side's struct fields as a table: at their own
+    lengths, as PySpark's own loop reads them (4.1 pads the shorter side of a batch with rows
+    whose fields have no values; 4.2+ sends the absent side as a null struct)."""
+    out = []
+    for side, name in ((0, "inputData"), (1, "initState")):
+        col = batch.column(batch.schema.get_field_index(name))
+        if col.null_count == len(col):
+            continue
+        fields = [col.field(i) for i in range(col.type.num_fields)]
+        struct = pa.Table.from_arrays(fields, names=[f.name for f in col.type])
+        if struct.num_rows:
+            out.append((side, struct))
+    return out

@@ -75,6 +75,7 @@ from fsstate_spark.pyspark.worker import (
     TaskSetup,
     Unreadable,
     adapter_for,
+    initial_state_sides,
     pyspark_worker,
     start_arrow_stream,
 )
@@ -378,16 +379,7 @@ class FastTask:
                 vals = list(range(table.num_columns))
             return [(0, table.select([*keys, *vals]))]
         out = []
-        for side, name in ((0, "inputData"), (1, "initState")):
-            col = batch.column(batch.schema.get_field_index(name))
-            if col.null_count == len(col):  # 4.2+: the absent side is a null struct
-                continue
-            # the struct's fields at their own lengths (4.1 pads the shorter side of a batch
-            # with rows whose fields have no values), as PySpark's own loop reads them
-            fields = [col.field(i) for i in range(col.type.num_fields)]
-            struct = pa.Table.from_arrays(fields, names=[f.name for f in col.type])
-            if not struct.num_rows:
-                continue
+        for side, struct in initial_state_sides(batch):
             keys = self.offsets[side][0]
             out.append((side, struct.select([*keys, *range(struct.num_columns)])))
         return out
