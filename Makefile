@@ -90,16 +90,18 @@ CRASH_ARGS ?=
 crash-test: $(STAMP)  ## kill -9 a tiered() query 50 times, restart it, compare with an uninterrupted run (~20 min)
 	$(PY) -m devkit.crash_test $(CRASH_ARGS)
 
-# The packages held to the function size limit and checked for dead code (lint/funcsize.py,
-# vulture); the engine's tests are held to the size limit too.
+# The packages held to the function size limit, checked for dead code (lint/funcsize.py,
+# vulture) and for PySpark internals outside fsstate_spark/pyspark/ (lint/private.py); the
+# engine's tests are held to the size limit too.
 LINT_PACKAGES := fsstate fsstate_spark pyspark_fsstate
 SIZE_PACKAGES := $(LINT_PACKAGES) bench devkit examples tests/fsstate
-lint: $(STAMP)  ## ruff, ruff format, mypy, the import contracts, function size and dead code
+lint: $(STAMP)  ## ruff, ruff format, mypy, the import contracts, function size, private accesses and dead code
 	$(PY) -m ruff check fsstate fsstate_spark pyspark_fsstate tests examples bench devkit lint docs/snippets
 	$(PY) -m ruff format --check fsstate fsstate_spark pyspark_fsstate tests examples bench devkit lint docs/snippets
 	$(PY) -m mypy
 	$(VENV)/bin/lint-imports
 	$(PY) -m lint.funcsize $(SIZE_PACKAGES)
+	$(PY) -m lint.private $(LINT_PACKAGES)
 	$(PY) -m vulture $(LINT_PACKAGES) lint/vulture_whitelist.py
 
 # The documentation site (mkdocs.yml): built strictly, offline; tests/docs/ builds it too.

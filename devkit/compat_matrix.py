@@ -17,8 +17,10 @@ checks, the conformance suite's stored references of Spark's handles on every mi
 
 Invariants:
 
-* One place says what is supported and tested: :data:`MATRIX` (here) and the adapters of
-  :mod:`fsstate_spark.tiered.adapters`; the docs' support table is generated from both
+* One place says what is supported and tested: the supported minors are
+  :data:`fsstate_spark.pyspark.SUPPORTED_MINORS` (the adapters of
+  :mod:`fsstate_spark.pyspark.worker` read them too), tested by :data:`MATRIX` (here: an entry
+  per minor at least, :func:`untested_minors`); the docs' support table is generated from them
   (:func:`support_table`) and a test holds the page to it.
 * Each entry's virtualenv is its own (nothing shared with ``.venv``), rebuilt when its pins or
   the project's dependencies change (a stamp holds their hash); the run fails if any entry
@@ -125,7 +127,7 @@ def selection(entry: Entry, full: bool) -> tuple[list[str], dict[str, str]]:
         return [TESTS, "-m", marks], {CONFORMANCE_WAYS_ENV: ",".join(ALL_WAYS)}
     if entry.minor == DEFAULT.minor:
         return [TESTS, "-m", "compat_python"], {}
-    from fsstate_spark.tiered.adapters import ADAPTERS
+    from fsstate_spark.pyspark.worker import ADAPTERS
 
     fast = tuple(map(int, entry.minor.split("."))) in ADAPTERS
     way = "tiered-fast" if fast else "tiered-stock"
@@ -374,13 +376,24 @@ MINOR_NOTES = {
 """What a minor lacks, said in the support table."""
 
 
+def untested_minors() -> tuple[list[str], list[str]]:
+    """(supported minors no entry tests, entries' minors that are not supported): both empty
+    when the matrix tests exactly :data:`fsstate_spark.pyspark.SUPPORTED_MINORS`."""
+    from fsstate_spark.pyspark import SUPPORTED_MINORS
+
+    supported = [f"{a}.{b}" for a, b in SUPPORTED_MINORS]
+    tested = {e.minor for e in (DEFAULT, *MATRIX)}
+    return [m for m in supported if m not in tested], sorted(tested - set(supported))
+
+
 def support_table() -> str:
-    """The docs' support table (Markdown): per PySpark minor, the tested release, the tested
-    Pythons, which loop ``tiered()`` runs on and what the minor lacks."""
-    from fsstate_spark.tiered.adapters import ADAPTERS, STOCK_ONLY
+    """The docs' support table (Markdown): per supported PySpark minor, the tested release,
+    the tested Pythons, which loop ``tiered()`` runs on and what the minor lacks."""
+    from fsstate_spark.pyspark import SUPPORTED_MINORS
+    from fsstate_spark.pyspark.worker import ADAPTERS, STOCK_ONLY
 
     entries = [DEFAULT, *MATRIX]
-    minors = sorted({e.minor for e in entries}, key=lambda m: tuple(map(int, m.split("."))))
+    minors = [f"{a}.{b}" for a, b in SUPPORTED_MINORS]
     lines = [
         "| PySpark | tested release | Python (tested) | `tiered()` pandas / Row | "
         '`tiered()` loop with the worker module | flow driver and `format("fsstate")` | notes |',

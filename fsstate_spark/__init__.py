@@ -32,13 +32,10 @@ name (``from fsstate_spark.tiered.settings import TieredConfig``), not as attrib
 
 from __future__ import annotations
 
-import pyspark as _pyspark
+from fsstate_spark.pyspark import unsupported_major
 
-if not _pyspark.__version__.startswith("4."):  # before anything imports PySpark 4's modules
-    raise ImportError(
-        f"fsstate_spark runs on PySpark 4.0 to 4.3 (pyspark>=4.0,<4.4); this is PySpark "
-        f"{_pyspark.__version__}: install a supported PySpark (docs/compatibility.md)"
-    )
+if (_error := unsupported_major()) is not None:  # before anything imports PySpark 4's modules
+    raise _error
 
 from typing import TYPE_CHECKING
 

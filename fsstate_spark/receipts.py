@@ -120,9 +120,9 @@ class ReceiptParam(AccumulatorParam[Receipts]):
 def new_accumulator() -> Any:
     """A receipt accumulator of the active classic SparkContext; None on Spark Connect or
     without a running SparkContext (then the figures come from the manifests)."""
-    from pyspark import SparkContext
+    from fsstate_spark.pyspark.session import active_spark_context
 
-    sc = SparkContext._active_spark_context
+    sc = active_spark_context()
     if sc is None:
         return None
     try:

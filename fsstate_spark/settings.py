@@ -214,20 +214,13 @@ def keeping_active_session() -> Iterator[None]:
     ``SparkSession.getActiveSession()`` (so :func:`spark_settings`, ``tiered()``'s
     ``spark.fsstate.*``) would read the clone's settings instead of the user's session's.
     """
-    try:
-        from pyspark.sql import SparkSession
-    except ImportError:  # pragma: no cover - pyspark is a dependency of this package
-        yield
-        return
-    before = getattr(SparkSession, "_activeSession", None)
+    from fsstate_spark.pyspark.session import active_session, restore_active_session
+
+    before = active_session()
     try:
         yield
     finally:
-        if before is not None and getattr(SparkSession, "_activeSession", None) is not before:
-            SparkSession._activeSession = before
-            with contextlib.suppress(Exception):  # the JVM's, for this thread, as PySpark sets it
-                jclass = SparkSession._get_j_spark_session_class(before._jvm)
-                jclass.setActiveSession(before._jsparkSession)
+        restore_active_session(before)
 
 
 def state_dir_of(checkpoint_location: str) -> str:

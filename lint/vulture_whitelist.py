@@ -34,11 +34,13 @@ from fsstate.store.partition import PartitionStore
 from fsstate.store.pool import StorePool
 from fsstate.tables.ttl_index import TtlIndex
 from fsstate_spark import cli as spark_cli
-from fsstate_spark import compat, runtime
+from fsstate_spark import pyspark as spark_adapter
+from fsstate_spark import runtime
 from fsstate_spark.metrics.listen import FsStateListener, _ProgressOnly
 from fsstate_spark.metrics.prometheus import PrometheusExporter, _Quiet
 from fsstate_spark.operators.driver import Driver, _Receipts
 from fsstate_spark.operators.flows import Flow
+from fsstate_spark.pyspark.listener import JvmTargetListener
 from fsstate_spark.sources.source import FsStatePushdownReader
 from fsstate_spark.sources.summary import StateSummary
 from fsstate_spark.state.handles import TieredHandle, TieredListState, TieredMapState
@@ -128,7 +130,7 @@ cast(StoreCache, _).finish_s
 ArrowStreamIn.load_stream
 ArrowStreamOut.dump_stream
 # what the running PySpark has, for callers and the tests (the conformance suite)
-compat.ROW_TRANSFORM_WITH_STATE
+spark_adapter.ROW_TRANSFORM_WITH_STATE
 # the Prometheus exporter: public API, and the hooks of the stdlib HTTP handler it serves with
 PrometheusExporter.forget
 _Quiet.timeout
@@ -146,7 +148,7 @@ FsStateListener.onQueryTerminated
 FsStateListener.onQueryProgress
 # PySpark's addListener / removeListener read a listener's _jlistener; Py4J reads the Java
 # interface a Python callback object implements (fsstate_spark.metrics.listen._ProgressOnly)
-FsStateListener._jlistener
+JvmTargetListener._jlistener
 _ProgressOnly.Java
 _ProgressOnly.Java.implements
 _ProgressOnly.onQueryStarted

@@ -32,12 +32,11 @@ from typing import Any
 
 os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
 
-TWS_EVAL_TYPES = (
-    "SQL_TRANSFORM_WITH_STATE_PANDAS_UDF",
-    "SQL_TRANSFORM_WITH_STATE_PANDAS_INIT_STATE_UDF",
-    "SQL_TRANSFORM_WITH_STATE_PYTHON_ROW_UDF",
-    "SQL_TRANSFORM_WITH_STATE_PYTHON_ROW_INIT_STATE_UDF",
-)
+TWS_PREFIX = "SQL_TRANSFORM_WITH_STATE_"
+"""What the ``PythonEvalType`` names of transformWithState start with: the eval types this
+module hands to fsstate (the exact names fsstate's loop runs are
+:data:`fsstate_spark.pyspark.worker.TWS_EVAL_TYPES`, not imported here: fsstate loads at the
+first such task)."""
 
 
 def _off(exc: BaseException) -> None:
@@ -64,7 +63,7 @@ def _hook() -> None:
     from pyspark.util import PythonEvalType
 
     stock: Callable[..., Any] = w.read_udfs
-    tws = {getattr(PythonEvalType, n) for n in TWS_EVAL_TYPES if hasattr(PythonEvalType, n)}
+    tws = {v for n, v in vars(PythonEvalType).items() if n.startswith(TWS_PREFIX)}
 
     def read_udfs(*args: Any, **kwargs: Any) -> Any:
         if len(args) < 3 or args[2] not in tws:

@@ -141,7 +141,8 @@ def left_out() -> dict[tuple[str, str], str]:
     import pyspark
     from pyspark.sql import GroupedData
 
-    from fsstate_spark.tiered.adapters import ADAPTERS, STOCK_ONLY, minor_of
+    from fsstate_spark.pyspark import minor as minor_of
+    from fsstate_spark.pyspark.worker import ADAPTERS, STOCK_ONLY
 
     version = pyspark.__version__
     out: dict[tuple[str, str], str] = {}

@@ -180,7 +180,7 @@ def _runner_conf() -> Any:
 
 def fsstate_task(proc: StatefulProcessor, pandas: bool) -> Callable[[list[pa.RecordBatch]], Any]:
     """fsstate's loop over a task's batches (``FastTask.run``), as a function of them."""
-    from fsstate_spark.tiered.adapters.v4_2 import task_conf
+    from fsstate_spark.pyspark.v4_2 import task_conf
     from fsstate_spark.tiered.fast_loop import FastTask, Flavour, parse_offsets
 
     conf = task_conf(_runner_conf())  # the settings a real task gets (4.2's and 4.3's adapter)

@@ -2,7 +2,7 @@
 cell run on PySpark 4.0, 4.1, 4.2 and 4.3, each in its own interpreter.
 
 fsstate's keyed loop (:mod:`fsstate_spark.tiered.fast_loop`, the task set-up of each minor read
-by :mod:`fsstate_spark.tiered.adapters`) runs ``tiered()`` on PySpark 4.1, 4.2 and 4.3; on 4.0
+by :mod:`fsstate_spark.pyspark.worker`) runs ``tiered()`` on PySpark 4.1, 4.2 and 4.3; on 4.0
 ``tiered()`` runs on PySpark's own loop, and 4.0 has no Row ``transformWithState`` (pandas
 only). Per minor (the minors of :data:`devkit.compat_matrix.MATRIX` and its ``DEFAULT``), this
 suite runs ``python -m bench.run --suite spark_jvm --only "<cell>" --rows-to <file>`` with that

@@ -46,10 +46,9 @@ from collections.abc import Callable, Sequence
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
-from pyspark.sql.streaming.listener import StreamingQueryListener
-
 from fsstate_spark.metrics.model import BatchProgress
 from fsstate_spark.metrics.progress import batch_progress, known_here
+from fsstate_spark.pyspark.listener import JvmTargetListener
 
 if TYPE_CHECKING:  # prometheus_client is optional: imported when an exporter is asked for
     from fsstate_spark.metrics.prometheus import PrometheusExporter
@@ -77,7 +76,7 @@ class JsonLinesSink:
             out.flush()
 
 
-class FsStateListener(StreamingQueryListener):
+class FsStateListener(JvmTargetListener):
     """Computes each batch's fsstate figures and hands them to ``sinks``.
 
     On a classic session its ``onQueryProgress`` gets an event whose ``progress`` holds only
@@ -102,19 +101,10 @@ class FsStateListener(StreamingQueryListener):
         self._seen: dict[tuple[str, str, int], None] = {}  # (query, run, batch), oldest first
         self._warned: set[tuple[str, str]] = set()
 
-    @property
-    def _jlistener(self) -> Any:
-        """The JVM's handle on this listener (classic sessions; PySpark's ``addListener`` and
-        ``removeListener`` use it): Spark's ``PythonStreamingQueryListenerWrapper`` around a
-        :class:`_ProgressOnly`, made once."""
-        obj = getattr(self, "_jlistenerobj", None)
-        if obj is None:
-            from pyspark import SparkContext
-
-            jvm: Any = SparkContext._jvm
-            obj = jvm.PythonStreamingQueryListenerWrapper(_ProgressOnly(self))
-            self._jlistenerobj = obj
-        return obj
+    def jvm_target(self) -> Any:
+        """What the JVM calls on a classic session (PySpark's ``addListener``, through
+        :class:`~fsstate_spark.pyspark.listener.JvmTargetListener`): a :class:`_ProgressOnly`."""
+        return _ProgressOnly(self)
 
     def onQueryStarted(self, event: Any) -> None:
         """Nothing to do."""

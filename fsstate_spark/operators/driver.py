@@ -90,7 +90,6 @@ from fsstate.operators.runner import check_layout
 from fsstate.storage.fileio import FileIO
 from fsstate.store.layout import continued_operator, in_force, read_layouts
 from fsstate.store.record import Writer
-from fsstate_spark.compat import require_supported_pyspark
 from fsstate_spark.operators.flows import Flow, Source, StageSpec, walk
 from fsstate_spark.operators.lineage import FlowLineage
 from fsstate_spark.operators.partials import SparkPartials, spark_partials
@@ -103,6 +102,7 @@ from fsstate_spark.operators.settings import (
 from fsstate_spark.operators.stage_plan import StagePlanner
 from fsstate_spark.operators.stage_rescale import rescale_stage
 from fsstate_spark.operators.tasks import PARTITION_COL
+from fsstate_spark.pyspark import require_supported_pyspark
 from fsstate_spark.receipts import (
     COMMIT_MS_KEY,
     SUMMARY_KEY,

@@ -452,6 +452,6 @@ def changelog_join(
 
 def arrow_schema_of(df: DataFrame) -> pa.Schema:
     """A DataFrame's schema as Arrow (timestamps ``timestamp[us, UTC]``)."""
-    from fsstate_spark.compat import to_arrow_schema
+    from fsstate_spark.pyspark.arrow import to_arrow_schema
 
     return to_arrow_schema(df.schema)

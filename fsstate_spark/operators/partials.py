@@ -41,13 +41,13 @@ import pyarrow as pa
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
-from pyspark.sql.pandas.types import from_arrow_schema
 
 from fsstate.operators.aggregates import Agg
 from fsstate.operators.base import Operator
 from fsstate.operators.combining import ROWS
 from fsstate.operators.retract import OP, RetractAggregate
 from fsstate.operators.windows import PANE, TMAX, WindowAggregate
+from fsstate_spark.pyspark.arrow import from_arrow_schema
 
 
 @dataclass(frozen=True)

@@ -140,7 +140,7 @@ class ProcessorSpec:
 
 def output_arrow_schema(output_type: StructType) -> pa.Schema:
     """The Arrow schema of a processor's output (timestamps ``timestamp[us, UTC]``)."""
-    from fsstate_spark.compat import to_arrow_schema
+    from fsstate_spark.pyspark.arrow import to_arrow_schema
 
     return to_arrow_schema(output_type)
 

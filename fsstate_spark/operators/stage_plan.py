@@ -21,7 +21,6 @@ from typing import Any, Protocol
 import pyarrow as pa
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.pandas.types import from_arrow_schema
 
 from fsstate.errors import ConfigError
 from fsstate.operators.base import Operator
@@ -31,6 +30,7 @@ from fsstate_spark.operators.flows import StageSpec, arrow_schema_of
 from fsstate_spark.operators.partials import SparkPartials
 from fsstate_spark.operators.settings import FlowSettings
 from fsstate_spark.operators.tasks import PARTITION_COL, StageSettings, combine_task, stage_task
+from fsstate_spark.pyspark.arrow import from_arrow_schema
 from fsstate_spark.settings import keeping_active_session
 from fsstate_spark.state.keys import partition_column
 

@@ -58,6 +58,19 @@ from fsstate_spark.operators.processor_stage import (
     ProcessorSpec,
     ProcessorStage,
 )
+from fsstate_spark.pyspark.plans import (
+    analyzed_plan,
+    column_reference,
+    connect_grouping,
+    connect_relation,
+    explain_extended,
+    grouped_frame,
+    grouping_exprs,
+    is_connect_grouped,
+    parse_type_string,
+    rebound,
+    session_parse_ddl,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql.connect.group import GroupedData as ConnectGroupedData
@@ -217,7 +230,7 @@ def _grouped_flow(grouped: Any, call: str) -> tuple[Flow, list[str]]:
             f"{call}: takes df.groupBy(columns) of a streaming DataFrame, or "
             f"flow.group_by(columns); got {type(grouped).__name__}"
         )
-    df = grouped._df
+    df = grouped_frame(grouped)
     keys = _keys(grouped, call)
     watermark = _connect_watermark(df, call) if is_connect(df) else _watermark(df, call)
     return source(df, watermark=watermark), keys
@@ -227,7 +240,7 @@ def _is_grouped(obj: Any) -> bool:
     """``df.groupBy(...)`` of a classic or a Spark Connect session."""
     if isinstance(obj, GroupedData):
         return True
-    return is_connect(obj) and type(obj).__name__ == "GroupedData" and hasattr(obj, "_df")
+    return is_connect(obj) and is_connect_grouped(obj)
 
 
 def _keys(grouped: Any, call: str) -> list[str]:
@@ -239,10 +252,9 @@ def _keys(grouped: Any, call: str) -> list[str]:
 
 def _grouping_columns(grouped: GroupedData, call: str) -> list[str]:
     """The column names a classic ``GroupedData`` groups by."""
-    jgd = getattr(grouped, "_jgd", None)
-    if jgd is None:
+    exprs = grouping_exprs(grouped)
+    if exprs is None:
         raise ConfigError(f"{call}: group the DataFrame with groupBy(column names)")
-    exprs = jgd.groupingExprs()
     names = []
     for i in range(exprs.size()):
         e = exprs.apply(i)
@@ -260,7 +272,7 @@ def _grouping_columns(grouped: GroupedData, call: str) -> list[str]:
 
 def _watermark(df: DataFrame, call: str) -> tuple[str, int] | None:
     """The (column, delay ms) of the ``withWatermark`` in ``df``'s plan, if any."""
-    plan = df._jdf.queryExecution().analyzed()
+    plan = analyzed_plan(df)
     found: list[tuple[str, int]] = []
     todo = [plan]
     while todo:
@@ -286,18 +298,16 @@ def _watermark(df: DataFrame, call: str) -> tuple[str, int] | None:
 
 def _connect_grouping_columns(grouped: Any, call: str) -> list[str]:
     """The column names a Spark Connect ``GroupedData`` groups by (its ``_grouping_cols``)."""
-    if getattr(grouped, "_group_type", None) != "groupby" or (
-        getattr(grouped, "_pivot_col", None) is not None
-    ):
+    group_type, pivot_col, grouping_cols = connect_grouping(grouped)
+    if group_type != "groupby" or pivot_col is not None:
         raise ConfigError(
             f"{call}: group the DataFrame with groupBy(column names) (not rollup, cube, pivot or "
             "grouping sets)"
         )
     names = []
-    for col in getattr(grouped, "_grouping_cols", None) or []:
-        expr = getattr(col, "_expr", None)
-        name = getattr(expr, "_unparsed_identifier", None)
-        if type(expr).__name__ != "ColumnReference" or not isinstance(name, str):
+    for col in grouping_cols:
+        kind, name = column_reference(col)
+        if kind != "ColumnReference" or not isinstance(name, str):
             raise ConfigError(
                 f"{call}: group by plain column names (got the expression {col}); add the "
                 "expression as a column first (withColumn)"
@@ -315,7 +325,7 @@ ANALYZED = "== Analyzed Logical Plan =="
 def _connect_watermark(df: Any, call: str) -> tuple[str, int] | None:
     """The (column, delay ms) of the ``withWatermark`` in a Spark Connect DataFrame's plan."""
     try:
-        relation = df._plan.plan(df.sparkSession.client)
+        relation = connect_relation(df)
     except Exception as exc:
         raise ConfigError(f"{call}: cannot read the DataFrame's plan ({exc})") from None
     found: list[tuple[str, str]] = []
@@ -360,7 +370,7 @@ def _analyzed_watermarks(df: Any) -> int:
     """How many ``EventTimeWatermark`` nodes the server's analyzed plan of ``df`` has (0 when
     it cannot tell)."""
     try:
-        text = str(df._explain_string(extended=True))
+        text = explain_extended(df)
     except Exception:
         return 0
     analyzed = text.partition(ANALYZED)[2].partition("\n== ")[0]
@@ -379,8 +389,8 @@ def _in_session(init: DataFrame, df: DataFrame) -> DataFrame:
     session: Any = df.sparkSession
     if connect.sparkSession.session_id == session.session_id:
         return init
-    rebound: DataFrame = type(init)(connect._plan, session)
-    return rebound
+    bound: DataFrame = rebound(connect, session)
+    return bound
 
 
 def _columns(flow: Flow) -> list[str] | None:
@@ -431,15 +441,13 @@ def _output_type(output: StructType | str, session: Any, call: str) -> StructTyp
         return output
     if isinstance(output, str):
         try:
-            parsed = session._parse_ddl(output) if hasattr(session, "_parse_ddl") else None
+            parsed = session_parse_ddl(session, output)
         except Exception as exc:
             raise ConfigError(
                 f"{call}: outputStructType {output!r} does not parse: {exc}"
             ) from None
         if parsed is None:
-            from pyspark.sql.types import _parse_datatype_string
-
-            parsed = _parse_datatype_string(output)
+            parsed = parse_type_string(output)
         if isinstance(parsed, StructType):
             return parsed
     raise ConfigError(f"{call}: outputStructType must be a StructType or a DDL string")
@@ -452,7 +460,7 @@ def _initial(
         return None, list(keys)
     if not _is_grouped(initial):
         raise ConfigError(f"{call}: initialState takes init_df.groupBy(columns)")
-    df = initial._df
+    df = grouped_frame(initial)
     if df.isStreaming:
         raise ConfigError(f"{call}: initialState must be a batch DataFrame, not a streaming one")
     init_keys = _keys(initial, call)

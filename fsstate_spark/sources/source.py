@@ -68,7 +68,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
-from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
 from fsstate.config import parse_flag
@@ -78,7 +77,8 @@ from fsstate.inspect.catalog import read_store_manifest
 from fsstate.storage.fileio import FileIO
 from fsstate.storage.location import Location
 from fsstate.tables.resolve import first_of_group
-from fsstate_spark.compat import FILTERS_PUSHDOWN
+from fsstate_spark.pyspark import FILTERS_PUSHDOWN
+from fsstate_spark.pyspark.arrow import from_arrow_schema
 from fsstate_spark.settings import STORAGE_PREFIX, default_state_uri, spark_settings
 from fsstate_spark.sources.selection import EXPIRY_COL, SEQ_COL, Selection, select, selected_query
 

@@ -46,6 +46,7 @@ from fsstate.interfaces import (
     KeyedTable,
     KeyedValueTable,
 )
+from fsstate_spark.pyspark.handle import client_of, ddl_parser
 from fsstate_spark.state.keys import KeyBinding
 from fsstate_spark.state.map_order import AVRO, UNSAFEROW, user_key_order
 from fsstate_spark.state.schemas import Converter, SparkSchema, spark_values, to_arrow
@@ -385,9 +386,8 @@ class TieredHandle(StatefulProcessorHandle):
         self._encoding = state_encoding
         self._timers = timers
         self._timers_allowed = timers_allowed
-        client = getattr(spark_handle, "_statefulProcessorApiClient", None)
-        parse = getattr(client, "_parse_string_schema", None)
-        self._ddl_fallback: Callable[[str], StructType] | None = parse
+        client = client_of(spark_handle)
+        self._ddl_fallback: Callable[[str], StructType] | None = ddl_parser(client)
         self._key_schema = key_schema or self._grouping_key_schema(client)
         # state objects handed out per name, and those whose variable was deleted
         self._declared: dict[str, list[_BoundState]] = {}

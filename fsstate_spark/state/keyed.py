@@ -47,14 +47,15 @@ from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo
 from pyspark.sql.types import Row, StructType
 
 from fsstate.errors import SchemaError
-from fsstate_spark.compat import (
-    TWS_PANDAS_ARROW_CAST,
+from fsstate_spark.pyspark import TWS_PANDAS_ARROW_CAST
+from fsstate_spark.pyspark.arrow import (
     arrow_to_pandas,
+    column_arrays,
     pandas_to_arrow,
     wrap_struct,
 )
+from fsstate_spark.pyspark.rows import row_class, row_fields
 from fsstate_spark.state.keys import bound_items
-from fsstate_spark.state.rows import row_class
 
 
 class RowFlavour(Protocol):
@@ -132,7 +133,7 @@ class KeyedRows:
         """Every row as a ``Row`` of the table's column names, as Spark's worker makes them
         (``Row(*names)(*values)``: a Row whose ``__fields__`` is that Row of names), built
         without the per-row call chain of ``Row.__call__``, of the names' Row class
-        (:func:`fsstate_spark.state.rows.row_class`: fields read as attributes directly)."""
+        (:func:`fsstate_spark.pyspark.rows.row_class`: fields read as attributes directly)."""
         make = partial(tuple.__new__, self.row_type)
         rows = list(map(make, zip(*(_py_values(c) for c in self.table.columns))))
         self._rows = rows
@@ -335,7 +336,7 @@ class RowOutput(Output):
                 f"transform_with_state: the processor yielded a {type(item).__name__}; the "
                 "Row flavour yields pyspark.sql.Row objects"
             )
-        fields = item.__dict__.get("__fields__")
+        fields = row_fields(item)
         same = self._fields
         if (
             same is not None
@@ -417,9 +418,9 @@ class PandasOutput(Output):
                     f"transform_with_state: a yielded DataFrame has no column(s) {missing} of "
                     f"the output schema {self.names}"
                 )
-            arrays = _column_arrays(item, [cols.index(n) for n in self.names])
+            arrays = column_arrays(item, [cols.index(n) for n in self.names])
         else:
-            arrays = _column_arrays(item, list(range(len(self.names))))
+            arrays = column_arrays(item, list(range(len(self.names))))
         for part, arr in zip(self.parts, arrays, strict=True):
             part.append(arr)
 
@@ -447,16 +448,6 @@ class PandasOutput(Output):
             int_to_decimal_coercion_enabled=self.int_to_decimal,
         )
         return pa.Table.from_batches([batch])
-
-
-def _column_arrays(frame: Any, positions: list[int]) -> list[Any]:
-    """The frame's columns at ``positions`` as arrays (pandas' fast column iterator when
-    present: one call per frame, not one ``__getitem__`` per column)."""
-    it: Callable[[], Iterator[Any]] | None = getattr(frame, "_iter_column_arrays", None)
-    if it is not None:
-        arrays = list(it())
-        return [arrays[p] for p in positions]
-    return [frame.iloc[:, p].to_numpy() for p in positions]
 
 
 def _concat(parts: list[Any]) -> Any:

@@ -43,7 +43,7 @@ from pyspark.sql.types import (
 )
 
 from fsstate.errors import SchemaError
-from fsstate_spark.compat import to_arrow_schema
+from fsstate_spark.pyspark.arrow import to_arrow_schema
 
 SparkSchema = StructType | str
 DdlParser = Callable[[str], StructType]

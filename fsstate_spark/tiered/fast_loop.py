@@ -28,9 +28,11 @@ Invariants:
 
 * Version-neutral: what moves between PySpark minors (how a task is set up, where its confs,
   state server and UDF come from) is read by one adapter per minor
-  (:mod:`fsstate_spark.tiered.adapters`) into a :class:`~fsstate_spark.tiered.adapters.
-  TaskSetup`; this module runs that on every minor alike, with its own Arrow stream framing
-  (:class:`ArrowStreamIn`, :class:`ArrowStreamOut`) and Spark's state-server client.
+  (:mod:`fsstate_spark.pyspark.worker`) into a :class:`~fsstate_spark.pyspark.task.TaskSetup`;
+  this module runs that on every minor alike, with its own Arrow stream framing
+  (:class:`ArrowStreamIn`, :class:`ArrowStreamOut`) and Spark's state-server client
+  (:mod:`fsstate_spark.pyspark.state_client`). PySpark's internals are touched only through
+  :mod:`fsstate_spark.pyspark`.
 * Never worse than stock: :func:`install` patches nothing on a PySpark minor without an
   adapter or that lacks a name it uses; a task whose set-up meets any surprise runs PySpark's
   own loop, on the bytes it would have read (the adapter's replay). Each case says so once
@@ -58,7 +60,25 @@ import pyarrow as pa
 
 from fsstate.osmem import task_collector
 from fsstate.tables.resolve import first_of_group
-from fsstate_spark.compat import to_arrow_schema
+from fsstate_spark.pyspark import minor
+from fsstate_spark.pyspark.arrow import to_arrow_schema
+from fsstate_spark.pyspark.state_client import (
+    DeferredKeyClient,
+    StatefulProcessorHandleState,
+    expired_timers,
+)
+from fsstate_spark.pyspark.worker import (
+    ADAPTERS,
+    STOCK_ONLY,
+    TWS_EVAL_TYPES,
+    TaskConf,
+    TaskSetup,
+    Unreadable,
+    adapter_for,
+    initial_state_sides,
+    pyspark_worker,
+    start_arrow_stream,
+)
 from fsstate_spark.state.keyed import (
     KeyedRows,
     Output,
@@ -68,15 +88,6 @@ from fsstate_spark.state.keyed import (
 )
 from fsstate_spark.state.keys import normalize_key
 from fsstate_spark.tiered import task_profile
-from fsstate_spark.tiered.adapters import (
-    ADAPTERS,
-    STOCK_ONLY,
-    TaskConf,
-    TaskSetup,
-    Unreadable,
-    adapter_for,
-    minor_of,
-)
 from fsstate_spark.tiered.processor import TieredProcessor
 
 log = logging.getLogger(__name__)
@@ -109,14 +120,15 @@ def install() -> bool:
     """Patch ``pyspark.worker.read_udfs`` (see the module docstring); False if not patched."""
     try:
         import pyspark
-        import pyspark.worker as w
+
+        w = pyspark_worker()
     except Exception as exc:  # pragma: no cover - PySpark is what runs this module
         note(f"PySpark's worker did not import ({exc}); the stock worker runs")
         return False
-    minor = minor_of(pyspark.__version__)
-    adapter = adapter_for(minor)
+    running = minor()
+    adapter = adapter_for(running)
     if adapter is None:
-        why = STOCK_ONLY.get(minor) if minor is not None else None
+        why = STOCK_ONLY.get(running) if running is not None else None
         reads = ", ".join(f"{a}.{b}" for a, b in ADAPTERS)
         note(
             why
@@ -127,13 +139,13 @@ def install() -> bool:
     from pyspark.util import PythonEvalType
 
     missing = [n for n in NEEDED if not hasattr(w, n)]
-    missing += [n for n in EVAL_TYPES if not hasattr(PythonEvalType, n)]
+    missing += [n for n in TWS_EVAL_TYPES if not hasattr(PythonEvalType, n)]
     if missing:
         note(f"PySpark's worker lacks {missing}: tiered() runs on PySpark's own loop")
         return False
     if getattr(w.read_udfs, "__fsstate__", False):
         return True
-    FLAVOURS.update({getattr(PythonEvalType, n): f for n, f in EVAL_TYPES.items()})
+    FLAVOURS.update({getattr(PythonEvalType, n): f for n, f in TWS_EVAL_TYPES.items()})
     stock: Callable[..., Any] = w.read_udfs
 
     def read_udfs(*args: Any) -> Any:
@@ -169,13 +181,6 @@ class Flavour:
     prefer_int_ext_dtype: bool = False
 
 
-# PySpark's PythonEvalType names of transformWithState: (pandas, with initial state)
-EVAL_TYPES = {
-    "SQL_TRANSFORM_WITH_STATE_PANDAS_UDF": (True, False),
-    "SQL_TRANSFORM_WITH_STATE_PANDAS_INIT_STATE_UDF": (True, True),
-    "SQL_TRANSFORM_WITH_STATE_PYTHON_ROW_UDF": (False, False),
-    "SQL_TRANSFORM_WITH_STATE_PYTHON_ROW_INIT_STATE_UDF": (False, True),
-}
 FLAVOURS: dict[int, tuple[bool, bool]] = {}  # eval type value -> flavour (set by install)
 
 
@@ -230,55 +235,15 @@ class ArrowStreamOut:
     all when there is no batch), as every supported minor's transformWithState serializer."""
 
     def dump_stream(self, iterator: Iterator[pa.RecordBatch], stream: Any) -> None:
-        from pyspark import serializers
-
-        write_int: Callable[[int, Any], None] = serializers.write_int
         it = iter(iterator)
         first = next(it, None)
         if first is None:
             return
-        write_int(serializers.SpecialLengths.START_ARROW_STREAM, stream)
+        start_arrow_stream(stream)
         with pa.ipc.new_stream(stream, first.schema) as writer:
             writer.write_batch(first)
             for batch in it:
                 writer.write_batch(batch)
-
-
-def _client_class() -> type:
-    from pyspark.sql.streaming.stateful_processor_api_client import StatefulProcessorApiClient
-
-    return StatefulProcessorApiClient
-
-
-class DeferredKeyClient(_client_class()):  # type: ignore[misc]
-    """Spark's state-server client whose implicit key is sent with the first request after it
-    was set that goes to the server (see the module docstring)."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._pending: tuple[Any, ...] | None = None
-        self._sent: tuple[Any, ...] | None = None
-        self._flushing = False
-
-    def set_implicit_key(self, key: tuple[Any, ...]) -> None:
-        self._pending = key
-
-    def remove_implicit_key(self) -> None:
-        self._pending = None
-        if self._sent is not None:
-            self._sent = None
-            super().remove_implicit_key()
-
-    def _send_proto_message(self, message: bytes) -> None:
-        key = self._pending
-        if key is not None and not self._flushing and (self._sent is None or key != self._sent):
-            self._flushing = True
-            try:
-                super().set_implicit_key(key)
-            finally:
-                self._flushing = False
-            self._sent = key
-        super()._send_proto_message(message)
 
 
 class FastTask:
@@ -320,9 +285,8 @@ class FastTask:
 
     def _run(self, _split: int, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark.sql.streaming.stateful_processor import StatefulProcessorHandle, TimerValues
-        from pyspark.sql.streaming.stateful_processor_api_client import (
-            StatefulProcessorHandleState as S,
-        )
+
+        S = StatefulProcessorHandleState
 
         client, proc = self.client, self.proc
         task = proc.begin_fast(StatefulProcessorHandle(client))
@@ -364,7 +328,6 @@ class FastTask:
     ) -> None:
         """Every timer Spark finds expired, in Spark's order, each deleted after its call."""
         from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo
-        from pyspark.sql.streaming.stateful_processor_api_client import ExpiredTimerIterator
 
         if self.time_mode == "processingtime":
             through = now
@@ -373,7 +336,7 @@ class FastTask:
         else:
             return
         user = self.proc.processor
-        for key, expiry in ExpiredTimerIterator(self.client, through):
+        for key, expiry in expired_timers(self.client, through):
             store_key = normalize_key(key)
             enter(key, store_key)
             result = user.handleExpiredTimer(key, values, ExpiredTimerInfo(expiry))
@@ -416,16 +379,7 @@ class FastTask:
                 vals = list(range(table.num_columns))
             return [(0, table.select([*keys, *vals]))]
         out = []
-        for side, name in ((0, "inputData"), (1, "initState")):
-            col = batch.column(batch.schema.get_field_index(name))
-            if col.null_count == len(col):  # 4.2+: the absent side is a null struct
-                continue
-            # the struct's fields at their own lengths (4.1 pads the shorter side of a batch
-            # with rows whose fields have no values), as PySpark's own loop reads them
-            fields = [col.field(i) for i in range(col.type.num_fields)]
-            struct = pa.Table.from_arrays(fields, names=[f.name for f in col.type])
-            if not struct.num_rows:
-                continue
+        for side, struct in initial_state_sides(batch):
             keys = self.offsets[side][0]
             out.append((side, struct.select([*keys, *range(struct.num_columns)])))
         return out

@@ -38,9 +38,8 @@ Invariants:
 * A marker of another layout generation or partition (a rescaled checkpoint: Spark's offline
   repartition moves the rows by their key) is ignored
   (the choice of a source in :class:`fsstate_spark.tiered.lifecycle.StoreCache`).
-* The PySpark internals read here (a handle's state-server client and its batch timestamp
-  request, the same on 4.0 to 4.3) are read nowhere else outside
-  :mod:`fsstate_spark.tiered.adapters`.
+* The PySpark internals it needs (a handle's state-server client and its batch timestamp
+  request, the same on 4.0 to 4.3) are read through :mod:`fsstate_spark.pyspark.handle`.
 """
 
 from __future__ import annotations
@@ -52,6 +51,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
+
+from fsstate_spark.pyspark.handle import batch_timestamp, client_of
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +109,7 @@ class Lineage:
 
 def _client(handle: Any) -> Any | None:
     """The state-server client of a live executor handle (None: the driver's schema pass)."""
-    client = getattr(handle, "_statefulProcessorApiClient", None)
+    client = client_of(handle)
     state = getattr(client, "handle_state", None)
     if client is None or getattr(state, "name", "PRE_INIT") == "PRE_INIT":
         return None
@@ -122,7 +123,7 @@ def planned_ms(handle: Any) -> int | None:
     if client is None:
         return None
     try:
-        ts = int(client._get_batch_timestamp())
+        ts = batch_timestamp(client)
     except Exception as exc:  # an older server: no planning time, so no lineage check
         log.warning("fsstate: the batch timestamp is not available here (%s)", exc)
         return None

@@ -49,7 +49,7 @@ from pyspark.sql.streaming.stateful_processor import (
 from fsstate.errors import ConfigError, FsStateError
 from fsstate.interfaces import Key
 from fsstate.osmem import freeze_survivors
-from fsstate_spark.compat import require_supported_pyspark
+from fsstate_spark.pyspark import require_supported_pyspark
 from fsstate_spark.receipts import TieredEntry, new_accumulator, receipt, register_tiered
 from fsstate_spark.runtime import TaskInfo, TaskMode, current_task
 from fsstate_spark.state.handles import TieredHandle

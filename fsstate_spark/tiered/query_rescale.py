@@ -68,7 +68,8 @@ from fsstate.store.identity import store_dir_for
 from fsstate.store.layout import Layout, read_layouts
 from fsstate.store.lineage import read_version
 from fsstate.store.rescale import RescaleProgress, RescaleResult, log_progress, rescale
-from fsstate_spark.compat import PYSPARK_MINOR
+from fsstate_spark.pyspark import OFFLINE_REPARTITION, PYSPARK_MINOR
+from fsstate_spark.pyspark.session import checkpoint_manager
 from fsstate_spark.runtime import fileio_for
 from fsstate_spark.state.keys import spark_partitioner
 from fsstate_spark.tiered.lifecycle import SPARK_MARKER, query_root, tiered_operators
@@ -179,13 +180,13 @@ def _key_names(fileio: FileIO, op: _Operator, version: int) -> list[str] | None:
 
 
 def _repartition_spark(spark: SparkSession, checkpoint: str, partitions: int) -> None:
-    if PYSPARK_MINOR < (4, 2):
+    if not OFFLINE_REPARTITION:
         raise ConfigError(
             "rescaling a tiered() query runs Spark's offline repartition of its checkpoint, "
             f"which PySpark {'.'.join(map(str, PYSPARK_MINOR))} does not have (4.2+); nothing "
             "was changed"
         )
-    manager = getattr(spark, "_streamingCheckpointManager", None)
+    manager = checkpoint_manager(spark)
     if manager is None:
         raise ConfigError(
             "rescaling a tiered() query needs a classic SparkSession (Spark's offline "

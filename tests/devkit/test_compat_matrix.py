@@ -1,6 +1,7 @@
 """The compatibility matrix selects by markers (:data:`devkit.compat_matrix.MARKERS`): each is
 registered in pyproject.toml as the matrix describes it, every entry collects from the whole
-``tests`` tree, and the stored conformance references are made once per minor."""
+``tests`` tree, the stored conformance references are made once per minor, and the matrix
+tests exactly the supported minors."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from devkit.compat_matrix import (
     Entry,
     reference_entries,
     selection,
+    untested_minors,
 )
 from devkit.repo import ROOT
 
@@ -52,3 +54,9 @@ def test_references_are_made_once_per_minor_by_that_minors_pyspark() -> None:
     minors = [e.minor for e in entries]
     assert len(minors) == len(set(minors)) == len({e.minor for e in (DEFAULT, *MATRIX)})
     assert DEFAULT in entries and all(e in MATRIX for e in entries if e != DEFAULT)
+
+
+def test_the_matrix_tests_exactly_the_supported_minors() -> None:
+    """:data:`fsstate_spark.pyspark.SUPPORTED_MINORS` is the one list: the matrix has an entry
+    for each of its minors and none for another."""
+    assert untested_minors() == ([], [])

@@ -19,7 +19,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
 from devkit.spark_local import write_batches
-from fsstate_spark.compat import ROW_TRANSFORM_WITH_STATE
+from fsstate_spark.pyspark import ROW_TRANSFORM_WITH_STATE
 from tests.support.processors import INPUT_SCHEMA
 
 

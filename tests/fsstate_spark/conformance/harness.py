@@ -59,7 +59,7 @@ from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 from devkit.spark_local import session_conf, write_batches
 from fsstate_spark import operators as ops
 from fsstate_spark import tiered
-from fsstate_spark.compat import PYSPARK_MINOR, ROW_TRANSFORM_WITH_STATE
+from fsstate_spark.pyspark import PYSPARK_MINOR, ROW_TRANSFORM_WITH_STATE
 
 if TYPE_CHECKING:
     from tests.fsstate_spark.conformance.reference import StoredReferences

@@ -23,7 +23,7 @@ import pyspark
 import pytest
 from pyspark.sql import DataFrame
 
-from fsstate_spark.compat import PYSPARK_MINOR
+from fsstate_spark.pyspark import PYSPARK_MINOR
 from tests.fsstate_spark.conformance.harness import (
     PORTED_FROM,
     SPARK,

@@ -62,7 +62,7 @@ import pytest
 from pyspark.sql import Row
 from pyspark.sql.types import StructType, TimestampType
 
-from fsstate_spark.compat import PYSPARK_MINOR
+from fsstate_spark.pyspark import PYSPARK_MINOR
 from tests.fsstate_spark.conformance.harness import (
     WAYS,
     Outcome,
@@ -80,7 +80,7 @@ MODE_ENV = "FSSTATE_CONFORMANCE_REFERENCE"
 MODES = ("stored", "live", "write", "check")
 LONG = 4096
 ROW_FLAVOUR_FROM = (4, 1)
-"""The first minor with Row-flavour transformWithState (``fsstate_spark.compat``'s
+"""The first minor with Row-flavour transformWithState (``fsstate_spark.pyspark``'s
 ``ROW_TRANSFORM_WITH_STATE``): older minors store pandas references only."""
 
 

@@ -21,7 +21,7 @@ import pytest
 from pyspark.sql import Row
 
 from devkit.compat_matrix import DEFAULT, MATRIX, pinned_releases
-from fsstate_spark.compat import PYSPARK_MINOR, ROW_TRANSFORM_WITH_STATE
+from fsstate_spark.pyspark import PYSPARK_MINOR, ROW_TRANSFORM_WITH_STATE
 from tests.fsstate_spark.conformance import reference as ref
 from tests.fsstate_spark.conformance.harness import canonical
 

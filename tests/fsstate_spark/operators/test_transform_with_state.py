@@ -272,7 +272,7 @@ def test_a_restart_of_tiered_with_a_renamed_processor_class_continues_the_state(
 ) -> None:
     """As :func:`test_restart_half_way` with a renamed class, under ``tiered()``."""
     from fsstate_spark import tiered
-    from fsstate_spark.compat import PYSPARK_MINOR
+    from fsstate_spark.pyspark import PYSPARK_MINOR
 
     if PYSPARK_MINOR < (4, 1):  # the takeover finds the operator by its layout record
         pytest.skip(

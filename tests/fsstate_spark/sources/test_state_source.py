@@ -27,7 +27,7 @@ from devkit.spark_local import session_conf
 from fsstate import PartitionStore, read_table
 from fsstate.inspect import find_stores
 from fsstate_spark import register_sources, tiered
-from fsstate_spark.compat import FILTERS_PUSHDOWN
+from fsstate_spark.pyspark import FILTERS_PUSHDOWN
 from fsstate_spark.settings import default_state_uri, spark_settings
 from tests.support.inspect_processors import LEDGER_SCHEMA, NOOP, Ledger
 from tests.support.stream import StreamRunner

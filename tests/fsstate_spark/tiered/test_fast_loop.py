@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import pyspark
 import pytest
 from pyspark.sql import GroupedData, SparkSession
 from pyspark.sql import functions as F
@@ -20,7 +19,8 @@ from devkit.repo import ROOT
 from devkit.spark_local import write_batches
 from fsstate.osmem import YOUNG_OBJECTS_MAX
 from fsstate_spark import tiered
-from fsstate_spark.tiered.adapters import ADAPTERS, minor_of
+from fsstate_spark.pyspark import minor
+from fsstate_spark.pyspark.worker import ADAPTERS
 from tests.fsstate_spark.conftest import Tiered
 from tests.support.engine import run_probe
 from tests.support.processors import GC_PROBE_SCHEMA, INPUT_SCHEMA, GcProbe
@@ -77,7 +77,7 @@ def test_null_and_nan_keys_group_as_the_jvm_groups_them(
     )
     jvm = [(r[0], r[1]) for r in batch.groupBy(column).count().collect()]
     fast = tiered_loop(Totals()).config.fast_loop
-    if fast or minor_of(pyspark.__version__) == (4, 0):  # 4.0's JVM sends one key per batch
+    if fast or minor() == (4, 0):  # 4.0's JVM sends one key per batch
         assert sorted(got) == sorted((key_text(k), n) for k, n in jvm)
     else:  # PySpark 4.1+'s own pandas loop: one group per null row (a stock defect)
         assert len(got) > len(jvm)
@@ -88,7 +88,7 @@ def test_null_and_nan_keys_group_as_the_jvm_groups_them(
 
 @pytest.mark.compat_python
 @pytest.mark.skipif(
-    not hasattr(GroupedData, "transformWithState") or minor_of(pyspark.__version__) not in ADAPTERS,
+    not hasattr(GroupedData, "transformWithState") or minor() not in ADAPTERS,
     reason="fsstate's keyed loop runs Row processors from PySpark 4.1 on",
 )
 def test_keyed_loop_tasks_collect_young_objects_rarely_and_freeze_the_modules(
@@ -126,7 +126,7 @@ def test_keyed_loop_tasks_collect_young_objects_rarely_and_freeze_the_modules(
 
 FALLBACKS = {
     "pyspark_fsstate_other_version": (
-        "from fsstate_spark.tiered import adapters\n"
+        "from fsstate_spark.pyspark import worker as adapters\n"
         "adapters.adapter_for = lambda minor: None  # a PySpark minor without an adapter\n"
         "from pyspark_fsstate.worker import main\n",
         "tiered() runs on PySpark's own loop",
@@ -228,7 +228,8 @@ seen["still_no_fsstate"] = not any(m.startswith("fsstate") for m in sys.modules)
 tws = PythonEvalType.SQL_TRANSFORM_WITH_STATE_PANDAS_UDF
 seen["tws"] = w.read_udfs(None, None, tws, {{}}, {{}})
 seen["driver_side"] = sorted(m for m in sys.modules if m.startswith(DRIVER_SIDE))
-from fsstate_spark.tiered.adapters import ADAPTERS, minor_of
+from fsstate_spark.pyspark import minor
+from fsstate_spark.pyspark.worker import ADAPTERS
 from fsstate_spark.tiered import fast_loop
 seen["installed"] = fast_loop.installed()
 seen["calls"] = calls
@@ -249,7 +250,7 @@ def test_the_worker_module_loads_fsstate_at_the_first_transform_with_state_task(
     assert seen["other"] == "stock" and seen["tws"] == "stock", seen
     assert len(seen["calls"]) == 2, seen
     assert seen["driver_side"] == [], seen
-    if minor_of(pyspark.__version__) in ADAPTERS:
+    if minor() in ADAPTERS:
         assert seen["installed"] is True, seen
         assert "a task's set-up failed" in stderr, stderr[-2000:]
     else:  # PySpark 4.0: PySpark's own loop, said once

@@ -30,8 +30,8 @@ from fsstate.storage.location import Location
 from fsstate.store.lineage import list_branches
 from fsstate_spark import rescale_query, tiered
 from fsstate_spark.cli import cli as spark_cli
-from fsstate_spark.compat import PYSPARK_MINOR
 from fsstate_spark.fork import rollback_query
+from fsstate_spark.pyspark import PYSPARK_MINOR
 from tests.support.plugin import s3_options
 from tests.support.processors import ROW_SCHEMA, RowCounter
 from tests.support.stream import StreamRunner

@@ -32,7 +32,7 @@ from fsstate.storage.location import Location
 from fsstate.store.layout import in_force, read_layouts
 from fsstate_spark import rescale_query, tiered
 from fsstate_spark.cli import cli
-from fsstate_spark.compat import PYSPARK_MINOR
+from fsstate_spark.pyspark import PYSPARK_MINOR
 from fsstate_spark.tiered import query_rescale as rescale_module
 from tests.support.faulty_backend import failing_fileio
 from tests.support.plugin import s3_options

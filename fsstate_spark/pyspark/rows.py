@@ -66,3 +66,9 @@ def row_class(names: tuple[str, ...]) -> type:
             del _classes[next(iter(_classes))]
         _classes[names] = cls
     return cls
+
+
+def row_fields(row: Any) -> Any:
+    """The field names a ``Row`` instance carries itself (``Row(*names)(*values)``: the Row of
+    names; None for a Row made with keywords or a :func:`row_class` instance)."""
+    return row.__dict__.get("__fields__")

@@ -1,4 +1,4 @@
-"""fsstate's Row classes (:mod:`fsstate_spark.state.rows`) behave as the Rows Spark's worker
+"""fsstate's Row classes (:mod:`fsstate_spark.pyspark.rows`) behave as the Rows Spark's worker
 makes (``Row(*names)(*values)``): every read, comparison, conversion and error alike."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from pyspark.sql.types import Row
 
-from fsstate_spark.state.rows import CLASSES_MAX, row_class
+from fsstate_spark.pyspark.rows import CLASSES_MAX, row_class
 
 NAMES = [
     ("k", "v", "t"),

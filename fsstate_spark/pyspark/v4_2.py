@@ -6,7 +6,7 @@ grouping key's schema are eval-conf keys; ``read_udfs`` reads the number of UDFs
 its arg offsets (an int and a named-argument flag each), its chain of pickled commands and a
 result id, from ``infile``.
 
-Invariant: the UDF is read through a :class:`~fsstate_spark.tiered.adapters.Recording`, and the
+Invariant: the UDF is read through a :class:`~fsstate_spark.pyspark.task.Recording`, and the
 arguments handed back for PySpark's own ``read_udfs`` replay it (nothing is lost).
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fsstate_spark.tiered.adapters.task import (
+from fsstate_spark.pyspark.task import (
     Recording,
     TaskConf,
     TaskSetup,

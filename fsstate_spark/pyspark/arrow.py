@@ -1,7 +1,4 @@
-"""Every PySpark-version-dependent piece of fsstate_spark (outside the Python worker).
-
-fsstate_spark supports the PySpark minors in :data:`SUPPORTED_MINORS`. Their public APIs agree
-on what fsstate uses, except for a few internals and late features gathered here:
+"""Arrow and pandas as PySpark converts them, on every supported minor.
 
 * Spark schemas to Arrow (:func:`to_arrow_schema`): ``to_arrow_schema(..., timezone=)`` from
   4.2, ``timestamp_utc=`` before.
@@ -10,60 +7,48 @@ on what fsstate uses, except for a few internals and late features gathered here
   ``pyspark.sql.conversion.ArrowBatchTransformer`` / ``PandasToArrowConversion`` from 4.2,
   the serializers of ``pyspark.sql.pandas.serializers`` before (the same code the worker of
   that release runs, so values, dtypes and column assignment are that release's).
-* Filter pushdown of Python data sources (:data:`FILTERS_PUSHDOWN`; the filter classes are
-  imported by the source itself): 4.1 and later; on 4.0 sources read without pushdown.
-* Row-flavour ``transformWithState`` (:data:`ROW_TRANSFORM_WITH_STATE`): 4.1 and later.
 
-Invariants: PySpark internals (anything outside its documented API) are touched only in this
-module, per supported minor; every other fsstate_spark module imports them from here. On 4.2
-and later each function delegates to PySpark's own; on 4.0 and 4.1 to that release's serializer
-code. A minor outside :data:`SUPPORTED_MINORS` is treated as the nearest supported one.
+Invariant: on 4.2 and later each function delegates to PySpark's own; on 4.0 and 4.1 to that
+release's serializer code.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyspark
 from pyspark.sql.types import StructType
 
-from fsstate.errors import ConfigError
+from fsstate_spark.pyspark import PYSPARK_MINOR
 
 if TYPE_CHECKING:
     import pandas as pd
 
 
-def _minor(version: str) -> tuple[int, int]:
-    """``(major, minor)`` of a version string such as ``"4.1.4"`` or ``"4.2.0.dev1"``."""
-    parts = version.split(".")
-    try:
-        return int(parts[0]), int(parts[1])
-    except (IndexError, ValueError):
-        return (4, 3)  # an unparsable (development) version: the newest supported
-
-
-PYSPARK_MINOR: tuple[int, int] = _minor(pyspark.__version__)
-"""The running PySpark's ``(major, minor)``."""
-
-SUPPORTED_MINORS: tuple[tuple[int, int], ...] = ((4, 0), (4, 1), (4, 2), (4, 3))
-"""The PySpark minors fsstate_spark supports."""
-
 _CONVERSION = PYSPARK_MINOR >= (4, 2)  # pyspark.sql.conversion's Arrow <-> pandas helpers
 
-ROW_TRANSFORM_WITH_STATE: bool = PYSPARK_MINOR >= (4, 1)
-"""Whether Spark has Row-flavour ``transformWithState`` (its eval types are 4.1+)."""
 
-TWS_PANDAS_ARROW_CAST: bool = PYSPARK_MINOR >= (4, 1)
-"""Whether Spark's worker casts a ``transformWithStateInPandas`` output column with Arrow when
-its pandas type does not convert directly (4.0's worker does not)."""
+def from_arrow_schema(schema: pa.Schema, prefer_timestamp_ntz: bool | None = None) -> StructType:
+    """An Arrow schema as Spark's (``pyspark.sql.pandas.types.from_arrow_schema``).
 
-FILTERS_PUSHDOWN: bool = PYSPARK_MINOR >= (4, 1)
-"""Whether Python data sources can take pushed filters (``pyspark.sql.datasource.Filter``,
-imported by :mod:`fsstate_spark.sources.source`, not here: ``pyspark.sql.datasource`` costs a
-Python worker that never reads a state source ~40 ms to import)."""
+    Args:
+        schema: the Arrow schema.
+        prefer_timestamp_ntz: zone-less Arrow timestamps as ``TimestampNTZType`` (None: PySpark's
+            default).
+
+    Returns:
+        The Spark schema PySpark makes of it.
+    """
+    from pyspark.sql.pandas.types import from_arrow_schema as convert
+
+    if prefer_timestamp_ntz is None:
+        struct: StructType = convert(schema)
+    else:
+        struct = convert(schema, prefer_timestamp_ntz=prefer_timestamp_ntz)
+    return struct
 
 
 def to_arrow_schema(struct: StructType) -> pa.Schema:
@@ -265,20 +250,11 @@ def _pandas_to_arrow_serializer(
     return pa.RecordBatch.from_arrays(created.columns, names)
 
 
-def require_supported_pyspark(what: str) -> None:
-    """Refuse a PySpark minor outside :data:`SUPPORTED_MINORS` in one line naming the range.
-
-    Args:
-        what: the call that needs a supported PySpark, for the message.
-
-    Raises:
-        ConfigError: the running PySpark's minor is not supported.
-    """
-    if _minor(pyspark.__version__) not in SUPPORTED_MINORS:
-        first, last = SUPPORTED_MINORS[0], SUPPORTED_MINORS[-1]
-        raise ConfigError(
-            f"{what}: fsstate runs on PySpark {first[0]}.{first[1]} to {last[0]}.{last[1]} "
-            f"(pyspark>={first[0]}.{first[1]},<{last[0]}.{last[1] + 1}); this is PySpark "
-            f"{pyspark.__version__}: install a supported PySpark or an fsstate release that "
-            "supports yours (docs/compatibility.md)"
-        )
+def column_arrays(frame: Any, positions: list[int]) -> list[Any]:
+    """The frame's columns at ``positions`` as arrays (pandas' fast column iterator when
+    present: one call per frame, not one ``__getitem__`` per column)."""
+    it: Callable[[], Iterator[Any]] | None = getattr(frame, "_iter_column_arrays", None)
+    if it is not None:
+        arrays = list(it())
+        return [arrays[p] for p in positions]
+    return [frame.iloc[:, p].to_numpy() for p in positions]

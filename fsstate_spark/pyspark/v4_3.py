@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from fsstate_spark.tiered.adapters.task import TaskSetup, udf_processor
-from fsstate_spark.tiered.adapters.v4_2 import task_conf
+from fsstate_spark.pyspark.task import TaskSetup, udf_processor
+from fsstate_spark.pyspark.v4_2 import task_conf
 
 
 class Adapter43:

@@ -6,7 +6,7 @@ conf (``num_conf`` and that many UTF-8 key/value pairs), the state server (an in
 then its name), the number of UDFs, and per UDF its arg offsets (plain ints for these eval
 types), its chain of pickled commands and, when profiled, a result id.
 
-Invariant: everything is read through a :class:`~fsstate_spark.tiered.adapters.Recording`, and
+Invariant: everything is read through a :class:`~fsstate_spark.pyspark.task.Recording`, and
 the arguments handed back for PySpark's own ``read_udfs`` replay it (nothing is lost).
 """
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from fsstate_spark.tiered.adapters.task import (
+from fsstate_spark.pyspark.task import (
     Recording,
     TaskConf,
     TaskSetup,

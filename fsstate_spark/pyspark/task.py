@@ -1,5 +1,5 @@
 """What a transformWithState task hands fsstate's keyed loop, whatever the PySpark minor: the
-:class:`TaskSetup` each adapter of :mod:`fsstate_spark.tiered.adapters` reads, and the pieces
+:class:`TaskSetup` each adapter of :mod:`fsstate_spark.pyspark.worker` reads, and the pieces
 the adapters share (the recorded read and its replay, PySpark's framing readers, the processor
 inside PySpark's UDF).
 
