@@ -266,9 +266,14 @@ SOURCE_OPTIONS = {
     "stateVarName": ("the only one", "The state variable."),
     "batchId": ("the newest every partition has", "The version to read."),
     "branch": (
-        "the trunk (with a warning naming the branches, if any)",
-        "The branch to read: another lineage of the query, after its checkpoint was copied, "
+        "the lineage committed last (with a warning naming the other live ones, if any)",
+        "The lineage to read: another lineage of the query, after its checkpoint was copied, "
         "restored or rolled back (`fsstate branches` lists them).",
+    ),
+    "partial": (
+        "false",
+        "Read the partitions that hold the lineage when others lack it (partial state); "
+        "without it such a read is refused, naming the missing partitions.",
     ),
     "flattenCollectionTypes": (
         "true",

@@ -71,6 +71,7 @@ from fsstate_spark.pyspark.plans import (
     rebound,
     session_parse_ddl,
 )
+from fsstate_spark.state.map_order import ENCODING_CONF, UNSAFEROW
 
 if TYPE_CHECKING:
     from pyspark.sql.connect.group import GroupedData as ConnectGroupedData
@@ -80,7 +81,6 @@ MAX_BYTES_CONF = "spark.sql.execution.arrow.maxBytesPerBatch"
 SAFECHECK_CONF = "spark.sql.execution.pandas.convertToArrowArraySafely"
 INT_TO_DECIMAL_CONF = "spark.sql.execution.pythonUDF.pandas.intToDecimalCoercionEnabled"
 TIMEZONE_CONF = "spark.sql.session.timeZone"
-ENCODING_CONF = "spark.sql.streaming.stateStore.encodingFormat"
 
 
 def transform_with_state_in_pandas(
@@ -205,7 +205,7 @@ def _transform(
         max_bytes_per_batch=byte_size(conf.get(MAX_BYTES_CONF), 2**31 - 1),
         safecheck=(conf.get(SAFECHECK_CONF) or "false").strip().lower() == "true",
         int_to_decimal=(conf.get(INT_TO_DECIMAL_CONF) or "false").strip().lower() == "true",
-        state_encoding=(conf.get(ENCODING_CONF) or "unsaferow").strip().lower(),
+        state_encoding=(conf.get(ENCODING_CONF) or UNSAFEROW).strip().lower(),
     )
     op = ProcessorStage(name or type(processor).__name__, processor, spec, name is not None)
     records = [("input", origin)] if origin is not None and origin.time is not None else []

@@ -85,6 +85,7 @@ from fsstate_spark.state.keyed import (
     PandasOutput,
     RowOutput,
     run_keys,
+    run_timers,
 )
 from fsstate_spark.state.keys import normalize_key
 from fsstate_spark.tiered import task_profile
@@ -327,25 +328,17 @@ class FastTask:
         out: Output,
     ) -> None:
         """Every timer Spark finds expired, in Spark's order, each deleted after its call."""
-        from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo
-
         if self.time_mode == "processingtime":
             through = now
         elif self.time_mode == "eventtime":
             through = watermark
         else:
             return
-        user = self.proc.processor
-        for key, expiry in expired_timers(self.client, through):
-            store_key = normalize_key(key)
-            enter(key, store_key)
-            result = user.handleExpiredTimer(key, values, ExpiredTimerInfo(expiry))
-            if result is not None:
-                for item in result:
-                    enter(key, store_key)
-                    out.add(item)
-            enter(key, store_key)
-            self.client.delete_timer(expiry)
+        client = self.client
+        due = ((key, normalize_key(key), e) for key, e in expired_timers(client, through))
+        run_timers(
+            self.proc.processor, due, values, out, enter, lambda _k, e: client.delete_timer(e)
+        )
 
     # -- input ---------------------------------------------------------------------------------
     def _windows(
