@@ -94,7 +94,7 @@ crash-test: $(STAMP)  ## kill -9 a tiered() query 50 times, restart it, compare 
 # vulture) and for PySpark internals outside fsstate_spark/pyspark/ (lint/private.py); the
 # engine's tests are held to the size limit too.
 LINT_PACKAGES := fsstate fsstate_spark pyspark_fsstate
-SIZE_PACKAGES := $(LINT_PACKAGES) bench devkit examples tests/fsstate
+SIZE_PACKAGES := $(LINT_PACKAGES) bench devkit examples tests
 lint: $(STAMP)  ## ruff, ruff format, mypy, the import contracts, function size, private accesses and dead code
 	$(PY) -m ruff check fsstate fsstate_spark pyspark_fsstate tests examples bench devkit lint docs/snippets
 	$(PY) -m ruff format --check fsstate fsstate_spark pyspark_fsstate tests examples bench devkit lint docs/snippets

@@ -91,14 +91,7 @@ def test_an_executor_lost_mid_query_on_s3_matches_an_uninterrupted_run(
     assert sorted(sink_batches(ref.sink)) == list(range(len(BATCHES)))
 
     opts = s3_options(s3_server)
-    env = {
-        **job_env(),
-        "AWS_ENDPOINT_URL": opts["endpoint"],
-        "AWS_ACCESS_KEY_ID": opts["access_key_id"],
-        "AWS_SECRET_ACCESS_KEY": opts["secret_access_key"],
-        "AWS_REGION": opts["region"],
-        "AWS_ALLOW_HTTP": "true",
-    }
+    env = _s3_env(opts)
     with open(run.log, "ab") as out:
         proc = subprocess.Popen(
             run.command(SLOW_MS, master=MASTER, state=s3_uri),
@@ -108,21 +101,8 @@ def test_an_executor_lost_mid_query_on_s3_matches_an_uninterrupted_run(
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-    killed = 0
     try:
-        deadline = time.monotonic() + RUN_TIMEOUT_S
-        while not killed:
-            assert proc.poll() is None, f"job ended ({proc.returncode}) before the kill"
-            assert time.monotonic() < deadline, "no executor to kill before the timeout"
-            pids = executors(proc.pid)
-            written = sink_batches(run.sink)
-            if len(written) >= 2 and len(pids) == 2 and len(written) < len(BATCHES) - 1:
-                served_before = {(p, e) for _b, p, e in traces(run)}
-                victims = [e for _p, e in served_before if e in pids] or pids
-                killed = victims[0]  # an executor that served a partition
-                after = max(written) + 2  # batches that start after the kill
-                os.kill(killed, signal.SIGKILL)
-            time.sleep(0.05)
+        killed, after = _kill_an_executor_mid_query(run, proc)
         finish(proc, run.log, timeout=RUN_TIMEOUT_S * 2)
     finally:
         kill_group(proc)
@@ -136,6 +116,42 @@ def test_an_executor_lost_mid_query_on_s3_matches_an_uninterrupted_run(
     assert late and all(e != killed for _b, _p, e in late), (killed, late)
     moved = {p for _b, p, _e in late if p in lost}
     assert moved, f"no partition of the lost executor ran elsewhere: {served}"
+    _check_state_on_s3(run, s3_uri, opts)
+
+
+def _s3_env(opts: dict[str, str]) -> dict[str, str]:
+    """The job's environment with the S3 server's ``AWS_*`` variables."""
+    return {
+        **job_env(),
+        "AWS_ENDPOINT_URL": opts["endpoint"],
+        "AWS_ACCESS_KEY_ID": opts["access_key_id"],
+        "AWS_SECRET_ACCESS_KEY": opts["secret_access_key"],
+        "AWS_REGION": opts["region"],
+        "AWS_ALLOW_HTTP": "true",
+    }
+
+
+def _kill_an_executor_mid_query(run: JobDirs, proc: subprocess.Popen[bytes]) -> tuple[int, int]:
+    """Once two batches are written (and not the last two), SIGKILL an executor JVM that served
+    a partition; returns its pid and the first batch that starts after the kill."""
+    killed = 0
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while not killed:
+        assert proc.poll() is None, f"job ended ({proc.returncode}) before the kill"
+        assert time.monotonic() < deadline, "no executor to kill before the timeout"
+        pids = executors(proc.pid)
+        written = sink_batches(run.sink)
+        if len(written) >= 2 and len(pids) == 2 and len(written) < len(BATCHES) - 1:
+            served_before = {(p, e) for _b, p, e in traces(run)}
+            victims = [e for _p, e in served_before if e in pids] or pids
+            killed = victims[0]  # an executor that served a partition
+            after = max(written) + 2  # batches that start after the kill
+            os.kill(killed, signal.SIGKILL)
+        time.sleep(0.05)
+    return killed, after
+
+
+def _check_state_on_s3(run: JobDirs, s3_uri: str, opts: dict[str, str]) -> None:
     # the state is on S3, one version per batch for each partition (nothing on local disk)
     assert not run.state.exists()
     location = Location.parse(s3_uri, opts)

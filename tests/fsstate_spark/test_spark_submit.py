@@ -20,6 +20,7 @@ from __future__ import annotations
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -73,6 +74,27 @@ def test_sigkill_and_restart_match_uninterrupted_run(pyfiles: Path, tmp_path: Pa
     finally:
         kill_group(ref_proc)
     reference_s = time.monotonic() - began
+    reference = _check_reference_run(ref, pyfiles)
+
+    _check_killed_mid_batch(kills)
+
+    # 2. restart the same command on the same checkpoint and state until every run finishes
+    restarts = _restart_until_finished(runs)
+
+    for name, dirs in runs.items():
+        assert sink_rows(dirs.sink) == reference, name
+        assert spark_log(dirs.checkpoint, "commits") == list(range(len(BATCHES))), name
+        versions = state_versions(dirs.state)
+        assert all(vs[-1] == len(BATCHES) - 1 for vs in versions.values()), (name, versions)
+    print(
+        f"\nreference done after {reference_s:.1f}s; kills (batch, view): {kills}; "
+        f"restarts {restarts}; total {time.monotonic() - began:.1f}s"
+    )
+
+
+def _check_reference_run(ref: JobDirs, pyfiles: Path) -> list[tuple[Any, ...]]:
+    """The reference run wrote every batch, one row per key and batch, with fsstate loaded from
+    the zip in the driver and the workers; returns its sink rows."""
     reference = sink_rows(ref.sink)
     assert sorted(sink_batches(ref.sink)) == list(range(len(BATCHES)))
     assert len(reference) == sum(len({r["k"] for r in b}) for b in BATCHES)
@@ -81,7 +103,11 @@ def test_sigkill_and_restart_match_uninterrupted_run(pyfiles: Path, tmp_path: Pa
     assert origins["workers"] and all(
         f"{pyfiles.name}/fsstate/" in p for p in origins["workers"]
     ), origins
+    return reference
 
+
+def _check_killed_mid_batch(kills: dict[str, tuple[int, dict[str, Any]]]) -> None:
+    """Each run was killed in the middle of a batch, at its kill point."""
     for name, (batch, view) in kills.items():
         # the interrupted batch is planned, not committed by Spark, and has no output yet ...
         assert batch in view["offsets"] and batch not in view["commits"], (name, view)
@@ -91,7 +117,10 @@ def test_sigkill_and_restart_match_uninterrupted_run(pyfiles: Path, tmp_path: Pa
         partial = any(in_state) and not all(in_state)
         assert all(in_state) if KILL_POINTS[name] == "all" else partial, (name, view)
 
-    # 2. restart the same command on the same checkpoint and state until every run finishes
+
+def _restart_until_finished(runs: dict[str, JobDirs]) -> dict[str, int]:
+    """Restart each killed run's command on its checkpoint and state until it wrote every
+    batch (at most 3 times); returns the restarts of each."""
     restarts = dict.fromkeys(runs, 0)
     todo = dict(runs)
     while todo:
@@ -113,13 +142,4 @@ def test_sigkill_and_restart_match_uninterrupted_run(pyfiles: Path, tmp_path: Pa
             for name, dirs in todo.items()
             if sorted(sink_batches(dirs.sink)) != list(range(len(BATCHES)))
         }
-
-    for name, dirs in runs.items():
-        assert sink_rows(dirs.sink) == reference, name
-        assert spark_log(dirs.checkpoint, "commits") == list(range(len(BATCHES))), name
-        versions = state_versions(dirs.state)
-        assert all(vs[-1] == len(BATCHES) - 1 for vs in versions.values()), (name, versions)
-    print(
-        f"\nreference done after {reference_s:.1f}s; kills (batch, view): {kills}; "
-        f"restarts {restarts}; total {time.monotonic() - began:.1f}s"
-    )
+    return restarts

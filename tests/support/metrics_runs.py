@@ -150,7 +150,6 @@ def run_query(
     A query that neither failed nor reached its last batch within ``deadline_s`` is stuck:
     ``on_stuck`` (if given) runs while it still is (to save the JVM's threads), then the query
     is stopped and :class:`QueryStuck` raised."""
-    from fsstate_spark import operators as ops
     from fsstate_spark.metrics import listen
     from fsstate_spark.runtime import fileio_for
     from fsstate_spark.settings import StateSettings
@@ -163,53 +162,16 @@ def run_query(
     if flow:  # the flow's state root is known once its writer exists: list all of ``work``
         listed = Location.parse(state_uri if state_uri is not None else str(work))
     else:
-        root = StateSettings(processor.config.state_uri, location=processor.config.root).root
-        listed = root  # the whole state root (a tiered() query's directory is not known yet)
-
-    def sink(batch: DataFrame, batch_id: int) -> None:
-        before = data_files(fileio_for(listed, False), "")
-        batch.collect()
-        after = data_files(fileio_for(listed, False), "")
-        new = {p: n for p, n in after.items() if p not in before}
-        (out_dir / f"{batch_id}.json").write_text(json.dumps(new))
-        time.sleep(0.3)  # the TTL'd rows of this batch expire before the next one
+        # the whole state root (a tiered() query's directory is not known yet)
+        listed = StateSettings(processor.config.state_uri, location=processor.config.root).root
+    sink = _batch_files_sink(listed, out_dir)
 
     ended = _Terminated()
     listener = listen(spark, listen_path, sinks=[ended]) if listen_path is not None else None
-    if flow:
-        stage = ops.transform_with_state_in_pandas(
-            grouped, processor, OUTPUT, "Update", "ProcessingTime"
-        )
-        writer = ops.write_stream(
-            stage,
-            checkpoint_location=str(checkpoint),
-            sink=sink,
-            partitions=2,
-            tasks=2,
-            state_uri=state_uri,
-            **SPILL_BUDGET,
-        )
-        root = writer.fsstate_driver.config.root  # type: ignore[union-attr]
-    else:
-        out = grouped.transformWithStateInPandas(processor, OUTPUT, "Update", "ProcessingTime")
-        writer = out.writeStream.foreachBatch(sink).option("checkpointLocation", str(checkpoint))
-    with session_conf(spark, **{"spark.sql.streaming.noDataMicroBatches.enabled": "false"}):
-        query = writer.trigger(availableNow=True).start()
-    if not flow:
-        root = root.child(str(query.id))
+    query, root = _start_query(spark, grouped, processor, sink, checkpoint, flow, state_uri, listed)
     last = len(batches) - 1
-    deadline = time.monotonic() + deadline_s
-    stuck = False
     try:  # until Spark recorded the last data batch's progress
-        while query.isActive and query.exception() is None:
-            if any(int(p["batchId"]) >= last for p in query.recentProgress):
-                break
-            if time.monotonic() > deadline:
-                stuck = True
-                if on_stuck is not None:
-                    on_stuck()
-                break
-            time.sleep(0.1)
+        stuck = _await_last_progress(query, last, deadline_s, on_stuck)
     finally:
         query.stop()
         if listener is not None:
@@ -232,6 +194,77 @@ def run_query(
         "root": root,
         "fileio": fileio_for(root, False),
     }
+
+
+def _batch_files_sink(listed: Location, out_dir: Path) -> Callable[[DataFrame, int], None]:
+    """A ``foreachBatch`` sink that computes the batch and writes the data files it added under
+    ``listed`` to ``<out_dir>/<batch id>.json``."""
+    from fsstate_spark.runtime import fileio_for
+
+    def sink(batch: DataFrame, batch_id: int) -> None:
+        before = data_files(fileio_for(listed, False), "")
+        batch.collect()
+        after = data_files(fileio_for(listed, False), "")
+        new = {p: n for p, n in after.items() if p not in before}
+        (out_dir / f"{batch_id}.json").write_text(json.dumps(new))
+        time.sleep(0.3)  # the TTL'd rows of this batch expire before the next one
+
+    return sink
+
+
+def _start_query(
+    spark: SparkSession,
+    grouped: Any,
+    processor: Any,
+    sink: Callable[[DataFrame, int], None],
+    checkpoint: Path,
+    flow: bool,
+    state_uri: str | None,
+    listed: Location,
+) -> tuple[Any, Location]:
+    """Start :func:`run_query`'s query (a flow, or Spark's operator); return it and where its
+    operators' state is."""
+    from fsstate_spark import operators as ops
+
+    if flow:
+        stage = ops.transform_with_state_in_pandas(
+            grouped, processor, OUTPUT, "Update", "ProcessingTime"
+        )
+        writer = ops.write_stream(
+            stage,
+            checkpoint_location=str(checkpoint),
+            sink=sink,
+            partitions=2,
+            tasks=2,
+            state_uri=state_uri,
+            **SPILL_BUDGET,
+        )
+        root = writer.fsstate_driver.config.root  # type: ignore[union-attr]
+    else:
+        out = grouped.transformWithStateInPandas(processor, OUTPUT, "Update", "ProcessingTime")
+        writer = out.writeStream.foreachBatch(sink).option("checkpointLocation", str(checkpoint))
+    with session_conf(spark, **{"spark.sql.streaming.noDataMicroBatches.enabled": "false"}):
+        query = writer.trigger(availableNow=True).start()
+    if not flow:
+        root = listed.child(str(query.id))
+    return query, root
+
+
+def _await_last_progress(
+    query: Any, last: int, deadline_s: float, on_stuck: Callable[[], None] | None
+) -> bool:
+    """Until the query failed, ended or Spark recorded batch ``last``'s progress (False), or
+    ``deadline_s`` passed (True, once ``on_stuck`` ran)."""
+    deadline = time.monotonic() + deadline_s
+    while query.isActive and query.exception() is None:
+        if any(int(p["batchId"]) >= last for p in query.recentProgress):
+            break
+        if time.monotonic() > deadline:
+            if on_stuck is not None:
+                on_stuck()
+            return True
+        time.sleep(0.1)
+    return False
 
 
 class _Terminated:

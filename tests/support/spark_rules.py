@@ -13,6 +13,7 @@ TIMESTAMP unit); watermarks are milliseconds (Spark's unit).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 US = 1_000_000
 
@@ -134,77 +135,103 @@ def model_window_agg(
         [[[_us(r[time]) for r in b] for b in batches]], [round(delay_s * 1000)]
     )
     plan = _plan_batches(len(batches), used, final, no_data_batches, legacy)
-    res = []
     if session_gap_s is None:
         size = _us(size_s)
         slide = _us(slide_s) if slide_s is not None else size
         st = _us(start_s) if start_s is not None else 0
-        state: dict[tuple, list[dict]] = {}
-        for bid, late, ev, is_data in plan:
-            rows = batches[bid] if is_data else []
-            touched = []
-            for r in rows:
-                kk = tuple(r.get(k) for k in keys)
-                for ws, we in _windows(_us(r[time]), size, slide, st):
-                    if we <= late * 1000:  # late: window.end <= wmLate
-                        continue
-                    g = (kk, ws, we)
-                    state.setdefault(g, []).append(r)
-                    if g not in touched:
-                        touched.append(g)
-
-            def mk(g):
-                kk, ws, we = g
-                d = {k: v for k, v in zip(keys, kk)}
-                d.update({"window_start": _out(ws), "window_end": _out(we)})
-                d.update(_agg(state[g], aggs))
-                return d
-
-            if output_mode == "update":
-                out = [mk(g) for g in touched]
-                for g in [g for g in state if g[2] <= ev * 1000]:
-                    del state[g]
-            else:
-                evict = [g for g in state if g[2] <= ev * 1000]
-                out = [mk(g) for g in evict]
-                for g in evict:
-                    del state[g]
-            res.append({"batch_id": bid, "rows": sorted(out, key=_sort_key), "watermark_ms": ev})
-        return res
+        return _model_time_windows(batches, plan, keys, time, (size, slide, st), aggs, output_mode)
 
     # ---- session windows (append only; Spark 4.3 rejects update mode)
     if output_mode != "append":
         raise ValueError("session windows: only append (and complete) are supported by Spark")
-    gap = _us(session_gap_s)
+    return _model_session_windows(batches, plan, keys, time, _us(session_gap_s), aggs, local_merge)
+
+
+def _window_row(state: dict[tuple, list[dict]], g: tuple, keys: list, aggs) -> dict:
+    kk, ws, we = g
+    d = {k: v for k, v in zip(keys, kk)}
+    d.update({"window_start": _out(ws), "window_end": _out(we)})
+    d.update(_agg(state[g], aggs))
+    return d
+
+
+def _add_to_time_windows(state, rows, keys, time, spec, late) -> list[tuple]:
+    """Adds each on-time row to its windows' state; returns the windows touched, in order."""
+    size, slide, st = spec
+    touched = []
+    for r in rows:
+        kk = tuple(r.get(k) for k in keys)
+        for ws, we in _windows(_us(r[time]), size, slide, st):
+            if we <= late * 1000:  # late: window.end <= wmLate
+                continue
+            g = (kk, ws, we)
+            state.setdefault(g, []).append(r)
+            if g not in touched:
+                touched.append(g)
+    return touched
+
+
+def _model_time_windows(batches, plan, keys, time, spec, aggs, output_mode):
+    """Tumbling / sliding windows; spec = (size_us, slide_us, start_us)."""
+    res = []
+    state: dict[tuple, list[dict]] = {}
+    for bid, late, ev, is_data in plan:
+        rows = batches[bid] if is_data else []
+        touched = _add_to_time_windows(state, rows, keys, time, spec, late)
+        if output_mode == "update":
+            out = [_window_row(state, g, keys, aggs) for g in touched]
+            for g in [g for g in state if g[2] <= ev * 1000]:
+                del state[g]
+        else:
+            evict = [g for g in state if g[2] <= ev * 1000]
+            out = [_window_row(state, g, keys, aggs) for g in evict]
+            for g in evict:
+                del state[g]
+        res.append({"batch_id": bid, "rows": sorted(out, key=_sort_key), "watermark_ms": ev})
+    return res
+
+
+def _add_to_sessions(sess, rows, keys, time, gap, late, local_merge) -> None:
+    bykey: dict[tuple, list[list]] = {}
+    for r in rows:
+        t = _us(r[time])
+        bykey.setdefault(tuple(r.get(k) for k in keys), []).append([t, t + gap, [r]])
+    for kk, new in bykey.items():
+        if local_merge:
+            new = _merge(new)
+        new = [s for s in new if not (s[1] <= late * 1000)]  # late: session.end <= wmLate
+        if not new:
+            continue
+        sess[kk] = _merge(sess.get(kk, []) + new)
+
+
+def _evict_sessions(sess, keys, aggs, ev) -> list[dict]:
+    """Removes the sessions ending at or before the watermark ev; returns their output rows."""
+    out = []
+    for kk in list(sess):
+        keep = []
+        for s in sess[kk]:
+            if s[1] <= ev * 1000:
+                d = {k: v for k, v in zip(keys, kk)}
+                d.update({"window_start": _out(s[0]), "window_end": _out(s[1])})
+                d.update(_agg(s[2], aggs))
+                out.append(d)
+            else:
+                keep.append(s)
+        if keep:
+            sess[kk] = keep
+        else:
+            del sess[kk]
+    return out
+
+
+def _model_session_windows(batches, plan, keys, time, gap, aggs, local_merge):
+    res = []
     sess: dict[tuple, list[list]] = {}  # key -> [[start, end, rows], ...]
     for bid, late, ev, is_data in plan:
         rows = batches[bid] if is_data else []
-        bykey: dict[tuple, list[list]] = {}
-        for r in rows:
-            t = _us(r[time])
-            bykey.setdefault(tuple(r.get(k) for k in keys), []).append([t, t + gap, [r]])
-        for kk, new in bykey.items():
-            if local_merge:
-                new = _merge(new)
-            new = [s for s in new if not (s[1] <= late * 1000)]  # late: session.end <= wmLate
-            if not new:
-                continue
-            sess[kk] = _merge(sess.get(kk, []) + new)
-        out = []
-        for kk in list(sess):
-            keep = []
-            for s in sess[kk]:
-                if s[1] <= ev * 1000:
-                    d = {k: v for k, v in zip(keys, kk)}
-                    d.update({"window_start": _out(s[0]), "window_end": _out(s[1])})
-                    d.update(_agg(s[2], aggs))
-                    out.append(d)
-                else:
-                    keep.append(s)
-            if keep:
-                sess[kk] = keep
-            else:
-                del sess[kk]
+        _add_to_sessions(sess, rows, keys, time, gap, late, local_merge)
+        out = _evict_sessions(sess, keys, aggs, ev)
         res.append({"batch_id": bid, "rows": sorted(out, key=_sort_key), "watermark_ms": ev})
     return res
 
@@ -252,25 +279,14 @@ def model_join(
         watermark_policy,
     )
     plan = _plan_batches(n, used, final, no_data_batches)
-    lcols = list(dict.fromkeys(c for b in lb for r in b for c in r))
-    rcols = list(dict.fromkeys(c for b in rb for r in b for c in r))
-    lo_us, up_us = _us(lower_s), _us(upper_s)
-
-    def cond(l, r):
-        # SQL equality: a null key matches nothing (Spark's optimizer adds isnotnull filters)
-        return (
-            l[key] is not None
-            and l[key] == r[key]
-            and (_us(l[time]) - lo_us <= _us(r[time]) <= _us(l[time]) + up_us)
-        )
-
-    def row(l, r):
-        d = {}
-        for c in lcols:
-            d[f"l_{c}"] = None if l is None else l.get(c)
-        for c in rcols:
-            d[f"r_{c}"] = None if r is None else r.get(c)
-        return d
+    j = _Join(
+        key=key,
+        time=time,
+        lo_us=_us(lower_s),
+        up_us=_us(upper_s),
+        lcols=list(dict.fromkeys(c for b in lb for r in b for c in r)),
+        rcols=list(dict.fromkeys(c for b in rb for r in b for c in r)),
+    )
 
     lstate: list[list] = []  # [row, matched]
     rstate: list[list] = []
@@ -282,51 +298,89 @@ def model_join(
         # r.t >= l.t - lower  (right side)   and   r.t <= l.t + upper (left side)
         lwm = W - round(upper_s * 1000) - 1
         rwm = W - round(lower_s * 1000) - 1
-        out = []
-        for l in L:
-            if _us(l[time]) <= late * 1000:
-                continue
-            m = False
-            for rs in rstate:
-                if cond(l, rs[0]):
-                    out.append(row(l, rs[0]))
-                    rs[1] = True
-                    m = True
-            lstate.append([l, m])
-        for r in Rr:
-            if _us(r[time]) <= late * 1000:
-                continue
-            m = False
-            for ls in lstate:
-                if cond(ls[0], r):
-                    out.append(row(ls[0], r))
-                    ls[1] = True
-                    m = True
-            evict_now = _us(r[time]) <= rwm * 1000
-            if not evict_now or how in ("right_outer", "full_outer"):
-                rstate.append([r, m])
-        keep = []
-        for ls in lstate:
-            if _us(ls[0][time]) <= lwm * 1000:
-                if not ls[1] and how in ("left_outer", "full_outer"):
-                    out.append(row(ls[0], None))
-            else:
-                keep.append(ls)
-        lstate = keep
-        keep = []
-        for rs in rstate:
-            if _us(rs[0][time]) <= rwm * 1000:
-                if not rs[1] and how in ("right_outer", "full_outer"):
-                    out.append(row(None, rs[0]))
-            else:
-                keep.append(rs)
-        rstate = keep
+        out: list[dict] = []
+        _join_left_rows(j, L, rstate, lstate, late, out)
+        _join_right_rows(j, Rr, lstate, rstate, late, rwm, how, out)
+        lstate = _evict_join_state(j, lstate, lwm, how in ("left_outer", "full_outer"), out, True)
+        rstate = _evict_join_state(j, rstate, rwm, how in ("right_outer", "full_outer"), out, False)
         for d in out:
             for c in (f"l_{time}", f"r_{time}"):
                 if d.get(c) is not None:
                     d[c] = _out(_us(d[c]))
         res.append({"batch_id": bid, "rows": sorted(out, key=_sort_key), "watermark_ms": W})
     return res
+
+
+@dataclass(frozen=True)
+class _Join:
+    """The fixed parameters of a modelled stream-stream join."""
+
+    key: str
+    time: str
+    lo_us: int
+    up_us: int
+    lcols: list
+    rcols: list
+
+    def cond(self, l, r) -> bool:
+        key, time = self.key, self.time
+        # SQL equality: a null key matches nothing (Spark's optimizer adds isnotnull filters)
+        return (
+            l[key] is not None
+            and l[key] == r[key]
+            and (_us(l[time]) - self.lo_us <= _us(r[time]) <= _us(l[time]) + self.up_us)
+        )
+
+    def row(self, l, r) -> dict:
+        d = {}
+        for c in self.lcols:
+            d[f"l_{c}"] = None if l is None else l.get(c)
+        for c in self.rcols:
+            d[f"r_{c}"] = None if r is None else r.get(c)
+        return d
+
+
+def _join_left_rows(j: _Join, L, rstate, lstate, late, out) -> None:
+    """Joins the batch's on-time left rows with the right state, then stores them."""
+    for l in L:
+        if _us(l[j.time]) <= late * 1000:
+            continue
+        m = False
+        for rs in rstate:
+            if j.cond(l, rs[0]):
+                out.append(j.row(l, rs[0]))
+                rs[1] = True
+                m = True
+        lstate.append([l, m])
+
+
+def _join_right_rows(j: _Join, Rr, lstate, rstate, late, rwm, how, out) -> None:
+    """Joins the batch's on-time right rows with the left state, then stores those that stay."""
+    for r in Rr:
+        if _us(r[j.time]) <= late * 1000:
+            continue
+        m = False
+        for ls in lstate:
+            if j.cond(ls[0], r):
+                out.append(j.row(ls[0], r))
+                ls[1] = True
+                m = True
+        evict_now = _us(r[j.time]) <= rwm * 1000
+        if not evict_now or how in ("right_outer", "full_outer"):
+            rstate.append([r, m])
+
+
+def _evict_join_state(j: _Join, state, wm, outer, out, left) -> list[list]:
+    """Drops the entries at or before wm (emitting unmatched ones if this side is outer);
+    returns the entries kept."""
+    keep = []
+    for s in state:
+        if _us(s[0][j.time]) <= wm * 1000:
+            if not s[1] and outer:
+                out.append(j.row(s[0], None) if left else j.row(None, s[0]))
+        else:
+            keep.append(s)
+    return keep
 
 
 # ------------------------------------------------------------------- dedup

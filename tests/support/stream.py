@@ -15,7 +15,7 @@ from typing import Any
 
 import pyspark
 import pytest
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, GroupedData, SparkSession
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
 from devkit.spark_local import write_batches
@@ -109,18 +109,7 @@ class StreamRunner:
                 grouped, processor, output_schema, "Update", time_mode, initialState=initial_state
             )
             return self._drive(flow, checkpoint, last, len(batches), partitions)
-        if pandas:
-            out = grouped.transformWithStateInPandas(
-                processor, output_schema, "Update", time_mode, initialState=initial_state
-            )
-        else:
-            if not ROW_TRANSFORM_WITH_STATE:  # the pandas parts before this call did run
-                pytest.skip(
-                    f"PySpark {pyspark.__version__} has no Row-flavour transformWithState (4.1+)"
-                )
-            out = grouped.transformWithState(
-                processor, output_schema, "Update", time_mode, initialState=initial_state
-            )
+        out = self._native(grouped, processor, output_schema, time_mode, pandas, initial_state)
         rows: list[tuple[Any, ...]] = []
         seen: list[int] = []
 
@@ -135,30 +124,57 @@ class StreamRunner:
             .trigger(availableNow=True)
             .start()
         )
-        deadline = time.monotonic() + 180
         try:
-            if time_mode.lower() == "none":
-                query.awaitTermination(180)
-            else:
-                while not seen or max(seen) < last:
-                    if query.exception() is not None or not query.isActive:
-                        break
-                    if time.monotonic() > deadline:
-                        raise TimeoutError(f"query did not reach batch {last}")
-                    time.sleep(0.2)
-                # the sink saw the last batch: let Spark record it as completed (its commit
-                # log, then its progress) before stopping, or a restart would run it again
-                while query.isActive and not any(
-                    int(p["batchId"]) >= last for p in query.recentProgress
-                ):
-                    if query.exception() is not None or time.monotonic() > deadline:
-                        break
-                    time.sleep(0.05)
+            self._await_last_batch(query, time_mode, seen, last)
         finally:
             query.stop()
         if query.exception() is not None:
             raise RuntimeError(f"streaming query failed: {query.exception()}")
         return self._check(rows, seen, last, -(-len(batches) // files_per_trigger))
+
+    @staticmethod
+    def _native(
+        grouped: GroupedData,
+        processor: StatefulProcessor,
+        output_schema: str,
+        time_mode: str,
+        pandas: bool,
+        initial_state: Any,
+    ) -> DataFrame:
+        """Spark's transformWithState[InPandas] operator on ``grouped`` (skips the test when
+        this PySpark has no Row flavour)."""
+        if pandas:
+            return grouped.transformWithStateInPandas(
+                processor, output_schema, "Update", time_mode, initialState=initial_state
+            )
+        if not ROW_TRANSFORM_WITH_STATE:  # the pandas parts before this call did run
+            pytest.skip(
+                f"PySpark {pyspark.__version__} has no Row-flavour transformWithState (4.1+)"
+            )
+        return grouped.transformWithState(
+            processor, output_schema, "Update", time_mode, initialState=initial_state
+        )
+
+    @staticmethod
+    def _await_last_batch(query: Any, time_mode: str, seen: list[int], last: int) -> None:
+        """Until the query ended by itself (time mode "None") or Spark recorded batch ``last``
+        as completed after the sink saw it (it then still runs: the caller stops it)."""
+        deadline = time.monotonic() + 180
+        if time_mode.lower() == "none":
+            query.awaitTermination(180)
+            return
+        while not seen or max(seen) < last:
+            if query.exception() is not None or not query.isActive:
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"query did not reach batch {last}")
+            time.sleep(0.2)
+        # the sink saw the last batch: let Spark record it as completed (its commit
+        # log, then its progress) before stopping, or a restart would run it again
+        while query.isActive and not any(int(p["batchId"]) >= last for p in query.recentProgress):
+            if query.exception() is not None or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
 
     def _check(
         self, rows: list[tuple[Any, ...]], seen: list[int], last: int, n: int

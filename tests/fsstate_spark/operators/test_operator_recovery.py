@@ -38,6 +38,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -271,6 +272,80 @@ def check_reference(ref: Run, batches: list[list[dict[str, Any]]]) -> dict[int, 
     return got
 
 
+def kills_context(kills: dict[str, list[Kill]], tmp_path: Path) -> str:
+    """The seed, the kills (planned and landed) and where the logs are: for failure messages."""
+    points = {
+        name: [(k.phase, k.target, k.batch, k.landed, k.missed) for k in ks]
+        for name, ks in kills.items()
+    }
+    return (
+        f"seed {SEED} (FSSTATE_RECOVERY_SEED); kills (phase, target, batch, landed, missed): "
+        f"{points}; logs under {tmp_path}"
+    )
+
+
+def run_side_by_side(
+    ref: Run,
+    runs: dict[str, Run],
+    kills: dict[str, list[Kill]],
+    began: float,
+    context: Callable[[], str],
+) -> tuple[int, dict[str, int]]:
+    """The reference run and the runs to kill (:func:`drive`), side by side; the seconds the
+    reference took (since ``began``) and each killed run's."""
+    ref_proc = ref.start(0, "reference")
+    try:
+        with ThreadPoolExecutor(len(runs)) as pool:
+            pending: dict[str, Future[int]] = {
+                name: pool.submit(drive, runs[name], kills[name]) for name in runs
+            }
+            finish(ref_proc, ref.log, RUN_TIMEOUT_S)
+            reference_s = round(time.monotonic() - began)
+            took = {}
+            for name, fut in pending.items():
+                try:
+                    took[name] = fut.result()
+                except Exception as exc:
+                    raise AssertionError(f"run {name!r}: {exc}\n{context()}") from exc
+    finally:
+        kill_group(ref_proc)
+    return reference_s, took
+
+
+def check_killed_run(
+    name: str,
+    run: Run,
+    kills: list[Kill],
+    reference: dict[int, list[list[Any]]],
+    context: Callable[[], str],
+) -> None:
+    """Each of the run's kills landed at its point; its sink equals the reference, Spark
+    committed every batch and every stage's partitions have the last batch's version."""
+    for kill in kills:
+        # the kill landed at its point: the batch is planned, not committed by Spark, has
+        # no output yet (all earlier batches have), and its state is as the phase says
+        where = f"run {name!r}, {kill}: {context()}"
+        assert kill.batch is not None and kill.landed == kill.phase, where
+        assert kill.batch in kill.view["offsets"], where
+        assert kill.batch not in kill.view["commits"], where
+        assert kill.view["sink"] == list(range(kill.batch)), where
+    got = sink_batches(run.sink)
+    diff = {
+        b: {"got": got.get(b), "reference": reference.get(b)}
+        for b in sorted(set(got) | set(reference))
+        if got.get(b) != reference.get(b)
+    }
+    assert not diff, f"run {name!r}: batches that differ from the reference {diff}; {context()}"
+    commits = spark_log(run.checkpoint, "commits")
+    assert commits == list(range(N_BATCHES)), f"run {name!r}: commits {commits}; {context()}"
+    for stage in STAGES:
+        for p in range(PARTITIONS):
+            versions = PartitionStore.committed_versions(str(run.state), stage, p)
+            assert versions[-1] == N_BATCHES - 1, (
+                f"run {name!r}: {stage}/{p} has versions {versions}; {context()}"
+            )
+
+
 @pytest.mark.parametrize("second", ["window_aggregate", "transform_with_state"])
 def test_kill_and_restart_operator_job_match_uninterrupted_run(tmp_path: Path, second: str) -> None:
     """SIGKILL mid-batch at seeded batches and kill points, restart: the sink equals the
@@ -289,58 +364,14 @@ def test_kill_and_restart_operator_job_match_uninterrupted_run(tmp_path: Path, s
         run.root.mkdir()
 
     def context() -> str:
-        points = {
-            name: [(k.phase, k.target, k.batch, k.landed, k.missed) for k in ks]
-            for name, ks in kills.items()
-        }
-        return (
-            f"seed {SEED} (FSSTATE_RECOVERY_SEED); kills (phase, target, batch, landed, missed): "
-            f"{points}; logs under {tmp_path}"
-        )
+        return kills_context(kills, tmp_path)
 
     # the reference run and the runs to kill, side by side
-    ref_proc = ref.start(0, "reference")
-    try:
-        with ThreadPoolExecutor(len(runs)) as pool:
-            pending: dict[str, Future[int]] = {
-                name: pool.submit(drive, runs[name], kills[name]) for name in runs
-            }
-            finish(ref_proc, ref.log, RUN_TIMEOUT_S)
-            reference_s = round(time.monotonic() - began)
-            took = {}
-            for name, fut in pending.items():
-                try:
-                    took[name] = fut.result()
-                except Exception as exc:
-                    raise AssertionError(f"run {name!r}: {exc}\n{context()}") from exc
-    finally:
-        kill_group(ref_proc)
+    reference_s, took = run_side_by_side(ref, runs, kills, began, context)
     reference = check_reference(ref, batches)
 
     for name, run in runs.items():
-        for kill in kills[name]:
-            # the kill landed at its point: the batch is planned, not committed by Spark, has
-            # no output yet (all earlier batches have), and its state is as the phase says
-            where = f"run {name!r}, {kill}: {context()}"
-            assert kill.batch is not None and kill.landed == kill.phase, where
-            assert kill.batch in kill.view["offsets"], where
-            assert kill.batch not in kill.view["commits"], where
-            assert kill.view["sink"] == list(range(kill.batch)), where
-        got = sink_batches(run.sink)
-        diff = {
-            b: {"got": got.get(b), "reference": reference.get(b)}
-            for b in sorted(set(got) | set(reference))
-            if got.get(b) != reference.get(b)
-        }
-        assert not diff, f"run {name!r}: batches that differ from the reference {diff}; {context()}"
-        commits = spark_log(run.checkpoint, "commits")
-        assert commits == list(range(N_BATCHES)), f"run {name!r}: commits {commits}; {context()}"
-        for stage in STAGES:
-            for p in range(PARTITIONS):
-                versions = PartitionStore.committed_versions(str(run.state), stage, p)
-                assert versions[-1] == N_BATCHES - 1, (
-                    f"run {name!r}: {stage}/{p} has versions {versions}; {context()}"
-                )
+        check_killed_run(name, run, kills[name], reference, context)
     print(
         f"\n{context()}\nreference {reference_s}s; killed runs {took}s; "
         f"total {time.monotonic() - began:.0f}s"

@@ -130,7 +130,14 @@ def test_change_feed_replays_one_snapshot_into_another(
     spark: SparkSession, ledger_run: tuple[Path, dict[int, dict[str, tuple[Any, ...]]]]
 ) -> None:
     checkpoint, _ = ledger_run
-    last = BATCHES - 1
+    _check_value_change_feed(spark, checkpoint, BATCHES - 1)
+    _check_map_change_feed(spark, checkpoint)
+    _check_list_change_feed(spark, checkpoint)
+
+
+def _check_value_change_feed(spark: SparkSession, checkpoint: Path, last: int) -> None:
+    """Value state: batch 0 plus the feed of batches 1..last gives batch last; a delete's
+    value is null."""
 
     def value_unit(r: Any) -> Any:
         return (r.partition_id, r.key.k)
@@ -161,6 +168,10 @@ def test_change_feed_replays_one_snapshot_into_another(
     )
     assert df.where("value IS NULL").count() == len(deletes)
 
+
+def _check_map_change_feed(spark: SparkSession, checkpoint: Path) -> None:
+    """Map state: batch 1 plus the feed from batch 2 gives the latest version."""
+
     def map_unit(r: Any) -> Any:
         return (r.partition_id, r.key.k, r.user_map_key.u)
 
@@ -171,6 +182,11 @@ def test_change_feed_replays_one_snapshot_into_another(
     map_deletes = [r for r in feed if r.change_type == "delete"]
     assert map_deletes and all(r.user_map_value is None for r in map_deletes)
     assert all(r.user_map_key is not None for r in map_deletes)  # the entry that went
+
+
+def _check_list_change_feed(spark: SparkSession, checkpoint: Path) -> None:
+    """List state (with sequence numbers): batch 0 plus the feed from batch 1 gives the
+    latest version."""
 
     def list_unit(r: Any) -> Any:
         return (r.partition_id, r.key.k, r._seq)
