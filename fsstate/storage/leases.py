@@ -28,6 +28,10 @@ Invariants:
   (:class:`fsstate.errors.CommitError`; a retry writes anew). The lapsed tag is retired at once.
 * One keeper thread per process, a daemon, waking at most every ``lease_ms / 4``; its work per
   wake-up is one request per (root, tag) with pending files, plus one delete per released tag.
+* A finalizer takes no lock: a store dropped without ``close()`` has its pending files queued
+  (:meth:`LeaseBook.forget_later`) and released by the keeper or the next writer, since the
+  cyclic collector runs finalizers inside whatever locked region allocated last (the keeper's
+  own, once: a deadlock).
 * The clock of a lease is the writer's wall clock at the start of the PUT; collectors compare
   the object's modification time plus ``lease_ms`` plus a margin of ``lease_ms`` with theirs, so
   clocks may disagree by up to ``lease_ms`` without a pending file being deleted.
@@ -40,6 +44,7 @@ import threading
 import time
 import uuid
 import weakref
+from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -104,6 +109,10 @@ class LeaseBook:
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _wake: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
+    # stores dropped without close(), queued by their finalizers (see forget_later)
+    _orphans: deque[tuple[FileIO, dict[str, tuple[str, int]], threading.Lock]] = field(
+        default_factory=deque
+    )
 
     # -- writers ---------------------------------------------------------------------------
     def tag(self) -> str:
@@ -130,6 +139,7 @@ class LeaseBook:
         Raises:
             StorageError: the lease could not be written (nothing was written).
         """
+        self._release_orphans()
         key = (fileio.describe(""), tag)
         with self._lock:
             lease = self._leases.get(key)
@@ -153,6 +163,25 @@ class LeaseBook:
                 lease.pending = max(0, lease.pending - n)
         if lease is not None and not lease.pending:
             self._wake.set()
+
+    def forget_later(
+        self, fileio: FileIO, files: dict[str, tuple[str, int]], lock: threading.Lock
+    ) -> None:
+        """A store's pending ``files`` (guarded by ``lock``) will never be published: its
+        :class:`PendingFiles` was dropped without ``forget()``. Called by a finalizer, which
+        the cyclic collector may run inside any locked region of any thread (this book's own
+        included): so it takes no lock and sets no event, it only queues; the keeper (or the
+        next writer) releases them, at most ``lease_ms / 4`` later."""
+        self._orphans.append((fileio, files, lock))
+
+    def _release_orphans(self) -> None:
+        """Release what :meth:`forget_later` queued (called with no lock held)."""
+        while self._orphans:
+            try:
+                fileio, files, lock = self._orphans.popleft()
+            except IndexError:  # another thread drained it
+                return
+            _forget(self, fileio, files, lock)
 
     def covers(self, fileio: FileIO, tag: str, birth_ms: int) -> bool:
         """Whether a pending file of ``tag`` written at ``birth_ms`` may be published: its lease
@@ -183,6 +212,7 @@ class LeaseBook:
     def keep(self) -> None:
         """One pass of the keeper: renew the leases with pending files that are due, release
         the ones without (not the current tag's). Errors are logged, never raised."""
+        self._release_orphans()
         now = self.clock()
         with self._lock:
             current = self._current.name if self._current is not None else None
@@ -267,7 +297,7 @@ class PendingFiles:
         self._files: dict[str, tuple[str, int]] = {}  # path -> (tag, written at, ms)
         self._lock = threading.Lock()
         # a store dropped without close() forgets its files too (no lease held for ever)
-        weakref.finalize(self, _forget, self.book, fileio, self._files, self._lock)
+        weakref.finalize(self, self.book.forget_later, fileio, self._files, self._lock)
 
     def new_path(self, prefix: str, lineage: str, birth: int) -> str:
         """A path for a new data file of the store (relative to the store directory), held
