@@ -20,7 +20,7 @@ from typing import Any
 from devkit.repo import ROOT
 from devkit.spark_local import local_session, write_batches
 from examples.session_tracker import INPUT_SCHEMA, OUTPUT_SCHEMA, SessionTracker
-from fsstate import PartitionStore
+from fsstate.inspect import find_stores
 from fsstate_spark import state_summary, tiered
 from fsstate_spark.metrics import BatchProgress, listen
 
@@ -149,10 +149,11 @@ def main(state_uri: str | None = None) -> None:
     print(f"\n== {len(done)} micro-batches in {elapsed:.1f}s; state on storage:")
     summary = state_summary(state_uri)
     print(summary.format())
-    for query_id, op, partition in sorted(summary.stores):
-        root = f"{state_uri}/{query_id}"
-        versions = PartitionStore.committed_versions(root, op, partition)
-        print(f"  partition {partition}: committed versions {versions}")
+    for store in sorted(find_stores(state_uri), key=lambda s: (s.operator, s.partition)):
+        # each query run writes a lineage of its own (fsstate.store.lineage); its history
+        # reaches into the lineage it went on from
+        line = f"lineage {store.branch}" if store.branch else "the trunk"
+        print(f"  partition {store.partition}: {line}, versions {list(store.history())}")
     rows = summary.rows_by_table()
     print(f"  rows on disk per state variable: {rows}")
     print(f"  inspect it: python -m fsstate stats {state_uri} --live-rows")

@@ -107,6 +107,7 @@ Flow.session_aggregate
 Flow.deduplicate
 Flow.retract_aggregate
 PartitionStore.retained_versions
+PartitionStore.committed_versions  # public: a store's versions on one lineage (docs/api.md)
 PartitionStore.collect_garbage  # public: fsstate gc of one store (docs/operations.md)
 StateSummary.rows_by_table
 

@@ -102,8 +102,8 @@ def _commit_rows(ctx: BenchContext, scratch: Path) -> list[Result]:
         for name in times:
             p99s[name].append(float(np.percentile(times[name], 99)))
         ratios.append(p99s["many"][-1] / p99s["one"][-1])
-        one, many = p99s["one"][-1], p99s["many"][-1]
-        ctx.log(f"  lineages: round {r + 1}/{rounds}: p99 {one:.1f} / {many:.1f} ms")
+        p_one, p_many = p99s["one"][-1], p99s["many"][-1]
+        ctx.log(f"  lineages: round {r + 1}/{rounds}: p99 {p_one:.1f} / {p_many:.1f} ms")
     collector().wait_idle(120)
     for s in stores.values():
         s.close()

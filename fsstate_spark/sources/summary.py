@@ -7,9 +7,10 @@ Layout written by :mod:`fsstate_spark.tiered.lifecycle`::
 
 Invariants:
 
-* Nothing here writes: stores are opened at their newest committed version only to read
-  their manifest-level statistics, and closed again.
-* Cost is one directory listing plus one manifest read per partition store.
+* Nothing here writes: stores are opened at the newest committed version of the lineage
+  readers read (:func:`fsstate.inspect.find_stores`: the one committed last, in the layout
+  generation in force) only to read their manifest-level statistics, and closed again.
+* Cost is two listings of the root plus one manifest read per partition store.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from fsstate import PartitionStore, StoreStats
+from fsstate.inspect import find_stores
 from fsstate.storage.fileio import FileIO
 
 
@@ -71,21 +73,17 @@ def state_summary(
     """
     fileio = FileIO(state_uri)
     summary = StateSummary(state_uri)
-    found: set[tuple[str, str, int]] = set()
     for entry in fileio.list("", recursive=True):
         summary.files += 1
         summary.bytes += entry.size_bytes
-        parts = entry.path.split("/")
-        if len(parts) >= 5 and parts[3] == "manifests" and parts[2].isdigit():
-            found.add((parts[0], parts[1], int(parts[2])))
-    for query, op, part in sorted(found):
+    for ref in find_stores(fileio):
+        query, op, part = ref.prefix, ref.operator, ref.partition
         if (query_id is not None and query != query_id) or (name is not None and op != name):
             continue
-        root = f"{state_uri.rstrip('/')}/{query}"
-        versions = PartitionStore.committed_versions(root, op, part)
-        if not versions:
-            continue
-        store = PartitionStore.open(root, op, part, versions[-1])
+        root = f"{state_uri.rstrip('/')}/{query}" if query else state_uri
+        store = PartitionStore.open(
+            root, op, part, ref.latest, layout=ref.layout, branch=ref.branch
+        )
         try:
             summary.stores[(query, op, part)] = store.stats()
         finally:

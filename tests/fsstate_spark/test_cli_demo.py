@@ -17,6 +17,7 @@ from pyspark.sql import SparkSession
 from devkit.spark_local import session_conf
 from examples.demo import make_clicks, run_demo_query
 from fsstate.cli import cli
+from fsstate_spark import state_summary
 
 pytestmark = pytest.mark.compat_full  # make test-compat-full runs it on every matrix entry
 
@@ -39,6 +40,11 @@ def test_cli_reads_the_demo_state(spark: SparkSession, tmp_path: Path) -> None:
     assert op["operator"] == "sessions" and op["query"]  # under the query id
     first, last = op["min_version"], op["max_version"]
     assert last - first + 1 == op["retained_versions"] >= 4
+    # the demo's summary reads the lineage the run wrote (each run writes its own)
+    summary = state_summary(state)
+    assert sorted(p for _, _, p in summary.stores) == [0, 1]
+    assert all(s.version == last for s in summary.stores.values())
+    assert set(summary.rows_by_table()) == {"session", "pages", "recent"}
 
     # every user's session, pages and recent list equal what the input says
     events = Counter(c["user"] for b in clicks for c in b)

@@ -25,7 +25,7 @@ import pyspark
 import pytest
 
 from devkit import jobs as devkit_jobs
-from fsstate import PartitionStore
+from fsstate.inspect import find_stores
 
 ROOT = Path(__file__).resolve().parents[2]
 JOB = ROOT / "examples" / "recovery_job.py"
@@ -224,15 +224,17 @@ def sink_rows(sink: Path) -> list[tuple[Any, ...]]:
 
 
 def state_versions(state: Path) -> dict[int, list[int]]:
-    """Partition -> committed fsstate versions (one query directory under the state URI)."""
+    """Partition -> committed fsstate versions along the lineage committed last (one query
+    directory under the state URI; each run writes a lineage of its own)."""
     queries = [p for p in state.iterdir() if p.is_dir()] if state.exists() else []
     if not queries:
         return {}
     assert len(queries) == 1, queries
-    return {
-        p: PartitionStore.committed_versions(str(queries[0]), OPERATOR, p)
-        for p in range(PARTITIONS)
-    }
+    out: dict[int, list[int]] = {}
+    for p in range(PARTITIONS):
+        stores = find_stores(str(queries[0]), operator=OPERATOR, partition=p)
+        out[p] = list(stores[0].history()) if stores else []
+    return out
 
 
 def spark_log(checkpoint: Path, name: str) -> list[int]:

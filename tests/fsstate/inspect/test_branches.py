@@ -138,8 +138,10 @@ def test_a_dropped_branch_goes_and_gc_keeps_every_trunk_file(root: Location) -> 
         assert trunk[p] <= have and not doomed[p] & have
     assert list_branches(fileio, f"{OPERATOR}/0") == ["child"]
     assert child <= {e.path.split("/", 2)[2] for e in fileio.list(f"{OPERATOR}/0/data")}
-    # the branch forked from the dropped one still reads, and the trunk does
+    # the branch forked from the dropped one still reads (a reader's default: the lineage
+    # committed last), and the trunk does
     assert _values(read_table(fileio, OPERATOR, 0, STATE, 1, branch="child")) == {"a0": 1, "b0": 9}
-    assert _values(read_table(fileio, OPERATOR, 1, STATE)) == {"a1": 3}
+    assert _values(read_table(fileio, OPERATOR, 1, STATE)) == {"a1": 1, "b1": 9}
+    assert _values(read_table(fileio, OPERATOR, 1, STATE, branch="")) == {"a1": 3}
     assert verify_stores(fileio, find_stores(fileio)).ok
     assert StoreConfig().orphan_grace_ms > 0  # the default grace keeps young files: gc's default
