@@ -14,7 +14,6 @@ from collections.abc import Iterator
 from typing import Any
 
 from pyspark.sql.streaming.stateful_processor_api_client import (
-    ExpiredTimerIterator,
     StatefulProcessorApiClient,
     StatefulProcessorHandleState,
 )
@@ -58,6 +57,11 @@ class DeferredKeyClient(StatefulProcessorApiClient):
 
 
 def expired_timers(client: Any, through: int) -> Iterator[tuple[Any, int]]:
-    """``(key, expiry)`` of every timer Spark finds expired at ``through``, in Spark's order."""
+    """``(key, expiry)`` of every timer Spark finds expired at ``through``, in Spark's order.
+    (Imported here: PySpark 4.0 has no such iterator, and there the module must still import,
+    so that the worker can say why fsstate's loop is off, :data:`~fsstate_spark.pyspark.
+    worker.STOCK_ONLY`.)"""
+    from pyspark.sql.streaming.stateful_processor_api_client import ExpiredTimerIterator
+
     it: Iterator[tuple[Any, int]] = ExpiredTimerIterator(client, through)
     return it
