@@ -80,7 +80,7 @@ test-spark: $(STAMP) $(PROM_STAMP)  ## Spark suites only
 # resolving work on what deletes or chooses state; make test runs it at 40 steps per storage.
 # LINEAGE_STEPS sets the size, FSSTATE_TEST_SEED=<seed> repeats a run.
 LINEAGE_STEPS ?= 400
-test-lineage-model: $(STAMP)  ## the seeded lineage model at 400 steps, local and on the S3 server (~20 min)
+test-lineage-model: $(STAMP)  ## the seeded lineage model at 400 steps, local and on the S3 server (~4 min)
 	FSSTATE_LINEAGE_STEPS=$(LINEAGE_STEPS) $(PY) -m pytest -q tests/fsstate/store/test_lineage_model.py
 
 # kill -9 of a tiered() application at random points, restarted from its checkpoint each time
